@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs every Debian package that building and testing rtxd needs. Idempotent; prints
+# nothing when everything is already there.
+set -euo pipefail
+pkgs=(build-essential pkg-config protobuf-c-compiler libprotobuf-c-dev check libsubunit-dev
+      libopenblas-dev python3 python3-venv python3-pip)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >&2
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

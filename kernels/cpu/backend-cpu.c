@@ -1,0 +1,352 @@
+/*
+ * backend-cpu.c - the CPU backend: its vtable, the thread pool that heavy kernels share, the
+ * node dispatch and the dtype rules of supports_node.
+ *
+ * DESIGN
+ * The pool has n_threads - 1 worker threads; the thread that calls rtx__cpu_parallel_for is
+ * the n-th and works too, so a pool of n never runs more than n threads of ours at once. A
+ * job is published under `mu` with a new generation number and every worker is woken; items
+ * are claimed in chunks through one atomic counter, and each worker checks out under `mu`
+ * when it finds no chunk left. The caller returns only after every worker has checked out,
+ * so no worker can still read a job's fields when the next job is published. Workers sleep
+ * on condition variables between jobs and never spin. A second caller (another thread, or a
+ * kernel calling parallel_for from inside a chunk) finds `submit` locked and runs inline, so
+ * nesting cannot deadlock. OpenBLAS keeps threads of its own; it gets the same count.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/cpu/cpu-impl.h"
+
+#define CPU_MAX_THREADS 1024
+#define CPU_CHUNKS_PER_THREAD 4 /* chunks per thread, for load balance */
+
+struct rtx_cpu {
+    struct rtx_backend be;       /* be.ctx points back here */
+    int n_threads;               /* workers + the calling thread */
+    int n_workers;               /* pool threads started */
+    pthread_t *workers;
+    pthread_mutex_t submit;      /* held by the thread running a parallel job */
+    pthread_mutex_t mu;          /* guards everything below but `next` */
+    pthread_cond_t wake;         /* workers wait for a new generation or stop */
+    pthread_cond_t done;         /* the caller waits for busy == 0 */
+    uint64_t gen;                /* job generation */
+    int busy;                    /* workers not yet checked out of the current job */
+    bool stop;
+    void (*fn)(void *ctx, int64_t begin, int64_t end);
+    void *fn_ctx;
+    int64_t n;                   /* items of the current job */
+    int64_t chunk;               /* items per chunk */
+    _Atomic int64_t next;        /* first unclaimed item */
+};
+
+/* ------------------------------------------------------------------------------------------
+ * Thread pool
+ * ---------------------------------------------------------------------------------------- */
+
+static void run_chunks(struct rtx_cpu *cpu) {
+    for (;;) {
+        int64_t begin = atomic_fetch_add_explicit(&cpu->next, cpu->chunk, memory_order_relaxed);
+        if (begin >= cpu->n) return;
+        int64_t end = begin + cpu->chunk < cpu->n ? begin + cpu->chunk : cpu->n;
+        cpu->fn(cpu->fn_ctx, begin, end);
+    }
+}
+
+static void *worker_main(void *arg) {
+    struct rtx_cpu *cpu = arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&cpu->mu);
+    for (;;) {
+        while (!cpu->stop && cpu->gen == seen) pthread_cond_wait(&cpu->wake, &cpu->mu);
+        if (cpu->stop) break;
+        seen = cpu->gen;
+        pthread_mutex_unlock(&cpu->mu);
+        run_chunks(cpu);
+        pthread_mutex_lock(&cpu->mu);
+        if (--cpu->busy == 0) pthread_cond_signal(&cpu->done);
+    }
+    pthread_mutex_unlock(&cpu->mu);
+    return NULL;
+}
+
+void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
+                           void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    if (cpu == NULL || cpu->n_workers == 0 || n <= grain) {
+        fn(ctx, 0, n);
+        return;
+    }
+    int64_t chunk = n / ((int64_t)cpu->n_threads * CPU_CHUNKS_PER_THREAD);
+    if (chunk < grain) chunk = grain;
+    if (chunk >= n || pthread_mutex_trylock(&cpu->submit) != 0) {
+        fn(ctx, 0, n); /* one chunk, or the pool is busy (nested or concurrent call) */
+        return;
+    }
+    pthread_mutex_lock(&cpu->mu);
+    cpu->fn = fn;
+    cpu->fn_ctx = ctx;
+    cpu->n = n;
+    cpu->chunk = chunk;
+    atomic_store_explicit(&cpu->next, 0, memory_order_relaxed);
+    cpu->busy = cpu->n_workers;
+    cpu->gen++;
+    pthread_cond_broadcast(&cpu->wake);
+    pthread_mutex_unlock(&cpu->mu);
+
+    run_chunks(cpu);
+
+    pthread_mutex_lock(&cpu->mu);
+    while (cpu->busy > 0) pthread_cond_wait(&cpu->done, &cpu->mu);
+    cpu->fn = NULL;
+    cpu->fn_ctx = NULL;
+    pthread_mutex_unlock(&cpu->mu);
+    pthread_mutex_unlock(&cpu->submit);
+}
+
+int rtx__cpu_n_threads(const struct rtx_cpu *cpu) {
+    return cpu ? cpu->n_threads : 1;
+}
+
+/* Stops and joins the workers started so far, then frees everything. */
+static void cpu_destroy(struct rtx_cpu *cpu) {
+    pthread_mutex_lock(&cpu->mu);
+    cpu->stop = true;
+    pthread_cond_broadcast(&cpu->wake);
+    pthread_mutex_unlock(&cpu->mu);
+    for (int i = 0; i < cpu->n_workers; i++) pthread_join(cpu->workers[i], NULL);
+    pthread_cond_destroy(&cpu->done);
+    pthread_cond_destroy(&cpu->wake);
+    pthread_mutex_destroy(&cpu->mu);
+    pthread_mutex_destroy(&cpu->submit);
+    rtx_free(cpu->workers);
+    rtx_free(cpu);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Errors
+ * ---------------------------------------------------------------------------------------- */
+
+int rtx__cpu_node_err(struct rtx_err *err, const struct rtx_node_args *a, int code,
+                      const char *fmt, ...) {
+    if (err == NULL) return code;
+    char detail[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    const struct rtx_node *node = a->node;
+    int idx = a->graph ? (int)(node - a->graph->nodes) : -1;
+    return rtx_err_set(err, code, "node %d (%s) %s: %s", idx, node->name ? node->name : "",
+                       rtx_op_name(node->op), detail);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Supported dtypes (docs/ops.md)
+ * ---------------------------------------------------------------------------------------- */
+
+#define DT(x) (1u << RTX_##x)
+#define DT_FLOAT (DT(F32) | DT(F16) | DT(BF16))
+#define DT_INT (DT(I8) | DT(I32) | DT(I64) | DT(U8))
+#define DT_ALL (DT_FLOAT | DT_INT | DT(BOOL))
+#define DT_NUM (DT_FLOAT | DT_INT)
+
+/* The dtypes allowed for the data inputs of an op (those that must share one dtype). */
+static unsigned op_data_dtypes(enum rtx_op op) {
+    switch (op) {
+    case RTX_OP_ADD: case RTX_OP_SUB: case RTX_OP_MUL: case RTX_OP_DIV: case RTX_OP_POW:
+    case RTX_OP_NEG: case RTX_OP_ABS: case RTX_OP_REDUCE_SUM: case RTX_OP_REDUCE_MAX:
+    case RTX_OP_REDUCE_MIN: case RTX_OP_ARGMAX:
+        return DT_NUM;
+    case RTX_OP_RELU:
+        return DT_FLOAT | DT(I8) | DT(I32) | DT(I64);
+    case RTX_OP_SQRT: case RTX_OP_RSQRT: case RTX_OP_EXP: case RTX_OP_LOG: case RTX_OP_TANH:
+    case RTX_OP_ERF: case RTX_OP_GELU: case RTX_OP_SILU: case RTX_OP_SIGMOID:
+    case RTX_OP_MATMUL: case RTX_OP_GEMM: case RTX_OP_REDUCE_MEAN: case RTX_OP_SOFTMAX:
+    case RTX_OP_LOG_SOFTMAX: case RTX_OP_LAYER_NORM: case RTX_OP_RMS_NORM:
+    case RTX_OP_ATTENTION: case RTX_OP_CONV2D: case RTX_OP_MAX_POOL2D: case RTX_OP_AVG_POOL2D:
+        return DT_FLOAT;
+    case RTX_OP_CAST: case RTX_OP_WHERE: case RTX_OP_EQUAL: case RTX_OP_LESS:
+    case RTX_OP_GREATER: case RTX_OP_TRANSPOSE: case RTX_OP_RESHAPE: case RTX_OP_EXPAND:
+    case RTX_OP_CONCAT: case RTX_OP_SLICE: case RTX_OP_GATHER: case RTX_OP_CONSTANT:
+        return DT_ALL;
+    case RTX_OP_COUNT:
+        break;
+    }
+    return 0;
+}
+
+/* Whether input `i` of an op with dtype dt is allowed, given the first data input's dtype. */
+static bool input_dtype_ok(enum rtx_op op, int i, enum rtx_dtype dt, enum rtx_dtype data_dt) {
+    if (op == RTX_OP_WHERE && i == 0) return dt == RTX_BOOL;
+    if (op == RTX_OP_GATHER && i == 1) return dt == RTX_I32 || dt == RTX_I64;
+    if (op == RTX_OP_ATTENTION && i == 3) return dt == RTX_BOOL || dt == data_dt;
+    if (op == RTX_OP_CAST) return true;
+    return dt == data_dt && (op_data_dtypes(op) & (1u << dt)) != 0;
+}
+
+/* The dtype of a node input, or false when the graph does not know it yet (an intermediate
+ * value whose inference happens at planning) or the input is omitted. */
+static bool input_dtype(const struct rtx_graph *g, const struct rtx_node *node, int i,
+                        enum rtx_dtype *dt) {
+    int v = node->inputs[i];
+    if (v < 0 || v >= g->n_values) return false;
+    const struct rtx_value *val = &g->values[v];
+    if (val->producer >= 0 && val->ndim < 0) return false;
+    if ((unsigned)val->dtype >= RTX_DTYPE_COUNT) return false;
+    *dt = val->dtype;
+    return true;
+}
+
+/* Whether input i carries the op's data dtype (the inputs that must all share one dtype). */
+static bool is_data_input(enum rtx_op op, int i) {
+    return !(op == RTX_OP_WHERE && i == 0) && !(op == RTX_OP_GATHER && i == 1) &&
+           !(op == RTX_OP_ATTENTION && i == 3);
+}
+
+static bool cpu_supports_node(struct rtx_backend *be, const struct rtx_graph *g,
+                              const struct rtx_node *node) {
+    if (node == NULL || (unsigned)node->op >= RTX_OP_COUNT) return false;
+    if (g == NULL) return true;
+    enum rtx_dtype data_dt = RTX_F32, dt;
+    bool have_data = false;
+    for (int i = 0; i < node->n_inputs && !have_data; i++)
+        if (is_data_input(node->op, i) && input_dtype(g, node, i, &dt)) {
+            data_dt = dt;
+            have_data = true;
+        }
+    for (int i = 0; i < node->n_inputs; i++) {
+        if (!input_dtype(g, node, i, &dt)) continue;
+        if (!input_dtype_ok(node->op, i, dt, have_data ? data_dt : dt)) return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The vtable
+ * ---------------------------------------------------------------------------------------- */
+
+static const char *cpu_name(struct rtx_backend *be) {
+    return "cpu";
+}
+
+static void cpu_free(struct rtx_backend *be) {
+    cpu_destroy(be->ctx);
+}
+
+static int cpu_buffer_new(struct rtx_backend *be, size_t bytes, struct rtx_buffer **out,
+                          struct rtx_err *err) {
+    struct rtx_buffer *buf = rtx_calloc(1, sizeof *buf);
+    if (buf == NULL) return rtx_err_set(err, RTX_ENOMEM, "cpu: buffer header");
+    buf->data = rtx_malloc_aligned(bytes > 0 ? bytes : 1);
+    if (buf->data == NULL) {
+        rtx_free(buf);
+        return rtx_err_set(err, RTX_ENOMEM, "cpu: buffer of %zu bytes", bytes);
+    }
+    buf->refcount = 1;
+    buf->bytes = bytes;
+    buf->release = NULL; /* rtx_free_aligned */
+    buf->release_ctx = NULL;
+    *out = buf;
+    return 0;
+}
+
+static int cpu_run_node(struct rtx_backend *be, const struct rtx_node_args *a,
+                        struct rtx_err *err) {
+    struct rtx_cpu *cpu = be->ctx;
+    switch (a->node->op) {
+    case RTX_OP_ADD: case RTX_OP_SUB: case RTX_OP_MUL: case RTX_OP_DIV: case RTX_OP_POW:
+    case RTX_OP_NEG: case RTX_OP_ABS: case RTX_OP_SQRT: case RTX_OP_RSQRT: case RTX_OP_EXP:
+    case RTX_OP_LOG: case RTX_OP_TANH: case RTX_OP_ERF: case RTX_OP_RELU: case RTX_OP_GELU:
+    case RTX_OP_SILU: case RTX_OP_SIGMOID: case RTX_OP_CAST: case RTX_OP_WHERE:
+    case RTX_OP_EQUAL: case RTX_OP_LESS: case RTX_OP_GREATER:
+        return rtx__cpu_elementwise(cpu, a, err);
+    case RTX_OP_REDUCE_SUM: case RTX_OP_REDUCE_MEAN: case RTX_OP_REDUCE_MAX:
+    case RTX_OP_REDUCE_MIN: case RTX_OP_ARGMAX: case RTX_OP_SOFTMAX: case RTX_OP_LOG_SOFTMAX:
+    case RTX_OP_LAYER_NORM: case RTX_OP_RMS_NORM:
+        return rtx__cpu_reduce(cpu, a, err);
+    case RTX_OP_MATMUL: case RTX_OP_GEMM: case RTX_OP_ATTENTION:
+        return rtx__cpu_linalg(cpu, a, err);
+    case RTX_OP_TRANSPOSE: case RTX_OP_RESHAPE: case RTX_OP_EXPAND: case RTX_OP_CONCAT:
+    case RTX_OP_SLICE: case RTX_OP_GATHER: case RTX_OP_CONSTANT:
+        return rtx__cpu_shape(cpu, a, err);
+    case RTX_OP_CONV2D: case RTX_OP_MAX_POOL2D: case RTX_OP_AVG_POOL2D:
+        return rtx__cpu_conv(cpu, a, err);
+    case RTX_OP_COUNT:
+        break;
+    }
+    return rtx__cpu_node_err(err, a, RTX_EUNSUPPORTED, "op %d has no CPU kernel",
+                             (int)a->node->op);
+}
+
+static const struct rtx_backend_i cpu_iface = {
+    .name = cpu_name,                   /* "cpu" */
+    .free = cpu_free,                   /* joins the pool, frees the context */
+    .supports_node = cpu_supports_node, /* every op, with the dtypes of docs/ops.md */
+    .buffer_new = cpu_buffer_new,       /* 64-byte aligned host memory */
+    .run_node = cpu_run_node,           /* one switch over the op groups */
+    .synchronize = NULL,                /* optional: the CPU runs synchronously */
+};
+
+/* ------------------------------------------------------------------------------------------
+ * Creation
+ * ---------------------------------------------------------------------------------------- */
+
+int rtx_backend_cpu_new(const struct rtx_cpu_options *opt, struct rtx_backend **out,
+                        struct rtx_err *err) {
+    if (out == NULL) return rtx_err_set(err, RTX_EINVAL, "cpu: out is NULL");
+    *out = NULL;
+    long n = opt ? opt->n_threads : 0;
+    if (n < 0 || n > CPU_MAX_THREADS)
+        return rtx_err_set(err, RTX_EINVAL, "cpu: n_threads %ld not in 0..%d", n,
+                           CPU_MAX_THREADS);
+    if (n == 0) {
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+        if (n < 1) n = 1;
+        if (n > CPU_MAX_THREADS) n = CPU_MAX_THREADS;
+    }
+    struct rtx_cpu *cpu = rtx_calloc(1, sizeof *cpu);
+    if (cpu == NULL) return rtx_err_set(err, RTX_ENOMEM, "cpu: backend context");
+    cpu->be.iface = &cpu_iface;
+    cpu->be.ctx = cpu;
+    cpu->n_threads = (int)n;
+    atomic_init(&cpu->next, 0);
+    if (n > 1) {
+        cpu->workers = rtx_calloc((size_t)n - 1, sizeof *cpu->workers);
+        if (cpu->workers == NULL) {
+            rtx_free(cpu);
+            return rtx_err_set(err, RTX_ENOMEM, "cpu: thread table");
+        }
+    }
+    pthread_mutex_init(&cpu->submit, NULL);
+    pthread_mutex_init(&cpu->mu, NULL);
+    pthread_cond_init(&cpu->wake, NULL);
+    pthread_cond_init(&cpu->done, NULL);
+
+    /* Workers block every signal: the daemon handles signals on its own threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = 0;
+    for (int i = 0; i < (int)n - 1; i++) {
+        rc = pthread_create(&cpu->workers[i], NULL, worker_main, cpu);
+        if (rc != 0) break;
+        cpu->n_workers++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        cpu_destroy(cpu);
+        return rtx_err_set(err, -rc, "cpu: starting worker thread: %s", strerror(rc));
+    }
+    openblas_set_num_threads(cpu->n_threads);
+    *out = &cpu->be;
+    return 0;
+}

@@ -1,0 +1,58 @@
+/*
+ * cpu-impl.h - internals of the CPU backend, shared by its files only.
+ *
+ * DESIGN
+ * Kernels receive contiguous inputs and preallocated contiguous outputs (struct rtx_node_args)
+ * and return 0 or a negative code with err filled. f16/bf16 are loaded to f32, computed in
+ * f32 and rounded once on store. Heavy loops are split across a small fixed thread pool with
+ * rtx__cpu_parallel_for; GEMM and batched matmul go to OpenBLAS, which has threads of its own.
+ */
+#ifndef RTX_CPU_IMPL_H
+#define RTX_CPU_IMPL_H
+
+#include "kernels/backend-impl.h"
+
+struct rtx_cpu; /* the backend context: thread pool and options */
+
+/* Calls fn(ctx, begin, end) over [0, n) split into chunks of at least `grain` items, on the
+ * pool's threads and the caller's; returns when all chunks are done. Runs inline when n is
+ * small or the pool has one thread. Safe to call from one thread at a time per backend. */
+void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
+                           void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
+int rtx__cpu_n_threads(const struct rtx_cpu *cpu);
+
+/* Element access by dtype for generic (slow) paths. */
+static inline float rtx__load_f32(const void *base, enum rtx_dtype dt, int64_t i) {
+    switch (dt) {
+    case RTX_F32: return ((const float *)base)[i];
+    case RTX_F16: return rtx_f16_to_f32(((const uint16_t *)base)[i]);
+    case RTX_BF16: return rtx_bf16_to_f32(((const uint16_t *)base)[i]);
+    case RTX_I8: return (float)((const int8_t *)base)[i];
+    case RTX_I32: return (float)((const int32_t *)base)[i];
+    case RTX_I64: return (float)((const int64_t *)base)[i];
+    case RTX_U8: return (float)((const uint8_t *)base)[i];
+    case RTX_BOOL: return ((const uint8_t *)base)[i] ? 1.0f : 0.0f;
+    default: return 0.0f;
+    }
+}
+static inline void rtx__store_f32(void *base, enum rtx_dtype dt, int64_t i, float v) {
+    switch (dt) {
+    case RTX_F32: ((float *)base)[i] = v; break;
+    case RTX_F16: ((uint16_t *)base)[i] = rtx_f32_to_f16(v); break;
+    case RTX_BF16: ((uint16_t *)base)[i] = rtx_f32_to_bf16(v); break;
+    default: break; /* integer stores go through the integer paths */
+    }
+}
+
+/* Op groups, one per file; each switches on args->node->op. */
+int rtx__cpu_elementwise(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+int rtx__cpu_reduce(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+int rtx__cpu_linalg(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+int rtx__cpu_shape(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+int rtx__cpu_conv(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+
+/* Error helper for kernels: prefixes "node N (name) op: ". */
+int rtx__cpu_node_err(struct rtx_err *err, const struct rtx_node_args *a, int code,
+                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+#endif /* RTX_CPU_IMPL_H */

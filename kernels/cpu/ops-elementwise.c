@@ -1,0 +1,684 @@
+/*
+ * ops-elementwise.c - CPU reference kernels of the elementwise ops: add, sub, mul, div, pow,
+ * the unary math ops, cast, where and the comparisons equal, less and greater (docs/ops.md).
+ *
+ * DESIGN
+ * Every op maps the NumPy broadcast of its inputs onto a contiguous output. Setup computes,
+ * for each input, its stride (in elements) along each output dimension, 0 where it broadcasts,
+ * then drops the output's size-1 dimensions and merges neighbours that every operand walks as
+ * one, so a same-shape op becomes a single flat run and "matrix + row" becomes runs of the
+ * row's length. The output's element range is split across the thread pool; each task walks
+ * its range with an odometer and hands runs (output offset, per-input offsets and inner
+ * strides, length) to the op's row function.
+ *
+ * Row functions work on f32 in place. f16/bf16 are converted to f32 and the integer types to
+ * int64 in blocks of EW_BLOCK elements on the stack, computed there and rounded (floats) or
+ * wrapped (integers) once on store. Integer arithmetic goes through uint64 so that overflow
+ * wraps instead of being undefined. Inner loops run in groups of 8 through a temporary
+ * (VLOOP): GCC's -O2 vectorizer does not version loops for possible aliasing between output
+ * and inputs, but it does vectorize a fixed 8-wide loop into a local array.
+ *
+ * Choices the op page leaves open: integer pow, computed in double, truncates toward zero and
+ * saturates at the output type's range like cast (a NaN gives 0); relu keeps a NaN
+ * (as PyTorch and NumPy's maximum). gelu's tanh form is evaluated as x * sigmoid(2u), an
+ * identity of 0.5 x (1 + tanh u) that does not cancel for negative x.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu-impl.h"
+
+#define EW_MAX_IN 3
+#define EW_BLOCK 256           /* elements converted per stack block */
+#define EW_GRAIN 32768         /* output elements per task, cheap ops */
+#define EW_GRAIN_HEAVY 8192    /* output elements per task, transcendental ops */
+
+struct ew_ctx;
+
+/* Computes output elements [o, o + n) from input k's elements off[k] + i * st[k]. */
+typedef void (*ew_row_fn)(const struct ew_ctx *c, int64_t o, const int64_t *off,
+                          const int64_t *st, int64_t n);
+
+struct ew_ctx {
+    enum rtx_op op;
+    int n_in;
+    const void *in[EW_MAX_IN];
+    enum rtx_dtype in_dt[EW_MAX_IN];
+    void *out;
+    enum rtx_dtype out_dt;
+    bool gelu_tanh;                         /* gelu: approximate = "tanh" */
+    int64_t lo, hi;                         /* integer output range (pow, cast) */
+    ew_row_fn row;
+    int ndim;                               /* merged output rank, >= 1 */
+    int64_t dims[RTX_MAX_DIMS];             /* merged output dims */
+    int64_t st[EW_MAX_IN][RTX_MAX_DIMS];    /* per input: elements per step of each dim */
+};
+
+/* dst[i] = EXPR for i in [0, n); EXPR reads `i`. Groups of 8 go through a local array. */
+#define VLOOP(T, dst, n, EXPR)                                                                  \
+    do {                                                                                        \
+        int64_t b8_ = 0;                                                                        \
+        for (; b8_ + 8 <= (n); b8_ += 8) {                                                      \
+            T t8_[8];                                                                           \
+            for (int l8_ = 0; l8_ < 8; l8_++) {                                                 \
+                int64_t i = b8_ + l8_;                                                          \
+                t8_[l8_] = (EXPR);                                                              \
+            }                                                                                   \
+            for (int l8_ = 0; l8_ < 8; l8_++) (dst)[b8_ + l8_] = t8_[l8_];                      \
+        }                                                                                       \
+        for (int64_t i = b8_; i < (n); i++) (dst)[i] = (EXPR);                                  \
+    } while (0)
+
+/* o[i] = FN(a[i * sa], b[i * sb]), specialized for the stride pairs broadcasting produces. */
+#define BIN_RUN(T, FN, o, a, sa, b, sb, n)                                                      \
+    do {                                                                                        \
+        if ((sa) == 1 && (sb) == 1) {                                                           \
+            VLOOP(T, o, n, FN((a)[i], (b)[i]));                                                 \
+        } else if ((sa) == 0 && (sb) == 1) {                                                    \
+            T a0_ = (a)[0];                                                                     \
+            VLOOP(T, o, n, FN(a0_, (b)[i]));                                                    \
+        } else if ((sa) == 1 && (sb) == 0) {                                                    \
+            T b0_ = (b)[0];                                                                     \
+            VLOOP(T, o, n, FN((a)[i], b0_));                                                    \
+        } else {                                                                                \
+            VLOOP(T, o, n, FN((a)[i * (sa)], (b)[i * (sb)]));                                   \
+        }                                                                                       \
+    } while (0)
+
+/* o[i] = FN(x[i * sx]). */
+#define UN_RUN(T, FN, o, x, sx, n)                                                              \
+    do {                                                                                        \
+        if ((sx) == 1)                                                                          \
+            VLOOP(T, o, n, FN((x)[i]));                                                         \
+        else                                                                                    \
+            VLOOP(T, o, n, FN((x)[i * (sx)]));                                                  \
+    } while (0)
+
+/* ------------------------------------------------------------------------------------------
+ * Scalar operations
+ * ---------------------------------------------------------------------------------------- */
+
+#define SQRT_2_OVER_PI 0.79788456080286535588f
+#define SQRT_1_2 0.70710678118654752440f
+
+static inline float f_add(float x, float y) { return x + y; }
+static inline float f_sub(float x, float y) { return x - y; }
+static inline float f_mul(float x, float y) { return x * y; }
+static inline float f_div(float x, float y) { return x / y; }
+static inline float f_pow(float x, float y) { return powf(x, y); }
+
+static inline float f_neg(float x) { return -x; }
+static inline float f_abs(float x) { return fabsf(x); }
+static inline float f_sqrt(float x) { return sqrtf(x); }
+static inline float f_rsqrt(float x) { return 1.0f / sqrtf(x); }
+static inline float f_exp(float x) { return expf(x); }
+static inline float f_log(float x) { return logf(x); }
+static inline float f_tanh(float x) { return tanhf(x); }
+static inline float f_erf(float x) { return erff(x); }
+static inline float f_relu(float x) { return x < 0.0f ? 0.0f : x; }
+/* x * Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2, exact also where Phi is tiny. */
+static inline float f_gelu(float x) { return 0.5f * x * erfcf(-x * SQRT_1_2); }
+/* 0.5 x (1 + tanh u) = x / (1 + exp(-2u)). */
+static inline float f_gelu_tanh(float x) {
+    float u = SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);
+    return x / (1.0f + expf(-2.0f * u));
+}
+static inline float f_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float f_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static inline int64_t i_add(int64_t x, int64_t y) { return (int64_t)((uint64_t)x + (uint64_t)y); }
+static inline int64_t i_sub(int64_t x, int64_t y) { return (int64_t)((uint64_t)x - (uint64_t)y); }
+static inline int64_t i_mul(int64_t x, int64_t y) { return (int64_t)((uint64_t)x * (uint64_t)y); }
+static inline int64_t i_neg(int64_t x) { return (int64_t)(0u - (uint64_t)x); }
+/* Truncating division; x / 0 is 0 and INT64_MIN / -1 wraps to INT64_MIN. */
+static inline int64_t i_div(int64_t x, int64_t y) {
+    if (y == 0) return 0;
+    if (y == -1) return i_neg(x);
+    return x / y;
+}
+static inline int64_t i_abs(int64_t x) { return x < 0 ? i_neg(x) : x; }
+static inline int64_t i_relu(int64_t x) { return x < 0 ? 0 : x; }
+
+/* Truncates toward zero and clamps to [lo, hi]; NaN gives 0. */
+static inline int64_t sat_i64(double v, int64_t lo, int64_t hi) {
+    if (v != v) return 0;
+    if (v <= (double)lo) return lo;
+    if (v >= (double)hi) return hi; /* (double)INT64_MAX is 2^63: anything below it fits */
+    return (int64_t)v;
+}
+
+static void int_range(enum rtx_dtype dt, int64_t *lo, int64_t *hi) {
+    switch (dt) {
+    case RTX_I8: *lo = INT8_MIN; *hi = INT8_MAX; break;
+    case RTX_I32: *lo = INT32_MIN; *hi = INT32_MAX; break;
+    case RTX_U8: *lo = 0; *hi = UINT8_MAX; break;
+    case RTX_BOOL: *lo = 0; *hi = 1; break;
+    default: *lo = INT64_MIN; *hi = INT64_MAX; break;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Typed runs
+ * ---------------------------------------------------------------------------------------- */
+
+static void bin_f32(enum rtx_op op, float *o, const float *a, int64_t sa, const float *b,
+                    int64_t sb, int64_t n) {
+    switch (op) {
+    case RTX_OP_ADD: BIN_RUN(float, f_add, o, a, sa, b, sb, n); break;
+    case RTX_OP_SUB: BIN_RUN(float, f_sub, o, a, sa, b, sb, n); break;
+    case RTX_OP_MUL: BIN_RUN(float, f_mul, o, a, sa, b, sb, n); break;
+    case RTX_OP_DIV: BIN_RUN(float, f_div, o, a, sa, b, sb, n); break;
+    case RTX_OP_POW: BIN_RUN(float, f_pow, o, a, sa, b, sb, n); break;
+    default: break;
+    }
+}
+
+static void bin_i64(enum rtx_op op, int64_t *o, const int64_t *a, int64_t sa, const int64_t *b,
+                    int64_t sb, int64_t n, int64_t lo, int64_t hi) {
+    switch (op) {
+    case RTX_OP_ADD: BIN_RUN(int64_t, i_add, o, a, sa, b, sb, n); break;
+    case RTX_OP_SUB: BIN_RUN(int64_t, i_sub, o, a, sa, b, sb, n); break;
+    case RTX_OP_MUL: BIN_RUN(int64_t, i_mul, o, a, sa, b, sb, n); break;
+    case RTX_OP_DIV: BIN_RUN(int64_t, i_div, o, a, sa, b, sb, n); break;
+    case RTX_OP_POW:
+        for (int64_t i = 0; i < n; i++)
+            o[i] = sat_i64(pow((double)a[i * sa], (double)b[i * sb]), lo, hi);
+        break;
+    default: break;
+    }
+}
+
+static void un_f32(enum rtx_op op, bool gelu_tanh, float *o, const float *x, int64_t sx,
+                   int64_t n) {
+    switch (op) {
+    case RTX_OP_NEG: UN_RUN(float, f_neg, o, x, sx, n); break;
+    case RTX_OP_ABS: UN_RUN(float, f_abs, o, x, sx, n); break;
+    case RTX_OP_SQRT: UN_RUN(float, f_sqrt, o, x, sx, n); break;
+    case RTX_OP_RSQRT: UN_RUN(float, f_rsqrt, o, x, sx, n); break;
+    case RTX_OP_EXP: UN_RUN(float, f_exp, o, x, sx, n); break;
+    case RTX_OP_LOG: UN_RUN(float, f_log, o, x, sx, n); break;
+    case RTX_OP_TANH: UN_RUN(float, f_tanh, o, x, sx, n); break;
+    case RTX_OP_ERF: UN_RUN(float, f_erf, o, x, sx, n); break;
+    case RTX_OP_RELU: UN_RUN(float, f_relu, o, x, sx, n); break;
+    case RTX_OP_SILU: UN_RUN(float, f_silu, o, x, sx, n); break;
+    case RTX_OP_SIGMOID: UN_RUN(float, f_sigmoid, o, x, sx, n); break;
+    case RTX_OP_GELU:
+        if (gelu_tanh)
+            UN_RUN(float, f_gelu_tanh, o, x, sx, n);
+        else
+            UN_RUN(float, f_gelu, o, x, sx, n);
+        break;
+    default: break;
+    }
+}
+
+static void un_i64(enum rtx_op op, int64_t *o, const int64_t *x, int64_t sx, int64_t n) {
+    switch (op) {
+    case RTX_OP_NEG: UN_RUN(int64_t, i_neg, o, x, sx, n); break;
+    case RTX_OP_ABS: UN_RUN(int64_t, i_abs, o, x, sx, n); break;
+    case RTX_OP_RELU: UN_RUN(int64_t, i_relu, o, x, sx, n); break;
+    default: break;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Block conversion. A loader returns a pointer to the run's values as f32 (or int64) and
+ * updates *st to the stride to read them with: the tensor itself when it already holds that
+ * type, else buf (stride 1, or 0 for a broadcast run, of which only one element is read).
+ * ---------------------------------------------------------------------------------------- */
+
+static const float *load_f32(const void *base, enum rtx_dtype dt, int64_t off, int64_t *st,
+                             int64_t n, float *buf) {
+    if (dt == RTX_F32) return (const float *)base + off;
+    int64_t s = *st, m = s == 0 ? 1 : n;
+    if (dt == RTX_F16) {
+        const uint16_t *p = (const uint16_t *)base + off;
+        for (int64_t i = 0; i < m; i++) buf[i] = rtx_f16_to_f32(p[i * s]);
+    } else if (dt == RTX_BF16) {
+        const uint16_t *p = (const uint16_t *)base + off;
+        for (int64_t i = 0; i < m; i++) buf[i] = rtx_bf16_to_f32(p[i * s]);
+    } else {
+        for (int64_t i = 0; i < m; i++) buf[i] = rtx__load_f32(base, dt, off + i * s);
+    }
+    *st = s == 0 ? 0 : 1;
+    return buf;
+}
+
+static const int64_t *load_i64(const void *base, enum rtx_dtype dt, int64_t off, int64_t *st,
+                               int64_t n, int64_t *buf) {
+    if (dt == RTX_I64) return (const int64_t *)base + off;
+    int64_t s = *st, m = s == 0 ? 1 : n;
+    switch (dt) {
+    case RTX_I8: {
+        const int8_t *p = (const int8_t *)base + off;
+        for (int64_t i = 0; i < m; i++) buf[i] = p[i * s];
+        break;
+    }
+    case RTX_I32: {
+        const int32_t *p = (const int32_t *)base + off;
+        for (int64_t i = 0; i < m; i++) buf[i] = p[i * s];
+        break;
+    }
+    case RTX_U8: {
+        const uint8_t *p = (const uint8_t *)base + off;
+        for (int64_t i = 0; i < m; i++) buf[i] = p[i * s];
+        break;
+    }
+    case RTX_BOOL: {
+        const uint8_t *p = (const uint8_t *)base + off;
+        for (int64_t i = 0; i < m; i++) buf[i] = p[i * s] != 0;
+        break;
+    }
+    default:
+        for (int64_t i = 0; i < m; i++) buf[i] = 0;
+        break;
+    }
+    *st = s == 0 ? 0 : 1;
+    return buf;
+}
+
+/* Stores n f32 values at element off of a float tensor, rounding once. */
+static void store_f32(void *base, enum rtx_dtype dt, int64_t off, const float *src, int64_t n) {
+    if (dt == RTX_F32) {
+        float *p = (float *)base + off;
+        if (p != src) memcpy(p, src, (size_t)n * sizeof *p);
+    } else if (dt == RTX_F16) {
+        uint16_t *p = (uint16_t *)base + off;
+        for (int64_t i = 0; i < n; i++) p[i] = rtx_f32_to_f16(src[i]);
+    } else if (dt == RTX_BF16) {
+        uint16_t *p = (uint16_t *)base + off;
+        for (int64_t i = 0; i < n; i++) p[i] = rtx_f32_to_bf16(src[i]);
+    }
+}
+
+/* Stores n int64 values at element off of an integer tensor, wrapping to its width; bool
+ * stores v != 0. The narrowing conversions are modular in GCC and Clang. */
+static void store_i64(void *base, enum rtx_dtype dt, int64_t off, const int64_t *src,
+                      int64_t n) {
+    switch (dt) {
+    case RTX_I8: {
+        int8_t *p = (int8_t *)base + off;
+        for (int64_t i = 0; i < n; i++) p[i] = (int8_t)src[i];
+        break;
+    }
+    case RTX_I32: {
+        int32_t *p = (int32_t *)base + off;
+        for (int64_t i = 0; i < n; i++) p[i] = (int32_t)src[i];
+        break;
+    }
+    case RTX_I64: {
+        int64_t *p = (int64_t *)base + off;
+        if (p != src) memcpy(p, src, (size_t)n * sizeof *p);
+        break;
+    }
+    case RTX_U8: {
+        uint8_t *p = (uint8_t *)base + off;
+        for (int64_t i = 0; i < n; i++) p[i] = (uint8_t)src[i];
+        break;
+    }
+    case RTX_BOOL: {
+        uint8_t *p = (uint8_t *)base + off;
+        for (int64_t i = 0; i < n; i++) p[i] = src[i] != 0;
+        break;
+    }
+    default: break;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Row functions
+ * ---------------------------------------------------------------------------------------- */
+
+static void row_binary(const struct ew_ctx *c, int64_t o, const int64_t *off,
+                       const int64_t *st, int64_t n) {
+    enum rtx_dtype dt = c->out_dt;
+    if (dt == RTX_F32) {
+        bin_f32(c->op, (float *)c->out + o, (const float *)c->in[0] + off[0], st[0],
+                (const float *)c->in[1] + off[1], st[1], n);
+        return;
+    }
+    if (dt == RTX_I64) {
+        bin_i64(c->op, (int64_t *)c->out + o, (const int64_t *)c->in[0] + off[0], st[0],
+                (const int64_t *)c->in[1] + off[1], st[1], n, c->lo, c->hi);
+        return;
+    }
+    for (int64_t k = 0; k < n; k += EW_BLOCK) {
+        int64_t m = n - k < EW_BLOCK ? n - k : EW_BLOCK;
+        int64_t sa = st[0], sb = st[1];
+        if (rtx_dtype_is_float(dt)) {
+            float ba[EW_BLOCK], bb[EW_BLOCK], bo[EW_BLOCK];
+            const float *pa = load_f32(c->in[0], dt, off[0] + k * sa, &sa, m, ba);
+            const float *pb = load_f32(c->in[1], dt, off[1] + k * sb, &sb, m, bb);
+            bin_f32(c->op, bo, pa, sa, pb, sb, m);
+            store_f32(c->out, dt, o + k, bo, m);
+        } else {
+            int64_t ba[EW_BLOCK], bb[EW_BLOCK], bo[EW_BLOCK];
+            const int64_t *pa = load_i64(c->in[0], dt, off[0] + k * sa, &sa, m, ba);
+            const int64_t *pb = load_i64(c->in[1], dt, off[1] + k * sb, &sb, m, bb);
+            bin_i64(c->op, bo, pa, sa, pb, sb, m, c->lo, c->hi);
+            store_i64(c->out, dt, o + k, bo, m);
+        }
+    }
+}
+
+static void row_unary(const struct ew_ctx *c, int64_t o, const int64_t *off, const int64_t *st,
+                      int64_t n) {
+    enum rtx_dtype dt = c->out_dt;
+    if (dt == RTX_F32) {
+        un_f32(c->op, c->gelu_tanh, (float *)c->out + o, (const float *)c->in[0] + off[0],
+               st[0], n);
+        return;
+    }
+    if (dt == RTX_I64) {
+        un_i64(c->op, (int64_t *)c->out + o, (const int64_t *)c->in[0] + off[0], st[0], n);
+        return;
+    }
+    for (int64_t k = 0; k < n; k += EW_BLOCK) {
+        int64_t m = n - k < EW_BLOCK ? n - k : EW_BLOCK;
+        int64_t sx = st[0];
+        if (rtx_dtype_is_float(dt)) {
+            float bx[EW_BLOCK], bo[EW_BLOCK];
+            const float *px = load_f32(c->in[0], dt, off[0] + k * sx, &sx, m, bx);
+            un_f32(c->op, c->gelu_tanh, bo, px, sx, m);
+            store_f32(c->out, dt, o + k, bo, m);
+        } else {
+            int64_t bx[EW_BLOCK], bo[EW_BLOCK];
+            const int64_t *px = load_i64(c->in[0], dt, off[0] + k * sx, &sx, m, bx);
+            un_i64(c->op, bo, px, sx, m);
+            store_i64(c->out, dt, o + k, bo, m);
+        }
+    }
+}
+
+static void row_cast(const struct ew_ctx *c, int64_t o, const int64_t *off, const int64_t *st,
+                     int64_t n) {
+    enum rtx_dtype sd = c->in_dt[0], dd = c->out_dt;
+    if (sd == dd && st[0] == 1) {
+        size_t es = rtx_dtype_size(sd);
+        memcpy((char *)c->out + o * (int64_t)es, (const char *)c->in[0] + off[0] * (int64_t)es,
+               (size_t)n * es);
+        return;
+    }
+    bool from_float = rtx_dtype_is_float(sd), to_float = rtx_dtype_is_float(dd);
+    for (int64_t k = 0; k < n; k += EW_BLOCK) {
+        int64_t m = n - k < EW_BLOCK ? n - k : EW_BLOCK;
+        int64_t s = st[0];
+        float fb[EW_BLOCK], fo[EW_BLOCK];
+        int64_t ib[EW_BLOCK], io[EW_BLOCK];
+        if (from_float) {
+            const float *p = load_f32(c->in[0], sd, off[0] + k * s, &s, m, fb);
+            if (to_float) {
+                for (int64_t i = 0; i < m; i++) fo[i] = p[i * s];
+            } else if (dd == RTX_BOOL) {
+                for (int64_t i = 0; i < m; i++) io[i] = p[i * s] != 0.0f;
+            } else {
+                for (int64_t i = 0; i < m; i++) io[i] = sat_i64(p[i * s], c->lo, c->hi);
+            }
+        } else {
+            const int64_t *p = load_i64(c->in[0], sd, off[0] + k * s, &s, m, ib);
+            if (to_float) {
+                for (int64_t i = 0; i < m; i++) fo[i] = (float)p[i * s];
+            } else {
+                for (int64_t i = 0; i < m; i++) io[i] = p[i * s];
+            }
+        }
+        if (to_float)
+            store_f32(c->out, dd, o + k, fo, m);
+        else
+            store_i64(c->out, dd, o + k, io, m);
+    }
+}
+
+#define CMP_RUN(T, o, a, sa, b, sb, n, op)                                                      \
+    do {                                                                                        \
+        if ((op) == RTX_OP_EQUAL)                                                               \
+            VLOOP(uint8_t, o, n, (uint8_t)((a)[i * (sa)] == (b)[i * (sb)]));                    \
+        else if ((op) == RTX_OP_LESS)                                                           \
+            VLOOP(uint8_t, o, n, (uint8_t)((a)[i * (sa)] < (b)[i * (sb)]));                     \
+        else                                                                                    \
+            VLOOP(uint8_t, o, n, (uint8_t)((a)[i * (sa)] > (b)[i * (sb)]));                     \
+    } while (0)
+
+static void row_compare(const struct ew_ctx *c, int64_t o, const int64_t *off,
+                        const int64_t *st, int64_t n) {
+    enum rtx_dtype dt = c->in_dt[0];
+    uint8_t *y = (uint8_t *)c->out + o;
+    for (int64_t k = 0; k < n; k += EW_BLOCK) {
+        int64_t m = n - k < EW_BLOCK ? n - k : EW_BLOCK;
+        int64_t sa = st[0], sb = st[1];
+        if (rtx_dtype_is_float(dt)) {
+            float ba[EW_BLOCK], bb[EW_BLOCK];
+            const float *pa = load_f32(c->in[0], dt, off[0] + k * sa, &sa, m, ba);
+            const float *pb = load_f32(c->in[1], dt, off[1] + k * sb, &sb, m, bb);
+            CMP_RUN(float, y + k, pa, sa, pb, sb, m, c->op);
+        } else {
+            int64_t ba[EW_BLOCK], bb[EW_BLOCK];
+            const int64_t *pa = load_i64(c->in[0], dt, off[0] + k * sa, &sa, m, ba);
+            const int64_t *pb = load_i64(c->in[1], dt, off[1] + k * sb, &sb, m, bb);
+            CMP_RUN(int64_t, y + k, pa, sa, pb, sb, m, c->op);
+        }
+    }
+}
+
+#define WHERE_RUN(T)                                                                            \
+    do {                                                                                        \
+        const T *x_ = (const T *)c->in[1] + off[1];                                             \
+        const T *y_ = (const T *)c->in[2] + off[2];                                             \
+        T *o_ = (T *)c->out + o;                                                                \
+        VLOOP(T, o_, n, cond[i * st[0]] ? x_[i * st[1]] : y_[i * st[2]]);                       \
+    } while (0)
+
+static void row_where(const struct ew_ctx *c, int64_t o, const int64_t *off, const int64_t *st,
+                      int64_t n) {
+    const uint8_t *cond = (const uint8_t *)c->in[0] + off[0];
+    switch (rtx_dtype_size(c->out_dt)) {
+    case 1: WHERE_RUN(uint8_t); break;
+    case 2: WHERE_RUN(uint16_t); break;
+    case 4: WHERE_RUN(uint32_t); break;
+    default: WHERE_RUN(uint64_t); break;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Broadcast walk
+ * ---------------------------------------------------------------------------------------- */
+
+/* Sets st[d], input t's stride in elements along output dimension d (0 where it broadcasts).
+ * Returns false when t's shape does not broadcast to y's. */
+static bool bcast_strides(const struct rtx_tensor *t, const struct rtx_tensor *y, int64_t *st) {
+    int lead = y->ndim - t->ndim;
+    int64_t s = 1;
+    if (lead < 0) return false;
+    for (int d = y->ndim - 1; d >= 0; d--) {
+        int64_t td = d < lead ? 1 : t->dims[d - lead];
+        if (td == y->dims[d])
+            st[d] = s;
+        else if (td == 1)
+            st[d] = 0;
+        else
+            return false;
+        s *= td;
+    }
+    return true;
+}
+
+/* Fills c->ndim, c->dims and c->st from the output shape and the inputs' shapes. */
+static int ew_setup(struct ew_ctx *c, const struct rtx_node_args *a, struct rtx_err *err) {
+    const struct rtx_tensor *y = a->out[0];
+    int nd = y->ndim;
+    int64_t st[EW_MAX_IN][RTX_MAX_DIMS];
+    for (int k = 0; k < c->n_in; k++) {
+        const struct rtx_tensor *t = a->in[k];
+        if (!bcast_strides(t, y, st[k])) {
+            char sb[96], sy[96];
+            return rtx__cpu_node_err(err, a, RTX_EINTERNAL,
+                                     "input %d shape %s does not broadcast to the output "
+                                     "shape %s", k,
+                                     rtx_shape_str(t->dtype, t->ndim, t->dims, sb, sizeof sb),
+                                     rtx_shape_str(y->dtype, y->ndim, y->dims, sy, sizeof sy));
+        }
+    }
+    c->ndim = 0;
+    for (int d = 0; d < nd; d++) {
+        if (y->dims[d] == 1) continue;
+        int p = c->ndim - 1;
+        bool merge = p >= 0;
+        for (int k = 0; k < c->n_in && merge; k++)
+            merge = c->st[k][p] == st[k][d] * y->dims[d];
+        if (merge) {
+            c->dims[p] *= y->dims[d];
+            for (int k = 0; k < c->n_in; k++) c->st[k][p] = st[k][d];
+            continue;
+        }
+        c->dims[c->ndim] = y->dims[d];
+        for (int k = 0; k < c->n_in; k++) c->st[k][c->ndim] = st[k][d];
+        c->ndim++;
+    }
+    if (c->ndim == 0) {
+        c->ndim = 1;
+        c->dims[0] = 1;
+        for (int k = 0; k < c->n_in; k++) c->st[k][0] = 0;
+    }
+    return 0;
+}
+
+/* Task body: output elements [begin, end) as runs along the merged last dimension. */
+static void ew_task(void *ctx, int64_t begin, int64_t end) {
+    const struct ew_ctx *c = ctx;
+    int last = c->ndim - 1;
+    int64_t coord[RTX_MAX_DIMS], off[EW_MAX_IN] = {0}, inner[EW_MAX_IN] = {0};
+    int64_t rem = begin;
+    for (int d = last; d >= 0; d--) {
+        coord[d] = rem % c->dims[d];
+        rem /= c->dims[d];
+    }
+    for (int k = 0; k < c->n_in; k++) {
+        for (int d = 0; d <= last; d++) off[k] += coord[d] * c->st[k][d];
+        inner[k] = c->st[k][last];
+    }
+    int64_t pos = begin;
+    while (pos < end) {
+        int64_t n = c->dims[last] - coord[last];
+        if (n > end - pos) n = end - pos;
+        c->row(c, pos, off, inner, n);
+        pos += n;
+        coord[last] += n;
+        for (int k = 0; k < c->n_in; k++) off[k] += n * inner[k];
+        for (int d = last; d > 0 && coord[d] == c->dims[d]; d--) {
+            coord[d] = 0;
+            coord[d - 1]++;
+            for (int k = 0; k < c->n_in; k++)
+                off[k] += c->st[k][d - 1] - c->dims[d] * c->st[k][d];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Entry point
+ * ---------------------------------------------------------------------------------------- */
+
+static bool is_int_arith(enum rtx_dtype dt) {
+    return dt == RTX_I8 || dt == RTX_I32 || dt == RTX_I64 || dt == RTX_U8;
+}
+
+int rtx__cpu_elementwise(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                         struct rtx_err *err) {
+    struct ew_ctx c;
+    memset(&c, 0, sizeof c);
+    c.op = a->node->op;
+    if (a->n_out < 1 || !a->out[0])
+        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "missing output tensor");
+    enum rtx_dtype dt = a->out[0]->dtype, want_in = dt;
+    bool ok, heavy = false;
+    switch (c.op) {
+    case RTX_OP_ADD:
+    case RTX_OP_SUB:
+    case RTX_OP_MUL:
+    case RTX_OP_DIV:
+    case RTX_OP_POW:
+        c.n_in = 2;
+        c.row = row_binary;
+        ok = rtx_dtype_is_float(dt) || is_int_arith(dt);
+        heavy = c.op == RTX_OP_POW;
+        break;
+    case RTX_OP_NEG:
+    case RTX_OP_ABS:
+        c.n_in = 1;
+        c.row = row_unary;
+        ok = rtx_dtype_is_float(dt) || is_int_arith(dt);
+        break;
+    case RTX_OP_RELU:
+        c.n_in = 1;
+        c.row = row_unary;
+        ok = rtx_dtype_is_float(dt) || dt == RTX_I8 || dt == RTX_I32 || dt == RTX_I64;
+        break;
+    case RTX_OP_GELU: {
+        const char *ap = rtx_node_attr_string(a->node, "approximate", "none");
+        if (strcmp(ap, "tanh") == 0)
+            c.gelu_tanh = true;
+        else if (strcmp(ap, "none") != 0)
+            return rtx__cpu_node_err(err, a, RTX_EINVAL,
+                                     "approximate must be \"none\" or \"tanh\", not \"%s\"", ap);
+    }
+        /* fall through */
+    case RTX_OP_SQRT:
+    case RTX_OP_RSQRT:
+    case RTX_OP_EXP:
+    case RTX_OP_LOG:
+    case RTX_OP_TANH:
+    case RTX_OP_ERF:
+    case RTX_OP_SILU:
+    case RTX_OP_SIGMOID:
+        c.n_in = 1;
+        c.row = row_unary;
+        ok = rtx_dtype_is_float(dt);
+        heavy = c.op != RTX_OP_SQRT;
+        break;
+    case RTX_OP_CAST:
+        c.n_in = 1;
+        c.row = row_cast;
+        ok = true;
+        want_in = a->n_in >= 1 && a->in[0] ? a->in[0]->dtype : dt;
+        break;
+    case RTX_OP_WHERE:
+        c.n_in = 3;
+        c.row = row_where;
+        ok = a->n_in >= 3 && a->in[0] && a->in[0]->dtype == RTX_BOOL;
+        break;
+    case RTX_OP_EQUAL:
+    case RTX_OP_LESS:
+    case RTX_OP_GREATER:
+        c.n_in = 2;
+        c.row = row_compare;
+        ok = dt == RTX_BOOL;
+        want_in = a->n_in >= 1 && a->in[0] ? a->in[0]->dtype : dt;
+        break;
+    default:
+        return rtx__cpu_node_err(err, a, RTX_EUNSUPPORTED, "not an elementwise op");
+    }
+    if (a->n_in < c.n_in)
+        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "expected %d inputs, got %d", c.n_in,
+                                 a->n_in);
+    for (int k = 0; k < c.n_in; k++) {
+        const struct rtx_tensor *t = a->in[k];
+        if (!t) return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "input %d is missing", k);
+        bool is_cond = c.op == RTX_OP_WHERE && k == 0;
+        if (!is_cond && t->dtype != want_in) ok = false;
+        c.in[k] = rtx_tensor_data(t);
+        c.in_dt[k] = t->dtype;
+    }
+    if (!ok)
+        return rtx__cpu_node_err(err, a, RTX_EUNSUPPORTED, "unsupported dtypes (input %s, "
+                                 "output %s)", rtx_dtype_name(a->in[0]->dtype),
+                                 rtx_dtype_name(dt));
+    c.out = rtx_tensor_data(a->out[0]);
+    c.out_dt = dt;
+    int_range(dt, &c.lo, &c.hi);
+    int rc = ew_setup(&c, a, err);
+    if (rc < 0) return rc;
+    int64_t n = rtx_tensor_numel(a->out[0]);
+    if (n == 0) return 0;
+    rtx__cpu_parallel_for(cpu, n, heavy ? EW_GRAIN_HEAVY : EW_GRAIN, ew_task, &c);
+    return 0;
+}

@@ -1,0 +1,391 @@
+/*
+ * plan.c - planning and execution of a graph.
+ *
+ * DESIGN
+ * rtx_plan_new binds concrete input shapes, orders the nodes, drops nodes that no graph
+ * output depends on, infers every value, and assigns each intermediate (a node output that is
+ * not a graph output) a 64-byte aligned offset in one arena. Offsets come from a linear scan
+ * in execution order with a best-fit free list: a node's outputs are placed before its inputs'
+ * last uses are released, so an output never aliases an input of the same node. Graph outputs
+ * get buffers of their own, handed to the caller. rtx_plan_execute allocates the arena from
+ * the backend once, views every intermediate into it and runs the nodes in order.
+ */
+#include <string.h>
+#include <time.h>
+
+#include "kernels/backend.h"
+#include "runtime/runtime-impl.h"
+
+#define ARENA_ALIGN 64
+
+struct rtx_plan {
+    const struct rtx_graph *g;
+    int n_order;
+    int *order;                 /* live nodes in execution order */
+    struct rtx__shape *shapes;  /* per value */
+    int64_t *offset;            /* per value: arena offset, -1 when not in the arena */
+    bool *is_output;            /* per value */
+    size_t arena_bytes;
+    size_t unplanned_bytes;
+    int max_inputs;
+};
+
+static size_t shape_bytes(const struct rtx__shape *s) {
+    return (size_t)rtx_shape_numel(s->ndim, s->dims) * rtx_dtype_size(s->dtype);
+}
+
+static size_t align_up(size_t n) { return (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1); }
+
+/* ---- best-fit free list over [0, end) ---- */
+
+struct gap {
+    size_t off, len;
+};
+
+struct freelist {
+    struct gap *gaps;           /* sorted by offset, non-adjacent */
+    int n, cap;
+    size_t end;                 /* arena high-water mark */
+};
+
+static int fl_alloc(struct freelist *fl, size_t len, size_t *off) {
+    int best = -1;
+    for (int i = 0; i < fl->n; i++)
+        if (fl->gaps[i].len >= len && (best < 0 || fl->gaps[i].len < fl->gaps[best].len))
+            best = i;
+    if (best >= 0) {
+        *off = fl->gaps[best].off;
+        fl->gaps[best].off += len;
+        fl->gaps[best].len -= len;
+        if (fl->gaps[best].len == 0) {
+            memmove(&fl->gaps[best], &fl->gaps[best + 1],
+                    sizeof *fl->gaps * (size_t)(fl->n - best - 1));
+            fl->n--;
+        }
+        return 0;
+    }
+    /* grow the arena, reusing a gap that touches its end */
+    if (fl->n > 0 && fl->gaps[fl->n - 1].off + fl->gaps[fl->n - 1].len == fl->end) {
+        *off = fl->gaps[fl->n - 1].off;
+        fl->n--;
+    } else {
+        *off = fl->end;
+    }
+    fl->end = *off + len;
+    return 0;
+}
+
+static int fl_free(struct freelist *fl, size_t off, size_t len) {
+    if (len == 0) return 0;
+    int i = 0;
+    while (i < fl->n && fl->gaps[i].off < off) i++;
+    bool merge_prev = i > 0 && fl->gaps[i - 1].off + fl->gaps[i - 1].len == off;
+    bool merge_next = i < fl->n && off + len == fl->gaps[i].off;
+    if (merge_prev && merge_next) {
+        fl->gaps[i - 1].len += len + fl->gaps[i].len;
+        memmove(&fl->gaps[i], &fl->gaps[i + 1], sizeof *fl->gaps * (size_t)(fl->n - i - 1));
+        fl->n--;
+    } else if (merge_prev) {
+        fl->gaps[i - 1].len += len;
+    } else if (merge_next) {
+        fl->gaps[i].off = off;
+        fl->gaps[i].len += len;
+    } else {
+        if (fl->n == fl->cap) {
+            int ncap = fl->cap ? fl->cap * 2 : 16;
+            struct gap *ng = rtx_realloc(fl->gaps, sizeof *ng * (size_t)ncap);
+            if (!ng) return RTX_ENOMEM;
+            fl->gaps = ng;
+            fl->cap = ncap;
+        }
+        memmove(&fl->gaps[i + 1], &fl->gaps[i], sizeof *fl->gaps * (size_t)(fl->n - i));
+        fl->gaps[i] = (struct gap){off, len};
+        fl->n++;
+    }
+    return 0;
+}
+
+/* ---- planning ---- */
+
+/* Keeps only the nodes some graph output depends on, preserving order. */
+static int prune_dead(const struct rtx_graph *g, int *order, int n, struct rtx_err *err) {
+    bool *live = rtx_calloc((size_t)g->n_nodes + 1, sizeof *live);
+    bool *needed = rtx_calloc((size_t)g->n_values + 1, sizeof *needed);
+    if (!live || !needed) {
+        rtx_free(live);
+        rtx_free(needed);
+        return rtx_err_set(err, RTX_ENOMEM, "out of memory planning");
+    }
+    for (int i = 0; i < g->n_outputs; i++) needed[g->outputs[i]] = true;
+    for (int k = n - 1; k >= 0; k--) {
+        const struct rtx_node *nd = &g->nodes[order[k]];
+        for (int o = 0; o < nd->n_outputs && !live[order[k]]; o++)
+            if (needed[nd->outputs[o]]) live[order[k]] = true;
+        if (!live[order[k]]) continue;
+        for (int i = 0; i < nd->n_inputs; i++)
+            if (nd->inputs[i] >= 0) needed[nd->inputs[i]] = true;
+    }
+    int m = 0;
+    for (int k = 0; k < n; k++)
+        if (live[order[k]]) order[m++] = order[k];
+    rtx_free(live);
+    rtx_free(needed);
+    return m;
+}
+
+static int assign_offsets(struct rtx_plan *p, struct rtx_err *err) {
+    const struct rtx_graph *g = p->g;
+    int *last = rtx_malloc(sizeof *last * (size_t)(g->n_values + 1));
+    struct freelist fl = {0};
+    int rc = 0;
+    if (!last) return rtx_err_set(err, RTX_ENOMEM, "out of memory planning");
+    for (int v = 0; v < g->n_values; v++) last[v] = -1;
+    for (int k = 0; k < p->n_order; k++) {
+        const struct rtx_node *n = &g->nodes[p->order[k]];
+        for (int i = 0; i < n->n_inputs; i++)
+            if (n->inputs[i] >= 0) last[n->inputs[i]] = k;
+    }
+    for (int k = 0; k < p->n_order && !rc; k++) {
+        const struct rtx_node *n = &g->nodes[p->order[k]];
+        for (int o = 0; o < n->n_outputs; o++) {
+            int v = n->outputs[o];
+            if (p->is_output[v]) continue;
+            size_t len = align_up(shape_bytes(&p->shapes[v]));
+            size_t off;
+            fl_alloc(&fl, len, &off);
+            p->offset[v] = (int64_t)off;
+            p->unplanned_bytes += len;
+            if (last[v] < 0) last[v] = k; /* unused output: free right after the node */
+        }
+        /* release values whose last use is this node (inputs, and unused outputs) */
+        for (int i = 0; i < n->n_inputs + n->n_outputs && !rc; i++) {
+            int v = i < n->n_inputs ? n->inputs[i] : n->outputs[i - n->n_inputs];
+            if (v < 0 || p->offset[v] < 0 || last[v] != k) continue;
+            bool dup = false; /* the same value may appear twice among the inputs */
+            for (int j = 0; j < i && !dup; j++)
+                dup = (j < n->n_inputs ? n->inputs[j] : n->outputs[j - n->n_inputs]) == v;
+            if (dup) continue;
+            if (fl_free(&fl, (size_t)p->offset[v], align_up(shape_bytes(&p->shapes[v]))))
+                rc = rtx_err_set(err, RTX_ENOMEM, "out of memory planning");
+        }
+    }
+    p->arena_bytes = fl.end;
+    rtx_free(fl.gaps);
+    rtx_free(last);
+    return rc;
+}
+
+int rtx_plan_new(const struct rtx_graph *g, const struct rtx_tensor *const *inputs,
+                 int n_inputs, const struct rtx_limits *lim, struct rtx_plan **out,
+                 struct rtx_err *err) {
+    struct rtx_limits dl = rtx_limits_default();
+    if (!lim) lim = &dl;
+    *out = NULL;
+    if (n_inputs != g->n_inputs)
+        return rtx_err_set(err, RTX_EINVAL, "graph has %d inputs, %d given", g->n_inputs,
+                           n_inputs);
+    int rc = rtx__validate_structure(g, lim, err);
+    if (rc) return rc;
+    struct rtx_plan *p = rtx_calloc(1, sizeof *p);
+    struct rtx__shape *ins = rtx_calloc((size_t)n_inputs + 1, sizeof *ins);
+    if (!p || !ins) goto oom;
+    p->g = g;
+    p->order = rtx_malloc(sizeof *p->order * (size_t)(g->n_nodes + 1));
+    p->shapes = rtx_calloc((size_t)g->n_values + 1, sizeof *p->shapes);
+    p->offset = rtx_malloc(sizeof *p->offset * (size_t)(g->n_values + 1));
+    p->is_output = rtx_calloc((size_t)g->n_values + 1, sizeof *p->is_output);
+    if (!p->order || !p->shapes || !p->offset || !p->is_output) goto oom;
+    for (int v = 0; v < g->n_values; v++) p->offset[v] = -1;
+    for (int i = 0; i < g->n_outputs; i++) p->is_output[g->outputs[i]] = true;
+    /* bind inputs: dtype and rank must match; declared dims must match unless -1 */
+    for (int i = 0; i < n_inputs; i++) {
+        const struct rtx_value *v = &g->values[g->inputs[i]];
+        const struct rtx_tensor *t = inputs[i];
+        char sd[96], sg[96];
+        if (!t) {
+            rc = rtx_err_set(err, RTX_EINVAL, "input '%s' is missing", v->name);
+            goto fail;
+        }
+        bool ok = t->dtype == v->dtype && t->ndim == v->ndim;
+        for (int d = 0; ok && d < v->ndim; d++) ok = v->dims[d] < 0 || v->dims[d] == t->dims[d];
+        if (!ok) {
+            rc = rtx_err_set(err, RTX_EINVAL, "input '%s': expected %s, got %s", v->name,
+                             rtx_shape_str(v->dtype, v->ndim, v->dims, sd, sizeof sd),
+                             rtx_shape_str(t->dtype, t->ndim, t->dims, sg, sizeof sg));
+            goto fail;
+        }
+        ins[i].dtype = t->dtype;
+        ins[i].ndim = t->ndim;
+        memcpy(ins[i].dims, t->dims, sizeof t->dims);
+    }
+    if ((rc = rtx__topo_order(g, p->order, err))) goto fail;
+    if ((rc = rtx__infer_graph(g, p->order, ins, lim, p->shapes, err))) goto fail;
+    p->n_order = prune_dead(g, p->order, g->n_nodes, err);
+    if (p->n_order < 0) {
+        rc = p->n_order;
+        goto fail;
+    }
+    for (int k = 0; k < p->n_order; k++)
+        if (g->nodes[p->order[k]].n_inputs > p->max_inputs)
+            p->max_inputs = g->nodes[p->order[k]].n_inputs;
+    if ((rc = assign_offsets(p, err))) goto fail;
+    size_t total = p->arena_bytes;
+    for (int i = 0; i < g->n_outputs; i++) total += shape_bytes(&p->shapes[g->outputs[i]]);
+    if ((int64_t)total > lim->max_total_bytes) {
+        rc = rtx_err_set(err, RTX_ELIMIT, "plan needs %zu bytes (arena and outputs), limit %lld",
+                         total, (long long)lim->max_total_bytes);
+        goto fail;
+    }
+    rtx_free(ins);
+    *out = p;
+    return 0;
+oom:
+    rc = rtx_err_set(err, RTX_ENOMEM, "out of memory planning");
+fail:
+    rtx_free(ins);
+    rtx_plan_free(p);
+    return rc;
+}
+
+void rtx_plan_free(struct rtx_plan *p) {
+    if (!p) return;
+    rtx_free(p->order);
+    rtx_free(p->shapes);
+    rtx_free(p->offset);
+    rtx_free(p->is_output);
+    rtx_free(p);
+}
+
+size_t rtx_plan_arena_bytes(const struct rtx_plan *p) { return p->arena_bytes; }
+size_t rtx_plan_unplanned_bytes(const struct rtx_plan *p) { return p->unplanned_bytes; }
+
+int rtx_plan_value_shape(const struct rtx_plan *p, int value, enum rtx_dtype *dt, int *ndim,
+                         int64_t *dims) {
+    if (value < 0 || value >= p->g->n_values) return RTX_EINVAL;
+    const struct rtx__shape *s = &p->shapes[value];
+    if (dt) *dt = s->dtype;
+    if (ndim) *ndim = s->ndim;
+    if (dims) memcpy(dims, s->dims, sizeof(int64_t) * (size_t)s->ndim);
+    return 0;
+}
+
+/* ---- execution ---- */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* A fresh device tensor of the value's planned shape (for graph outputs). */
+static int new_device_tensor(struct rtx_backend *be, const struct rtx__shape *s,
+                             struct rtx_tensor **out, struct rtx_err *err) {
+    struct rtx_buffer *buf;
+    int rc = rtx_backend_buffer_new(be, shape_bytes(s), &buf, err);
+    if (rc) return rc;
+    rc = rtx_tensor_from_buffer(buf, 0, s->dtype, s->ndim, s->dims, out, err);
+    rtx_buffer_unref(buf);
+    return rc;
+}
+
+int rtx_plan_execute(struct rtx_plan *p, struct rtx_backend *be,
+                     struct rtx_tensor *const *inputs, int n_inputs, struct rtx_tensor **outputs,
+                     int n_outputs, const volatile int *cancel, struct rtx_exec_stats *stats,
+                     struct rtx_err *err) {
+    const struct rtx_graph *g = p->g;
+    double t0 = now_ms();
+    for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
+    if (n_inputs != g->n_inputs || n_outputs != g->n_outputs)
+        return rtx_err_set(err, RTX_EINVAL, "plan takes %d inputs and %d outputs, got %d and %d",
+                           g->n_inputs, g->n_outputs, n_inputs, n_outputs);
+    struct rtx_tensor **vals = rtx_calloc((size_t)g->n_values + 1, sizeof *vals);
+    struct rtx_tensor **in = rtx_calloc((size_t)p->max_inputs + 1, sizeof *in);
+    struct rtx_tensor *outs[1];
+    struct rtx_buffer *arena = NULL;
+    size_t peak = p->arena_bytes;
+    int rc = 0, nodes_run = 0;
+    char label[96];
+    if (!vals || !in) {
+        rc = rtx_err_set(err, RTX_ENOMEM, "out of memory executing");
+        goto out;
+    }
+    for (int i = 0; i < n_inputs; i++) {
+        const struct rtx_value *v = &g->values[g->inputs[i]];
+        const struct rtx__shape *s = &p->shapes[g->inputs[i]];
+        const struct rtx_tensor *t = inputs[i];
+        if (!t || t->dtype != s->dtype || t->ndim != s->ndim ||
+            memcmp(t->dims, s->dims, sizeof(int64_t) * (size_t)s->ndim) != 0) {
+            char sp[96];
+            rc = rtx_err_set(err, RTX_EINVAL, "input '%s' does not match the planned %s",
+                             v->name, rtx_shape_str(s->dtype, s->ndim, s->dims, sp, sizeof sp));
+            goto out;
+        }
+        if ((rc = rtx_tensor_contiguous(t, &vals[g->inputs[i]], err))) goto out;
+        if (vals[g->inputs[i]] != t) peak += rtx_tensor_nbytes(t);
+    }
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].constant) vals[v] = rtx_tensor_ref(g->values[v].constant);
+    if (p->arena_bytes && (rc = rtx_backend_buffer_new(be, p->arena_bytes, &arena, err)))
+        goto out;
+    for (int k = 0; k < p->n_order; k++) {
+        int ni = p->order[k];
+        const struct rtx_node *n = &g->nodes[ni];
+        if (cancel && *cancel) {
+            rc = rtx_err_set(err, RTX_ECANCELED, "canceled before %s",
+                             rtx__node_label(g, ni, label, sizeof label));
+            goto out;
+        }
+        if (!rtx_backend_supports_node(be, g, n)) {
+            rc = rtx_err_set(err, RTX_EUNSUPPORTED, "%s (%s): backend %s cannot run it",
+                             rtx__node_label(g, ni, label, sizeof label), rtx_op_name(n->op),
+                             rtx_backend_name(be));
+            goto out;
+        }
+        for (int i = 0; i < n->n_inputs; i++) in[i] = n->inputs[i] >= 0 ? vals[n->inputs[i]]
+                                                                         : NULL;
+        if (n->n_outputs > (int)(sizeof outs / sizeof outs[0])) {
+            rc = rtx_err_set(err, RTX_EINTERNAL, "%s: too many outputs",
+                             rtx__node_label(g, ni, label, sizeof label));
+            goto out;
+        }
+        if (n->n_outputs > (int)(sizeof outs / sizeof outs[0])) {
+            rc = rtx_err_set(err, RTX_EINTERNAL, "%s: too many outputs",
+                             rtx__node_label(g, ni, label, sizeof label));
+            goto out;
+        }
+        for (int o = 0; o < n->n_outputs; o++) {
+            int v = n->outputs[o];
+            const struct rtx__shape *s = &p->shapes[v];
+            if (p->offset[v] >= 0) {
+                rc = rtx_tensor_from_buffer(arena, (size_t)p->offset[v], s->dtype, s->ndim,
+                                            s->dims, &vals[v], err);
+            } else {
+                rc = new_device_tensor(be, s, &vals[v], err);
+                peak += shape_bytes(s);
+            }
+            if (rc) goto out;
+            outs[o] = vals[v];
+        }
+        struct rtx_node_args args = {
+            .graph = g, .node = n, .n_in = n->n_inputs, .in = in,
+            .n_out = n->n_outputs, .out = outs,
+        };
+        if ((rc = rtx_backend_run_node(be, &args, err))) goto out;
+        nodes_run++;
+        /* arena views of dead values can go now; the memory itself stays in the arena */
+    }
+    if ((rc = rtx_backend_synchronize(be, err))) goto out;
+    for (int i = 0; i < n_outputs; i++) outputs[i] = rtx_tensor_ref(vals[g->outputs[i]]);
+out:
+    if (vals)
+        for (int v = 0; v < g->n_values; v++) rtx_tensor_unref(vals[v]);
+    rtx_buffer_unref(arena);
+    rtx_free(vals);
+    rtx_free(in);
+    if (stats) {
+        stats->wall_ms = now_ms() - t0;
+        stats->peak_bytes = peak;
+        stats->nodes_run = nodes_run;
+    }
+    return rc;
+}

@@ -1,0 +1,49 @@
+/*
+ * runtime-impl.h - symbols shared between runtime/ files only.
+ */
+#ifndef RTX_RUNTIME_IMPL_H
+#define RTX_RUNTIME_IMPL_H
+
+#include "runtime/runtime.h"
+
+/* "node 3 'fc1'" (or "node 3" for an unnamed node) into buf. */
+const char *rtx__node_label(const struct rtx_graph *g, int node, char *buf, size_t len);
+
+/* Shapes as inference sees them. */
+struct rtx__shape {
+    enum rtx_dtype dtype;
+    int ndim;
+    int64_t dims[RTX_MAX_DIMS];
+};
+
+/* Per-op table entry (runtime/ops.c). */
+struct rtx__op_info {
+    const char *name;
+    int min_inputs, max_inputs;   /* max -1: unbounded */
+    int n_outputs;
+    const char *attrs;            /* allowed attributes "name:T,..." (T = i f s I F t) */
+    const char *required;         /* required attribute names, comma-separated, or "" */
+    /* Infers output dtypes/shapes from input shapes (NULL for an omitted optional input).
+     * Reports problems with rtx_err_set (the caller adds the node label). */
+    int (*infer)(const struct rtx_node *n, const struct rtx__shape *const *in, int n_in,
+                 struct rtx__shape *out, struct rtx_err *err);
+};
+const struct rtx__op_info *rtx__op_info(enum rtx_op op);
+
+/* Checks a node's attributes against its op's table entry (names, types, required). */
+int rtx__check_attrs(const struct rtx_node *n, struct rtx_err *err);
+
+/* Topological order of g's nodes into order[n_nodes]; RTX_EGRAPH naming a node on a cycle. */
+int rtx__topo_order(const struct rtx_graph *g, int *order, struct rtx_err *err);
+
+/* Structural validation shared by rtx_graph_validate and rtx_plan_new. */
+int rtx__validate_structure(const struct rtx_graph *g, const struct rtx_limits *lim,
+                            struct rtx_err *err);
+
+/* Runs inference over the nodes in `order` given graph-input shapes; fills shapes[n_values].
+ * Checks per-tensor limits. */
+int rtx__infer_graph(const struct rtx_graph *g, const int *order,
+                     const struct rtx__shape *input_shapes, const struct rtx_limits *lim,
+                     struct rtx__shape *shapes, struct rtx_err *err);
+
+#endif /* RTX_RUNTIME_IMPL_H */

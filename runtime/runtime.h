@@ -1,0 +1,415 @@
+/*
+ * runtime.h - rtxd's runtime core: errors, dtypes, tensors, the graph IR, validation,
+ * the graph wire format, the memory planner and the executor, and NumPy .npy I/O.
+ *
+ * DESIGN
+ * A graph is a list of values (named tensors: graph inputs, initializers, node outputs) and
+ * a list of nodes (an op, input and output value indices, attributes). Nodes name their
+ * inputs and outputs by value name when built; names resolve to indices at once, so a name
+ * that is used but never produced stays visible as a "dangling" value until validation.
+ * Validation (rtx_graph_validate) checks structure and, when every input shape is known,
+ * runs dtype/shape inference. A plan (rtx_plan_new) binds concrete input shapes, orders the
+ * nodes topologically, infers every value's dtype and shape and assigns intermediate
+ * tensors to offsets in one arena by lifetime. rtx_plan_execute runs the plan on a backend
+ * (kernels/backend.h); the executor never branches on the device type.
+ */
+#ifndef RTX_RUNTIME_H
+#define RTX_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------
+ * Errors
+ * ---------------------------------------------------------------------------------------- */
+
+/* Every failing function returns a negative code; details go into a caller-owned rtx_err. */
+#define RTX_ERRNO_MAP(X)                                                                        \
+    X(EINVAL, "invalid argument")                                                               \
+    X(ENOMEM, "out of memory")                                                                  \
+    X(ELIMIT, "limit exceeded")                                                                 \
+    X(EIO, "i/o error")                                                                         \
+    X(EFORMAT, "malformed data")                                                                \
+    X(EUNSUPPORTED, "not supported")                                                            \
+    X(ENOTFOUND, "not found")                                                                   \
+    X(EGRAPH, "invalid graph")                                                                  \
+    X(EGPU, "device error")                                                                     \
+    X(ECANCELED, "canceled")                                                                    \
+    X(EINTERNAL, "internal error")
+
+enum rtx_errno {
+    RTX_OK = 0,
+#define RTX_ERRNO_ENUM(name, msg) RTX_##name,
+    RTX__ERRNO_FIRST = -1000,
+    RTX_ERRNO_MAP(RTX_ERRNO_ENUM)
+#undef RTX_ERRNO_ENUM
+    RTX__ERRNO_END
+};
+
+/* Error detail: msg is always NUL-terminated. Functions take `struct rtx_err *err`, which may
+ * be NULL when the caller only wants the code. */
+struct rtx_err {
+    int code;
+    char msg[256];
+};
+
+/* The fixed message of a code (also for -errno values). Never NULL. */
+const char *rtx_strerror(int code);
+
+/* Fills err (if not NULL) with code and a printf-formatted message; returns code. */
+int rtx_err_set(struct rtx_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prepends "prefix: " to an error message already set (keeps the code). Returns err->code. */
+int rtx_err_prefix(struct rtx_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------------------------------
+ * Allocation (all runtime allocations go through these so tests can inject failures)
+ * ---------------------------------------------------------------------------------------- */
+
+void *rtx_malloc(size_t bytes);
+void *rtx_calloc(size_t n, size_t bytes);
+void *rtx_realloc(void *p, size_t bytes);
+void rtx_free(void *p);
+char *rtx_strdup(const char *s);
+/* Aligned allocation (64 bytes) for tensor data; free with rtx_free_aligned. */
+void *rtx_malloc_aligned(size_t bytes);
+void rtx_free_aligned(void *p);
+
+/* Test hook: the n-th allocation from now (1-based) and every later one fail until reset with
+ * n = 0. Counts only allocations made through the functions above. */
+void rtx_alloc_fail_after(long n);
+
+/* ------------------------------------------------------------------------------------------
+ * Data types
+ * ---------------------------------------------------------------------------------------- */
+
+#define RTX_DTYPE_MAP(X)                                                                        \
+    X(F32, "f32", 4)                                                                            \
+    X(F16, "f16", 2)                                                                            \
+    X(BF16, "bf16", 2)                                                                          \
+    X(I8, "i8", 1)                                                                              \
+    X(I32, "i32", 4)                                                                            \
+    X(I64, "i64", 8)                                                                            \
+    X(U8, "u8", 1)                                                                              \
+    X(BOOL, "bool", 1)
+
+enum rtx_dtype {
+#define RTX_DTYPE_ENUM(name, str, size) RTX_##name,
+    RTX_DTYPE_MAP(RTX_DTYPE_ENUM)
+#undef RTX_DTYPE_ENUM
+    RTX_DTYPE_COUNT
+};
+
+const char *rtx_dtype_name(enum rtx_dtype dt);        /* "f32", ...; "?" when out of range */
+size_t rtx_dtype_size(enum rtx_dtype dt);             /* bytes per element */
+int rtx_dtype_from_name(const char *name, enum rtx_dtype *out); /* 0 or RTX_EINVAL */
+bool rtx_dtype_is_float(enum rtx_dtype dt);           /* f32, f16, bf16 */
+
+/* IEEE half and bfloat16 conversions; float -> half/bf16 rounds to nearest even. */
+float rtx_f16_to_f32(uint16_t h);
+uint16_t rtx_f32_to_f16(float f);
+static inline float rtx_bf16_to_f32(uint16_t b) {
+    union { uint32_t u; float f; } v = { .u = (uint32_t)b << 16 };
+    return v.f;
+}
+static inline uint16_t rtx_f32_to_bf16(float f) {
+    union { uint32_t u; float f; } v = { .f = f };
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40); /* NaN */
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Tensors
+ * ---------------------------------------------------------------------------------------- */
+
+#define RTX_MAX_DIMS 8
+
+/* A reference-counted block of memory that tensors view. */
+struct rtx_buffer {
+    int refcount;               /* atomic */
+    void *data;
+    size_t bytes;               /* bytes */
+    void (*release)(void *ctx, void *data); /* frees data; NULL: rtx_free_aligned */
+    void *release_ctx;
+};
+
+struct rtx_tensor {
+    int refcount;               /* atomic */
+    enum rtx_dtype dtype;
+    int ndim;                   /* 0 (scalar) .. RTX_MAX_DIMS */
+    int64_t dims[RTX_MAX_DIMS];
+    int64_t strides[RTX_MAX_DIMS]; /* elements */
+    int64_t offset;             /* bytes from buf->data to element 0 */
+    struct rtx_buffer *buf;
+};
+
+/* Number of elements of a shape; 1 for ndim 0. */
+int64_t rtx_shape_numel(int ndim, const int64_t *dims);
+
+/* New contiguous tensor with zeroed storage. Returns RTX_EINVAL on a bad shape or dtype,
+ * RTX_ENOMEM on allocation failure. */
+int rtx_tensor_new(enum rtx_dtype dt, int ndim, const int64_t *dims, struct rtx_tensor **out,
+                   struct rtx_err *err);
+/* New contiguous tensor over memory the caller owns (release called when the last view goes;
+ * release may be NULL when the caller outlives the tensor). */
+int rtx_tensor_wrap(enum rtx_dtype dt, int ndim, const int64_t *dims, void *data, size_t bytes,
+                    void (*release)(void *ctx, void *data), void *release_ctx,
+                    struct rtx_tensor **out, struct rtx_err *err);
+/* Drops one reference to a buffer; the last one releases its memory. NULL is a no-op. */
+void rtx_buffer_unref(struct rtx_buffer *b);
+/* New contiguous tensor over `buf` (a device buffer from a backend) at byte `offset`; takes a
+ * new reference to buf. RTX_EINVAL when the tensor would not fit in the buffer. */
+int rtx_tensor_from_buffer(struct rtx_buffer *buf, size_t offset, enum rtx_dtype dt, int ndim,
+                           const int64_t *dims, struct rtx_tensor **out, struct rtx_err *err);
+/* A view sharing t's buffer with other dims/strides/offset (no bounds copy: checked against
+ * the buffer size). */
+int rtx_tensor_view(const struct rtx_tensor *t, int ndim, const int64_t *dims,
+                    const int64_t *strides, int64_t offset, struct rtx_tensor **out,
+                    struct rtx_err *err);
+/* View with axes permuted: out dim i = t dim perm[i]. */
+int rtx_tensor_permute(const struct rtx_tensor *t, const int *perm, struct rtx_tensor **out,
+                       struct rtx_err *err);
+/* A contiguous copy (or a new reference when t is already contiguous). */
+int rtx_tensor_contiguous(const struct rtx_tensor *t, struct rtx_tensor **out,
+                          struct rtx_err *err);
+struct rtx_tensor *rtx_tensor_ref(struct rtx_tensor *t);
+void rtx_tensor_unref(struct rtx_tensor *t); /* NULL is a no-op */
+bool rtx_tensor_is_contiguous(const struct rtx_tensor *t);
+int64_t rtx_tensor_numel(const struct rtx_tensor *t);
+size_t rtx_tensor_nbytes(const struct rtx_tensor *t); /* numel * dtype size */
+void *rtx_tensor_data(const struct rtx_tensor *t);     /* address of element 0 */
+/* Writes "f32[2,3]" into buf. */
+const char *rtx_shape_str(enum rtx_dtype dt, int ndim, const int64_t *dims, char *buf,
+                          size_t len);
+
+/* Reads element i (logical row-major index, any strides) as double / writes it from double
+ * (with the dtype's conversion; bool stores v != 0). For tests and slow paths. */
+double rtx_tensor_get(const struct rtx_tensor *t, int64_t i);
+void rtx_tensor_set(struct rtx_tensor *t, int64_t i, double v);
+
+/* ------------------------------------------------------------------------------------------
+ * Ops
+ * ---------------------------------------------------------------------------------------- */
+
+/* The op set. The semantics of every op (inputs, attributes, shape rules) are in
+ * docs/ops.md; the table in runtime/ops.c holds arity, attributes and inference. */
+#define RTX_OP_MAP(X)                                                                           \
+    X(ADD, "add") X(SUB, "sub") X(MUL, "mul") X(DIV, "div") X(POW, "pow")                       \
+    X(NEG, "neg") X(ABS, "abs") X(SQRT, "sqrt") X(RSQRT, "rsqrt") X(EXP, "exp") X(LOG, "log")   \
+    X(TANH, "tanh") X(ERF, "erf") X(RELU, "relu") X(GELU, "gelu") X(SILU, "silu")               \
+    X(SIGMOID, "sigmoid") X(CAST, "cast") X(WHERE, "where") X(EQUAL, "equal")                   \
+    X(LESS, "less") X(GREATER, "greater") X(MATMUL, "matmul") X(GEMM, "gemm")                   \
+    X(TRANSPOSE, "transpose") X(RESHAPE, "reshape") X(EXPAND, "expand") X(CONCAT, "concat")     \
+    X(SLICE, "slice") X(GATHER, "gather") X(REDUCE_SUM, "reduce_sum")                           \
+    X(REDUCE_MEAN, "reduce_mean") X(REDUCE_MAX, "reduce_max") X(REDUCE_MIN, "reduce_min")       \
+    X(ARGMAX, "argmax") X(SOFTMAX, "softmax") X(LOG_SOFTMAX, "log_softmax")                     \
+    X(LAYER_NORM, "layer_norm") X(RMS_NORM, "rms_norm") X(ATTENTION, "attention")               \
+    X(CONSTANT, "constant") X(CONV2D, "conv2d") X(MAX_POOL2D, "max_pool2d")                     \
+    X(AVG_POOL2D, "avg_pool2d")
+
+enum rtx_op {
+#define RTX_OP_ENUM(name, str) RTX_OP_##name,
+    RTX_OP_MAP(RTX_OP_ENUM)
+#undef RTX_OP_ENUM
+    RTX_OP_COUNT
+};
+
+const char *rtx_op_name(enum rtx_op op);                  /* "?" when out of range */
+int rtx_op_from_name(const char *name, enum rtx_op *out); /* 0 or RTX_ENOTFOUND */
+
+/* ------------------------------------------------------------------------------------------
+ * Graph IR
+ * ---------------------------------------------------------------------------------------- */
+
+enum rtx_attr_type {
+    RTX_ATTR_INT,
+    RTX_ATTR_FLOAT,
+    RTX_ATTR_STRING,
+    RTX_ATTR_INTS,
+    RTX_ATTR_FLOATS,
+    RTX_ATTR_TENSOR,
+    RTX_ATTR_TYPE_COUNT
+};
+
+struct rtx_attr {
+    char *name;
+    enum rtx_attr_type type;
+    int64_t i;            /* RTX_ATTR_INT */
+    double f;             /* RTX_ATTR_FLOAT */
+    char *s;              /* RTX_ATTR_STRING */
+    int n;                /* element count of ints / floats */
+    int64_t *ints;        /* RTX_ATTR_INTS */
+    double *floats;       /* RTX_ATTR_FLOATS */
+    struct rtx_tensor *t; /* RTX_ATTR_TENSOR (one reference owned) */
+};
+
+/* A named tensor of the graph. */
+struct rtx_value {
+    char *name;
+    enum rtx_dtype dtype;         /* declared (inputs, initializers) or inferred */
+    int ndim;                     /* -1 while unknown */
+    int64_t dims[RTX_MAX_DIMS];   /* -1 for a dimension bound at run time (inputs only) */
+    int producer;                 /* node index, -1 when none */
+    bool is_input;                /* a graph input */
+    struct rtx_tensor *constant;  /* initializer data (one reference owned), else NULL */
+};
+
+struct rtx_node {
+    char *name;                   /* may be "" */
+    enum rtx_op op;
+    int n_inputs;
+    int *inputs;                  /* value indices; -1 = an omitted optional input */
+    int n_outputs;
+    int *outputs;                 /* value indices */
+    int n_attrs;
+    struct rtx_attr *attrs;
+};
+
+struct rtx_graph {
+    char *name;
+    int n_values, cap_values;
+    struct rtx_value *values;
+    int n_nodes, cap_nodes;
+    struct rtx_node *nodes;
+    int n_inputs;
+    int *inputs;                  /* value indices of graph inputs, in order */
+    int n_outputs;
+    int *outputs;                 /* value indices of graph outputs, in order */
+    void *name_index;             /* internal: value name -> index hash table */
+};
+
+/* Building. Every function returns 0 or a negative code with err filled. */
+int rtx_graph_new(const char *name, struct rtx_graph **out, struct rtx_err *err);
+void rtx_graph_free(struct rtx_graph *g); /* NULL is a no-op */
+/* Index of the value with this name, or -1. */
+int rtx_graph_find_value(const struct rtx_graph *g, const char *name);
+/* Declares a graph input; dims may hold -1 for dimensions bound at run time. Returns the
+ * value index (>= 0) or a negative code. */
+int rtx_graph_add_input(struct rtx_graph *g, const char *name, enum rtx_dtype dt, int ndim,
+                        const int64_t *dims, struct rtx_err *err);
+/* Adds a named constant tensor (takes a new reference to t). Returns the value index. */
+int rtx_graph_add_initializer(struct rtx_graph *g, const char *name, struct rtx_tensor *t,
+                              struct rtx_err *err);
+/* Adds a node. Input names that do not exist yet are created as unproduced values (valid
+ * only if a later node produces them); "" as an input name means an omitted optional input.
+ * Returns the node index. */
+int rtx_graph_add_node(struct rtx_graph *g, const char *op, const char *node_name,
+                       const char *const *inputs, int n_inputs, const char *const *outputs,
+                       int n_outputs, struct rtx_err *err);
+/* Attributes on node `node` (index); the name must not already be set on it. */
+int rtx_graph_set_attr_int(struct rtx_graph *g, int node, const char *name, int64_t v,
+                           struct rtx_err *err);
+int rtx_graph_set_attr_float(struct rtx_graph *g, int node, const char *name, double v,
+                             struct rtx_err *err);
+int rtx_graph_set_attr_string(struct rtx_graph *g, int node, const char *name, const char *v,
+                              struct rtx_err *err);
+int rtx_graph_set_attr_ints(struct rtx_graph *g, int node, const char *name, const int64_t *v,
+                            int n, struct rtx_err *err);
+int rtx_graph_set_attr_floats(struct rtx_graph *g, int node, const char *name, const double *v,
+                              int n, struct rtx_err *err);
+int rtx_graph_set_attr_tensor(struct rtx_graph *g, int node, const char *name,
+                              struct rtx_tensor *t, struct rtx_err *err);
+/* Marks a value (by name) as a graph output. */
+int rtx_graph_add_output(struct rtx_graph *g, const char *name, struct rtx_err *err);
+
+/* Attribute lookup on a node; the getters return the default when absent (and when the
+ * attribute has another type: validation reports that case). */
+const struct rtx_attr *rtx_node_attr(const struct rtx_node *n, const char *name);
+int64_t rtx_node_attr_int(const struct rtx_node *n, const char *name, int64_t dflt);
+double rtx_node_attr_float(const struct rtx_node *n, const char *name, double dflt);
+const char *rtx_node_attr_string(const struct rtx_node *n, const char *name, const char *dflt);
+/* Returns the element count and sets *v, or -1 when absent. */
+int rtx_node_attr_ints(const struct rtx_node *n, const char *name, const int64_t **v);
+int rtx_node_attr_floats(const struct rtx_node *n, const char *name, const double **v);
+
+/* Limits enforced by validation and planning. */
+struct rtx_limits {
+    int64_t max_nodes;
+    int64_t max_values;
+    int max_dims;                /* <= RTX_MAX_DIMS */
+    int64_t max_elements;        /* per tensor */
+    int64_t max_tensor_bytes;    /* per tensor, bytes */
+    int64_t max_total_bytes;     /* constants + planned arena + outputs, bytes */
+};
+/* Defaults: 100k nodes, 1M values, 8 dims, 2^31 elements, 4 GiB per tensor, 16 GiB total. */
+struct rtx_limits rtx_limits_default(void);
+
+/* Structural validation: known ops (resolved at build), arity, attribute names and types,
+ * dangling inputs, duplicate producers, cycles, limits; then, when every graph input shape is
+ * known, dtype/shape inference. Every error names the node (index and name) and the reason. */
+int rtx_graph_validate(const struct rtx_graph *g, const struct rtx_limits *lim,
+                       struct rtx_err *err);
+
+/* ------------------------------------------------------------------------------------------
+ * Wire format (proto/rtx/v1/graph.proto)
+ * ---------------------------------------------------------------------------------------- */
+
+/* Decodes a serialized rtx.v1.Graph. Malformed bytes give RTX_EFORMAT; graph problems that
+ * can be seen while decoding (unknown op, bad dtype, tensor data size) give RTX_EGRAPH. The
+ * result is not validated: call rtx_graph_validate. */
+int rtx_graph_decode(const void *data, size_t len, const struct rtx_limits *lim,
+                     struct rtx_graph **out, struct rtx_err *err);
+/* Encodes g; *out is allocated with rtx_malloc (free with rtx_free). */
+int rtx_graph_encode(const struct rtx_graph *g, void **out, size_t *len, struct rtx_err *err);
+int rtx_graph_load_file(const char *path, const struct rtx_limits *lim, struct rtx_graph **out,
+                        struct rtx_err *err);
+int rtx_graph_save_file(const struct rtx_graph *g, const char *path, struct rtx_err *err);
+
+/* ------------------------------------------------------------------------------------------
+ * Planning and execution
+ * ---------------------------------------------------------------------------------------- */
+
+struct rtx_backend; /* kernels/backend.h */
+struct rtx_plan;
+
+/* Validates g and binds concrete input shapes and dtypes (inputs[i] describes graph input i;
+ * only dtype and shape are read), infers every value, orders the nodes and plans buffer
+ * reuse. The plan keeps a pointer to g: g must outlive it and not change. */
+int rtx_plan_new(const struct rtx_graph *g, const struct rtx_tensor *const *inputs,
+                 int n_inputs, const struct rtx_limits *lim, struct rtx_plan **out,
+                 struct rtx_err *err);
+void rtx_plan_free(struct rtx_plan *p); /* NULL is a no-op */
+/* Bytes of the intermediate arena (peak of simultaneously live intermediates). */
+size_t rtx_plan_arena_bytes(const struct rtx_plan *p);
+/* Sum of all intermediate tensor sizes, i.e. what the arena would be without reuse. */
+size_t rtx_plan_unplanned_bytes(const struct rtx_plan *p);
+/* Inferred dtype and shape of a value. */
+int rtx_plan_value_shape(const struct rtx_plan *p, int value, enum rtx_dtype *dt, int *ndim,
+                         int64_t *dims);
+
+struct rtx_exec_stats {
+    double wall_ms;              /* whole execution, milliseconds */
+    size_t peak_bytes;           /* arena + outputs + converted inputs, bytes */
+    int nodes_run;
+};
+
+/* Runs the plan on a backend. inputs must match the shapes the plan was made for. outputs
+ * receives n_outputs new tensor references (caller unrefs). *cancel, when not NULL, is read
+ * between ops: nonzero stops with RTX_ECANCELED. */
+int rtx_plan_execute(struct rtx_plan *p, struct rtx_backend *be,
+                     struct rtx_tensor *const *inputs, int n_inputs, struct rtx_tensor **outputs,
+                     int n_outputs, const volatile int *cancel, struct rtx_exec_stats *stats,
+                     struct rtx_err *err);
+
+/* ------------------------------------------------------------------------------------------
+ * NumPy .npy files (format 1.0-3.0, little-endian, C or Fortran order)
+ * ---------------------------------------------------------------------------------------- */
+
+/* Loads an .npy of dtype <f4, <f2, |i1, <i4, <i8, |u1 or |b1 (C or Fortran order: the tensor
+ * is always contiguous). Other dtypes, float64 among them, give RTX_EUNSUPPORTED naming the
+ * dtype. Saving a bf16 tensor writes <f4 (exact), since NumPy has no bfloat16. */
+int rtx_npy_load(const char *path, struct rtx_tensor **out, struct rtx_err *err);
+int rtx_npy_read(const void *data, size_t len, struct rtx_tensor **out, struct rtx_err *err);
+int rtx_npy_save(const char *path, const struct rtx_tensor *t, struct rtx_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RTX_RUNTIME_H */

@@ -1,0 +1,15 @@
+/* Every Check suite of the unit-test runner; tests/unit/main.c runs them all. One line per
+ * tests/unit/test-<module>.c, which defines Suite *rtx_<name>_suite(void). */
+#define RTX_TEST_SUITES(X)                                                                      \
+    X(error)                                                                                    \
+    X(tensor)                                                                                   \
+    X(graph)                                                                                    \
+    X(validate)                                                                                 \
+    X(plan)                                                                                     \
+    X(proto)                                                                                    \
+    X(npy)                                                                                      \
+    X(cpu_elementwise)                                                                          \
+    X(cpu_reduce)                                                                               \
+    X(cpu_linalg)                                                                               \
+    X(cpu_shape)                                                                                \
+    X(cpu_conv)

@@ -1,0 +1,296 @@
+/*
+ * test-plan.c - the planner and executor: input binding, dead-node pruning, buffer reuse,
+ * correct results through multi-node graphs, pass-through outputs, cancellation, and an
+ * out-of-memory loop over plan + execute.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "tests/unit/test-util.h"
+
+static struct rtx_backend *cpu(void) {
+    struct rtx_backend *be;
+    struct rtx_err err;
+    ck_assert_msg(rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 2}, &be, &err) == 0,
+                  "%s", err.msg);
+    return be;
+}
+
+static void add_unary(struct rtx_graph *g, const char *op, const char *in, const char *out) {
+    const char *i[] = {in}, *o[] = {out};
+    struct rtx_err err;
+    ck_assert_msg(rtx_graph_add_node(g, op, out, i, 1, o, 1, &err) >= 0, "%s", err.msg);
+}
+
+/* x -> neg -> abs -> neg -> ... (n nodes), all [64] f32 */
+static struct rtx_graph *chain(int n) {
+    struct rtx_graph *g;
+    int64_t d[] = {-1};
+    rtx_graph_new("chain", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_F32, 1, d, NULL);
+    char a[16] = "x", b[16];
+    for (int i = 0; i < n; i++) {
+        snprintf(b, sizeof b, "v%d", i);
+        add_unary(g, i % 2 ? "abs" : "neg", a, b);
+        memcpy(a, b, sizeof a);
+    }
+    rtx_graph_add_output(g, a, NULL);
+    return g;
+}
+
+START_TEST(chain_reuses_two_buffers) {
+    struct rtx_graph *g = chain(10);
+    int64_t d[] = {64};
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 1, d, -1, 1, 1), *y;
+    struct rtx_plan *p;
+    struct rtx_err err;
+    ck_assert_msg(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err) == 0,
+                  "%s", err.msg);
+    /* 9 intermediates of 256 bytes; at most two are alive at once */
+    ck_assert_uint_eq(rtx_plan_unplanned_bytes(p), 9 * 256);
+    ck_assert_uint_eq(rtx_plan_arena_bytes(p), 2 * 256);
+    struct rtx_backend *be = cpu();
+    struct rtx_exec_stats st;
+    ck_assert_msg(rtx_plan_execute(p, be, &x, 1, &y, 1, NULL, &st, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st.nodes_run, 10);
+    ck_assert_uint_ge(st.peak_bytes, 2 * 256 + 256);
+    for (int i = 0; i < 64; i++) /* neg, abs, ..., abs: |x| */
+        ck_assert(rtx_tensor_get(y, i) == fabs(rtx_tensor_get(x, i)));
+    rtx_tensor_unref(y);
+    /* a plan runs again with new data */
+    rtx_tensor_set(x, 0, 5.0);
+    ck_assert_int_eq(rtx_plan_execute(p, be, &x, 1, &y, 1, NULL, NULL, &err), 0);
+    ck_assert(rtx_tensor_get(y, 0) == 5.0);
+    rtx_tensor_unref(y);
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+}
+END_TEST
+
+START_TEST(diamond_keeps_shared_value_alive) {
+    /* x -> a = neg(x); b = exp(a); c = abs(a); z = add(b, c): a must survive until add */
+    struct rtx_graph *g;
+    int64_t d[] = {8};
+    rtx_graph_new("diamond", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_F32, 1, d, NULL);
+    add_unary(g, "neg", "x", "a");
+    add_unary(g, "exp", "a", "b");
+    add_unary(g, "abs", "a", "c");
+    const char *in[] = {"b", "c"}, *out[] = {"z"};
+    rtx_graph_add_node(g, "add", "z", in, 2, out, 1, NULL);
+    rtx_graph_add_output(g, "z", NULL);
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 1, d, -2, 2, 3), *z;
+    struct rtx_plan *p;
+    struct rtx_err err;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err), 0);
+    ck_assert_uint_eq(rtx_plan_arena_bytes(p), 3 * 64);
+    struct rtx_backend *be = cpu();
+    ck_assert_int_eq(rtx_plan_execute(p, be, &x, 1, &z, 1, NULL, NULL, &err), 0);
+    for (int i = 0; i < 8; i++) {
+        double v = rtx_tensor_get(x, i);
+        ck_assert_double_eq_tol(rtx_tensor_get(z, i), exp(-v) + fabs(v), 1e-5);
+    }
+    rtx_tensor_unref(z);
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+}
+END_TEST
+
+START_TEST(dead_nodes_are_not_run) {
+    struct rtx_graph *g;
+    int64_t d[] = {4};
+    rtx_graph_new("dead", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_F32, 1, d, NULL);
+    add_unary(g, "neg", "x", "used");
+    add_unary(g, "exp", "x", "unused");
+    add_unary(g, "log", "unused", "unused2");
+    rtx_graph_add_output(g, "used", NULL);
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 1, d, 0, 1, 1), *y;
+    struct rtx_plan *p;
+    struct rtx_exec_stats st;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, NULL), 0);
+    struct rtx_backend *be = cpu();
+    ck_assert_int_eq(rtx_plan_execute(p, be, &x, 1, &y, 1, NULL, &st, NULL), 0);
+    ck_assert_int_eq(st.nodes_run, 1);
+    ck_assert_uint_eq(rtx_plan_arena_bytes(p), 0);
+    rtx_tensor_unref(y);
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+}
+END_TEST
+
+START_TEST(outputs_may_be_inputs_or_initializers) {
+    struct rtx_graph *g;
+    int64_t d[] = {2};
+    rtx_graph_new("pass", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_I32, 1, d, NULL);
+    double wv[] = {7, 8};
+    struct rtx_tensor *w = tu_tensor(RTX_I64, 1, d, wv);
+    rtx_graph_add_initializer(g, "w", w, NULL);
+    rtx_tensor_unref(w);
+    rtx_graph_add_output(g, "w", NULL);
+    rtx_graph_add_output(g, "x", NULL);
+    double xv[] = {1, 2};
+    struct rtx_tensor *x = tu_tensor(RTX_I32, 1, d, xv), *outs[2];
+    struct rtx_plan *p;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, NULL), 0);
+    struct rtx_backend *be = cpu();
+    ck_assert_int_eq(rtx_plan_execute(p, be, &x, 1, outs, 2, NULL, NULL, NULL), 0);
+    ck_assert(rtx_tensor_get(outs[0], 1) == 8);
+    ck_assert(rtx_tensor_get(outs[1], 0) == 1);
+    rtx_tensor_unref(outs[0]);
+    rtx_tensor_unref(outs[1]);
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+}
+END_TEST
+
+START_TEST(binding_checks_dtype_rank_and_fixed_dims) {
+    struct rtx_graph *g;
+    int64_t d[] = {-1, 3};
+    rtx_graph_new("bind", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_F32, 2, d, NULL);
+    add_unary(g, "neg", "x", "y");
+    rtx_graph_add_output(g, "y", NULL);
+    struct rtx_plan *p = NULL;
+    struct rtx_err err;
+    int64_t ok[] = {5, 3}, bad[] = {5, 4};
+    struct rtx_tensor *t = tu_tensor(RTX_F32, 2, ok, NULL);
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&t, 1, NULL, &p, &err), 0);
+    rtx_plan_free(p);
+    rtx_tensor_unref(t);
+    t = tu_tensor(RTX_F32, 2, bad, NULL);
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&t, 1, NULL, &p, &err),
+                     RTX_EINVAL);
+    ck_assert_str_eq(err.msg, "input 'x': expected f32[-1,3], got f32[5,4]");
+    rtx_tensor_unref(t);
+    t = tu_tensor(RTX_F16, 2, ok, NULL);
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&t, 1, NULL, &p, &err),
+                     RTX_EINVAL);
+    rtx_tensor_unref(t);
+    ck_assert_int_eq(rtx_plan_new(g, NULL, 0, NULL, &p, &err), RTX_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "1 inputs, 0 given"));
+    rtx_graph_free(g);
+}
+END_TEST
+
+START_TEST(execute_rejects_inputs_unlike_the_plan) {
+    struct rtx_graph *g = chain(2);
+    int64_t d[] = {4}, d2[] = {5};
+    struct rtx_tensor *x = tu_tensor(RTX_F32, 1, d, NULL), *x2 = tu_tensor(RTX_F32, 1, d2, NULL);
+    struct rtx_tensor *y;
+    struct rtx_plan *p;
+    struct rtx_err err;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, NULL), 0);
+    struct rtx_backend *be = cpu();
+    ck_assert_int_eq(rtx_plan_execute(p, be, &x2, 1, &y, 1, NULL, NULL, &err), RTX_EINVAL);
+    ck_assert_ptr_null(y);
+    ck_assert_ptr_nonnull(strstr(err.msg, "does not match the planned f32[4]"));
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_tensor_unref(x2);
+    rtx_graph_free(g);
+}
+END_TEST
+
+START_TEST(non_contiguous_inputs_are_made_contiguous) {
+    struct rtx_graph *g;
+    int64_t d[] = {3, 2};
+    rtx_graph_new("nc", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_F32, 2, d, NULL);
+    add_unary(g, "neg", "x", "y");
+    rtx_graph_add_output(g, "y", NULL);
+    int64_t td[] = {2, 3};
+    double v[] = {0, 1, 2, 3, 4, 5};
+    struct rtx_tensor *t = tu_tensor(RTX_F32, 2, td, v), *x, *y;
+    int perm[] = {1, 0};
+    rtx_tensor_permute(t, perm, &x, NULL);
+    struct rtx_plan *p;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, NULL), 0);
+    struct rtx_backend *be = cpu();
+    ck_assert_int_eq(rtx_plan_execute(p, be, &x, 1, &y, 1, NULL, NULL, NULL), 0);
+    double want[] = {-0., -3, -1, -4, -2, -5};
+    tu_assert_close(y, want, 0, 0);
+    rtx_tensor_unref(y);
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_tensor_unref(t);
+    rtx_graph_free(g);
+}
+END_TEST
+
+START_TEST(cancel_flag_stops_between_ops) {
+    struct rtx_graph *g = chain(3);
+    int64_t d[] = {4};
+    struct rtx_tensor *x = tu_tensor(RTX_F32, 1, d, NULL), *y;
+    struct rtx_plan *p;
+    struct rtx_err err;
+    struct rtx_exec_stats st;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, NULL), 0);
+    struct rtx_backend *be = cpu();
+    volatile int cancel = 1;
+    ck_assert_int_eq(rtx_plan_execute(p, be, &x, 1, &y, 1, &cancel, &st, &err), RTX_ECANCELED);
+    ck_assert_int_eq(st.nodes_run, 0);
+    ck_assert_ptr_null(y);
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+}
+END_TEST
+
+START_TEST(plan_and_execute_survive_allocation_failures) {
+    struct rtx_graph *g = chain(4);
+    int64_t d[] = {16};
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 1, d, -1, 1, 2);
+    struct rtx_backend *be = cpu();
+    int ok = 0;
+    for (long n = 1; n < 500 && !ok; n++) {
+        struct rtx_plan *p = NULL;
+        struct rtx_tensor *y = NULL;
+        rtx_alloc_fail_after(n);
+        int rc = rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, NULL);
+        if (rc == 0) rc = rtx_plan_execute(p, be, &x, 1, &y, 1, NULL, NULL, NULL);
+        rtx_alloc_fail_after(0);
+        if (rc == 0) {
+            ok = 1;
+            ck_assert(rtx_tensor_get(y, 3) == fabs(rtx_tensor_get(x, 3)));
+        } else {
+            ck_assert_msg(rc == RTX_ENOMEM, "failure %ld gave %d", n, rc);
+            ck_assert_ptr_null(y);
+        }
+        rtx_tensor_unref(y);
+        rtx_plan_free(p);
+    }
+    ck_assert(ok);
+    rtx_backend_free(be);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+}
+END_TEST
+
+Suite *rtx_plan_suite(void) {
+    Suite *s = suite_create("plan");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, chain_reuses_two_buffers);
+    tcase_add_test(tc, diamond_keeps_shared_value_alive);
+    tcase_add_test(tc, dead_nodes_are_not_run);
+    tcase_add_test(tc, outputs_may_be_inputs_or_initializers);
+    tcase_add_test(tc, binding_checks_dtype_rank_and_fixed_dims);
+    tcase_add_test(tc, execute_rejects_inputs_unlike_the_plan);
+    tcase_add_test(tc, non_contiguous_inputs_are_made_contiguous);
+    tcase_add_test(tc, cancel_flag_stops_between_ops);
+    tcase_add_test(tc, plan_and_execute_survive_allocation_failures);
+    suite_add_tcase(s, tc);
+    return s;
+}

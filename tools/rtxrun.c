@@ -1,0 +1,675 @@
+/*
+ * rtxrun.c - runs one rtx.v1 graph file on the CPU backend from the command line: binds
+ * inputs from .npy files (or random data), plans, executes (with warm-up and repeats for
+ * timing), prints or saves the outputs and reports time and memory, as text or one JSON
+ * object.
+ *
+ * Exit codes: 0 success, 1 execution (or output writing) error, 2 usage error, 3 graph load,
+ * validation or planning error, 4 input file or binding error. Errors go to stderr as
+ * "rtxrun: <message>".
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "kernels/backend.h"
+#include "runtime/runtime.h"
+
+enum {
+    EXIT_OK = 0,
+    EXIT_EXEC = 1,
+    EXIT_USAGE = 2,
+    EXIT_GRAPH = 3,
+    EXIT_INPUT = 4,
+};
+
+#define SHOW_VALUES 8 /* values printed per output */
+
+static const char usage_text[] =
+    "usage: rtxrun GRAPH.rtxg [options]\n"
+    "Runs a graph on the CPU backend.\n"
+    "\n"
+    "  --input NAME=FILE.npy  bind graph input NAME to an .npy file (repeatable)\n"
+    "  --random-inputs        fill inputs not given with --input with random data\n"
+    "                         (floats in [-1,1), integers in [0,10), random bools;\n"
+    "                         dimensions of -1 become 1)\n"
+    "  --seed N               seed of --random-inputs (default 0)\n"
+    "  --output-dir DIR       write each output to DIR/<name>.npy ('/' and ':' in names\n"
+    "                         become '_'); DIR is created if missing\n"
+    "  --threads N            CPU worker threads (default 0: one per CPU)\n"
+    "  --warmup N             untimed runs first (default 0)\n"
+    "  --repeat N             timed runs (default 1); outputs come from the last\n"
+    "  --json                 print one JSON object instead of text\n"
+    "  --quiet                do not list the outputs (timing and memory still print)\n"
+    "  --help                 show this help\n"
+    "\n"
+    "Exit status: 0 ok, 1 execution error, 2 usage error, 3 graph error, 4 input error.\n";
+
+struct input_arg {
+    const char *name;
+    const char *path;
+};
+
+struct options {
+    const char *graph_path;
+    struct input_arg *inputs;
+    int n_inputs;
+    const char *output_dir;
+    bool random_inputs;
+    uint64_t seed;
+    int threads;
+    int repeat;
+    int warmup;
+    bool json;
+    bool quiet;
+    bool help;
+};
+
+/* Everything main owns, freed in one place. */
+struct run {
+    struct options opt;
+    struct rtx_graph *g;
+    struct rtx_tensor **inputs;        /* g->n_inputs */
+    struct rtx_tensor **outputs;       /* g->n_outputs */
+    char **files;                      /* g->n_outputs output paths, or NULL entries */
+    struct rtx_plan *plan;
+    struct rtx_backend *be;
+    double *times_ms;                  /* opt.repeat */
+    size_t peak_bytes;                 /* bytes */
+};
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("rtxrun: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Arguments
+ * ---------------------------------------------------------------------------------------- */
+
+/* Parses a decimal integer in [lo, hi]; false on garbage or out of range. */
+static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
+    if (!s || !*s) return false;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-') return false;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0') return false;
+    *out = v;
+    return true;
+}
+
+/* Returns the option's value: the text after '=' in "--opt=VALUE" or the next argument. */
+static const char *option_value(int argc, char **argv, int *i, const char *eq) {
+    if (eq) return eq + 1;
+    if (*i + 1 >= argc) return NULL;
+    return argv[++*i];
+}
+
+/* Fills opt from argv; returns EXIT_OK or EXIT_USAGE (message printed). */
+static int parse_args(int argc, char **argv, struct options *opt) {
+    opt->repeat = 1;
+    opt->inputs = calloc((size_t)(argc > 0 ? argc : 1), sizeof *opt->inputs);
+    if (!opt->inputs) {
+        fail("out of memory");
+        return EXIT_EXEC;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0) {
+            opt->help = true;
+            continue;
+        }
+        if (arg[0] != '-' || arg[1] == '\0' || strcmp(arg, "--") == 0) {
+            if (strcmp(arg, "--") == 0) {
+                if (i + 1 >= argc) break;
+                arg = argv[++i];
+            }
+            if (opt->graph_path) {
+                fail("unexpected argument '%s' (one graph file only)", arg);
+                return EXIT_USAGE;
+            }
+            opt->graph_path = arg;
+            continue;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+#define IS(opt_name) (len == strlen(opt_name) && strncmp(arg, opt_name, len) == 0)
+        bool takes_value = IS("--input") || IS("--output-dir") || IS("--seed") ||
+                           IS("--threads") || IS("--repeat") || IS("--warmup");
+        const char *val = NULL;
+        if (takes_value) {
+            val = option_value(argc, argv, &i, eq);
+            if (!val) {
+                fail("option %.*s needs a value", (int)len, arg);
+                return EXIT_USAGE;
+            }
+        } else if (eq) {
+            fail("option %.*s takes no value", (int)len, arg);
+            return EXIT_USAGE;
+        }
+        long long v = 0;
+        if (IS("--help")) {
+            opt->help = true;
+        } else if (IS("--json")) {
+            opt->json = true;
+        } else if (IS("--quiet")) {
+            opt->quiet = true;
+        } else if (IS("--random-inputs")) {
+            opt->random_inputs = true;
+        } else if (IS("--input")) {
+            const char *sep = strchr(val, '=');
+            if (!sep || sep == val || !sep[1]) {
+                fail("--input wants NAME=FILE.npy, got '%s'", val);
+                return EXIT_USAGE;
+            }
+            struct input_arg *in = &opt->inputs[opt->n_inputs];
+            size_t nlen = (size_t)(sep - val);
+            for (int k = 0; k < opt->n_inputs; k++) {
+                if (strlen(opt->inputs[k].name) == nlen &&
+                    strncmp(opt->inputs[k].name, val, nlen) == 0) {
+                    fail("--input %.*s given twice", (int)nlen, val);
+                    return EXIT_USAGE;
+                }
+            }
+            char *name = malloc(nlen + 1);
+            if (!name) {
+                fail("out of memory");
+                return EXIT_EXEC;
+            }
+            memcpy(name, val, nlen);
+            name[nlen] = '\0';
+            in->name = name;
+            in->path = sep + 1;
+            opt->n_inputs++;
+        } else if (IS("--output-dir")) {
+            if (!*val) {
+                fail("--output-dir needs a directory");
+                return EXIT_USAGE;
+            }
+            opt->output_dir = val;
+        } else if (IS("--seed")) {
+            if (!parse_u64(val, &opt->seed)) {
+                fail("--seed wants a non-negative integer, got '%s'", val);
+                return EXIT_USAGE;
+            }
+        } else if (IS("--threads")) {
+            if (!parse_int(val, 0, 4096, &v)) {
+                fail("--threads wants an integer in 0..4096, got '%s'", val);
+                return EXIT_USAGE;
+            }
+            opt->threads = (int)v;
+        } else if (IS("--repeat")) {
+            if (!parse_int(val, 1, 1000000, &v)) {
+                fail("--repeat wants an integer in 1..1000000, got '%s'", val);
+                return EXIT_USAGE;
+            }
+            opt->repeat = (int)v;
+        } else if (IS("--warmup")) {
+            if (!parse_int(val, 0, 1000000, &v)) {
+                fail("--warmup wants an integer in 0..1000000, got '%s'", val);
+                return EXIT_USAGE;
+            }
+            opt->warmup = (int)v;
+        } else {
+            fail("unknown option '%s' (see --help)", arg);
+            return EXIT_USAGE;
+        }
+#undef IS
+    }
+    if (!opt->help && !opt->graph_path) {
+        fail("no graph file given (see --help)");
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Inputs
+ * ---------------------------------------------------------------------------------------- */
+
+/* xorshift64* seeded through splitmix64, so every seed (0 too) gives a good stream. */
+struct rng {
+    uint64_t s;
+};
+
+static void rng_seed(struct rng *r, uint64_t seed) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    r->s = (z ^ (z >> 31)) | 1;
+}
+
+static uint64_t rng_next(struct rng *r) {
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545f4914f6cdd1dull;
+}
+
+static double rng_uniform(struct rng *r) { /* [0, 1) */
+    return (double)(rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+static int random_input(const struct rtx_value *v, struct rng *r, struct rtx_tensor **out,
+                        struct rtx_err *err) {
+    int64_t dims[RTX_MAX_DIMS];
+    for (int i = 0; i < v->ndim; i++) dims[i] = v->dims[i] < 0 ? 1 : v->dims[i];
+    int rc = rtx_tensor_new(v->dtype, v->ndim, dims, out, err);
+    if (rc < 0) return rc;
+    int64_t n = rtx_tensor_numel(*out);
+    for (int64_t i = 0; i < n; i++) {
+        double x;
+        if (rtx_dtype_is_float(v->dtype))
+            x = rng_uniform(r) * 2.0 - 1.0;
+        else if (v->dtype == RTX_BOOL)
+            x = (double)(rng_next(r) >> 63);
+        else
+            x = (double)(rng_next(r) % 10);
+        rtx_tensor_set(*out, i, x);
+    }
+    return 0;
+}
+
+/* Whether tensor t fits the declaration of input value v (-1 dims match anything). */
+static bool input_matches(const struct rtx_value *v, const struct rtx_tensor *t) {
+    if (t->dtype != v->dtype || t->ndim != v->ndim) return false;
+    for (int i = 0; i < v->ndim; i++)
+        if (v->dims[i] >= 0 && v->dims[i] != t->dims[i]) return false;
+    return true;
+}
+
+/* Binds every graph input; returns EXIT_OK or EXIT_INPUT (message printed). */
+static int bind_inputs(struct run *r) {
+    const struct rtx_graph *g = r->g;
+    struct rtx_err err = {0};
+    for (int k = 0; k < r->opt.n_inputs; k++) {
+        const char *name = r->opt.inputs[k].name;
+        int v = rtx_graph_find_value(g, name);
+        int slot = -1;
+        for (int i = 0; i < g->n_inputs && v >= 0; i++)
+            if (g->inputs[i] == v) slot = i;
+        if (slot < 0) {
+            char list[512] = "";
+            size_t pos = 0;
+            for (int i = 0; i < g->n_inputs && pos < sizeof list; i++) {
+                int w = snprintf(list + pos, sizeof list - pos, "%s%s", i ? ", " : "",
+                                 g->values[g->inputs[i]].name);
+                if (w > 0) pos += (size_t)w;
+            }
+            fail("--input %s: the graph has no input of that name (inputs: %s)", name,
+                 g->n_inputs ? list : "none");
+            return EXIT_INPUT;
+        }
+        struct rtx_tensor *t = NULL;
+        if (rtx_npy_load(r->opt.inputs[k].path, &t, &err) < 0) {
+            fail("input %s: %s", name, err.msg);
+            return EXIT_INPUT;
+        }
+        r->inputs[slot] = t;
+        const struct rtx_value *val = &g->values[v];
+        if (!input_matches(val, t)) {
+            char want[128], got[128];
+            rtx_shape_str(val->dtype, val->ndim, val->dims, want, sizeof want);
+            rtx_shape_str(t->dtype, t->ndim, t->dims, got, sizeof got);
+            fail("input %s: declared %s, given %s (%s)", name, want, got,
+                 r->opt.inputs[k].path);
+            return EXIT_INPUT;
+        }
+    }
+    struct rng rng;
+    rng_seed(&rng, r->opt.seed);
+    for (int i = 0; i < g->n_inputs; i++) {
+        if (r->inputs[i]) continue;
+        const struct rtx_value *val = &g->values[g->inputs[i]];
+        if (!r->opt.random_inputs) {
+            fail("input %s not given (use --input %s=FILE.npy or --random-inputs)", val->name,
+                 val->name);
+            return EXIT_INPUT;
+        }
+        if (random_input(val, &rng, &r->inputs[i], &err) < 0) {
+            fail("input %s: %s", val->name, err.msg);
+            return EXIT_INPUT;
+        }
+    }
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Outputs
+ * ---------------------------------------------------------------------------------------- */
+
+/* mkdir -p; returns 0 or -errno. */
+static int make_dirs(const char *path) {
+    size_t n = strlen(path);
+    char *p = malloc(n + 1);
+    if (!p) return -ENOMEM;
+    memcpy(p, path, n + 1);
+    int rc = 0;
+    for (size_t i = 1; i <= n && rc == 0; i++) {
+        if (p[i] != '/' && p[i] != '\0') continue;
+        char c = p[i];
+        p[i] = '\0';
+        struct stat sb;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) rc = -errno;
+        else if (stat(p, &sb) != 0) rc = -errno;
+        else if (!S_ISDIR(sb.st_mode)) rc = -ENOTDIR;
+        p[i] = c;
+    }
+    free(p);
+    return rc;
+}
+
+/* DIR/<name>.npy with '/' and ':' in name replaced by '_'; a suffix _2, _3, ... keeps two
+ * outputs whose names map to the same file apart. NULL when out of memory. */
+static char *output_path(const char *dir, const char *name, char *const *taken, int n_taken) {
+    size_t len = strlen(dir) + strlen(name) + 32;
+    char *path = malloc(len);
+    if (!path) return NULL;
+    for (int suffix = 1;; suffix++) {
+        int w = snprintf(path, len, "%s/", dir);
+        size_t base = (size_t)w;
+        for (const char *s = name; *s; s++) path[w++] = (*s == '/' || *s == ':') ? '_' : *s;
+        path[w] = '\0';
+        if (strcmp(path + base, ".") == 0 || strcmp(path + base, "..") == 0) path[base] = '_';
+        if (suffix > 1) w += snprintf(path + w, len - (size_t)w, "_%d", suffix);
+        snprintf(path + w, len - (size_t)w, ".npy");
+        bool clash = false;
+        for (int i = 0; i < n_taken; i++)
+            if (taken[i] && strcmp(taken[i], path) == 0) clash = true;
+        if (!clash) return path;
+    }
+}
+
+static int save_outputs(struct run *r) {
+    const struct rtx_graph *g = r->g;
+    int rc = make_dirs(r->opt.output_dir);
+    if (rc < 0) {
+        fail("--output-dir %s: %s", r->opt.output_dir, strerror(-rc));
+        return EXIT_EXEC;
+    }
+    struct rtx_err err = {0};
+    for (int i = 0; i < g->n_outputs; i++) {
+        r->files[i] = output_path(r->opt.output_dir, g->values[g->outputs[i]].name, r->files, i);
+        if (!r->files[i]) {
+            fail("out of memory");
+            return EXIT_EXEC;
+        }
+        if (rtx_npy_save(r->files[i], r->outputs[i], &err) < 0) {
+            fail("output %s: %s", g->values[g->outputs[i]].name, err.msg);
+            return EXIT_EXEC;
+        }
+    }
+    return EXIT_OK;
+}
+
+static void print_values(const struct rtx_tensor *t) {
+    int64_t n = rtx_tensor_numel(t);
+    int64_t show = n < SHOW_VALUES ? n : SHOW_VALUES;
+    fputs(" [", stdout);
+    for (int64_t i = 0; i < show; i++) {
+        double x = rtx_tensor_get(t, i);
+        if (i) fputs(", ", stdout);
+        if (rtx_dtype_is_float(t->dtype))
+            printf("%.6g", x);
+        else
+            printf("%lld", (long long)x);
+    }
+    if (show < n) printf(", ... (%" PRId64 " values)", n);
+    fputs("]\n", stdout);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Reporting
+ * ---------------------------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+struct timing {
+    double median, min, max; /* milliseconds */
+};
+
+static struct timing summarize(const double *times, int n) {
+    struct timing t = {0, 0, 0};
+    double *s = malloc(sizeof *s * (size_t)n);
+    if (!s || n == 0) {
+        free(s);
+        return t;
+    }
+    memcpy(s, times, sizeof *s * (size_t)n);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    t.min = s[0];
+    t.max = s[n - 1];
+    t.median = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2.0;
+    free(s);
+    return t;
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0. */
+static int utf8_len(const unsigned char *s) {
+    static const struct { unsigned char lo, hi; int n; unsigned min; } leads[] = {
+        {0xc2, 0xdf, 2, 0x80}, {0xe0, 0xef, 3, 0x800}, {0xf0, 0xf4, 4, 0x10000},
+    };
+    if (s[0] < 0x80) return 1;
+    for (size_t k = 0; k < sizeof leads / sizeof leads[0]; k++) {
+        if (s[0] < leads[k].lo || s[0] > leads[k].hi) continue;
+        int n = leads[k].n;
+        unsigned cp = s[0] & (0x3fu >> (n - 1));
+        for (int i = 1; i < n; i++) {
+            if ((s[i] & 0xc0) != 0x80) return 0; /* also stops at the terminating NUL */
+            cp = cp << 6 | (s[i] & 0x3fu);
+        }
+        if (cp < leads[k].min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+        return n;
+    }
+    return 0;
+}
+
+/* A JSON string literal (invalid UTF-8 bytes become U+FFFD). */
+static void json_string(const char *str) {
+    const unsigned char *s = (const unsigned char *)str;
+    putchar('"');
+    while (*s) {
+        unsigned c = *s;
+        int n = 1;
+        if (c == '"' || c == '\\') {
+            printf("\\%c", c);
+        } else if (c == '\n') {
+            fputs("\\n", stdout);
+        } else if (c == '\t') {
+            fputs("\\t", stdout);
+        } else if (c == '\r') {
+            fputs("\\r", stdout);
+        } else if (c < 0x20 || c == 0x7f) {
+            printf("\\u%04x", c);
+        } else if ((n = utf8_len(s)) == 0) {
+            fputs("\\ufffd", stdout);
+            n = 1;
+        } else {
+            fwrite(s, 1, (size_t)n, stdout);
+        }
+        s += n;
+    }
+    putchar('"');
+}
+
+static void report_json(const struct run *r, struct timing tm) {
+    const struct rtx_graph *g = r->g;
+    fputs("{\"graph\": ", stdout);
+    json_string(g->name);
+    fputs(", \"outputs\": [", stdout);
+    for (int i = 0; i < g->n_outputs; i++) {
+        const struct rtx_tensor *t = r->outputs[i];
+        fputs(i ? ", {\"name\": " : "{\"name\": ", stdout);
+        json_string(g->values[g->outputs[i]].name);
+        fputs(", \"dtype\": ", stdout);
+        json_string(rtx_dtype_name(t->dtype));
+        fputs(", \"shape\": [", stdout);
+        for (int d = 0; d < t->ndim; d++) printf(d ? ", %" PRId64 : "%" PRId64, t->dims[d]);
+        fputs("], \"file\": ", stdout);
+        if (r->files[i])
+            json_string(r->files[i]);
+        else
+            fputs("null", stdout);
+        putchar('}');
+    }
+    printf("], \"time_ms\": {\"median\": %.6f, \"min\": %.6f, \"max\": %.6f, \"runs\": %d}",
+           tm.median, tm.min, tm.max, r->opt.repeat);
+    printf(", \"peak_bytes\": %zu, \"arena_bytes\": %zu, \"unplanned_bytes\": %zu}\n",
+           r->peak_bytes, rtx_plan_arena_bytes(r->plan), rtx_plan_unplanned_bytes(r->plan));
+}
+
+static void report_text(const struct run *r, struct timing tm) {
+    const struct rtx_graph *g = r->g;
+    if (!r->opt.quiet) {
+        printf("graph %s: %d inputs, %d outputs, %d nodes\n", g->name, g->n_inputs,
+               g->n_outputs, g->n_nodes);
+        for (int i = 0; i < g->n_outputs; i++) {
+            const struct rtx_tensor *t = r->outputs[i];
+            char shape[128];
+            rtx_shape_str(t->dtype, t->ndim, t->dims, shape, sizeof shape);
+            printf("output %s: %s", g->values[g->outputs[i]].name, shape);
+            print_values(t);
+            if (r->files[i]) printf("  saved to %s\n", r->files[i]);
+        }
+    }
+    printf("time: median %.3f ms, min %.3f ms, max %.3f ms over %d run%s\n", tm.median, tm.min,
+           tm.max, r->opt.repeat, r->opt.repeat == 1 ? "" : "s");
+    printf("memory: peak %zu bytes, arena %zu bytes, unplanned %zu bytes\n", r->peak_bytes,
+           rtx_plan_arena_bytes(r->plan), rtx_plan_unplanned_bytes(r->plan));
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Main
+ * ---------------------------------------------------------------------------------------- */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void unref_all(struct rtx_tensor **ts, int n) {
+    for (int i = 0; ts && i < n; i++) {
+        rtx_tensor_unref(ts[i]);
+        ts[i] = NULL;
+    }
+}
+
+/* Warm-up and timed runs; the outputs of the last run stay in r->outputs. */
+static int execute(struct run *r) {
+    const struct rtx_graph *g = r->g;
+    struct rtx_err err = {0};
+    int total = r->opt.warmup + r->opt.repeat;
+    for (int k = 0; k < total; k++) {
+        unref_all(r->outputs, g->n_outputs);
+        struct rtx_exec_stats stats = {0};
+        double t0 = now_ms();
+        int rc = rtx_plan_execute(r->plan, r->be, r->inputs, g->n_inputs, r->outputs,
+                                  g->n_outputs, NULL, &stats, &err);
+        double t1 = now_ms();
+        if (rc < 0) {
+            fail("execution failed: %s", err.msg);
+            return EXIT_EXEC;
+        }
+        if (stats.peak_bytes > r->peak_bytes) r->peak_bytes = stats.peak_bytes;
+        if (k >= r->opt.warmup) r->times_ms[k - r->opt.warmup] = t1 - t0;
+    }
+    return EXIT_OK;
+}
+
+static int run_graph(struct run *r) {
+    struct rtx_err err = {0};
+    struct rtx_limits lim = rtx_limits_default();
+    if (rtx_graph_load_file(r->opt.graph_path, &lim, &r->g, &err) < 0) {
+        fail("%s", err.msg);
+        return EXIT_GRAPH;
+    }
+    if (rtx_graph_validate(r->g, &lim, &err) < 0) {
+        fail("%s: %s", r->opt.graph_path, err.msg);
+        return EXIT_GRAPH;
+    }
+    const struct rtx_graph *g = r->g;
+    r->inputs = calloc((size_t)g->n_inputs + 1, sizeof *r->inputs);
+    r->outputs = calloc((size_t)g->n_outputs + 1, sizeof *r->outputs);
+    r->files = calloc((size_t)g->n_outputs + 1, sizeof *r->files);
+    r->times_ms = calloc((size_t)r->opt.repeat, sizeof *r->times_ms);
+    if (!r->inputs || !r->outputs || !r->files || !r->times_ms) {
+        fail("out of memory");
+        return EXIT_EXEC;
+    }
+    int rc = bind_inputs(r);
+    if (rc != EXIT_OK) return rc;
+    if (rtx_plan_new(g, (const struct rtx_tensor *const *)r->inputs, g->n_inputs, &lim,
+                     &r->plan, &err) < 0) {
+        fail("%s: %s", r->opt.graph_path, err.msg);
+        return EXIT_GRAPH;
+    }
+    struct rtx_cpu_options cpu = {.n_threads = r->opt.threads};
+    if (rtx_backend_cpu_new(&cpu, &r->be, &err) < 0) {
+        fail("CPU backend: %s", err.msg);
+        return EXIT_EXEC;
+    }
+    if ((rc = execute(r)) != EXIT_OK) return rc;
+    if (r->opt.output_dir && (rc = save_outputs(r)) != EXIT_OK) return rc;
+    struct timing tm = summarize(r->times_ms, r->opt.repeat);
+    if (r->opt.json)
+        report_json(r, tm);
+    else
+        report_text(r, tm);
+    if (fflush(stdout) != 0) {
+        fail("writing to stdout: %s", strerror(errno));
+        return EXIT_EXEC;
+    }
+    return EXIT_OK;
+}
+
+static void run_free(struct run *r) {
+    if (r->g) {
+        unref_all(r->inputs, r->g->n_inputs);
+        unref_all(r->outputs, r->g->n_outputs);
+        for (int i = 0; r->files && i < r->g->n_outputs; i++) free(r->files[i]);
+    }
+    free(r->inputs);
+    free(r->outputs);
+    free(r->files);
+    free(r->times_ms);
+    rtx_plan_free(r->plan);
+    rtx_backend_free(r->be);
+    rtx_graph_free(r->g);
+    for (int i = 0; i < r->opt.n_inputs; i++) free((char *)r->opt.inputs[i].name);
+    free(r->opt.inputs);
+}
+
+int main(int argc, char **argv) {
+    struct run r = {0};
+    int rc = parse_args(argc, argv, &r.opt);
+    if (rc == EXIT_OK && r.opt.help) fputs(usage_text, stdout);
+    else if (rc == EXIT_OK) rc = run_graph(&r);
+    run_free(&r);
+    return rc;
+}
