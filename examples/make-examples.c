@@ -22,8 +22,8 @@
 
 struct builder {
     struct rtx_graph *g;
-    uint64_t rng;           /* xorshift64 state, never 0 */
-    int rc;                 /* first error, 0 while all is well */
+    uint64_t rng; /* xorshift64 state, never 0 */
+    int rc;       /* first error, 0 while all is well */
     struct rtx_err err;
 };
 
@@ -55,7 +55,8 @@ static void weight(struct builder *b, const char *name, int ndim, const int64_t 
     if (rc == 0) {
         float *p = rtx_tensor_data(t);
         int64_t n = rtx_tensor_numel(t);
-        for (int64_t i = 0; i < n; i++) p[i] = (float)(center + scale * rng_uniform(b));
+        for (int64_t i = 0; i < n; i++)
+            p[i] = (float)(center + scale * rng_uniform(b));
         rc = rtx_graph_add_initializer(b->g, name, t, &b->err);
         rtx_tensor_unref(t);
     }
@@ -120,8 +121,9 @@ static int finish(struct builder *b, const char *dir, const char *file) {
     return 0;
 }
 
-#define IN(...) (const char *const[]){__VA_ARGS__}, (int)(sizeof((const char *[]){__VA_ARGS__}) \
-                                                           / sizeof(const char *))
+#define IN(...)                                                                                   \
+    (const char *const[]){__VA_ARGS__},                                                           \
+        (int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *))
 
 /* mlp: probs = softmax(relu(x @ w1 + b1) @ w2 + b2). */
 static int make_mlp(const char *dir) {

@@ -68,7 +68,9 @@ static void *pb_alloc(void *data, size_t size) {
     return p;
 }
 
-static void pb_free(void *data, void *p) { rtx_free(p); }
+static void pb_free(void *data, void *p) {
+    rtx_free(p);
+}
 
 /* ------------------------------------------------------------------------------------------
  * Decoding
@@ -84,16 +86,16 @@ static int tensor_from_wire(const Rtx__V1__Tensor *m, const char *what,
     if (dtype_from_wire((int)m->dtype, &dt) != 0)
         return rtx_err_set(err, RTX_EGRAPH, "%s: invalid dtype %d", what, (int)m->dtype);
     if (m->n_dims > RTX_MAX_DIMS)
-        return rtx_err_set(err, RTX_EGRAPH, "%s: rank %zu exceeds the maximum %d", what,
-                           m->n_dims, RTX_MAX_DIMS);
+        return rtx_err_set(err, RTX_EGRAPH, "%s: rank %zu exceeds the maximum %d", what, m->n_dims,
+                           RTX_MAX_DIMS);
     if ((int64_t)m->n_dims > lim->max_dims)
-        return rtx_err_set(err, RTX_ELIMIT, "%s: rank %zu exceeds the limit %d", what,
-                           m->n_dims, lim->max_dims);
+        return rtx_err_set(err, RTX_ELIMIT, "%s: rank %zu exceeds the limit %d", what, m->n_dims,
+                           lim->max_dims);
     bool zero = false;
     for (size_t i = 0; i < m->n_dims; i++) {
         if (m->dims[i] < 0)
-            return rtx_err_set(err, RTX_EGRAPH, "%s: dimension %zu is negative (%lld)", what,
-                               i, (long long)m->dims[i]);
+            return rtx_err_set(err, RTX_EGRAPH, "%s: dimension %zu is negative (%lld)", what, i,
+                               (long long)m->dims[i]);
         if (m->dims[i] == 0) zero = true;
     }
     /* numel stays <= max_elements until `over`, so the products cannot overflow. */
@@ -113,14 +115,13 @@ static int tensor_from_wire(const Rtx__V1__Tensor *m, const char *what,
                            shape, (long long)lim->max_elements);
     int64_t bytes = numel * (int64_t)rtx_dtype_size(dt);
     if (bytes > lim->max_tensor_bytes)
-        return rtx_err_set(err, RTX_ELIMIT, "%s: %s is %lld bytes, over the limit of %lld",
-                           what, shape, (long long)bytes, (long long)lim->max_tensor_bytes);
+        return rtx_err_set(err, RTX_ELIMIT, "%s: %s is %lld bytes, over the limit of %lld", what,
+                           shape, (long long)bytes, (long long)lim->max_tensor_bytes);
     if (bytes > lim->max_total_bytes - *total_bytes)
-        return rtx_err_set(err, RTX_ELIMIT,
-                           "%s: constants exceed the total limit of %lld bytes", what,
-                           (long long)lim->max_total_bytes);
+        return rtx_err_set(err, RTX_ELIMIT, "%s: constants exceed the total limit of %lld bytes",
+                           what, (long long)lim->max_total_bytes);
     if ((uint64_t)m->data.len != (uint64_t)bytes)
-        return rtx_err_set(err, RTX_EGRAPH, "%s: data has %zu bytes, %s needs %lld", what,
+        return rtx_err_set(err, RTX_EGRAPH, "%s: data has %zu bytes, %s needs %lld bytes", what,
                            m->data.len, shape, (long long)bytes);
     struct rtx_tensor *t = NULL;
     int rc = rtx_tensor_new(dt, ndim, m->dims, &t, err);
@@ -135,25 +136,23 @@ static int input_from_wire(struct rtx_graph *g, const Rtx__V1__ValueInfo *m,
                            const struct rtx_limits *lim, struct rtx_err *err) {
     enum rtx_dtype dt;
     if (dtype_from_wire((int)m->dtype, &dt) != 0)
-        return rtx_err_set(err, RTX_EGRAPH, "input %s: invalid dtype %d", m->name,
-                           (int)m->dtype);
-    if (!m->has_shape)
-        return rtx_err_set(err, RTX_EGRAPH, "input %s: shape required", m->name);
+        return rtx_err_set(err, RTX_EGRAPH, "input %s: invalid dtype %d", m->name, (int)m->dtype);
+    if (!m->has_shape) return rtx_err_set(err, RTX_EGRAPH, "input %s: shape required", m->name);
     if (m->n_dims > RTX_MAX_DIMS)
-        return rtx_err_set(err, RTX_EGRAPH, "input %s: rank %zu exceeds the maximum %d",
-                           m->name, m->n_dims, RTX_MAX_DIMS);
+        return rtx_err_set(err, RTX_EGRAPH, "input %s: rank %zu exceeds the maximum %d", m->name,
+                           m->n_dims, RTX_MAX_DIMS);
     if ((int64_t)m->n_dims > lim->max_dims)
-        return rtx_err_set(err, RTX_ELIMIT, "input %s: rank %zu exceeds the limit %d",
-                           m->name, m->n_dims, lim->max_dims);
+        return rtx_err_set(err, RTX_ELIMIT, "input %s: rank %zu exceeds the limit %d", m->name,
+                           m->n_dims, lim->max_dims);
     for (size_t i = 0; i < m->n_dims; i++) {
         if (m->dims[i] < -1)
-            return rtx_err_set(err, RTX_EGRAPH, "input %s: invalid dimension %zu (%lld)",
-                               m->name, i, (long long)m->dims[i]);
+            return rtx_err_set(err, RTX_EGRAPH, "input %s: invalid dimension %zu (%lld)", m->name,
+                               i, (long long)m->dims[i]);
         if (m->dims[i] > lim->max_elements)
             return rtx_err_set(err, RTX_ELIMIT,
                                "input %s: dimension %zu (%lld) exceeds the limit of %lld "
-                               "elements", m->name, i, (long long)m->dims[i],
-                               (long long)lim->max_elements);
+                               "elements",
+                               m->name, i, (long long)m->dims[i], (long long)lim->max_elements);
     }
     int rc = rtx_graph_add_input(g, m->name, dt, (int)m->n_dims, m->dims, err);
     return rc < 0 ? rc : 0;
@@ -163,17 +162,15 @@ static int attr_from_wire(struct rtx_graph *g, int node, const Rtx__V1__Attribut
                           const struct rtx_limits *lim, int64_t *total_bytes,
                           struct rtx_err *err) {
     switch (a->value_case) {
-    case RTX__V1__ATTRIBUTE__VALUE_I:
-        return rtx_graph_set_attr_int(g, node, a->name, a->i, err);
-    case RTX__V1__ATTRIBUTE__VALUE_F:
-        return rtx_graph_set_attr_float(g, node, a->name, a->f, err);
+    case RTX__V1__ATTRIBUTE__VALUE_I: return rtx_graph_set_attr_int(g, node, a->name, a->i, err);
+    case RTX__V1__ATTRIBUTE__VALUE_F: return rtx_graph_set_attr_float(g, node, a->name, a->f, err);
     case RTX__V1__ATTRIBUTE__VALUE_S:
         return rtx_graph_set_attr_string(g, node, a->name, a->s, err);
     case RTX__V1__ATTRIBUTE__VALUE_INTS:
         if (a->ints->n_values > INT_MAX)
             return rtx_err_set(err, RTX_ELIMIT, "attribute %s: too many values", a->name);
-        return rtx_graph_set_attr_ints(g, node, a->name, a->ints->values,
-                                       (int)a->ints->n_values, err);
+        return rtx_graph_set_attr_ints(g, node, a->name, a->ints->values, (int)a->ints->n_values,
+                                       err);
     case RTX__V1__ATTRIBUTE__VALUE_FLOATS:
         if (a->floats->n_values > INT_MAX)
             return rtx_err_set(err, RTX_ELIMIT, "attribute %s: too many values", a->name);
@@ -189,8 +186,7 @@ static int attr_from_wire(struct rtx_graph *g, int node, const Rtx__V1__Attribut
         rtx_tensor_unref(t);
         return rc;
     }
-    default:
-        return rtx_err_set(err, RTX_EGRAPH, "attribute %s has no value", a->name);
+    default: return rtx_err_set(err, RTX_EGRAPH, "attribute %s has no value", a->name);
     }
 }
 
@@ -201,11 +197,11 @@ static int node_from_wire(struct rtx_graph *g, const Rtx__V1__Node *m,
                           struct rtx_err *err) {
     char label[96];
     if (m->n_inputs > INT_MAX || m->n_outputs > INT_MAX)
-        return rtx_err_set(err, RTX_ELIMIT, "node %d '%s': too many inputs or outputs",
-                           g->n_nodes, m->name);
-    int idx = rtx_graph_add_node(g, m->op, m->name, (const char *const *)m->inputs,
-                                 (int)m->n_inputs, (const char *const *)m->outputs,
-                                 (int)m->n_outputs, err);
+        return rtx_err_set(err, RTX_ELIMIT, "node %d '%s': too many inputs or outputs", g->n_nodes,
+                           m->name);
+    int idx =
+        rtx_graph_add_node(g, m->op, m->name, (const char *const *)m->inputs, (int)m->n_inputs,
+                           (const char *const *)m->outputs, (int)m->n_outputs, err);
     if (idx < 0) return idx;
     for (size_t i = 0; i < m->n_attrs; i++) {
         struct rtx_err e = {0};
@@ -215,8 +211,7 @@ static int node_from_wire(struct rtx_graph *g, const Rtx__V1__Node *m,
             rtx__node_label(g, idx, label, sizeof label);
             size_t n = strlen(label);
             *err = e;
-            if (strncmp(e.msg, label, n) != 0 || e.msg[n] != ':')
-                rtx_err_prefix(err, "%s", label);
+            if (strncmp(e.msg, label, n) != 0 || e.msg[n] != ':') rtx_err_prefix(err, "%s", label);
             return rc;
         }
     }
@@ -235,7 +230,8 @@ static int graph_from_wire(const Rtx__V1__Graph *m, const struct rtx_limits *lim
     /* Every input, initializer and node output is a value (unproduced names come on top and
      * are checked after building). */
     uint64_t n_values = (uint64_t)m->n_inputs + m->n_initializers;
-    for (size_t i = 0; i < m->n_nodes; i++) n_values += m->nodes[i]->n_outputs;
+    for (size_t i = 0; i < m->n_nodes; i++)
+        n_values += m->nodes[i]->n_outputs;
     if (n_values > (uint64_t)lim->max_values)
         return rtx_err_set(err, RTX_ELIMIT, "%llu values exceed the limit of %lld",
                            (unsigned long long)n_values, (long long)lim->max_values);
@@ -290,8 +286,7 @@ int rtx_graph_decode(const void *data, size_t len, const struct rtx_limits *lim,
     ProtobufCAllocator alloc = {.alloc = pb_alloc, .free = pb_free, .allocator_data = &st};
     Rtx__V1__Graph *m = rtx__v1__graph__unpack(&alloc, len, data);
     if (!m) {
-        if (st.failed)
-            return rtx_err_set(err, RTX_ENOMEM, "graph decode: out of memory");
+        if (st.failed) return rtx_err_set(err, RTX_ENOMEM, "graph decode: out of memory");
         return rtx_err_set(err, RTX_EFORMAT, "graph decode: malformed rtx.v1.Graph (%zu bytes)",
                            len);
     }
@@ -309,7 +304,7 @@ int rtx_graph_decode(const void *data, size_t len, const struct rtx_limits *lim,
 struct enc {
     void **ptrs;
     size_t n_ptrs, cap_ptrs;
-    void **refs;                 /* struct rtx_tensor * */
+    void **refs; /* struct rtx_tensor * */
     size_t n_refs, cap_refs;
 };
 
@@ -337,8 +332,10 @@ static void *enc_alloc(struct enc *e, size_t n, size_t size) {
 }
 
 static void enc_free(struct enc *e) {
-    for (size_t i = 0; i < e->n_ptrs; i++) rtx_free(e->ptrs[i]);
-    for (size_t i = 0; i < e->n_refs; i++) rtx_tensor_unref(e->refs[i]);
+    for (size_t i = 0; i < e->n_ptrs; i++)
+        rtx_free(e->ptrs[i]);
+    for (size_t i = 0; i < e->n_refs; i++)
+        rtx_tensor_unref(e->refs[i]);
     rtx_free(e->ptrs);
     rtx_free(e->refs);
 }
@@ -560,7 +557,8 @@ int rtx_graph_encode(const struct rtx_graph *g, void **out, size_t *len, struct 
 static int read_file(const char *path, int64_t max_bytes, void **out, size_t *len,
                      struct rtx_err *err) {
     int fd;
-    do fd = open(path, O_RDONLY | O_CLOEXEC);
+    do
+        fd = open(path, O_RDONLY | O_CLOEXEC);
     while (fd < 0 && errno == EINTR);
     if (fd < 0) {
         int e = errno;
@@ -616,8 +614,8 @@ int rtx_graph_load_file(const char *path, const struct rtx_limits *lim, struct r
     if (!lim) lim = &dflt;
     /* A graph file is mostly its constants; allow generous room for the structure. */
     int64_t max_bytes = lim->max_total_bytes;
-    max_bytes = max_bytes > INT64_MAX - (INT64_C(1) << 30) ? INT64_MAX
-                                                           : max_bytes + (INT64_C(1) << 30);
+    max_bytes =
+        max_bytes > INT64_MAX - (INT64_C(1) << 30) ? INT64_MAX : max_bytes + (INT64_C(1) << 30);
     void *data = NULL;
     size_t len = 0;
     int rc = read_file(path, max_bytes, &data, &len, err);
@@ -637,7 +635,8 @@ int rtx_graph_save_file(const struct rtx_graph *g, const char *path, struct rtx_
     int rc = rtx_graph_encode(g, &data, &len, err);
     if (rc < 0) return rc;
     int fd;
-    do fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    do
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     while (fd < 0 && errno == EINTR);
     if (fd < 0) {
         int e = errno;

@@ -28,17 +28,17 @@
 
 #define NPY_MAGIC "\x93NUMPY"
 #define NPY_MAGIC_LEN 6
-#define NPY_PREAMBLE_MAX 12           /* magic, version, 4-byte header length; bytes */
-#define NPY_HEADER_MAX (1u << 16)     /* largest header accepted; bytes */
-#define NPY_DESCR_MAX 32              /* longest dtype string accepted; chars */
-#define NPY_CHUNK_ELEMS 16384         /* bf16 elements converted per write */
+#define NPY_PREAMBLE_MAX 12       /* magic, version, 4-byte header length; bytes */
+#define NPY_HEADER_MAX (1u << 16) /* largest header accepted; bytes */
+#define NPY_DESCR_MAX 32          /* longest dtype string accepted; chars */
+#define NPY_CHUNK_ELEMS 16384     /* bf16 elements converted per write */
 
 struct npy_header {
     enum rtx_dtype dtype;
     bool fortran;
     int ndim;
     int64_t dims[RTX_MAX_DIMS];
-    size_t data_bytes;                /* numel * dtype size; bytes */
+    size_t data_bytes; /* numel * dtype size; bytes */
 };
 
 /* ------------------------------------------------------------------------------------------
@@ -46,11 +46,11 @@ struct npy_header {
  * ---------------------------------------------------------------------------------------- */
 
 struct npy_type {
-    char kind;                        /* NumPy kind: 'f', 'i', 'u', 'b', 'c' */
-    int size;                         /* bytes */
-    int dtype;                        /* enum rtx_dtype, or -1 when unsupported */
-    const char *numpy;                /* NumPy's name */
-    const char *convert;              /* suggested NumPy type for unsupported ones */
+    char kind;           /* NumPy kind: 'f', 'i', 'u', 'b', 'c' */
+    int size;            /* bytes */
+    int dtype;           /* enum rtx_dtype, or -1 when unsupported */
+    const char *numpy;   /* NumPy's name */
+    const char *convert; /* suggested NumPy type for unsupported ones */
 };
 
 static const struct npy_type npy_types[] = {
@@ -106,7 +106,8 @@ static int descr_to_dtype(const char *descr, enum rtx_dtype *out, struct rtx_err
     if (ty->size > 1 && order == '>')
         return rtx_err_set(err, RTX_EUNSUPPORTED,
                            "unsupported dtype '%s' (big-endian %s); convert with "
-                           "a.astype('<%c%d')", descr, ty->numpy, kind, size);
+                           "a.astype('<%c%d')",
+                           descr, ty->numpy, kind, size);
     if (ty->size > 1 && order != '<' && order != '=')
         return rtx_err_set(err, RTX_EFORMAT, "dtype '%s' has no byte order", descr);
     *out = (enum rtx_dtype)ty->dtype;
@@ -182,8 +183,8 @@ static bool eat_word(struct cursor *c, const char *word) {
     size_t n = strlen(word);
     if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0) return false;
     const char *after = c->p + n;
-    if (after < c->end && ((*after >= 'a' && *after <= 'z') || (*after >= 'A' && *after <= 'Z')
-                           || (*after >= '0' && *after <= '9') || *after == '_'))
+    if (after < c->end && ((*after >= 'a' && *after <= 'z') || (*after >= 'A' && *after <= 'Z') ||
+                           (*after >= '0' && *after <= '9') || *after == '_'))
         return false;
     c->p = after;
     return true;
@@ -245,8 +246,7 @@ static int parse_dict(const char *s, size_t n, struct npy_header *h, struct rtx_
         if (strcmp(key, "descr") == 0 && !have_descr) {
             skip_ws(&c);
             if (c.p < c.end && *c.p == '[')
-                return rtx_err_set(err, RTX_EUNSUPPORTED,
-                                   "structured dtypes are not supported");
+                return rtx_err_set(err, RTX_EUNSUPPORTED, "structured dtypes are not supported");
             if ((rc = parse_string(&c, descr, sizeof descr, err)) < 0) return rc;
             have_descr = true;
         } else if (strcmp(key, "fortran_order") == 0 && !have_order) {
@@ -255,6 +255,9 @@ static int parse_dict(const char *s, size_t n, struct npy_header *h, struct rtx_
         } else if (strcmp(key, "shape") == 0 && !have_shape) {
             if ((rc = parse_shape(&c, h, err)) < 0) return rc;
             have_shape = true;
+        } else if (strcmp(key, "descr") == 0 || strcmp(key, "fortran_order") == 0 ||
+                   strcmp(key, "shape") == 0) {
+            return rtx_err_set(err, RTX_EFORMAT, "bad .npy header: duplicate key '%s'", key);
         } else {
             return rtx_err_set(err, RTX_EFORMAT, "bad .npy header: unexpected key '%s'", key);
         }
@@ -266,7 +269,9 @@ static int parse_dict(const char *s, size_t n, struct npy_header *h, struct rtx_
     if (c.p != c.end) return syntax(&c, err, "unexpected text after the dict");
     if (!have_descr || !have_order || !have_shape)
         return rtx_err_set(err, RTX_EFORMAT, "bad .npy header: missing key '%s'",
-                           !have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
+                           !have_descr   ? "descr"
+                           : !have_order ? "fortran_order"
+                                         : "shape");
     if ((rc = descr_to_dtype(descr, &h->dtype, err)) < 0) return rc;
 
     size_t esize = rtx_dtype_size(h->dtype);
@@ -293,20 +298,20 @@ static int parse_preamble(const uint8_t *p, size_t len, size_t *dict_off, size_t
                           struct rtx_err *err) {
     if (len < NPY_MAGIC_LEN || memcmp(p, NPY_MAGIC, NPY_MAGIC_LEN) != 0)
         return rtx_err_set(err, RTX_EFORMAT, "not an .npy file (bad magic)");
-    if (len < NPY_MAGIC_LEN + 2)
-        return rtx_err_set(err, RTX_EFORMAT, "truncated .npy preamble");
+    if (len < NPY_MAGIC_LEN + 2) return rtx_err_set(err, RTX_EFORMAT, "truncated .npy preamble");
     int major = p[6], minor = p[7];
     if (major < 1 || major > 3 || minor != 0)
-        return rtx_err_set(err, RTX_EUNSUPPORTED, "unsupported .npy format version %d.%d",
-                           major, minor);
+        return rtx_err_set(err, RTX_EUNSUPPORTED, "unsupported .npy format version %d.%d", major,
+                           minor);
     size_t off = major == 1 ? 10 : 12;
     if (len < off) return rtx_err_set(err, RTX_EFORMAT, "truncated .npy preamble");
     uint32_t n = major == 1 ? (uint32_t)p[8] | (uint32_t)p[9] << 8
-                            : (uint32_t)p[8] | (uint32_t)p[9] << 8 | (uint32_t)p[10] << 16
-                                  | (uint32_t)p[11] << 24;
+                            : (uint32_t)p[8] | (uint32_t)p[9] << 8 | (uint32_t)p[10] << 16 |
+                                  (uint32_t)p[11] << 24;
     if (n > NPY_HEADER_MAX)
-        return rtx_err_set(err, RTX_EFORMAT, "bad .npy header: length %" PRIu32
-                           " exceeds %u bytes", n, NPY_HEADER_MAX);
+        return rtx_err_set(err, RTX_EFORMAT,
+                           "bad .npy header: length %" PRIu32 " exceeds %u bytes", n,
+                           NPY_HEADER_MAX);
     *dict_off = off;
     *dict_len = n;
     return 0;
@@ -344,7 +349,8 @@ static void fortran_to_c(const struct npy_header *h, const uint8_t *src, uint8_t
 /* Booleans other than 0 and 1 would break kernels that treat them as 0/1. */
 static void normalize_bools(const struct npy_header *h, uint8_t *data) {
     if (h->dtype != RTX_BOOL) return;
-    for (size_t i = 0; i < h->data_bytes; i++) data[i] = data[i] != 0;
+    for (size_t i = 0; i < h->data_bytes; i++)
+        data[i] = data[i] != 0;
 }
 
 /* A new tensor holding the data at src (the file's element bytes). */
@@ -381,7 +387,7 @@ int rtx_npy_read(const void *data, size_t len, struct rtx_tensor **out, struct r
     if (have != h.data_bytes) {
         char shape[128];
         rtx_shape_str(h.dtype, h.ndim, h.dims, shape, sizeof shape);
-        return rtx_err_set(err, RTX_EFORMAT, "%s data: %zu bytes, %s needs %zu",
+        return rtx_err_set(err, RTX_EFORMAT, "%s data: %zu bytes, %s needs %zu bytes",
                            have < h.data_bytes ? "truncated" : "unexpected", have, shape,
                            h.data_bytes);
     }
@@ -440,7 +446,7 @@ static int load_fd(int fd, struct rtx_tensor **out, struct rtx_err *err) {
     if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
         uint64_t left = sb.st_size > (off_t)(off + n) ? (uint64_t)sb.st_size - (off + n) : 0;
         if (left != h.data_bytes)
-            return rtx_err_set(err, RTX_EFORMAT, "%s data: %" PRIu64 " bytes, %s needs %zu",
+            return rtx_err_set(err, RTX_EFORMAT, "%s data: %" PRIu64 " bytes, %s needs %zu bytes",
                                left < h.data_bytes ? "truncated" : "unexpected", left, shape,
                                h.data_bytes);
     }
@@ -455,7 +461,8 @@ static int load_fd(int fd, struct rtx_tensor **out, struct rtx_err *err) {
     if (rc == 0) {
         uint8_t extra;
         ssize_t r;
-        do r = read(fd, &extra, 1);
+        do
+            r = read(fd, &extra, 1);
         while (r < 0 && errno == EINTR);
         if (r > 0) rc = rtx_err_set(err, RTX_EFORMAT, "unexpected data after %s", shape);
     }
@@ -476,7 +483,8 @@ int rtx_npy_load(const char *path, struct rtx_tensor **out, struct rtx_err *err)
     if (!path || !out) return rtx_err_set(err, RTX_EINVAL, "npy: invalid argument");
     *out = NULL;
     int fd;
-    do fd = open(path, O_RDONLY | O_CLOEXEC);
+    do
+        fd = open(path, O_RDONLY | O_CLOEXEC);
     while (fd < 0 && errno == EINTR);
     if (fd < 0) {
         int e = errno;
@@ -509,11 +517,11 @@ static int save_fd(int fd, const struct rtx_tensor *t) {
     n += snprintf(hdr + n, sizeof hdr - (size_t)n,
                   "{'descr': '%s', 'fortran_order': False, 'shape': (", dtype_to_descr(t->dtype));
     for (int i = 0; i < t->ndim; i++)
-        n += snprintf(hdr + n, sizeof hdr - (size_t)n, "%s%" PRId64, i ? ", " : "",
-                      t->dims[i]);
+        n += snprintf(hdr + n, sizeof hdr - (size_t)n, "%s%" PRId64, i ? ", " : "", t->dims[i]);
     n += snprintf(hdr + n, sizeof hdr - (size_t)n, "%s), }", t->ndim == 1 ? "," : "");
     /* Pad with spaces to a multiple of 64 including the final newline, as NumPy does. */
-    while ((n + 1) % 64 != 0) hdr[n++] = ' ';
+    while ((n + 1) % 64 != 0)
+        hdr[n++] = ' ';
     hdr[n++] = '\n';
     uint16_t dict_len = (uint16_t)(n - 10);
     hdr[8] = (char)(dict_len & 0xff);
@@ -529,7 +537,8 @@ static int save_fd(int fd, const struct rtx_tensor *t) {
     const uint16_t *src = (const uint16_t *)data;
     for (size_t i = 0; i < numel && rc == 0; i += NPY_CHUNK_ELEMS) {
         size_t m = numel - i < NPY_CHUNK_ELEMS ? numel - i : NPY_CHUNK_ELEMS;
-        for (size_t j = 0; j < m; j++) chunk[j] = rtx_bf16_to_f32(src[i + j]);
+        for (size_t j = 0; j < m; j++)
+            chunk[j] = rtx_bf16_to_f32(src[i + j]);
         rc = write_full(fd, chunk, m * sizeof *chunk);
     }
     rtx_free(chunk);
@@ -546,7 +555,8 @@ int rtx_npy_save(const char *path, const struct rtx_tensor *t, struct rtx_err *e
     int rc = rtx_tensor_contiguous(t, &c, err);
     if (rc < 0) return rtx_err_prefix(err, "%s", path);
     int fd;
-    do fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    do
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     while (fd < 0 && errno == EINTR);
     if (fd < 0) {
         int e = errno;

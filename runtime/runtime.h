@@ -66,7 +66,8 @@ const char *rtx_strerror(int code);
 int rtx_err_set(struct rtx_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Prepends "prefix: " to an error message already set (keeps the code). Returns err->code. */
+/* Prepends "prefix: " to an error message already set (keeps the code). Returns err->code, or
+ * RTX_EINVAL when err is NULL: callers that may pass NULL return their own code instead. */
 int rtx_err_prefix(struct rtx_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------------------------------------
@@ -329,7 +330,8 @@ const char *rtx_node_attr_string(const struct rtx_node *n, const char *name, con
 int rtx_node_attr_ints(const struct rtx_node *n, const char *name, const int64_t **v);
 int rtx_node_attr_floats(const struct rtx_node *n, const char *name, const double **v);
 
-/* Limits enforced by validation and planning. */
+/* Limits enforced by decoding, validation and planning. Every function taking a
+ * `const struct rtx_limits *` accepts NULL for rtx_limits_default(). */
 struct rtx_limits {
     int64_t max_nodes;
     int64_t max_values;

@@ -106,7 +106,10 @@ int rtx__validate_structure(const struct rtx_graph *g, const struct rtx_limits *
                                    label, info->name, k, g->values[v].name);
         }
         int rc = rtx__check_attrs(n, err);
-        if (rc) return rtx_err_prefix(err, "%s (%s)", label, info->name);
+        if (rc) {
+            rtx_err_prefix(err, "%s (%s)", label, info->name);
+            return rc;
+        }
     }
     for (int i = 0; i < g->n_outputs; i++) {
         const struct rtx_value *v = &g->values[g->outputs[i]];

@@ -75,13 +75,13 @@ struct options {
 struct run {
     struct options opt;
     struct rtx_graph *g;
-    struct rtx_tensor **inputs;        /* g->n_inputs */
-    struct rtx_tensor **outputs;       /* g->n_outputs */
-    char **files;                      /* g->n_outputs output paths, or NULL entries */
+    struct rtx_tensor **inputs;  /* g->n_inputs */
+    struct rtx_tensor **outputs; /* g->n_outputs */
+    char **files;                /* g->n_outputs output paths, or NULL entries */
     struct rtx_plan *plan;
     struct rtx_backend *be;
-    double *times_ms;                  /* opt.repeat */
-    size_t peak_bytes;                 /* bytes */
+    double *times_ms;  /* opt.repeat */
+    size_t peak_bytes; /* bytes */
 };
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -127,7 +127,7 @@ static const char *option_value(int argc, char **argv, int *i, const char *eq) {
     return argv[++*i];
 }
 
-/* Fills opt from argv; returns EXIT_OK or EXIT_USAGE (message printed). */
+/* Fills opt from argv; returns EXIT_OK, EXIT_USAGE or EXIT_EXEC (message printed). */
 static int parse_args(int argc, char **argv, struct options *opt) {
     opt->repeat = 1;
     opt->inputs = calloc((size_t)(argc > 0 ? argc : 1), sizeof *opt->inputs);
@@ -275,7 +275,8 @@ static double rng_uniform(struct rng *r) { /* [0, 1) */
 static int random_input(const struct rtx_value *v, struct rng *r, struct rtx_tensor **out,
                         struct rtx_err *err) {
     int64_t dims[RTX_MAX_DIMS];
-    for (int i = 0; i < v->ndim; i++) dims[i] = v->dims[i] < 0 ? 1 : v->dims[i];
+    for (int i = 0; i < v->ndim; i++)
+        dims[i] = v->dims[i] < 0 ? 1 : v->dims[i];
     int rc = rtx_tensor_new(v->dtype, v->ndim, dims, out, err);
     if (rc < 0) return rc;
     int64_t n = rtx_tensor_numel(*out);
@@ -333,8 +334,7 @@ static int bind_inputs(struct run *r) {
             char want[128], got[128];
             rtx_shape_str(val->dtype, val->ndim, val->dims, want, sizeof want);
             rtx_shape_str(t->dtype, t->ndim, t->dims, got, sizeof got);
-            fail("input %s: declared %s, given %s (%s)", name, want, got,
-                 r->opt.inputs[k].path);
+            fail("input %s: declared %s, given %s (%s)", name, want, got, r->opt.inputs[k].path);
             return EXIT_INPUT;
         }
     }
@@ -372,9 +372,12 @@ static int make_dirs(const char *path) {
         char c = p[i];
         p[i] = '\0';
         struct stat sb;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) rc = -errno;
-        else if (stat(p, &sb) != 0) rc = -errno;
-        else if (!S_ISDIR(sb.st_mode)) rc = -ENOTDIR;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            rc = -errno;
+        else if (stat(p, &sb) != 0)
+            rc = -errno;
+        else if (!S_ISDIR(sb.st_mode))
+            rc = -ENOTDIR;
         p[i] = c;
     }
     free(p);
@@ -390,7 +393,8 @@ static char *output_path(const char *dir, const char *name, char *const *taken, 
     for (int suffix = 1;; suffix++) {
         int w = snprintf(path, len, "%s/", dir);
         size_t base = (size_t)w;
-        for (const char *s = name; *s; s++) path[w++] = (*s == '/' || *s == ':') ? '_' : *s;
+        for (const char *s = name; *s; s++)
+            path[w++] = (*s == '/' || *s == ':') ? '_' : *s;
         path[w] = '\0';
         if (strcmp(path + base, ".") == 0 || strcmp(path + base, "..") == 0) path[base] = '_';
         if (suffix > 1) w += snprintf(path + w, len - (size_t)w, "_%d", suffix);
@@ -471,8 +475,14 @@ static struct timing summarize(const double *times, int n) {
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0. */
 static int utf8_len(const unsigned char *s) {
-    static const struct { unsigned char lo, hi; int n; unsigned min; } leads[] = {
-        {0xc2, 0xdf, 2, 0x80}, {0xe0, 0xef, 3, 0x800}, {0xf0, 0xf4, 4, 0x10000},
+    static const struct {
+        unsigned char lo, hi;
+        int n;
+        unsigned min;
+    } leads[] = {
+        {0xc2, 0xdf, 2, 0x80},
+        {0xe0, 0xef, 3, 0x800},
+        {0xf0, 0xf4, 4, 0x10000},
     };
     if (s[0] < 0x80) return 1;
     for (size_t k = 0; k < sizeof leads / sizeof leads[0]; k++) {
@@ -529,7 +539,8 @@ static void report_json(const struct run *r, struct timing tm) {
         fputs(", \"dtype\": ", stdout);
         json_string(rtx_dtype_name(t->dtype));
         fputs(", \"shape\": [", stdout);
-        for (int d = 0; d < t->ndim; d++) printf(d ? ", %" PRId64 : "%" PRId64, t->dims[d]);
+        for (int d = 0; d < t->ndim; d++)
+            printf(d ? ", %" PRId64 : "%" PRId64, t->dims[d]);
         fputs("], \"file\": ", stdout);
         if (r->files[i])
             json_string(r->files[i]);
@@ -546,8 +557,8 @@ static void report_json(const struct run *r, struct timing tm) {
 static void report_text(const struct run *r, struct timing tm) {
     const struct rtx_graph *g = r->g;
     if (!r->opt.quiet) {
-        printf("graph %s: %d inputs, %d outputs, %d nodes\n", g->name, g->n_inputs,
-               g->n_outputs, g->n_nodes);
+        printf("graph %s: %d inputs, %d outputs, %d nodes\n", g->name, g->n_inputs, g->n_outputs,
+               g->n_nodes);
         for (int i = 0; i < g->n_outputs; i++) {
             const struct rtx_tensor *t = r->outputs[i];
             char shape[128];
@@ -589,8 +600,8 @@ static int execute(struct run *r) {
         unref_all(r->outputs, g->n_outputs);
         struct rtx_exec_stats stats = {0};
         double t0 = now_ms();
-        int rc = rtx_plan_execute(r->plan, r->be, r->inputs, g->n_inputs, r->outputs,
-                                  g->n_outputs, NULL, &stats, &err);
+        int rc = rtx_plan_execute(r->plan, r->be, r->inputs, g->n_inputs, r->outputs, g->n_outputs,
+                                  NULL, &stats, &err);
         double t1 = now_ms();
         if (rc < 0) {
             fail("execution failed: %s", err.msg);
@@ -624,8 +635,8 @@ static int run_graph(struct run *r) {
     }
     int rc = bind_inputs(r);
     if (rc != EXIT_OK) return rc;
-    if (rtx_plan_new(g, (const struct rtx_tensor *const *)r->inputs, g->n_inputs, &lim,
-                     &r->plan, &err) < 0) {
+    if (rtx_plan_new(g, (const struct rtx_tensor *const *)r->inputs, g->n_inputs, &lim, &r->plan,
+                     &err) < 0) {
         fail("%s: %s", r->opt.graph_path, err.msg);
         return EXIT_GRAPH;
     }
@@ -652,7 +663,8 @@ static void run_free(struct run *r) {
     if (r->g) {
         unref_all(r->inputs, r->g->n_inputs);
         unref_all(r->outputs, r->g->n_outputs);
-        for (int i = 0; r->files && i < r->g->n_outputs; i++) free(r->files[i]);
+        for (int i = 0; r->files && i < r->g->n_outputs; i++)
+            free(r->files[i]);
     }
     free(r->inputs);
     free(r->outputs);
@@ -661,15 +673,18 @@ static void run_free(struct run *r) {
     rtx_plan_free(r->plan);
     rtx_backend_free(r->be);
     rtx_graph_free(r->g);
-    for (int i = 0; i < r->opt.n_inputs; i++) free((char *)r->opt.inputs[i].name);
+    for (int i = 0; i < r->opt.n_inputs; i++)
+        free((char *)r->opt.inputs[i].name);
     free(r->opt.inputs);
 }
 
 int main(int argc, char **argv) {
     struct run r = {0};
     int rc = parse_args(argc, argv, &r.opt);
-    if (rc == EXIT_OK && r.opt.help) fputs(usage_text, stdout);
-    else if (rc == EXIT_OK) rc = run_graph(&r);
+    if (rc == EXIT_OK && r.opt.help)
+        fputs(usage_text, stdout);
+    else if (rc == EXIT_OK)
+        rc = run_graph(&r);
     run_free(&r);
     return rc;
 }

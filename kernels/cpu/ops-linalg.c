@@ -17,11 +17,13 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <stdlib.h>
 
 #include "kernels/cpu/cpu-impl.h"
 
 #define SMALL_GEMM_MACS (1 << 18) /* below this OpenBLAS computes on the calling thread */
 #define CONVERT_GRAIN (1 << 15)   /* elements per chunk of a dtype conversion */
+#define ATTN_ROWS 32              /* query rows per attention task */
 
 /* ------------------------------------------------------------------------------------------
  * f16/bf16 <-> f32 scratch
@@ -292,7 +294,9 @@ struct attn_job {
     int64_t lead_dims[RTX_MAX_DIMS];
     int64_t mask_lead_str[RTX_MAX_DIMS]; /* mask strides of the leading dims (0: broadcast) */
     int64_t mask_str_q, mask_str_k;      /* mask strides of the Lq and Lk dims */
-    int64_t Lq, Lk, D, Dv, rb, n_blocks;
+    int64_t Lq, Lk, D, Dv;
+    int64_t rb, n_blocks;         /* query rows per task, tasks per head */
+    int64_t kb_s, kb_v;           /* keys per sgemm call for scores, for p . v */
     bool causal;
     float scale;
     atomic_int failed;        /* set when a chunk could not allocate its scratch */
@@ -352,17 +356,25 @@ static void attn_chunk(void *ctx, int64_t begin, int64_t end) {
         if (kc == 0 || j->Dv == 0) {
             memset(o, 0, (size_t)(m * j->Dv) * sizeof *o);
         } else {
-            if (j->D == 0)
-                memset(s, 0, (size_t)(m * kc) * sizeof *s);
-            else
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kc, (int)j->D,
-                            j->scale, j->q + (bh * j->Lq + r0) * j->D, (int)j->D,
-                            j->k + bh * j->Lk * j->D, (int)j->D, 0.0f, s, (int)kc);
+            /* scores = scale * q[r0:r1] . k[0:kc]^T, in column blocks of kb_s keys */
+            const float *qb = j->q + (bh * j->Lq + r0) * j->D, *kb = j->k + bh * j->Lk * j->D;
+            if (j->D == 0) memset(s, 0, (size_t)(m * kc) * sizeof *s);
+            for (int64_t c0 = 0; c0 < kc && j->D > 0; c0 += j->kb_s) {
+                int64_t n = kc - c0 < j->kb_s ? kc - c0 : j->kb_s;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)j->D,
+                            j->scale, qb, (int)j->D, kb + c0 * j->D, (int)j->D, 0.0f, s + c0,
+                            (int)kc);
+            }
             for (int64_t i = 0; i < m; i++)
                 attn_softmax_row(j, s + i * kc, kc, r0 + i, mask_base + (r0 + i) * j->mask_str_q);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)j->Dv, (int)kc,
-                        1.0f, s, (int)kc, j->v + bh * j->Lk * j->Dv, (int)j->Dv, 0.0f, o,
-                        (int)j->Dv);
+            /* out = p . v[0:kc], accumulated over row blocks of kb_v keys */
+            const float *vb = j->v + bh * j->Lk * j->Dv;
+            for (int64_t c0 = 0; c0 < kc; c0 += j->kb_v) {
+                int64_t n = kc - c0 < j->kb_v ? kc - c0 : j->kb_v;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)j->Dv, (int)n,
+                            1.0f, s + c0, (int)kc, vb + c0 * j->Dv, (int)j->Dv,
+                            c0 == 0 ? 0.0f : 1.0f, o, (int)j->Dv);
+            }
         }
         if (narrow) {
             void *dst = rtx_tensor_data(j->out);
@@ -429,11 +441,12 @@ static int run_attention(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     }
     if (BH * j.Lq * j.Dv == 0) return 0;
 
-    int64_t width = j.Lk * (j.D > j.Dv ? j.D : j.Dv);
-    j.rb = width > 0 ? SMALL_GEMM_MACS / width : j.Lq;
-    if (j.rb < 8) j.rb = 8;
-    if (j.rb > 128) j.rb = 128;
+    j.rb = getenv("RB") ? atoi(getenv("RB")) : ATTN_ROWS;
     if (j.rb > j.Lq) j.rb = j.Lq;
+    j.kb_s = SMALL_GEMM_MACS / (j.rb * (j.D > 0 ? j.D : 1));
+    j.kb_v = SMALL_GEMM_MACS / (j.rb * (j.Dv > 0 ? j.Dv : 1));
+    if (j.kb_s < 1) j.kb_s = 1;
+    if (j.kb_v < 1) j.kb_v = 1;
     j.n_blocks = (j.Lq + j.rb - 1) / j.rb;
     atomic_init(&j.failed, 0);
 

@@ -565,6 +565,8 @@ def op_transpose(op, ins, at):
         perm = list(range(x.a.ndim))[::-1]
     if sorted(perm) != list(range(x.a.ndim)):
         raise GraphError(f"transpose: bad perm {perm}")
+    if x.a.ndim == 0:  # np.transpose(scalar, []) would give shape (1,)
+        return [V(x.a.copy(), x.dt)]
     return [V(np.ascontiguousarray(np.transpose(x.a, perm)), x.dt)]
 
 
@@ -649,7 +651,9 @@ def op_reduce(op, ins, at):
         if op == "reduce_mean":
             if dt not in FLOATS:
                 raise GraphError("reduce_mean: float only")
-            return [V(round_to(np.mean(f64(x), axis=axes, keepdims=kd), dt), dt)]
+            n = int(np.prod([x.a.shape[a] for a in axes]))
+            s = np.sum(f64(x), axis=axes, keepdims=kd)
+            return [V(round_to(s / n if n else np.full_like(s, np.nan), dt), dt)]
         if op == "reduce_sum":
             if dt in FLOATS:
                 return [V(round_to(np.sum(f64(x), axis=axes, keepdims=kd), dt), dt)]
@@ -760,14 +764,20 @@ def ref_attention(q, k, v, mask=None, mask_is_bool=False, causal=0, scale=None):
     return np.matmul(p, v), p
 
 
+def mask_array(mask):
+    """An attention mask as ref_attention takes it: bool as is, else float64."""
+    if mask is None:
+        return None
+    return np.asarray(mask.a, dtype=bool) if mask.dt == "bool" else f64(mask)
+
+
 def op_attention(op, ins, at):
     q, k, v, mask = (ins + [None])[:4]
     dt = _float_in([q, k, v], op)
     if mask is not None and mask.dt not in ("bool", dt):
         raise GraphError(f"attention: mask dtype {mask.dt}")
-    out, _ = ref_attention(f64(q), f64(k), f64(v), None if mask is None else f64(mask),
-                           mask is not None and mask.dt == "bool", at.get("causal", 0),
-                           at.get("scale"))
+    out, _ = ref_attention(f64(q), f64(k), f64(v), mask_array(mask), mask is not None and
+                           mask.dt == "bool", at.get("causal", 0), at.get("scale"))
     return [V(round_to(out, dt), dt)]
 
 
