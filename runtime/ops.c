@@ -159,7 +159,7 @@ static int infer_where(const struct rtx_node *n, const shape_t *const *in, int n
                            rtx_dtype_name(in[0]->dtype));
     int rc = same_dtype(in[1], in[2], "input 2", err);
     if (rc) return rc;
-    shape_t t;
+    shape_t t = {.dtype = in[1]->dtype};
     if ((rc = broadcast2(in[0], in[1], &t, err)) || (rc = broadcast2(&t, in[2], &out[0], err)))
         return rc;
     out[0].dtype = in[1]->dtype;

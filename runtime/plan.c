@@ -348,11 +348,6 @@ int rtx_plan_execute(struct rtx_plan *p, struct rtx_backend *be,
                              rtx__node_label(g, ni, label, sizeof label));
             goto out;
         }
-        if (n->n_outputs > (int)(sizeof outs / sizeof outs[0])) {
-            rc = rtx_err_set(err, RTX_EINTERNAL, "%s: too many outputs",
-                             rtx__node_label(g, ni, label, sizeof label));
-            goto out;
-        }
         for (int o = 0; o < n->n_outputs; o++) {
             int v = n->outputs[o];
             const struct rtx__shape *s = &p->shapes[v];

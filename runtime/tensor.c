@@ -267,15 +267,29 @@ double rtx_tensor_get(const struct rtx_tensor *t, int64_t i) {
     }
 }
 
+/* v clamped to [lo, hi], NaN to 0: the integer conversions below are then defined. */
+static double clamp_int(double v, double lo, double hi) {
+    if (isnan(v)) return 0;
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
 void rtx_tensor_set(struct rtx_tensor *t, int64_t i, double v) {
     char *p = (char *)rtx_tensor_data(t) + element_offset(t, i);
+    if (!rtx_dtype_is_float(t->dtype) && t->dtype != RTX_BOOL) {
+        switch (t->dtype) {
+        case RTX_I8: v = clamp_int(v, INT8_MIN, INT8_MAX); break;
+        case RTX_I32: v = clamp_int(v, INT32_MIN, INT32_MAX); break;
+        case RTX_U8: v = clamp_int(v, 0, UINT8_MAX); break;
+        default: v = clamp_int(v, -0x1p63, 0x1p63); break; /* 2^63 saturates below */
+        }
+    }
     switch (t->dtype) {
     case RTX_F32: *(float *)p = (float)v; break;
     case RTX_F16: *(uint16_t *)p = rtx_f32_to_f16((float)v); break;
     case RTX_BF16: *(uint16_t *)p = rtx_f32_to_bf16((float)v); break;
     case RTX_I8: *(int8_t *)p = (int8_t)v; break;
     case RTX_I32: *(int32_t *)p = (int32_t)v; break;
-    case RTX_I64: *(int64_t *)p = (int64_t)v; break;
+    case RTX_I64: *(int64_t *)p = v >= 0x1p63 ? INT64_MAX : (int64_t)v; break;
     case RTX_U8: *(uint8_t *)p = (uint8_t)v; break;
     case RTX_BOOL: *(uint8_t *)p = v != 0; break;
     default: break;

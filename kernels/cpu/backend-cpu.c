@@ -145,8 +145,10 @@ int rtx__cpu_node_err(struct rtx_err *err, const struct rtx_node_args *a, int co
     va_end(ap);
     const struct rtx_node *node = a->node;
     int idx = a->graph ? (int)(node - a->graph->nodes) : -1;
-    return rtx_err_set(err, code, "node %d (%s) %s: %s", idx, node->name ? node->name : "",
-                       rtx_op_name(node->op), detail);
+    if (node->name && node->name[0])
+        return rtx_err_set(err, code, "node %d '%s' (%s): %s", idx, node->name,
+                           rtx_op_name(node->op), detail);
+    return rtx_err_set(err, code, "node %d (%s): %s", idx, rtx_op_name(node->op), detail);
 }
 
 /* ------------------------------------------------------------------------------------------

@@ -44,6 +44,14 @@ static inline void rtx__store_f32(void *base, enum rtx_dtype dt, int64_t i, floa
     }
 }
 
+/* f32 views of float tensors for kernels that compute in f32 (kernels/cpu/f32-scratch.c).
+ * as_f32: t's own data when f32, else a widened copy returned in *owned (rtx_free it); NULL
+ * when out of memory. out_f32: where to write an f32 result for t (t itself, or scratch in
+ * *owned); finish_f32 then rounds the scratch into t (a no-op for NULL scratch). */
+const float *rtx__cpu_as_f32(struct rtx_cpu *cpu, const struct rtx_tensor *t, float **owned);
+float *rtx__cpu_out_f32(struct rtx_tensor *t, float **owned);
+void rtx__cpu_finish_f32(struct rtx_cpu *cpu, struct rtx_tensor *t, const float *scratch);
+
 /* Op groups, one per file; each switches on args->node->op. */
 int rtx__cpu_elementwise(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
 int rtx__cpu_reduce(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
@@ -51,7 +59,7 @@ int rtx__cpu_linalg(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
 int rtx__cpu_shape(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
 int rtx__cpu_conv(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
 
-/* Error helper for kernels: prefixes "node N (name) op: ". */
+/* Error helper for kernels: prefixes "node N 'name' (op): " (as the validator does). */
 int rtx__cpu_node_err(struct rtx_err *err, const struct rtx_node_args *a, int code,
                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

@@ -5,10 +5,11 @@
  * DESIGN
  * conv2d is im2col + sgemm per image and group: the columns matrix holds, for each
  * (input channel, kernel row, kernel column), the input pixels each output pixel sees (0 in
- * the padding), so out[g] = w[g] . columns. A 1x1 kernel with unit stride, no padding and no
- * dilation uses the input itself as the columns matrix. When one image's product is small the
- * images are split over the pool (OpenBLAS then computes on each worker's thread); when it is
- * large the images go one by one, im2col split over the pool and sgemm threaded by OpenBLAS.
+ * the padding), so out[g] = w[g] . columns. A 1x1 kernel with unit stride and no padding
+ * uses the input itself as the columns matrix. When the product of one (image, group) pair is
+ * small the pairs are split over the pool (OpenBLAS then computes on each worker's thread);
+ * when it is large they go one by one, im2col split over the pool and sgemm threaded by
+ * OpenBLAS.
  * f16/bf16 are widened to f32 first and rounded once on store. Pooling walks each output
  * pixel's window directly, with channel planes split over the pool.
  */
@@ -26,32 +27,6 @@
 /* ------------------------------------------------------------------------------------------
  * Helpers
  * ---------------------------------------------------------------------------------------- */
-
-struct convert_job {
-    const void *src;
-    void *dst;
-    enum rtx_dtype dt; /* the dtype that is not f32 */
-};
-
-static void widen_chunk(void *ctx, int64_t begin, int64_t end) {
-    const struct convert_job *j = ctx;
-    float *dst = j->dst;
-    for (int64_t i = begin; i < end; i++) dst[i] = rtx__load_f32(j->src, j->dt, i);
-}
-
-/* The data of a float tensor as f32: its own memory when f32, else a widened copy in *owned
- * (rtx_free it). NULL when out of memory. */
-static const float *as_f32(struct rtx_cpu *cpu, const struct rtx_tensor *t, float **owned) {
-    *owned = NULL;
-    if (t->dtype == RTX_F32) return rtx_tensor_data(t);
-    int64_t n = rtx_tensor_numel(t);
-    float *f = rtx_malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
-    if (f == NULL) return NULL;
-    struct convert_job j = {.src = rtx_tensor_data(t), .dst = f, .dt = t->dtype};
-    rtx__cpu_parallel_for(cpu, n, CONVERT_GRAIN, widen_chunk, &j);
-    *owned = f;
-    return f;
-}
 
 /* Reads an optional attribute of `count` ints into v (dflt when absent); false when it is
  * present with another length. */
@@ -181,29 +156,28 @@ static void im2col_chunk(void *ctx, int64_t begin, int64_t end) {
     im2col_rows(j->conv, j->img, j->col, begin, end);
 }
 
-/* out[n, group g] = w[g] . columns, for every group of image n; im2col goes over the pool
- * when cpu is not NULL. */
-static void conv_image(const struct conv_job *j, int64_t n, float *col, struct rtx_cpu *cpu) {
+/* out[n, group g] = w[g] . columns of (n, g), for task ng = n * G + g; im2col goes over the
+ * pool when cpu is not NULL. */
+static void conv_group(const struct conv_job *j, int64_t ng, float *col, struct rtx_cpu *cpu) {
     const struct window *w = &j->w;
-    for (int64_t g = 0; g < j->G; g++) {
-        const float *img = j->x + (n * w->C + g * j->Cg) * w->H * w->W;
-        const float *cols = img;
-        if (!j->direct) {
-            if (cpu) {
-                struct im2col_job ij = {.conv = j, .img = img, .col = col};
-                rtx__cpu_parallel_for(cpu, j->K, 1, im2col_chunk, &ij);
-            } else {
-                im2col_rows(j, img, col, 0, j->K);
-            }
-            cols = col;
+    int64_t n = ng / j->G, g = ng % j->G;
+    const float *img = j->x + (n * w->C + g * j->Cg) * w->H * w->W;
+    const float *cols = img;
+    if (!j->direct) {
+        if (cpu) {
+            struct im2col_job ij = {.conv = j, .img = img, .col = col};
+            rtx__cpu_parallel_for(cpu, j->K, 1, im2col_chunk, &ij);
+        } else {
+            im2col_rows(j, img, col, 0, j->K);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->Og, (int)j->P, (int)j->K,
-                    1.0f, j->wt + g * j->Og * j->K, (int)j->K, cols, (int)j->P, 0.0f,
-                    j->y + (n * j->G + g) * j->Og * j->P, (int)j->P);
+        cols = col;
     }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->Og, (int)j->P, (int)j->K,
+                1.0f, j->wt + g * j->Og * j->K, (int)j->K, cols, (int)j->P, 0.0f,
+                j->y + ng * j->Og * j->P, (int)j->P);
 }
 
-static void conv_batch_chunk(void *ctx, int64_t begin, int64_t end) {
+static void conv_groups_chunk(void *ctx, int64_t begin, int64_t end) {
     struct conv_job *j = ctx;
     float *col = NULL;
     if (!j->direct) {
@@ -213,7 +187,7 @@ static void conv_batch_chunk(void *ctx, int64_t begin, int64_t end) {
             return;
         }
     }
-    for (int64_t n = begin; n < end; n++) conv_image(j, n, col, NULL);
+    for (int64_t ng = begin; ng < end; ng++) conv_group(j, ng, col, NULL);
     rtx_free(col);
 }
 
@@ -270,9 +244,9 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
                                  INT_MAX);
 
     float *x_own = NULL, *w_own = NULL, *b_own = NULL, *y_own = NULL, *col = NULL;
-    j.x = as_f32(cpu, X, &x_own);
-    j.wt = j.x ? as_f32(cpu, Wt, &w_own) : NULL;
-    j.bias = j.wt && B ? as_f32(cpu, B, &b_own) : NULL;
+    j.x = rtx__cpu_as_f32(cpu, X, &x_own);
+    j.wt = j.x ? rtx__cpu_as_f32(cpu, Wt, &w_own) : NULL;
+    j.bias = j.wt && B ? rtx__cpu_as_f32(cpu, B, &b_own) : NULL;
     if (Y->dtype == RTX_F32)
         j.y = rtx_tensor_data(Y);
     else if (j.wt && (j.bias || !B))
@@ -283,8 +257,8 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     }
     if (j.K == 0) {
         memset(j.y, 0, (size_t)rtx_tensor_numel(Y) * sizeof *j.y);
-    } else if (j.w.N > 1 && j.Og * j.P * j.K <= SMALL_GEMM_MACS) {
-        rtx__cpu_parallel_for(cpu, j.w.N, 1, conv_batch_chunk, &j);
+    } else if (j.w.N * j.G > 1 && j.Og * j.P * j.K <= SMALL_GEMM_MACS) {
+        rtx__cpu_parallel_for(cpu, j.w.N * j.G, 1, conv_groups_chunk, &j);
         if (atomic_load(&j.failed)) {
             rc = rtx__cpu_node_err(err, a, RTX_ENOMEM, "im2col scratch");
             goto done;
@@ -294,7 +268,7 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
             rc = rtx__cpu_node_err(err, a, RTX_ENOMEM, "im2col scratch");
             goto done;
         }
-        for (int64_t n = 0; n < j.w.N; n++) conv_image(&j, n, col, cpu);
+        for (int64_t ng = 0; ng < j.w.N * j.G; ng++) conv_group(&j, ng, col, cpu);
     }
     if (j.bias || y_own) {
         struct bias_job bj = {.y = j.y, .bias = j.bias, .O = O, .P = j.P,

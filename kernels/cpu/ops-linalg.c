@@ -3,79 +3,33 @@
  *
  * DESIGN
  * All three go through OpenBLAS cblas_sgemm. f16/bf16 operands are widened to f32 scratch
- * first and the f32 result is rounded once on store. Matmul folds the batch into the rows of
- * one call when b is a single (broadcast) matrix and a is not transposed; otherwise it loops
- * over the broadcast batch, on the pool when each product is small (OpenBLAS runs those on the
- * calling thread) and on the caller when each is large (OpenBLAS threads them itself).
- * Attention splits batch x heads x query-row blocks over the pool. A block's row count keeps
- * each of its two sgemm calls under OpenBLAS's multithreading threshold (about 2^18
- * multiply-adds), so pool workers do not stack OpenBLAS threads on top of their own; with
- * causal masking a block multiplies only the keys its last row can see.
+ * first and the f32 result is rounded once on store. One product (2-D matmul, gemm, or a
+ * batch folded into the rows of a when b is one shared matrix and a is not transposed) is one
+ * sgemm call that OpenBLAS threads itself. A real batch is cut into tiles of at most
+ * SMALL_GEMM_MACS multiply-adds spread over our pool: OpenBLAS computes calls that small on
+ * the calling thread, whereas a larger call made from several pool workers at once starts
+ * OpenBLAS threads on top of ours and runs several times slower (measured). When K is so long
+ * that such tiles would be slivers, the batch goes one call at a time on the caller instead.
+ * Attention splits batch x heads x blocks of query rows over the pool, under the same bound:
+ * the scores and p.v products of a block are made in key blocks that stay under it. With
+ * causal masking a block multiplies only the keys its last row can see. The softmax uses a
+ * branch-free exp so its loops vectorize; in attention it costs about as much as the sgemms.
  */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <stdlib.h>
 
 #include "kernels/cpu/cpu-impl.h"
 
 #define SMALL_GEMM_MACS (1 << 18) /* below this OpenBLAS computes on the calling thread */
 #define CONVERT_GRAIN (1 << 15)   /* elements per chunk of a dtype conversion */
-#define ATTN_ROWS 32              /* query rows per attention task */
+#define ATTN_ROWS 64              /* query rows per attention task, at most */
 
 /* ------------------------------------------------------------------------------------------
- * f16/bf16 <-> f32 scratch
+ * helpers
  * ---------------------------------------------------------------------------------------- */
-
-struct convert_job {
-    const void *src;
-    void *dst;
-    enum rtx_dtype dt; /* the dtype that is not f32 */
-};
-
-static void widen_chunk(void *ctx, int64_t begin, int64_t end) {
-    const struct convert_job *j = ctx;
-    float *dst = j->dst;
-    for (int64_t i = begin; i < end; i++) dst[i] = rtx__load_f32(j->src, j->dt, i);
-}
-
-static void narrow_chunk(void *ctx, int64_t begin, int64_t end) {
-    const struct convert_job *j = ctx;
-    const float *src = j->src;
-    for (int64_t i = begin; i < end; i++) rtx__store_f32(j->dst, j->dt, i, src[i]);
-}
-
-/* The data of a float tensor as f32: the tensor's own memory when it is f32, else a widened
- * copy in *owned (rtx_free it). NULL when out of memory. */
-static const float *as_f32(struct rtx_cpu *cpu, const struct rtx_tensor *t, float **owned) {
-    *owned = NULL;
-    if (t->dtype == RTX_F32) return rtx_tensor_data(t);
-    int64_t n = rtx_tensor_numel(t);
-    float *f = rtx_malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
-    if (f == NULL) return NULL;
-    struct convert_job j = {.src = rtx_tensor_data(t), .dst = f, .dt = t->dtype};
-    rtx__cpu_parallel_for(cpu, n, CONVERT_GRAIN, widen_chunk, &j);
-    *owned = f;
-    return f;
-}
-
-/* Where a kernel writes its f32 result: the output itself when f32, else a scratch in *owned
- * that finish_f32 rounds into the output. */
-static float *out_f32(struct rtx_tensor *t, float **owned) {
-    *owned = NULL;
-    if (t->dtype == RTX_F32) return rtx_tensor_data(t);
-    int64_t n = rtx_tensor_numel(t);
-    *owned = rtx_malloc((size_t)(n > 0 ? n : 1) * sizeof **owned);
-    return *owned;
-}
-
-static void finish_f32(struct rtx_cpu *cpu, struct rtx_tensor *t, const float *scratch) {
-    if (scratch == NULL) return;
-    struct convert_job j = {.src = scratch, .dst = rtx_tensor_data(t), .dt = t->dtype};
-    rtx__cpu_parallel_for(cpu, rtx_tensor_numel(t), CONVERT_GRAIN, narrow_chunk, &j);
-}
 
 static bool fits_int(int64_t v) {
     return v >= 0 && v <= INT_MAX;
@@ -85,22 +39,51 @@ static bool fits_int(int64_t v) {
  * matmul
  * ---------------------------------------------------------------------------------------- */
 
+/* A batched product split into tiles of op(a) rows x op(b) columns, one sgemm call each. */
 struct batch_job {
     bool ta, tb;
-    int M, N, K, lda, ldb;
+    int64_t M, N, K, lda, ldb;
     const float *a, *b;
     float *y;
     const int64_t *a_off, *b_off; /* per batch, in floats */
-    int64_t y_step;               /* M * N */
+    int64_t rb, nb;               /* tile rows and columns */
+    int64_t row_tiles, col_tiles;
 };
 
 static void batch_chunk(void *ctx, int64_t begin, int64_t end) {
     const struct batch_job *j = ctx;
-    for (int64_t i = begin; i < end; i++)
+    int64_t per_batch = j->row_tiles * j->col_tiles;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t bt = t / per_batch, r0 = t % per_batch / j->col_tiles * j->rb;
+        int64_t c0 = t % j->col_tiles * j->nb;
+        int64_t m = j->M - r0 < j->rb ? j->M - r0 : j->rb;
+        int64_t n = j->N - c0 < j->nb ? j->N - c0 : j->nb;
+        /* row r0 of op(a) is a column of a when transposed; likewise for b's columns */
+        const float *a = j->a + j->a_off[bt] + (j->ta ? r0 : r0 * j->lda);
+        const float *b = j->b + j->b_off[bt] + (j->tb ? c0 * j->ldb : c0);
         cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans,
-                    j->tb ? CblasTrans : CblasNoTrans, j->M, j->N, j->K, 1.0f,
-                    j->a + j->a_off[i], j->lda, j->b + j->b_off[i], j->ldb, 0.0f,
-                    j->y + i * j->y_step, j->N);
+                    j->tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)j->K, 1.0f, a,
+                    (int)j->lda, b, (int)j->ldb, 0.0f, j->y + bt * j->M * j->N + r0 * j->N + c0,
+                    (int)j->N);
+    }
+}
+
+/* Tiles of at most SMALL_GEMM_MACS multiply-adds, so pool workers never make OpenBLAS start
+ * threads of its own; false when K is so long that the tiles would be slivers. */
+static bool batch_tiles(struct batch_job *j) {
+    int64_t area = SMALL_GEMM_MACS / j->K; /* rows x columns per tile */
+    if (area >= j->M * j->N) {
+        j->rb = j->M;
+        j->nb = j->N;
+    } else {
+        if (area < 512) return false;
+        j->nb = j->N < 64 ? j->N : 64;
+        while (j->nb * 2 <= j->N && j->nb * 2 * 16 <= area) j->nb *= 2;
+        j->rb = area / j->nb < j->M ? area / j->nb : j->M;
+    }
+    j->row_tiles = (j->M + j->rb - 1) / j->rb;
+    j->col_tiles = (j->N + j->nb - 1) / j->nb;
+    return true;
 }
 
 /* Rows, columns of the matrix a 1-D-or-more operand stands for, after its transpose. */
@@ -161,9 +144,9 @@ static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
         return rtx__cpu_node_err(err, a, RTX_ELIMIT, "matrix dimension over %d", INT_MAX);
 
     float *a_own = NULL, *b_own = NULL, *y_own = NULL;
-    const float *af = as_f32(cpu, A, &a_own);
-    const float *bf = af ? as_f32(cpu, B, &b_own) : NULL;
-    float *yf = bf ? out_f32(Y, &y_own) : NULL;
+    const float *af = rtx__cpu_as_f32(cpu, A, &a_own);
+    const float *bf = af ? rtx__cpu_as_f32(cpu, B, &b_own) : NULL;
+    float *yf = bf ? rtx__cpu_out_f32(Y, &y_own) : NULL;
     int64_t *offs = NULL;
     int rc = 0;
     if (yf == NULL) {
@@ -196,16 +179,19 @@ static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
             }
         }
         struct batch_job j = {
-            .ta = ta, .tb = tb, .M = (int)M, .N = (int)N, .K = (int)K, .lda = (int)lda,
-            .ldb = (int)ldb, .a = af, .b = bf, .y = yf, .a_off = offs, .b_off = offs + nbatch,
-            .y_step = M * N,
+            .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .a = af,
+            .b = bf, .y = yf, .a_off = offs, .b_off = offs + nbatch,
         };
-        if (M * N * K <= SMALL_GEMM_MACS)
-            rtx__cpu_parallel_for(cpu, nbatch, 1, batch_chunk, &j);
-        else
+        if (batch_tiles(&j)) {
+            rtx__cpu_parallel_for(cpu, nbatch * j.row_tiles * j.col_tiles, 1, batch_chunk, &j);
+        } else {
+            j.rb = M; /* one call per batch, threaded by OpenBLAS */
+            j.nb = N;
+            j.row_tiles = j.col_tiles = 1;
             batch_chunk(&j, 0, nbatch);
+        }
     }
-    finish_f32(cpu, Y, y_own);
+    rtx__cpu_finish_f32(cpu, Y, y_own);
 done:
     rtx_free(offs);
     rtx_free(a_own);
@@ -217,6 +203,26 @@ done:
 /* ------------------------------------------------------------------------------------------
  * gemm
  * ---------------------------------------------------------------------------------------- */
+
+/* y[i, j] = beta * c broadcast from [cM, cN] to [M, N], rows [begin, end). */
+struct bias_job {
+    float *y;
+    const float *c;
+    int64_t N, cM, cN;
+    float beta;
+};
+
+static void bias_chunk(void *ctx, int64_t begin, int64_t end) {
+    const struct bias_job *j = ctx;
+    for (int64_t i = begin; i < end; i++) {
+        const float *c = j->c + (j->cM == 1 ? 0 : i) * j->cN;
+        float *y = j->y + i * j->N;
+        if (j->cN == 1)
+            for (int64_t k = 0; k < j->N; k++) y[k] = j->beta * c[0];
+        else
+            for (int64_t k = 0; k < j->N; k++) y[k] = j->beta * c[k];
+    }
+}
 
 static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
     const struct rtx_tensor *A = a->in[0], *B = a->in[1];
@@ -251,19 +257,18 @@ static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
         return rtx__cpu_node_err(err, a, RTX_ELIMIT, "matrix dimension over %d", INT_MAX);
 
     float *a_own = NULL, *b_own = NULL, *c_own = NULL, *y_own = NULL;
-    const float *af = as_f32(cpu, A, &a_own);
-    const float *bf = af ? as_f32(cpu, B, &b_own) : NULL;
-    const float *cf = bf && C ? as_f32(cpu, C, &c_own) : NULL;
-    float *yf = bf && (cf || !C) ? out_f32(Y, &y_own) : NULL;
+    const float *af = rtx__cpu_as_f32(cpu, A, &a_own);
+    const float *bf = af ? rtx__cpu_as_f32(cpu, B, &b_own) : NULL;
+    const float *cf = bf && C ? rtx__cpu_as_f32(cpu, C, &c_own) : NULL;
+    float *yf = bf && (cf || !C) ? rtx__cpu_out_f32(Y, &y_own) : NULL;
     int rc = 0;
     if (yf == NULL) {
         rc = rtx__cpu_node_err(err, a, RTX_ENOMEM, "f32 scratch");
         goto done;
     }
     if (C) {
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++)
-                yf[i * N + j] = beta * cf[(cM == 1 ? 0 : i) * cN + (cN == 1 ? 0 : j)];
+        struct bias_job bj = {.y = yf, .c = cf, .N = N, .cM = cM, .cN = cN, .beta = beta};
+        rtx__cpu_parallel_for(cpu, M, CONVERT_GRAIN / N + 1, bias_chunk, &bj);
     }
     if (K == 0) {
         if (!C) memset(yf, 0, (size_t)(M * N) * sizeof *yf);
@@ -272,7 +277,7 @@ static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
                     (int)M, (int)N, (int)K, alpha, af, ta ? (int)M : (int)K, bf,
                     tb ? (int)K : (int)N, C ? 1.0f : 0.0f, yf, (int)N);
     }
-    finish_f32(cpu, Y, y_own);
+    rtx__cpu_finish_f32(cpu, Y, y_own);
 done:
     rtx_free(a_own);
     rtx_free(b_own);
@@ -302,35 +307,96 @@ struct attn_job {
     atomic_int failed;        /* set when a chunk could not allocate its scratch */
 };
 
-/* Masks, scales to probabilities, and zeroes a row whose keys are all masked. */
+/* exp(x) for the x <= 0 of a max-subtracted softmax, within 2 ulp of expf; x below -87 (and
+ * -inf) gives 0, where expf would give at most a denormal. It is branch-free so the block
+ * loops below vectorize: 2^n * e^r with n = round(x / ln 2), e^r by its Taylor series to r^7
+ * (|r| <= ln 2 / 2, so the series error is under 1e-8). A NaN x must be caught before. */
+static inline float exp_nonpos(float x) {
+    uint32_t xb, tb, yb;
+    memcpy(&xb, &x, sizeof xb);
+    uint32_t keep = xb > 0xc2ae0000u ? 0u : ~0u; /* bits above -87.0f's: more negative */
+    xb = xb > 0xc2ae0000u ? 0xc2ae0000u : xb;
+    float c;
+    memcpy(&c, &xb, sizeof c);
+    float t = c * 1.44269504f + 12582912.0f; /* + 1.5 * 2^23 rounds to an integer */
+    float n = t - 12582912.0f;
+    float r = c - n * 0.693145752f - n * 1.42860677e-06f; /* ln 2 in two parts */
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    memcpy(&tb, &t, sizeof tb);
+    uint32_t e = (tb - 0x4b400000u + 127u) << 23; /* 2^n: n sits in t's low mantissa bits */
+    float s;
+    memcpy(&s, &e, sizeof s);
+    float y = p * s;
+    memcpy(&yb, &y, sizeof yb);
+    yb &= keep;
+    memcpy(&y, &yb, sizeof y);
+    return y;
+}
+
+/* s[i] = exp(s[i] - mx); returns the sum. Blocks of 8 let the compiler vectorize at -O2. */
+static float exp_sum(float *s, int64_t n, float mx) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            s[i + k] = exp_nonpos(s[i + k] - mx);
+            acc[k] += s[i + k];
+        }
+    float sum = 0.0f;
+    for (; i < n; i++) {
+        s[i] = exp_nonpos(s[i] - mx);
+        sum += s[i];
+    }
+    for (int k = 0; k < 8; k++) sum += acc[k];
+    return sum;
+}
+
+static void scale_row(float *s, int64_t n, float f) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) s[i + k] *= f;
+    for (; i < n; i++) s[i] *= f;
+}
+
+/* Masks, turns scores into probabilities, and zeroes a row whose keys are all masked. A NaN
+ * score, or +inf, makes the row NaN (as the plain formula would). */
 static void attn_softmax_row(const struct attn_job *j, float *s, int64_t kc, int64_t qi,
                              int64_t mask_row) {
-    float mx = -INFINITY;
-    for (int64_t c = 0; c < kc; c++) {
-        float x = s[c];
-        if (j->causal && c > qi) {
-            x = -INFINITY;
-        } else if (j->mask) {
-            int64_t mo = mask_row + c * j->mask_str_k;
-            if (j->mask_dt == RTX_BOOL)
-                x = ((const uint8_t *)j->mask)[mo] ? x : -INFINITY;
-            else
-                x += rtx__load_f32(j->mask, j->mask_dt, mo);
+    if (j->causal || j->mask) {
+        for (int64_t c = 0; c < kc; c++) {
+            if (j->causal && c > qi) {
+                s[c] = -INFINITY;
+            } else if (j->mask) {
+                int64_t mo = mask_row + c * j->mask_str_k;
+                if (j->mask_dt == RTX_BOOL)
+                    s[c] = ((const uint8_t *)j->mask)[mo] ? s[c] : -INFINITY;
+                else
+                    s[c] += rtx__load_f32(j->mask, j->mask_dt, mo);
+            }
         }
-        s[c] = x;
-        if (x > mx) mx = x;
+    }
+    float mx = -INFINITY;
+    bool nan = false;
+    for (int64_t c = 0; c < kc; c++) {
+        if (s[c] > mx) mx = s[c];
+        nan |= s[c] != s[c];
+    }
+    if (nan || mx == INFINITY) {
+        for (int64_t c = 0; c < kc; c++) s[c] = NAN;
+        return;
     }
     if (mx == -INFINITY) {
         memset(s, 0, (size_t)kc * sizeof *s);
         return;
     }
-    float sum = 0.0f;
-    for (int64_t c = 0; c < kc; c++) {
-        s[c] = expf(s[c] - mx);
-        sum += s[c];
-    }
-    float inv = 1.0f / sum;
-    for (int64_t c = 0; c < kc; c++) s[c] *= inv;
+    scale_row(s, kc, 1.0f / exp_sum(s, kc, mx));
 }
 
 static void attn_chunk(void *ctx, int64_t begin, int64_t end) {
@@ -441,7 +507,10 @@ static int run_attention(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     }
     if (BH * j.Lq * j.Dv == 0) return 0;
 
-    j.rb = getenv("RB") ? atoi(getenv("RB")) : ATTN_ROWS;
+    /* ATTN_ROWS query rows per task, fewer when that leaves threads idle */
+    int64_t want_tasks = 2 * (int64_t)rtx__cpu_n_threads(cpu);
+    j.rb = ATTN_ROWS;
+    while (j.rb > 8 && BH * ((j.Lq + j.rb - 1) / j.rb) < want_tasks) j.rb /= 2;
     if (j.rb > j.Lq) j.rb = j.Lq;
     j.kb_s = SMALL_GEMM_MACS / (j.rb * (j.D > 0 ? j.D : 1));
     j.kb_v = SMALL_GEMM_MACS / (j.rb * (j.Dv > 0 ? j.Dv : 1));
@@ -451,9 +520,9 @@ static int run_attention(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     atomic_init(&j.failed, 0);
 
     float *q_own = NULL, *k_own = NULL, *v_own = NULL;
-    j.q = as_f32(cpu, Q, &q_own);
-    j.k = j.q ? as_f32(cpu, K, &k_own) : NULL;
-    j.v = j.k ? as_f32(cpu, V, &v_own) : NULL;
+    j.q = rtx__cpu_as_f32(cpu, Q, &q_own);
+    j.k = j.q ? rtx__cpu_as_f32(cpu, K, &k_own) : NULL;
+    j.v = j.k ? rtx__cpu_as_f32(cpu, V, &v_own) : NULL;
     int rc = 0;
     if (j.v == NULL) {
         rc = rtx__cpu_node_err(err, a, RTX_ENOMEM, "f32 scratch");

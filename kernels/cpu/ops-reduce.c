@@ -52,6 +52,37 @@ struct rd_ctx {
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* Runs BODY for i in [0, n), groups of 8 as a fixed-trip loop: GCC's -O2 vectorizer takes
+ * those, where it leaves a loop of unknown trip count that would need an epilogue. */
+#define LOOP8(n, BODY)                                                                          \
+    do {                                                                                        \
+        int64_t b8_ = 0;                                                                        \
+        for (; b8_ + 8 <= (n); b8_ += 8)                                                        \
+            for (int l8_ = 0; l8_ < 8; l8_++) {                                                 \
+                int64_t i = b8_ + l8_;                                                          \
+                BODY;                                                                           \
+            }                                                                                   \
+        for (int64_t i = b8_; i < (n); i++) {                                                   \
+            BODY;                                                                               \
+        }                                                                                       \
+    } while (0)
+
+/* dst[i] = EXPR for i in [0, n), groups of 8 through a local array, so that a store that may
+ * alias the inputs does not stop the vectorizer. */
+#define VLOOP(T, dst, n, EXPR)                                                                  \
+    do {                                                                                        \
+        int64_t b8_ = 0;                                                                        \
+        for (; b8_ + 8 <= (n); b8_ += 8) {                                                      \
+            T t8_[8];                                                                           \
+            for (int l8_ = 0; l8_ < 8; l8_++) {                                                 \
+                int64_t i = b8_ + l8_;                                                          \
+                t8_[l8_] = (EXPR);                                                              \
+            }                                                                                   \
+            for (int l8_ = 0; l8_ < 8; l8_++) (dst)[b8_ + l8_] = t8_[l8_];                      \
+        }                                                                                       \
+        for (int64_t i = b8_; i < (n); i++) (dst)[i] = (EXPR);                                  \
+    } while (0)
+
 /* Elements off + i * st, i in [0, n) (n <= RD_BLOCK unless returned in place), as f32: in
  * place when the tensor holds contiguous f32, else converted into buf. */
 static const float *load_f32(const void *base, enum rtx_dtype dt, int64_t off, int64_t st,
@@ -326,17 +357,12 @@ static void rd_cols_task(void *ctx, int64_t begin, int64_t end) {
             }
             for (int64_t j = 0; j < c->r; j++) {
                 const float *p = load_f32(c->x, c->dt, base + j * c->inner, 1, n, buf);
-                if (is_sum) {
-                    for (int64_t i = 0; i < n; i++) s[i] += p[i];
-                } else {
-                    for (int64_t i = 0; i < n; i++) {
-                        if (is_max)
-                            m[i] = p[i] > m[i] ? p[i] : m[i];
-                        else
-                            m[i] = p[i] < m[i] ? p[i] : m[i];
-                        nan[i] |= p[i] != p[i];
-                    }
-                }
+                if (is_sum)
+                    LOOP8(n, s[i] += p[i]);
+                else if (is_max)
+                    LOOP8(n, m[i] = p[i] > m[i] ? p[i] : m[i]; nan[i] |= p[i] != p[i]);
+                else
+                    LOOP8(n, m[i] = p[i] < m[i] ? p[i] : m[i]; nan[i] |= p[i] != p[i]);
             }
             float *y = out_f32(c->y, c->dt, obase, buf);
             for (int64_t i = 0; i < n; i++) y[i] = (float)float_result(c, s[i], m[i], nan[i]);
@@ -350,13 +376,12 @@ static void rd_cols_task(void *ctx, int64_t begin, int64_t end) {
             }
             for (int64_t j = 0; j < c->r; j++) {
                 const int64_t *p = load_i64(c->x, c->dt, base + j * c->inner, 1, n, buf);
-                if (is_sum) {
-                    for (int64_t i = 0; i < n; i++) s[i] += (uint64_t)p[i];
-                } else if (is_max) {
-                    for (int64_t i = 0; i < n; i++) m[i] = p[i] > m[i] ? p[i] : m[i];
-                } else {
-                    for (int64_t i = 0; i < n; i++) m[i] = p[i] < m[i] ? p[i] : m[i];
-                }
+                if (is_sum)
+                    LOOP8(n, s[i] += (uint64_t)p[i]);
+                else if (is_max)
+                    LOOP8(n, m[i] = p[i] > m[i] ? p[i] : m[i]);
+                else
+                    LOOP8(n, m[i] = p[i] < m[i] ? p[i] : m[i]);
             }
             for (int64_t i = 0; i < n; i++)
                 store_int(c->y, c->dt, obase + i, is_sum ? (int64_t)s[i] : m[i]);
@@ -587,7 +612,7 @@ static void softmax_run(const struct rd_ctx *c, int64_t off, int64_t st) {
         int64_t m = min64(RD_BLOCK, n - k);
         if (direct) {
             float *y = (float *)c->y + off + k;
-            for (int64_t i = 0; i < m; i++) y[i] *= inv;
+            LOOP8(m, y[i] *= inv);
             continue;
         }
         const float *p = load_f32(c->x, c->dt, off + k * st, st, m, buf);
@@ -641,12 +666,14 @@ static void norm_row(const struct rd_ctx *c, int64_t row) {
         const float *sc = c->scale ? load_f32(c->scale, c->dt, k, 1, m, sbuf) : NULL;
         const float *bi = c->bias ? load_f32(c->bias, c->dt, k, 1, m, bbuf) : NULL;
         float *y = out_f32(c->y, c->dt, off + k, obuf);
-        for (int64_t i = 0; i < m; i++) {
-            double v = ((double)p[i] - mean) * rstd;
-            if (sc) v *= sc[i];
-            if (bi) v += bi[i];
-            y[i] = (float)v;
-        }
+        if (sc && bi)
+            VLOOP(float, y, m, (float)(((double)p[i] - mean) * rstd * sc[i] + bi[i]));
+        else if (sc)
+            VLOOP(float, y, m, (float)(((double)p[i] - mean) * rstd * sc[i]));
+        else if (bi)
+            VLOOP(float, y, m, (float)(((double)p[i] - mean) * rstd + bi[i]));
+        else
+            VLOOP(float, y, m, (float)(((double)p[i] - mean) * rstd));
         flush_f32(c->y, c->dt, off + k, y, m);
     }
 }

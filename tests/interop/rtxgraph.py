@@ -107,7 +107,7 @@ def round_to(x64, dt):
     """float64 result -> stored value of float dtype dt (one rounding, as the kernels)."""
     with np.errstate(all="ignore"):
         if dt == "f32":
-            return np.asarray(x64).astype(np.float32)
+            return np.asarray(x64).astype(np.float32, copy=False)
         if dt == "f16":
             return np.asarray(x64).astype(np.float16)
         if dt == "bf16":
@@ -362,8 +362,13 @@ class V:
         return f"V({self.dt}{list(np.shape(self.a))})"
 
 
+# Float ops compute in COMPUTE: float64 for the reference; bench/bench_cpu.py sets float32 to
+# time "the same computation in NumPy" at the kernels' precision.
+COMPUTE = np.float64
+
+
 def f64(v):
-    return np.asarray(v.a).astype(np.float64)
+    return np.asarray(v.a).astype(COMPUTE, copy=False)
 
 
 def _erf(x):
@@ -408,10 +413,11 @@ def op_binary(op, ins, at):
             r = np.trunc(np.power(f64(a), f64(b)))
             return [V(r.astype(np.int64).astype(NP_STORAGE[dt]), dt)]
         x, y = a.a.astype(np.int64), b.a.astype(np.int64)
-        if op == "div":  # truncates toward zero; by zero gives 0
-            ys = np.where(y == 0, 1, y)
-            q = (np.abs(x) // np.abs(ys)) * np.sign(x) * np.sign(ys)
-            r = np.where(y == 0, 0, q)
+        if op == "div":  # truncates toward zero; by zero gives 0; MIN / -1 wraps
+            ys = np.where((y == 0) | (y == -1), 1, y)
+            q = x // ys  # floor division, then round toward zero
+            q = np.where(((x - q * ys) != 0) & ((x < 0) != (ys < 0)), q + 1, q)
+            r = np.where(y == 0, 0, np.where(y == -1, -x, q))
         else:
             r = {"add": np.add, "sub": np.subtract, "mul": np.multiply}[op](x, y)
         return [V(r.astype(NP_STORAGE[dt]), dt)]  # wraps to the dtype
@@ -938,7 +944,6 @@ OPS.update({
                                    "count_include_pad")),
 })
 ALL_OPS = sorted(OPS)
-ATTR_KIND = {"i": int, "f": float, "s": str}
 
 
 def decode_attrs(node):
@@ -954,69 +959,81 @@ def decode_attrs(node):
     return at
 
 
+class Interpreter:
+    """The reference interpreter of one graph: decodes initializers and attributes and checks
+    the structure once (known ops, arity, attribute names, inputs produced before use, each
+    value produced once), then run() evaluates the nodes in file order."""
+
+    def __init__(self, graph):
+        if isinstance(graph, GraphBuilder):
+            graph = graph.g
+        elif isinstance(graph, (bytes, bytearray)):
+            g = pb.Graph()
+            g.ParseFromString(bytes(graph))
+            graph = g
+        self.graph = graph
+        self.consts = {t.name: tensor_from_proto(t) for t in graph.initializers}
+        known = set(self.consts) | {vi.name for vi in graph.inputs}
+        self.steps = []
+        for node in graph.nodes:
+            if node.op not in OPS:
+                raise GraphError(f"node '{node.name}': unknown op '{node.op}'")
+            fn, lo, hi, allowed = OPS[node.op]
+            if not lo <= len(node.inputs) <= hi:
+                raise GraphError(f"node '{node.name}': {len(node.inputs)} inputs for {node.op}")
+            at = decode_attrs(node)
+            for k in at:
+                if k not in allowed:
+                    raise GraphError(f"node '{node.name}': unknown attribute '{k}'")
+            for i, name in enumerate(node.inputs):
+                if name == "" and i < lo:
+                    raise GraphError(f"node '{node.name}': required input {i} omitted")
+                if name and name not in known:
+                    raise GraphError(f"node '{node.name}': input '{name}' not produced yet")
+            for name in node.outputs:
+                if name in known:
+                    raise GraphError(f"value '{name}' produced twice")
+                known.add(name)
+            self.steps.append((node, fn, at))
+        for vo in graph.outputs:
+            if vo.name not in known:
+                raise GraphError(f"output '{vo.name}' is never produced")
+
+    def run(self, feeds, keep_all=False):
+        """feeds {name: array} -> {output name: V}, or every value with keep_all."""
+        env = dict(self.consts)
+        for vi in self.graph.inputs:
+            if vi.name not in feeds:
+                raise GraphError(f"no feed for input '{vi.name}'")
+            a = np.asarray(feeds[vi.name])
+            dt = ENUM_DT[vi.dtype]
+            if dtype_of_array(a) != dt:
+                raise GraphError(f"input '{vi.name}': {a.dtype} fed for {dt}")
+            if vi.has_shape and (len(vi.dims) != a.ndim or any(
+                    d not in (-1, s) for d, s in zip(vi.dims, a.shape))):
+                raise GraphError(f"input '{vi.name}': shape {a.shape} vs {list(vi.dims)}")
+            env[vi.name] = V(a, dt)
+        for node, fn, at in self.steps:
+            ins = [env[name] if name else None for name in node.inputs]
+            while ins and ins[-1] is None:
+                ins.pop()
+            try:
+                outs = fn(node.op, ins, at)
+            except GraphError as e:
+                raise GraphError(f"node '{node.name}' ({node.op}): {e}") from None
+            if len(outs) != len(node.outputs):
+                raise GraphError(f"node '{node.name}': {len(node.outputs)} outputs")
+            for name, v in zip(node.outputs, outs):
+                env[name] = v
+        if keep_all:
+            return env
+        return {vo.name: env[vo.name] for vo in self.graph.outputs}
+
+
 def evaluate(graph, feeds, keep_all=False):
     """Runs the graph (rtx.v1.Graph, GraphBuilder or bytes) on feeds {name: array} node by
     node, in file order. Returns {output name: V}, or every value with keep_all."""
-    if isinstance(graph, GraphBuilder):
-        graph = graph.g
-    elif isinstance(graph, (bytes, bytearray)):
-        g = pb.Graph()
-        g.ParseFromString(bytes(graph))
-        graph = g
-    env = {}
-    for t in graph.initializers:
-        env[t.name] = tensor_from_proto(t)
-    for vi in graph.inputs:
-        if vi.name not in feeds:
-            raise GraphError(f"no feed for input '{vi.name}'")
-        a = np.asarray(feeds[vi.name])
-        dt = ENUM_DT[vi.dtype]
-        if dtype_of_array(a) != dt:
-            raise GraphError(f"input '{vi.name}': {a.dtype} fed for {dt}")
-        if vi.has_shape and (len(vi.dims) != a.ndim or any(
-                d not in (-1, s) for d, s in zip(vi.dims, a.shape))):
-            raise GraphError(f"input '{vi.name}': shape {a.shape} vs {list(vi.dims)}")
-        env[vi.name] = V(a.copy(), dt)
-    for node in graph.nodes:
-        if node.op not in OPS:
-            raise GraphError(f"node '{node.name}': unknown op '{node.op}'")
-        fn, lo, hi, allowed = OPS[node.op]
-        if not lo <= len(node.inputs) <= hi:
-            raise GraphError(f"node '{node.name}': {len(node.inputs)} inputs for {node.op}")
-        at = decode_attrs(node)
-        for k in at:
-            if k not in allowed:
-                raise GraphError(f"node '{node.name}': unknown attribute '{k}'")
-        ins = []
-        for i, name in enumerate(node.inputs):
-            if name == "":
-                if i < lo:
-                    raise GraphError(f"node '{node.name}': required input {i} omitted")
-                ins.append(None)
-            elif name not in env:
-                raise GraphError(f"node '{node.name}': input '{name}' not produced yet")
-            else:
-                ins.append(env[name])
-        while ins and ins[-1] is None:
-            ins.pop()
-        try:
-            outs = fn(node.op, ins, at)
-        except GraphError as e:
-            raise GraphError(f"node '{node.name}' ({node.op}): {e}") from None
-        if len(outs) != len(node.outputs):
-            raise GraphError(f"node '{node.name}': {len(node.outputs)} outputs")
-        for name, v in zip(node.outputs, outs):
-            if name in env:
-                raise GraphError(f"value '{name}' produced twice")
-            env[name] = v
-    if keep_all:
-        return env
-    res = {}
-    for vo in graph.outputs:
-        if vo.name not in env:
-            raise GraphError(f"output '{vo.name}' is never produced")
-        res[vo.name] = env[vo.name]
-    return res
+    return Interpreter(graph).run(feeds, keep_all)
 
 
 # ------------------------------------------------------------------------------------------

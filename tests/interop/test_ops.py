@@ -24,12 +24,13 @@ once to the output dtype):
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
 
 import rtxgraph as rg
-from rtxgraph import GraphBuilder, V, f64
+from rtxgraph import GraphBuilder, f64
 
 U = rg.U32
 RTOL = {"f32": 1e-5, "f16": 1e-3, "bf16": 8e-3}
@@ -107,10 +108,10 @@ def ints(rng, shape, dt, lo, hi):
 def build(c, arrays):
     """-> (GraphBuilder, feeds, output name, op-node input names)."""
     g = GraphBuilder(c.id)
-    names = c.names or INPUT_NAMES.get(c.op) or [f"x{i}" if c.op == "concat" else "x"
-                                                   for i in range(len(arrays))]
     if c.op == "concat":
         names = [f"x{i}" for i in range(len(arrays))]
+    else:
+        names = c.names or INPUT_NAMES.get(c.op) or ["x"]
     feeds, op_in = {}, []
     dyn_done = False
     for i, (nm, a) in enumerate(zip(names, arrays)):
@@ -143,7 +144,7 @@ def build(c, arrays):
     if env["out"].dt == "bf16":
         out = g.node("cast", ["out"], "out_f32", name="from_bf16", to="f32")
     g.output(out)
-    return g, feeds, out, [n for n in op_in]
+    return g, feeds, out, op_in
 
 
 def check_case(c, tmp_path):
@@ -152,7 +153,9 @@ def check_case(c, tmp_path):
     g, feeds, out, op_in = build(c, arrays)
     env = rg.evaluate(g, feeds, keep_all=True)
     ref = env["out"]
-    res = rg.run_graph(g, feeds, tmp_path)
+    # --repeat 2: the second run reuses the first run's buffers, which catches kernels that
+    # count on zeroed outputs
+    res = rg.run_graph(g, feeds, tmp_path, extra=["--repeat", "2"])
     final = env[out]
     # the JSON description of the output
     (o,) = res.json["outputs"]
@@ -166,7 +169,7 @@ def check_case(c, tmp_path):
     assert got.shape == final.a.shape, f"{what}: shape {got.shape} != {final.a.shape}"
     if ref.dt not in rg.FLOATS or c.tol == "exact":
         if ref.dt in rg.FLOATS:
-            rg.assert_close(got, final.a, 0.0, 0.0, what)  # bit-equal up to NaN payloads
+            rg.assert_close(got, final.a, 0.0, 0.0, what)  # equal values; NaN where NaN
         else:
             rg.assert_equal(got, final.a, what)
         return
@@ -332,14 +335,14 @@ def bin_int_gen(op, dt, sa, sb):
 for _i, _op in enumerate(rg._BIN):
     for _j in range(4):
         _sa, _sb = BIN_SHAPES[(_i * 2 + _j * 3) % len(BIN_SHAPES)]
-        case(_op, "f32", bin_float_gen(_op, _sa, _sb), tag=f"s{_j}-{_sa}x{_sb}")
+        case(_op, "f32", bin_float_gen(_op, _sa, _sb), tag=f"s{_j}-{_sa}by{_sb}")
     for _dt in ("f16", "bf16"):
         for _j in range(2):
             _sa, _sb = BIN_SHAPES[(_i + _j * 5 + (_dt == "bf16")) % len(BIN_SHAPES)]
-            case(_op, _dt, bin_float_gen(_op, _sa, _sb), tag=f"s{_j}-{_sa}x{_sb}")
+            case(_op, _dt, bin_float_gen(_op, _sa, _sb), tag=f"s{_j}-{_sa}by{_sb}")
     for _k, _dt in enumerate(("i8", "i32", "i64", "u8")):
         _sa, _sb = BIN_SHAPES[(_i + _k * 3 + 1) % len(BIN_SHAPES)]
-        case(_op, _dt, bin_int_gen(_op, _dt, _sa, _sb), tag=f"{_sa}x{_sb}")
+        case(_op, _dt, bin_int_gen(_op, _dt, _sa, _sb), tag=f"{_sa}by{_sb}")
 
 # pow with a negative base and integral exponents (powf is defined there), and a zero divisor
 case("pow", "f32", lambda r: [uni(r, [4, 6], -3, 3),
@@ -403,6 +406,43 @@ _SPECIAL = {
 for _op, _vals in _SPECIAL.items():
     case(_op, "f32", (lambda v: lambda r: [np.array(v, np.float32)])(_vals), tag="special",
          tol="exact" if _op in _EXACT_UNARY else None)
+
+# integer overflow wraps (two's complement, as "u8 wraps" and the i64 sums of docs/ops.md);
+# INT_MIN / -1 wraps to INT_MIN. Under the sanitizer build these also prove there is no UB.
+_I32_MIN, _I32_MAX = -2**31, 2**31 - 1
+_I64_MIN, _I64_MAX = -2**63, 2**63 - 1
+for _op, _dt, _a, _b in [
+        ("add", "i32", [_I32_MAX, _I32_MIN, 5], [1, -1, 7]),
+        ("sub", "i32", [_I32_MIN, _I32_MAX, 0], [1, -1, _I32_MIN]),
+        ("mul", "i32", [65536, _I32_MAX, -3], [65536, 2, _I32_MIN]),
+        ("div", "i32", [_I32_MIN, _I32_MIN, 7], [-1, 1, 0]),
+        ("add", "i64", [_I64_MAX, _I64_MIN, 1], [1, -1, 2]),
+        ("mul", "i64", [2**32, _I64_MIN, 3], [2**32, -1, 5]),
+        ("div", "i64", [_I64_MIN, _I64_MIN, -9], [-1, 2, 0]),
+        ("add", "i8", [127, -128, 100], [1, -1, 100]),
+        ("mul", "u8", [16, 255, 3], [16, 255, 5])]:
+    case(_op, _dt, (lambda a, b, dt: lambda r: [np.array(a, rg.NP_STORAGE[dt]),
+                                               np.array(b, rg.NP_STORAGE[dt])])(_a, _b, _dt),
+         tag="wrap")
+for _op, _dt, _v in [("neg", "i32", [_I32_MIN, _I32_MAX, 0]), ("abs", "i32", [_I32_MIN, -5, 5]),
+                     ("neg", "i64", [_I64_MIN, 1, -1]), ("abs", "i64", [_I64_MIN, -7, 0]),
+                     ("neg", "i8", [-128, 127, 0]), ("abs", "i8", [-128, -1, 3])]:
+    case(_op, _dt, (lambda v, dt: lambda r: [np.array(v, rg.NP_STORAGE[dt])])(_v, _dt),
+         tag="wrap")
+
+# f16 range: overflow to inf, subnormal inputs and results
+case("mul", "f16", lambda r: [np.array([300.0, -300.0, 1e-4, 6e-5, 2.0], np.float32),
+                              np.array([300.0, 300.0, 1e-3, 0.5, 65504.0], np.float32)],
+     tag="range")
+case("add", "f16", lambda r: [np.array([65504.0, 6e-8, -6e-8, 1e-7, 60000.0], np.float32),
+                              np.array([32.0, 6e-8, 1.2e-7, 0.0, 10000.0], np.float32)],
+     tag="range")
+case("sqrt", "f16", lambda r: [np.array([6e-8, 1e-6, 4e-5, 65504.0, 0.0], np.float32)],
+     tag="subnormal")
+case("exp", "f16", lambda r: [np.array([11.0, 12.0, -17.0, -20.0, 0.0], np.float32)],
+     tag="range")
+case("mul", "bf16", lambda r: [np.array([1e38, -3e38, 1e-38, 2.0], np.float32),
+                               np.array([10.0, 2.0, 1e-3, 1e38], np.float32)], tag="range")
 
 # ------------------------------------------------------------------------------------------
 # cast
@@ -491,7 +531,7 @@ def cmp_gen(dt, sa, sb, nan=False):
 for _i, _op in enumerate(("equal", "less", "greater")):
     for _k, _dt in enumerate(["f32", "f16", "bf16", "i8", "i32", "i64", "u8", "bool"]):
         _sa, _sb = BIN_SHAPES[(_i * 3 + _k) % len(BIN_SHAPES)]
-        case(_op, _dt, cmp_gen(_dt, _sa, _sb), tag=f"{_sa}x{_sb}")
+        case(_op, _dt, cmp_gen(_dt, _sa, _sb), tag=f"{_sa}by{_sb}")
     case(_op, "f32", cmp_gen("f32", [4, 6], [6], nan=True), tag="nan")
 
 # ------------------------------------------------------------------------------------------
@@ -661,9 +701,9 @@ def _red_k(c, ins):
 
 def _red_mag(c, a):
     axes = tuple(c.attrs.get("axes") or range(a[0].ndim))
-    f = np.sum if c.op == "reduce_sum" else np.mean
-    with np.errstate(all="ignore"):
-        return np.nan_to_num(f(a[0], axis=axes, keepdims=bool(c.attrs.get("keepdims", 0))))
+    s = np.sum(a[0], axis=axes, keepdims=bool(c.attrs.get("keepdims", 0)))
+    n = int(np.prod([a[0].shape[i] for i in axes]))
+    return s if c.op == "reduce_sum" else s / max(n, 1)
 
 
 TOL_RED = tol_linear(_red_mag, _red_k)
@@ -964,7 +1004,81 @@ case("attention", "f32", attn_gen([2, 4], 128, 128, 64, 64), attrs={"causal": 1}
 case("gather", "f32", gather_gen("f32", [1000, 64], [8, 128], "i64", 1000), tol="exact",
      tag="big-embedding")
 
-# test ids must be unique; the index also drives which cases declare a -1 (run-time) dim
+# integer and bool paths over the parallel grain, and broadcasting at size
+case("cast", "f32", lambda r: [uni(r, [301, 517], -3e9, 3e9)], attrs={"to": "i32"},
+     tol="exact", tag="big")
+case("where", "i64", lambda r: [np.asarray(r.random([64, 1, 129]) < .5),
+                                ints(r, [1, 33, 129], "i64", -9, 9), ints(r, [129], "i64", 0, 5)],
+     tol="exact", tag="big")
+case("equal", "i32", lambda r: [ints(r, [400, 300], "i32", 0, 3), ints(r, [300], "i32", 0, 3)],
+     tag="big")
+case("reduce_sum", "i64", lambda r: [ints(r, [33, 5000], "i64", -2**40, 2**40)],
+     attrs={"axes": [1]}, tag="big")
+case("argmax", "f32", lambda r: [uni(r, [257, 1001])], attrs={"axis": 1}, tag="big")
+case("slice", "f32", data_gen("f32", [120, 130, 7]),
+     attrs={"starts": [-1, 100], "ends": [-1000, 3], "axes": [0, 1], "steps": [-1, -3]},
+     tol="exact", tag="big")
+case("concat", "f16", concat_gen("f16", [[64, 100, 3], [64, 100, 5]]), attrs={"axis": 2},
+     tol="exact", tag="big")
+case("add", "f16", lambda r: [uni(r, [300, 1, 257]), uni(r, [1, 40, 1])], tag="big-bcast")
+case("softmax", "bf16", lambda r: [uni(r, [200, 301], -8, 8)], tol=tol_softmax, tag="big")
+case("layer_norm", "f16", ln_gen([256, 200], [200]), tol=tol_layer_norm, tag="big")
+case("avg_pool2d", "f32", data_gen("f32", [2, 8, 48, 40]),
+     attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1},
+     tol=TOL_AVG, tag="big")
+
+# more corners
+case("softmax", "f32", data_gen("f32", [4, 1]), tol=tol_softmax, tag="axis-size-1")
+case("log_softmax", "f32", data_gen("f32", [1, 5]), attrs={"axis": 0}, tol=tol_softmax,
+     tag="axis-size-1")
+case("layer_norm", "f32", ln_gen([3, 4, 5], [3, 4, 5]), attrs={"axis": 0},
+     tol=tol_layer_norm, tag="axis0")
+case("reshape", "f32", data_gen("f32", []), attrs={"shape": [-1]}, tol="exact",
+     tag="scalar-to-1")
+case("expand", "f32", data_gen("f32", [2, 3, 4]), attrs={"shape": [3, 1]}, tol="exact",
+     tag="shape-shorter")
+case("slice", "f32", data_gen("f32", [6]), attrs={"starts": [100], "ends": [-100],
+                                                  "steps": [-2]}, tol="exact", tag="clamp-back")
+case("transpose", "f32", data_gen("f32", [2, 3, 1, 4]), tol="exact", tag="default-rank4")
+case("conv2d", "f32", conv_gen([1, 2, 4, 5], [3, 2, 2, 2]), attrs={"pads": [3, 2, 3, 2]},
+     tol=TOL_CONV, tag="pads-over-kernel")
+for _op, _extra in (("max_pool2d", {}), ("avg_pool2d", {}),
+                    ("avg_pool2d", {"count_include_pad": 1})):
+    # H = 7, k 2, s 2, pad 1, ceil: ceil(7/2)+1 = 5 windows, the last would start in the
+    # bottom padding, so 4 (PyTorch's rule)
+    case(_op, "f32", data_gen("f32", [1, 2, 7, 9]),
+         attrs=dict({"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                     "ceil_mode": 1}, **_extra),
+         tol="exact" if _op == "max_pool2d" else TOL_AVG,
+         tag="ceil-drop-last" + ("-incl" if _extra else ""))
+case("max_pool2d", "f32", data_gen("f32", [2, 3, 10, 11]),
+     attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1],
+            "dilations": [2, 1], "ceil_mode": 1}, tol="exact", tag="dil-ceil-pads")
+case("max_pool2d", "f32", data_gen("f32", [1, 2, 5, 5]), attrs={"kernel_shape": [1, 1]},
+     tol="exact", tag="k1")
+# ceil_mode where the (dilated) kernel reaches past the padded input: docs/ops.md sizes the
+# output as conv2d's with a ceiling, ceil((H + pads - d(k-1) - 1) / s) + 1, >= 1 here, and the
+# one window starts inside the input (PyTorch accepts these too). H = 4, k 3, d 2: ceil(-1/3)+1
+# = 1 row; W = 5, k 3, s 2 with H = 2: ceil(-1/2)+1 = 1 row.
+case("max_pool2d", "f32", data_gen("f32", [1, 2, 4, 4]),
+     attrs={"kernel_shape": [3, 1], "strides": [3, 3], "dilations": [2, 2], "ceil_mode": 1},
+     tol="exact", tag="ceil-dilated-kernel-past-input")
+case("avg_pool2d", "f32", data_gen("f32", [1, 2, 2, 5]),
+     attrs={"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, tol=TOL_AVG,
+     tag="ceil-kernel-past-input")
+
+# test ids: shapes as 3x4 ("scalar" for []), no spaces or brackets (handy with -k); unique;
+# the index also drives which cases declare a -1 (run-time) dim
+
+
+def _clean_id(s):
+    s = s.replace("[]", "scalar")
+    s = re.sub(r"\[([^\]]*)\]", lambda m: m.group(1).replace(", ", "x"), s)
+    return s.replace(" ", "")
+
+
+for _c in CASES:
+    _c.id = _clean_id(_c.id)
 _ids = [c.id for c in CASES]
 _dups = {i for i in _ids if _ids.count(i) > 1}
 for _c in CASES:

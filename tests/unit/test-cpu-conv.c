@@ -293,6 +293,16 @@ START_TEST(max_pool_cases) {
     c.dt = RTX_BF16;
     c.ceil_mode = true;
     check_pool(&c, 7);
+    /* ceil_mode would add a window starting in the bottom padding: PyTorch drops it */
+    struct pool_case e = {.dt = RTX_F32, .is_max = true, .N = 1, .C = 2, .H = 5, .W = 5,
+                          .kh = 2, .kw = 2, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .pb = 1,
+                          .pr = 1, .dh = 1, .dw = 1, .ceil_mode = true};
+    ck_assert_int_eq(pool_out(5, 2, 2, 1, 1, 1, true), 3);
+    check_pool(&e, 8);
+    e.is_max = false;
+    check_pool(&e, 9);
+    e.count_include_pad = true;
+    check_pool(&e, 10);
 }
 END_TEST
 

@@ -195,7 +195,22 @@ START_TEST(matmul_many_small_and_few_large_batches) {
     int64_t da[3] = {17, 4, 6}, db[3] = {17, 6, 5};
     check_matmul(RTX_F32, 3, da, 3, db, false, false, 17);  /* pool over batches */
     int64_t dl[3] = {2, 70, 80}, dr[3] = {2, 80, 60};
-    check_matmul(RTX_F32, 3, dl, 3, dr, false, false, 18);  /* one sgemm at a time */
+    check_matmul(RTX_F32, 3, dl, 3, dr, false, false, 18);  /* tiles of rows and columns */
+    int64_t dk[3] = {2, 3, 700}, dk2[3] = {2, 700, 5};
+    check_matmul(RTX_F32, 3, dk, 3, dk2, false, false, 19); /* long K: one call per batch */
+}
+END_TEST
+
+START_TEST(matmul_batch_tiles_with_transposes) {
+    /* op(a) [3,100,40], op(b) [3,40,150]: ragged tiles of both dims, every transpose combo */
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        int64_t da[3] = {3, ta ? 40 : 100, ta ? 100 : 40};
+        int64_t db[3] = {3, tb ? 150 : 40, tb ? 40 : 150};
+        check_matmul(RTX_F32, 3, da, 3, db, ta, tb, 90 + (unsigned)t);
+    }
+    int64_t da1[3] = {1, 100, 40}, db1[4] = {2, 3, 40, 150}; /* broadcast a over tiles */
+    check_matmul(RTX_BF16, 3, da1, 4, db1, false, false, 95);
 }
 END_TEST
 
@@ -471,6 +486,21 @@ START_TEST(attention_fully_masked_row_is_zero) {
 }
 END_TEST
 
+START_TEST(attention_nan_propagates) {
+    /* a NaN in query row 1 makes that output row NaN, as the plain formula does */
+    int64_t d[2] = {3, 4};
+    struct rtx_tensor *in[3] = {tu_tensor_random(RTX_F32, 2, d, -1, 1, 65),
+                                tu_tensor_random(RTX_F32, 2, d, -1, 1, 66),
+                                tu_tensor_random(RTX_F32, 2, d, -1, 1, 67)};
+    rtx_tensor_set(in[0], 5, NAN);
+    struct rtx_tensor *y = run1("attention", "", in, 3, RTX_F32, 2, d);
+    for (int i = 0; i < 12; i++)
+        ck_assert_msg(isnan(rtx_tensor_get(y, i)) == (i >= 4 && i < 8), "element %d", i);
+    rtx_tensor_unref(y);
+    unref_all(in, 3);
+}
+END_TEST
+
 START_TEST(attention_additive_mask) {
     struct attn_case c = {.dt = RTX_F32, .nd = 4, .lead = {2, 3}, .Lq = 4, .Lk = 5, .D = 3,
                           .Dv = 3, .mask_nd = 4, .mask_dims = {2, 1, 1, 5}, .mask_dt = RTX_F32};
@@ -593,6 +623,47 @@ START_TEST(cpu_backend_basics) {
 }
 END_TEST
 
+START_TEST(cpu_supports_node_follows_dtype_rules) {
+    struct rtx_err err = {0};
+    struct rtx_graph *g;
+    struct rtx_backend *be;
+    int64_t d[2] = {2, 2};
+    ck_assert_int_eq(rtx_graph_new("s", &g, &err), 0);
+    ck_assert_int_ge(rtx_graph_add_input(g, "f", RTX_F32, 2, d, &err), 0);
+    ck_assert_int_ge(rtx_graph_add_input(g, "h", RTX_F16, 2, d, &err), 0);
+    ck_assert_int_ge(rtx_graph_add_input(g, "i", RTX_I32, 2, d, &err), 0);
+    ck_assert_int_ge(rtx_graph_add_input(g, "b", RTX_BOOL, 2, d, &err), 0);
+    ck_assert_int_eq(rtx_backend_cpu_new(NULL, &be, &err), 0);
+    struct {
+        const char *op;
+        const char *in[4];
+        int n;
+        bool ok;
+    } cases[] = {
+        {"matmul", {"f", "f"}, 2, true},       {"matmul", {"i", "i"}, 2, false},
+        {"matmul", {"f", "h"}, 2, false},      {"gather", {"i", "i"}, 2, true},
+        {"gather", {"f", "f"}, 2, false},      {"where", {"b", "h", "h"}, 3, true},
+        {"where", {"f", "h", "h"}, 3, false},  {"attention", {"h", "h", "h", "b"}, 4, true},
+        {"attention", {"f", "f", "f", "h"}, 4, false}, {"cast", {"b"}, 1, true},
+        {"relu", {"i"}, 1, true},              {"sqrt", {"i"}, 1, false},
+        {"add", {"b", "b"}, 2, false},         {"equal", {"b", "b"}, 2, true},
+        {"conv2d", {"i", "i"}, 2, false},      {"transpose", {"b"}, 1, true},
+        {"matmul", {"t0", "f"}, 2, true}, /* an intermediate: its dtype comes at planning */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char out[16];
+        snprintf(out, sizeof out, "t%zu", c);
+        const char *outs[1] = {out};
+        int n = rtx_graph_add_node(g, cases[c].op, "", cases[c].in, cases[c].n, outs, 1, &err);
+        ck_assert_msg(n >= 0, "%s: %s", cases[c].op, err.msg);
+        ck_assert_msg(rtx_backend_supports_node(be, g, &g->nodes[n]) == cases[c].ok,
+                      "case %zu (%s)", c, cases[c].op);
+    }
+    rtx_backend_free(be);
+    rtx_graph_free(g);
+}
+END_TEST
+
 START_TEST(cpu_backend_new_out_of_memory) {
     struct rtx_err err = {0};
     for (long n = 1;; n++) {
@@ -623,6 +694,7 @@ Suite *rtx_cpu_linalg_suite(void) {
     tcase_add_test(tc, matmul_hand_1d);
     tcase_add_test(tc, matmul_half_dtypes);
     tcase_add_test(tc, matmul_many_small_and_few_large_batches);
+    tcase_add_test(tc, matmul_batch_tiles_with_transposes);
     tcase_add_test(tc, matmul_empty_inner_gives_zeros);
     tcase_add_test(tc, gemm_bias_broadcasts);
     tcase_add_test(tc, gemm_alpha_beta_transposes);
@@ -634,6 +706,7 @@ Suite *rtx_cpu_linalg_suite(void) {
     tcase_add_test(tc, attention_bool_mask_and_fully_masked_row);
     tcase_add_test(tc, attention_fully_masked_row_is_zero);
     tcase_add_test(tc, attention_additive_mask);
+    tcase_add_test(tc, attention_nan_propagates);
     tcase_add_test(tc, attention_half_dtypes);
     tcase_add_test(tc, attention_row_blocks);
     suite_add_tcase(s, tc);
@@ -641,6 +714,7 @@ Suite *rtx_cpu_linalg_suite(void) {
     tcase_set_timeout(pool, 60);
     tcase_add_test(pool, parallel_for_covers_each_index_once);
     tcase_add_test(pool, cpu_backend_basics);
+    tcase_add_test(pool, cpu_supports_node_follows_dtype_rules);
     tcase_add_test(pool, cpu_backend_new_out_of_memory);
     suite_add_tcase(s, pool);
     return s;

@@ -134,6 +134,30 @@ START_TEST(reduce_sum_keepdims_keeps_reduced_axes_as_one) {
 }
 END_TEST
 
+START_TEST(reduce_over_three_separated_axes) {
+    /* axes 0,2,4 of [2,3,2,3,2]: three reduced blocks walked by the odometer */
+    double v[72], sum[9], mx[9];
+    for (int i = 0; i < 72; i++) v[i] = (i * 37) % 19 - 9;
+    for (int j = 0; j < 9; j++) {
+        sum[j] = 0;
+        mx[j] = -INFINITY;
+    }
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 2; c++)
+                for (int d = 0; d < 3; d++)
+                    for (int e = 0; e < 2; e++) {
+                        double x = v[(((a * 3 + b) * 2 + c) * 3 + d) * 2 + e];
+                        sum[b * 3 + d] += x;
+                        mx[b * 3 + d] = fmax(mx[b * 3 + d], x);
+                    }
+    expect(run1("reduce_sum", "axes=I:0,2,4", T(RTX_F32, 5, D(2, 3, 2, 3, 2), v)), RTX_F32, 2,
+           D(3, 3), sum, 0, 0);
+    expect(run1("reduce_max", "axes=I:4,0,2;keepdims=i:1", T(RTX_I32, 5, D(2, 3, 2, 3, 2), v)),
+           RTX_I32, 5, D(1, 3, 1, 3, 1), mx, 0, 0);
+}
+END_TEST
+
 START_TEST(reduce_sum_two_leading_axes) {
     /* axes 0,1 of [2,3,4]: sum over i, j of 12i + 4j + k = 6k + 3*12 + 2*12 */
     double want[4];
@@ -732,6 +756,7 @@ Suite *rtx_cpu_reduce_suite(void) {
     tcase_add_test(tc, reduce_sum_negative_axes_count_from_end);
     tcase_add_test(tc, reduce_sum_keepdims_keeps_reduced_axes_as_one);
     tcase_add_test(tc, reduce_sum_two_leading_axes);
+    tcase_add_test(tc, reduce_over_three_separated_axes);
     tcase_add_test(tc, reduce_over_size1_axis_copies);
     tcase_add_test(tc, reduce_sum_of_rank0_is_the_value);
     tcase_add_test(tc, reduce_mean_over_axes_f32_f16_bf16);
