@@ -601,12 +601,13 @@ static int ints_attr(const struct rtx_node *n, const char *name, int want, int64
     return 0;
 }
 
+/* Output positions along one axis, as PyTorch sizes convolution and pooling: floor division
+ * of the span, a ceiling with ceil_mode, and no window that starts in the bottom padding. */
 static int64_t window_count(int64_t size, int64_t pad_lo, int64_t pad_hi, int64_t k,
                             int64_t stride, int64_t dil, bool ceil_mode) {
-    int64_t span = size + pad_lo + pad_hi - dil * (k - 1) - 1;
-    if (span < 0) return 0;
-    int64_t o = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
-    if (ceil_mode && (o - 1) * stride >= size + pad_lo) o--;
+    int64_t span = size + pad_lo + pad_hi - dil * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+    int64_t o = (span >= 0 ? span / stride : -((-span + stride - 1) / stride)) + 1;
+    if (ceil_mode && o > 0 && (o - 1) * stride >= size + pad_lo) o--;
     return o;
 }
 
