@@ -44,6 +44,22 @@ static inline void rtx__store_f32(void *base, enum rtx_dtype dt, int64_t i, floa
     }
 }
 
+/* dst[i] = EXPR for i in [0, n); EXPR reads `i`. Groups of 8 go through a local array, so a
+ * store that may alias the inputs does not stop the vectorizer. */
+#define RTX__VLOOP(T, dst, n, EXPR)                                                                \
+    do {                                                                                        \
+        int64_t b8_ = 0;                                                                        \
+        for (; b8_ + 8 <= (n); b8_ += 8) {                                                      \
+            T t8_[8];                                                                           \
+            for (int l8_ = 0; l8_ < 8; l8_++) {                                                 \
+                int64_t i = b8_ + l8_;                                                          \
+                t8_[l8_] = (EXPR);                                                              \
+            }                                                                                   \
+            for (int l8_ = 0; l8_ < 8; l8_++) (dst)[b8_ + l8_] = t8_[l8_];                      \
+        }                                                                                       \
+        for (int64_t i = b8_; i < (n); i++) (dst)[i] = (EXPR);                                  \
+    } while (0)
+
 /* f32 views of float tensors for kernels that compute in f32 (kernels/cpu/f32-scratch.c).
  * as_f32: t's own data when f32, else a widened copy returned in *owned (rtx_free it); NULL
  * when out of memory. out_f32: where to write an f32 result for t (t itself, or scratch in

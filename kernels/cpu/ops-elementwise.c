@@ -55,34 +55,19 @@ struct ew_ctx {
     int64_t st[EW_MAX_IN][RTX_MAX_DIMS];    /* per input: elements per step of each dim */
 };
 
-/* dst[i] = EXPR for i in [0, n); EXPR reads `i`. Groups of 8 go through a local array. */
-#define VLOOP(T, dst, n, EXPR)                                                                  \
-    do {                                                                                        \
-        int64_t b8_ = 0;                                                                        \
-        for (; b8_ + 8 <= (n); b8_ += 8) {                                                      \
-            T t8_[8];                                                                           \
-            for (int l8_ = 0; l8_ < 8; l8_++) {                                                 \
-                int64_t i = b8_ + l8_;                                                          \
-                t8_[l8_] = (EXPR);                                                              \
-            }                                                                                   \
-            for (int l8_ = 0; l8_ < 8; l8_++) (dst)[b8_ + l8_] = t8_[l8_];                      \
-        }                                                                                       \
-        for (int64_t i = b8_; i < (n); i++) (dst)[i] = (EXPR);                                  \
-    } while (0)
-
 /* o[i] = FN(a[i * sa], b[i * sb]), specialized for the stride pairs broadcasting produces. */
 #define BIN_RUN(T, FN, o, a, sa, b, sb, n)                                                      \
     do {                                                                                        \
         if ((sa) == 1 && (sb) == 1) {                                                           \
-            VLOOP(T, o, n, FN((a)[i], (b)[i]));                                                 \
+            RTX__VLOOP(T, o, n, FN((a)[i], (b)[i]));                                               \
         } else if ((sa) == 0 && (sb) == 1) {                                                    \
             T a0_ = (a)[0];                                                                     \
-            VLOOP(T, o, n, FN(a0_, (b)[i]));                                                    \
+            RTX__VLOOP(T, o, n, FN(a0_, (b)[i]));                                                  \
         } else if ((sa) == 1 && (sb) == 0) {                                                    \
             T b0_ = (b)[0];                                                                     \
-            VLOOP(T, o, n, FN((a)[i], b0_));                                                    \
+            RTX__VLOOP(T, o, n, FN((a)[i], b0_));                                                  \
         } else {                                                                                \
-            VLOOP(T, o, n, FN((a)[i * (sa)], (b)[i * (sb)]));                                   \
+            RTX__VLOOP(T, o, n, FN((a)[i * (sa)], (b)[i * (sb)]));                                 \
         }                                                                                       \
     } while (0)
 
@@ -90,9 +75,9 @@ struct ew_ctx {
 #define UN_RUN(T, FN, o, x, sx, n)                                                              \
     do {                                                                                        \
         if ((sx) == 1)                                                                          \
-            VLOOP(T, o, n, FN((x)[i]));                                                         \
+            RTX__VLOOP(T, o, n, FN((x)[i]));                                                       \
         else                                                                                    \
-            VLOOP(T, o, n, FN((x)[i * (sx)]));                                                  \
+            RTX__VLOOP(T, o, n, FN((x)[i * (sx)]));                                                \
     } while (0)
 
 /* ------------------------------------------------------------------------------------------
@@ -433,11 +418,11 @@ static void row_cast(const struct ew_ctx *c, int64_t o, const int64_t *off, cons
 #define CMP_RUN(T, o, a, sa, b, sb, n, op)                                                      \
     do {                                                                                        \
         if ((op) == RTX_OP_EQUAL)                                                               \
-            VLOOP(uint8_t, o, n, (uint8_t)((a)[i * (sa)] == (b)[i * (sb)]));                    \
+            RTX__VLOOP(uint8_t, o, n, (uint8_t)((a)[i * (sa)] == (b)[i * (sb)]));                  \
         else if ((op) == RTX_OP_LESS)                                                           \
-            VLOOP(uint8_t, o, n, (uint8_t)((a)[i * (sa)] < (b)[i * (sb)]));                     \
+            RTX__VLOOP(uint8_t, o, n, (uint8_t)((a)[i * (sa)] < (b)[i * (sb)]));                   \
         else                                                                                    \
-            VLOOP(uint8_t, o, n, (uint8_t)((a)[i * (sa)] > (b)[i * (sb)]));                     \
+            RTX__VLOOP(uint8_t, o, n, (uint8_t)((a)[i * (sa)] > (b)[i * (sb)]));                   \
     } while (0)
 
 static void row_compare(const struct ew_ctx *c, int64_t o, const int64_t *off,
@@ -466,7 +451,7 @@ static void row_compare(const struct ew_ctx *c, int64_t o, const int64_t *off,
         const T *x_ = (const T *)c->in[1] + off[1];                                             \
         const T *y_ = (const T *)c->in[2] + off[2];                                             \
         T *o_ = (T *)c->out + o;                                                                \
-        VLOOP(T, o_, n, cond[i * st[0]] ? x_[i * st[1]] : y_[i * st[2]]);                       \
+        RTX__VLOOP(T, o_, n, cond[i * st[0]] ? x_[i * st[1]] : y_[i * st[2]]);                     \
     } while (0)
 
 static void row_where(const struct ew_ctx *c, int64_t o, const int64_t *off, const int64_t *st,

@@ -67,22 +67,6 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
         }                                                                                       \
     } while (0)
 
-/* dst[i] = EXPR for i in [0, n), groups of 8 through a local array, so that a store that may
- * alias the inputs does not stop the vectorizer. */
-#define VLOOP(T, dst, n, EXPR)                                                                  \
-    do {                                                                                        \
-        int64_t b8_ = 0;                                                                        \
-        for (; b8_ + 8 <= (n); b8_ += 8) {                                                      \
-            T t8_[8];                                                                           \
-            for (int l8_ = 0; l8_ < 8; l8_++) {                                                 \
-                int64_t i = b8_ + l8_;                                                          \
-                t8_[l8_] = (EXPR);                                                              \
-            }                                                                                   \
-            for (int l8_ = 0; l8_ < 8; l8_++) (dst)[b8_ + l8_] = t8_[l8_];                      \
-        }                                                                                       \
-        for (int64_t i = b8_; i < (n); i++) (dst)[i] = (EXPR);                                  \
-    } while (0)
-
 /* Elements off + i * st, i in [0, n) (n <= RD_BLOCK unless returned in place), as f32: in
  * place when the tensor holds contiguous f32, else converted into buf. */
 static const float *load_f32(const void *base, enum rtx_dtype dt, int64_t off, int64_t st,
@@ -667,13 +651,13 @@ static void norm_row(const struct rd_ctx *c, int64_t row) {
         const float *bi = c->bias ? load_f32(c->bias, c->dt, k, 1, m, bbuf) : NULL;
         float *y = out_f32(c->y, c->dt, off + k, obuf);
         if (sc && bi)
-            VLOOP(float, y, m, (float)(((double)p[i] - mean) * rstd * sc[i] + bi[i]));
+            RTX__VLOOP(float, y, m, (float)(((double)p[i] - mean) * rstd * sc[i] + bi[i]));
         else if (sc)
-            VLOOP(float, y, m, (float)(((double)p[i] - mean) * rstd * sc[i]));
+            RTX__VLOOP(float, y, m, (float)(((double)p[i] - mean) * rstd * sc[i]));
         else if (bi)
-            VLOOP(float, y, m, (float)(((double)p[i] - mean) * rstd + bi[i]));
+            RTX__VLOOP(float, y, m, (float)(((double)p[i] - mean) * rstd + bi[i]));
         else
-            VLOOP(float, y, m, (float)(((double)p[i] - mean) * rstd));
+            RTX__VLOOP(float, y, m, (float)(((double)p[i] - mean) * rstd));
         flush_f32(c->y, c->dt, off + k, y, m);
     }
 }
