@@ -7,7 +7,7 @@ SAN      ?= 0
 CC       ?= cc
 PYTHON   ?= python3
 
-PKGS      := libprotobuf-c check
+PKGS      := libprotobuf-c check grpc sqlite3 openssl inih libuv
 DEPS_OK   := $(shell pkg-config --exists $(PKGS) 2>/dev/null && command -v protoc-c >/dev/null \
                 && [ -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h -o \
                      -e /usr/include/cblas.h ] && echo yes)
@@ -20,7 +20,7 @@ OPENBLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 OPENBLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wstrict-prototypes
-CFLAGS   := -std=c11 -D_GNU_SOURCE -O2 -g $(WARN) -I. -I$(BUILD)/gen \
+CFLAGS   := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC $(WARN) -I. -I$(BUILD)/gen \
             $(shell pkg-config --cflags libprotobuf-c) $(OPENBLAS_CFLAGS) -pthread -MMD -MP
 LDLIBS   := $(shell pkg-config --libs libprotobuf-c) $(OPENBLAS_LIBS) -lm -pthread
 ifeq ($(SAN),1)
@@ -28,23 +28,40 @@ CFLAGS   += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-saniti
 LDFLAGS  += -fsanitize=address,undefined
 endif
 
-PROTOS     := proto/rtx/v1/graph.proto
+PROTOS     := proto/rtx/v1/graph.proto proto/rtx/v1/jobs.proto proto/rtx/v1/admin.proto
 PROTO_C    := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
 PROTO_H    := $(PROTO_C:.c=.h)
+PROTO_OBJ  := $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PROTO_C))
+GRAPH_PB_OBJ := $(BUILD)/obj/gen/rtx/v1/graph.pb-c.o
+SVC_PB_OBJ   := $(filter-out $(GRAPH_PB_OBJ),$(PROTO_OBJ))
+
+GRPC_LIBS   := $(shell pkg-config --libs grpc 2>/dev/null) -lgpr
+STORE_LIBS  := $(shell pkg-config --libs sqlite3 openssl 2>/dev/null)
+DAEMON_LIBS := $(GRPC_LIBS) $(STORE_LIBS) $(shell pkg-config --libs inih libuv 2>/dev/null)
 
 RUNTIME_SRC := $(wildcard runtime/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
-RUNTIME_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(RUNTIME_SRC)) \
-               $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PROTO_C))
+RUNTIME_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(RUNTIME_SRC)) $(GRAPH_PB_OBJ)
 LIBRT       := $(BUILD)/lib/librtxrt.a
+
+STORE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard store/*.c))
+LIBSTORE    := $(BUILD)/lib/librtxstore.a
+DAEMON_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard daemon/*.c))
+# daemon objects without main(), linked into the unit tests
+DAEMON_LIB_OBJ := $(filter-out $(BUILD)/obj/daemon/main.o,$(DAEMON_OBJ))
+CLIENT_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out client/rtxctl.c,$(wildcard client/*.c)))
+LIBCLIENT   := $(BUILD)/lib/librtx.a
+LIBCLIENT_SO := $(BUILD)/lib/librtx.so
 
 TEST_SRC   := $(wildcard tests/unit/*.c)
 TEST_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 CHECK_LIBS := $(shell pkg-config --libs check)
 
-BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-examples
+BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-examples \
+        $(BUILD)/bin/rtxd $(BUILD)/bin/rtxctl $(LIBCLIENT) $(LIBCLIENT_SO) $(BUILD)/lib/pkgconfig/rtx.pc
 EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg
 
-.PHONY: all run test test-unit test-py test-asan bench examples clean deps
+.PHONY: all run run-examples test test-unit test-py test-integration test-asan test-py-only \
+        bench examples clean deps
 all: $(BINS) $(EXAMPLES)
 
 deps:
@@ -66,6 +83,32 @@ $(LIBRT): $(RUNTIME_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+$(LIBSTORE): $(STORE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSTORE) $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(LDLIBS)
+
+# librtx: the client library (depends only on the protocol), static and shared
+$(LIBCLIENT): $(CLIENT_OBJ) $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBCLIENT_SO): $(CLIENT_OBJ) $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,librtx.so.0 -o $@ $^ $(GRPC_LIBS) \
+	  $(shell pkg-config --libs libprotobuf-c) -pthread
+
+$(BUILD)/lib/pkgconfig/rtx.pc: client/rtx.pc.in
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(abspath $(BUILD))|' -e 's|@INCLUDEDIR@|$(abspath client)|' $< > $@
+
+$(BUILD)/bin/rtxctl: $(BUILD)/obj/client/rtxctl.o $(LIBCLIENT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) $(shell pkg-config --libs libprotobuf-c) -lm -pthread
+
 $(BUILD)/bin/rtxrun: $(BUILD)/obj/tools/rtxrun.o $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -74,9 +117,9 @@ $(BUILD)/bin/make-examples: $(BUILD)/obj/examples/make-examples.o $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bin/rtx-unit-tests: $(TEST_OBJ) $(LIBRT)
+$(BUILD)/bin/rtx-unit-tests: $(TEST_OBJ) $(DAEMON_LIB_OBJ) $(SVC_PB_OBJ) $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(LDLIBS)
 
 examples: $(EXAMPLES)
 $(EXAMPLES) &: $(BUILD)/bin/make-examples
@@ -88,7 +131,10 @@ run: all
 	$(BUILD)/bin/rtxrun $(BUILD)/examples/mlp.rtxg --random-inputs --seed 1
 	$(BUILD)/bin/rtxrun $(BUILD)/examples/transformer_block.rtxg --random-inputs --seed 1
 
-test: test-unit test-py
+test: test-unit test-py test-integration
+
+test-integration: all $(PY_GEN)
+	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/integration
 
 test-unit: $(BUILD)/bin/rtx-unit-tests
 	CK_FORK=yes $(BUILD)/bin/rtx-unit-tests
@@ -100,9 +146,10 @@ $(VENV)/.ok: tests/requirements.txt
 	touch $@
 
 PY_GEN := $(BUILD)/py/rtx/v1/graph_pb2.py
-$(PY_GEN): proto/rtx/v1/graph.proto $(VENV)/.ok
+$(PY_GEN): $(PROTOS) $(VENV)/.ok
 	@mkdir -p $(BUILD)/py
-	$(VENV)/bin/python -m grpc_tools.protoc --proto_path=proto --python_out=$(BUILD)/py $<
+	$(VENV)/bin/python -m grpc_tools.protoc --proto_path=proto --python_out=$(BUILD)/py \
+	  --grpc_python_out=$(BUILD)/py $(PROTOS)
 
 test-py: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/interop
@@ -111,11 +158,13 @@ test-asan:
 	$(MAKE) BUILD=build-asan SAN=1 all
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  CK_FORK=no build-asan/bin/rtx-unit-tests
-	$(MAKE) BUILD=build-asan SAN=1 VENV=build/venv test-py-only
+	$(MAKE) BUILD=build-asan SAN=1 VENV=build/venv PY_GEN=build/py/rtx/v1/graph_pb2.py \
+	  test-py-only
 
-test-py-only: $(PY_GEN)
-	ASAN_OPTIONS=detect_leaks=1 RTX_BUILD=$(abspath $(BUILD)) \
-	  $(VENV)/bin/python -m pytest -q -n 2 tests/interop
+# Python suites against an already built $(BUILD); generated Python code from build/py.
+test-py-only:
+	ASAN_OPTIONS=detect_leaks=1 RTX_BUILD=$(abspath $(BUILD)) RTX_PY=$(abspath build/py) \
+	  $(VENV)/bin/python -m pytest -q -n 2 tests/interop tests/integration
 
 bench: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python bench/bench_cpu.py

@@ -41,6 +41,8 @@ extern "C" {
     X(EGRAPH, "invalid graph")                                                                  \
     X(EGPU, "device error")                                                                     \
     X(ECANCELED, "canceled")                                                                    \
+    X(EUNAVAILABLE, "unavailable")                                                              \
+    X(EEXPIRED, "deadline expired")                                                             \
     X(EINTERNAL, "internal error")
 
 enum rtx_errno {

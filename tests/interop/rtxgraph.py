@@ -29,8 +29,13 @@ def build_dir():
     return Path(os.environ.get("RTX_BUILD") or (REPO / "build")).resolve()
 
 
+def py_dir():
+    """Generated Python protocol code: $RTX_PY, or the build directory's py/."""
+    return Path(os.environ.get("RTX_PY") or (build_dir() / "py")).resolve()
+
+
 def _import_graph_pb2():
-    py = build_dir() / "py"
+    py = py_dir()
     if str(py) not in sys.path:
         sys.path.insert(0, str(py))
     try:

@@ -1,0 +1,73 @@
+/*
+ * config.h - rtxd's settings: one declarative table (daemon/config.c) of every setting with
+ * its type, default, bounds, whether SIGHUP may change it, and a description. Values come from
+ * the embedded defaults, then an INI file (inih), then RTXD_* environment variables, then
+ * command-line flags; each setting remembers where its value came from.
+ *
+ * Setting names are "section.key"; the INI file uses [section] key = value, the environment
+ * RTXD_SECTION_KEY (upper case, '.' -> '_'), the command line --section.key=value or
+ * --section.key value.
+ */
+#ifndef RTX_DAEMON_CONFIG_H
+#define RTX_DAEMON_CONFIG_H
+
+#include <stdio.h>
+
+#include "runtime/runtime.h"
+
+/* The effective settings. Strings are owned by the struct. */
+struct rtx_config {
+    /* [server] */
+    char *listen;                  /* gRPC address, default "127.0.0.1:8001" */
+    int cq_threads;                /* completion-queue threads, default 2 */
+    int64_t max_message_bytes;     /* gRPC receive/send limit, default 64 MiB */
+    /* [store] */
+    char *store_path;              /* default "./var/rtxd.db" */
+    int64_t retention_max_age_s;   /* default 7 days; 0 keeps outputs forever (mutable) */
+    int64_t retention_max_bytes;   /* default 1 GiB; 0 = unlimited (mutable) */
+    /* [jobs] */
+    int workers;                   /* job worker threads, default 1 */
+    int cpu_threads;               /* CPU backend threads per worker, 0 = all CPUs / workers */
+    char *lanes;                   /* comma-separated lane names, "realtime,interactive,batch" */
+    char *default_lane;            /* default "batch" */
+    char *restart_policy;          /* "rerun" or "fail", default "rerun" (mutable) */
+    int64_t max_graph_nodes;       /* default 100000 */
+    int64_t max_tensor_bytes;      /* default 1 GiB */
+    int64_t max_queued;            /* jobs queued at most before Submit is refused, 100000 */
+    /* [drain] */
+    int drain_grace_ms;            /* default 30000 (mutable) */
+    /* [log] */
+    char *log_format;              /* "text" or "json" (mutable) */
+    char *log_level;               /* "debug", "info", "warn", "error" (mutable) */
+    /* where the file came from: --config PATH, RTXD_CONFIG, or none */
+    char *config_path;
+};
+
+/* One setting as Admin.Config and --print-config show it. */
+struct rtx_setting_view {
+    const char *name;              /* "server.listen" */
+    char value[256];
+    const char *origin;            /* "default", "file", "env", "flag", "reload" */
+    bool is_mutable;
+    const char *description;
+};
+
+/* Fills cfg from defaults, the file (--config PATH or RTXD_CONFIG; none is fine), the
+ * environment and argv (flags other than settings are left for the caller: *argc/argv are
+ * compacted to the unknown arguments, argv[0] kept). Errors name the setting and the source:
+ * unknown setting, bad number, out of bounds, bad enum value. */
+int rtx_config_load(struct rtx_config *cfg, int *argc, char **argv, struct rtx_err *err);
+/* Re-reads the file and the environment (SIGHUP) and applies the mutable settings that
+ * changed (origin "reload"); *changed (may be NULL) gets their count. Immutable settings that
+ * differ keep their value, and each is logged as a warning. Returns 0, or an error with cfg
+ * unchanged when the file is invalid. */
+int rtx_config_reload(struct rtx_config *cfg, int *changed, struct rtx_err *err);
+void rtx_config_free(struct rtx_config *cfg);
+/* Every setting, in table order; *views is rtx_malloc'ed (rtx_free it). */
+int rtx_config_list(const struct rtx_config *cfg, struct rtx_setting_view **views, int *n);
+/* Writes every setting as an INI file with origins as comments (rtxd --print-config). */
+void rtx_config_print(const struct rtx_config *cfg, FILE *out);
+/* Usage text for the settings (rtxd --help). */
+void rtx_config_usage(FILE *out);
+
+#endif /* RTX_DAEMON_CONFIG_H */
