@@ -12,8 +12,4 @@
     X(cpu_reduce)                                                                               \
     X(cpu_linalg)                                                                               \
     X(cpu_shape)                                                                                \
-    X(cpu_conv)                                                                                 \
-    X(store)                                                                                    \
-    X(jobs)                                                                                     \
-    X(config)                                                                                   \
-    X(log)
+    X(cpu_conv)
