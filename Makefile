@@ -56,7 +56,9 @@ TEST_SRC   := $(wildcard tests/unit/*.c)
 TEST_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 CHECK_LIBS := $(shell pkg-config --libs check)
 
-BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-examples
+BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-examples \
+        $(BUILD)/bin/rtxd $(BUILD)/bin/rtxctl $(LIBCLIENT) $(LIBCLIENT_SO) \
+        $(BUILD)/lib/pkgconfig/rtx.pc $(BUILD)/bin/rtx-client-check $(BUILD)/bin/client-example
 EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg
 
 .PHONY: all run run-examples test test-unit test-py test-integration test-asan test-py-only \
@@ -66,6 +68,8 @@ all: $(BINS) $(EXAMPLES)
 deps:
 	bash deploy/install-deps.sh
 
+# Generated code is kept: make would otherwise delete the headers as intermediate files.
+.SECONDARY: $(PROTO_C) $(PROTO_H)
 $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
 	@mkdir -p $(BUILD)/gen
 	protoc-c --proto_path=proto --c_out=$(BUILD)/gen $<
@@ -74,6 +78,7 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-shadow -c $< -o $@
 
+$(BUILD)/obj/daemon/%.o: CFLAGS += -DRTX_BUILD_ID='"$(shell git describe --always --dirty 2>/dev/null || echo dev)"'
 $(BUILD)/obj/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -95,18 +100,34 @@ $(LIBCLIENT): $(CLIENT_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIBCLIENT_SO): $(CLIENT_OBJ) $(PROTO_OBJ)
+# librtx.so exports only rtx_client_* (client/librtx.map); librtx.so.0 is the soname link.
+$(LIBCLIENT_SO): $(CLIENT_OBJ) $(PROTO_OBJ) client/librtx.map
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,librtx.so.0 -o $@ $^ $(GRPC_LIBS) \
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,librtx.so.0 -Wl,--version-script=client/librtx.map \
+	  -Wl,--no-undefined -o $@ $(CLIENT_OBJ) $(PROTO_OBJ) $(GRPC_LIBS) \
 	  $(shell pkg-config --libs libprotobuf-c) -pthread
+	ln -sf librtx.so $@.0
 
 $(BUILD)/lib/pkgconfig/rtx.pc: client/rtx.pc.in
 	@mkdir -p $(dir $@)
 	sed -e 's|@PREFIX@|$(abspath $(BUILD))|' -e 's|@INCLUDEDIR@|$(abspath client)|' $< > $@
 
-$(BUILD)/bin/rtxctl: $(BUILD)/obj/client/rtxctl.o $(LIBCLIENT)
+# rtxctl: librtx for the daemon, rtxd's runtime for .npy files and random inputs.
+$(BUILD)/bin/rtxctl: $(BUILD)/obj/client/rtxctl.o $(LIBCLIENT) $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) $(shell pkg-config --libs libprotobuf-c) -lm -pthread
+	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) $(LDLIBS)
+
+# The C driver of librtx that tests/integration runs against a live rtxd.
+$(BUILD)/bin/rtx-client-check: $(BUILD)/obj/tests/integration/client-check.o $(LIBCLIENT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) $(shell pkg-config --libs libprotobuf-c) -pthread
+
+# The docs/client.md example, built as a user would: only client/ on the include path and
+# librtx.so, no pkg-config and none of the build's generated headers.
+$(BUILD)/bin/client-example: examples/client-example.c client/rtx.h $(LIBCLIENT_SO)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(WARN) -O2 -g $(LDFLAGS) -Iclient -o $@ $< -L$(BUILD)/lib -lrtx \
+	  -Wl,-rpath,$(abspath $(BUILD)/lib)
 
 $(BUILD)/bin/rtxrun: $(BUILD)/obj/tools/rtxrun.o $(LIBRT)
 	@mkdir -p $(dir $@)
@@ -125,12 +146,18 @@ $(EXAMPLES) &: $(BUILD)/bin/make-examples
 	@mkdir -p $(BUILD)/examples
 	$(BUILD)/bin/make-examples $(BUILD)/examples
 
-# The README's first command: build, then run both example graphs through rtxrun.
+# The README's first command: build, then run rtxd in the foreground on its embedded defaults
+# (gRPC on 127.0.0.1:8001, store under ./var, CPU backend). Submit from another terminal:
+#   build/bin/rtxctl submit build/examples/mlp.rtxg --random-inputs --wait
 run: all
+	$(BUILD)/bin/rtxd
+
+# The example graphs through rtxrun, without the daemon.
+run-examples: all
 	$(BUILD)/bin/rtxrun $(BUILD)/examples/mlp.rtxg --random-inputs --seed 1
 	$(BUILD)/bin/rtxrun $(BUILD)/examples/transformer_block.rtxg --random-inputs --seed 1
 
-test: test-unit test-py
+test: test-unit test-py test-integration
 
 test-integration: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/integration
@@ -163,12 +190,26 @@ test-asan:
 # Python suites against an already built $(BUILD); generated Python code from build/py.
 test-py-only:
 	ASAN_OPTIONS=detect_leaks=1 RTX_BUILD=$(abspath $(BUILD)) RTX_PY=$(abspath build/py) \
-	  $(VENV)/bin/python -m pytest -q -n 2 tests/interop
+	  $(VENV)/bin/python -m pytest -q -n 2 tests/interop tests/integration
 
-bench: all $(PY_GEN)
+# bench/bench_jobs.sh: rtxd's job round trip against a bare gRPC echo server, both on loopback
+BENCH_BINS := $(BUILD)/bin/rtx-echo-server $(BUILD)/bin/rtx-bench-jobs
+
+bench: all $(PY_GEN) $(BENCH_BINS)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python bench/bench_cpu.py
+	RTX_BUILD=$(abspath $(BUILD)) bash bench/bench_jobs.sh
+
+$(BUILD)/bin/rtx-echo-server: $(BUILD)/obj/bench/echo-server.o
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) -pthread
+
+$(BUILD)/bin/rtx-bench-jobs: $(BUILD)/obj/bench/bench-jobs.o $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) $(shell pkg-config --libs libprotobuf-c) -lm -pthread
 
 clean:
 	rm -rf build build-asan
 
--include $(RUNTIME_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(RUNTIME_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(STORE_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) \
+  $(CLIENT_OBJ:.o=.d) \
+  $(BUILD)/obj/client/rtxctl.d $(BUILD)/obj/tests/integration/client-check.d

@@ -15,6 +15,9 @@
 
 #include "runtime/runtime.h"
 
+/* Settings in the table (daemon/config.c), one origin slot each in struct rtx_config. */
+#define RTX_CONFIG_N_SETTINGS 17
+
 /* The effective settings. Strings are owned by the struct. */
 struct rtx_config {
     /* [server] */
@@ -27,7 +30,9 @@ struct rtx_config {
     int64_t retention_max_bytes;   /* default 1 GiB; 0 = unlimited (mutable) */
     /* [jobs] */
     int workers;                   /* job worker threads, default 1 */
-    int cpu_threads;               /* CPU backend threads per worker, 0 = all CPUs / workers */
+    int cpu_threads;               /* CPU backend threads per worker, 0 = all CPUs / workers;
+                                    * rtx_config_load resolves 0 to max(1, online CPUs /
+                                    * workers), so consumers always see a number >= 1 */
     char *lanes;                   /* comma-separated lane names, "realtime,interactive,batch" */
     char *default_lane;            /* default "batch" */
     char *restart_policy;          /* "rerun" or "fail", default "rerun" (mutable) */
@@ -41,6 +46,9 @@ struct rtx_config {
     char *log_level;               /* "debug", "info", "warn", "error" (mutable) */
     /* where the file came from: --config PATH, RTXD_CONFIG, or none */
     char *config_path;
+    /* where each setting's value came from, in table order (rtx_config_list shows it as a
+     * string); kept by rtx_config_load and rtx_config_reload, not for consumers */
+    unsigned char origin[RTX_CONFIG_N_SETTINGS];
 };
 
 /* One setting as Admin.Config and --print-config show it. */
@@ -54,8 +62,12 @@ struct rtx_setting_view {
 
 /* Fills cfg from defaults, the file (--config PATH or RTXD_CONFIG; none is fine), the
  * environment and argv (flags other than settings are left for the caller: *argc/argv are
- * compacted to the unknown arguments, argv[0] kept). Errors name the setting and the source:
- * unknown setting, bad number, out of bounds, bad enum value. */
+ * compacted to the unknown arguments, argv[0] kept; --config PATH is consumed here, "--" ends
+ * the settings and it and everything after it are left). Errors name the setting and the source:
+ * unknown setting, bad number, out of bounds, bad enum value. On failure cfg is zeroed (safe to
+ * rtx_config_free) and argv is left as it was. On success the apply hooks of the table run
+ * (log.format and log.level: rtx_log_configure); rtx_config_reload runs the hooks of the
+ * settings it changes. */
 int rtx_config_load(struct rtx_config *cfg, int *argc, char **argv, struct rtx_err *err);
 /* Re-reads the file and the environment (SIGHUP) and applies the mutable settings that
  * changed (origin "reload"); *changed (may be NULL) gets their count. Immutable settings that

@@ -34,7 +34,8 @@ struct rtx_jobs_options {
 int rtx_jobs_start(const struct rtx_jobs_options *opt, struct rtx_jobs **out,
                    struct rtx_err *err);
 /* Stops the workers after their current job (which stays "running" in the journal unless it
- * finished) and frees everything. NULL: no-op. */
+ * finished) and frees everything. NULL: no-op. A job still running is interrupted at its next
+ * op boundary, as by rtx_jobs_wait_idle past its grace; drain and wait first to let it end. */
 void rtx_jobs_stop(struct rtx_jobs *j);
 
 /* Admits a serialized rtx.v1.SubmitRequest: decode (RTX_EFORMAT), graph + inputs validation

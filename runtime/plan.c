@@ -330,7 +330,7 @@ int rtx_plan_execute(struct rtx_plan *p, struct rtx_backend *be,
     for (int k = 0; k < p->n_order; k++) {
         int ni = p->order[k];
         const struct rtx_node *n = &g->nodes[ni];
-        if (cancel && *cancel) {
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) {
             rc = rtx_err_set(err, RTX_ECANCELED, "canceled before %s",
                              rtx__node_label(g, ni, label, sizeof label));
             goto out;

@@ -93,7 +93,8 @@ void rtx_store_new_job_id(char id[RTX_JOB_ID_LEN]);
 /* Journals a new job: `job` (id, state queued, lane, labels, times, policy, ...) and its
  * serialized request (the rtx.v1.SubmitRequest bytes). Durable when it returns 0. When
  * job->idempotency_key is not empty and a job with that key exists, nothing is written and
- * `existing_id` receives that job's id (otherwise it is set to ""). */
+ * `existing_id` receives that job's id (otherwise it is set to ""). The id is 1..31 characters
+ * of [A-Za-z0-9._-]; an id that exists already gives RTX_EINVAL. */
 int rtx_store_job_insert(struct rtx_store *s, const struct rtx_job_info *job,
                          const void *request, size_t request_len,
                          char existing_id[RTX_JOB_ID_LEN], struct rtx_err *err);
@@ -108,7 +109,8 @@ int rtx_store_job_request(struct rtx_store *s, const char *id, void **request, s
 int rtx_store_job_set_state(struct rtx_store *s, const char *id, enum rtx_job_state state,
                             const char *reason, int64_t now_ms, struct rtx_err *err);
 
-/* Marks a running job succeeded and stores its outputs in one transaction. */
+/* Marks a running job succeeded and stores its outputs in one transaction (RTX_EINVAL when
+ * the job is not running). */
 int rtx_store_job_succeed(struct rtx_store *s, const char *id, int64_t now_ms, double run_ms,
                           int64_t peak_bytes, int n_outputs, const char *const *names,
                           const struct rtx_tensor *const *outputs, struct rtx_err *err);
@@ -130,13 +132,14 @@ struct rtx_job_filter {
     const enum rtx_job_state *states;   /* any of these; none = all */
     int n_labels;
     const struct rtx_job_label *labels; /* all must match */
-    int64_t created_after_ms, created_before_ms; /* 0 = no bound */
+    int64_t created_after_ms, created_before_ms; /* exclusive bounds; 0 = no bound */
     int limit;                          /* page size, 1..1000 */
     const char *page_token;             /* NULL or "" for the first page */
 };
 
 /* Jobs matching the filter, newest first. *jobs is an rtx_malloc'ed array (free with
- * rtx_job_info_free_array); next_token is "" on the last page. */
+ * rtx_job_info_free_array); next_token is "" on the last page. next_token may be the buffer
+ * f->page_token points to. */
 int rtx_store_job_list(struct rtx_store *s, const struct rtx_job_filter *f,
                        struct rtx_job_info **jobs, int *n, char next_token[RTX_JOB_ID_LEN + 32],
                        struct rtx_err *err);
@@ -145,13 +148,15 @@ int rtx_store_job_list(struct rtx_store *s, const struct rtx_job_filter *f,
 int rtx_store_job_unfinished(struct rtx_store *s, struct rtx_job_info **jobs, int *n,
                              struct rtx_err *err);
 
-/* Applies retention now; *deleted_bytes (may be NULL) gets the blob bytes freed. */
+/* Applies retention now; *deleted_bytes (may be NULL) gets the blob bytes freed. The store
+ * never runs retention by itself: the daemon calls this periodically (and after SIGHUP). */
 int rtx_store_retention_run(struct rtx_store *s, int64_t now_ms, int64_t *deleted_bytes,
                             struct rtx_err *err);
 
 struct rtx_store_stats {
-    bool ok;                        /* the last write succeeded */
-    char last_error[256];
+    bool ok;                        /* the last write succeeded (rejections - RTX_EINVAL,
+                                       RTX_ENOTFOUND - say nothing about storage, don't count) */
+    char last_error[256];           /* the latest write failure, kept after recovery */
     int64_t db_bytes;               /* database + WAL file bytes */
     int64_t jobs;                   /* rows in the journal */
     int64_t blob_bytes, blobs;      /* stored output data */

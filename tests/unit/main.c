@@ -1,12 +1,14 @@
 /*
  * main.c - the Check runner for every unit-test suite in test-list.h.
  * Usage: rtx-unit-tests [SUITE...]  (no argument: all suites)
+ * RTX_TEST_LOG sets the level of the daemon's log lines during the tests (default: error).
  */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/log.h"
 #include "tests/unit/test-list.h"
 
 #define DECLARE_SUITE(name) Suite *rtx_##name##_suite(void);
@@ -33,6 +35,9 @@ static int wanted(const char *name, int argc, char **argv) {
 
 int main(int argc, char **argv) {
     SRunner *sr = NULL;
+    /* daemon modules under test log to stderr; RTX_TEST_LOG=debug|info|... shows their lines */
+    const char *level = getenv("RTX_TEST_LOG");
+    rtx_log_configure("text", level && level[0] ? level : "error");
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
         if (!wanted(suites[i].name, argc, argv)) continue;
         if (!sr)

@@ -12,4 +12,9 @@
     X(cpu_reduce)                                                                               \
     X(cpu_linalg)                                                                               \
     X(cpu_shape)                                                                                \
-    X(cpu_conv)
+    X(cpu_conv)                                                                                 \
+    X(store)                                                                                    \
+    X(jobs)                                                                                     \
+    X(config)                                                                                   \
+    X(log)                                                                                      \
+    X(server)

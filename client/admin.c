@@ -1,0 +1,268 @@
+/*
+ * admin.c - librtx calls of the rtx.v1.Admin service: Status, Devices, Health, Config and
+ * Drain. Each result is boxed with the decoded response its strings point into
+ * (client-impl.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/client-impl.h"
+
+static int oom(struct rtx_client_err *err) {
+    return rtx__client_err(err, RTX_CLIENT_ENOMEM, -1, "out of memory");
+}
+
+/* The pointer to a box from the pointer to its public member. */
+#define BOX_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+static void device_fill(struct rtx_client_device *dst, const Rtx__V1__Device *src) {
+    dst->index = src->index;
+    dst->kind = rtx__client_str(src->kind);
+    dst->name = rtx__client_str(src->name);
+    dst->threads = src->threads;
+    dst->sm_count = src->sm_count;
+    dst->memory_bytes = src->memory_bytes;
+    dst->compute_capability = rtx__client_str(src->compute_capability);
+    dst->healthy = src->healthy;
+    dst->detail = rtx__client_str(src->detail);
+}
+
+/* An array of n devices filled from src, or NULL when out of memory. */
+static struct rtx_client_device *devices_new(Rtx__V1__Device *const *src, size_t n) {
+    struct rtx_client_device *d = calloc(n ? n : 1, sizeof *d);
+    for (size_t i = 0; d && i < n; i++)
+        device_fill(&d[i], src[i]);
+    return d;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Status
+ * ---------------------------------------------------------------------------------------- */
+
+struct status_box {
+    Rtx__V1__StatusResponse *pb;
+    struct rtx_client_device *devices;
+    struct rtx_client_lane_depth *lanes;
+    struct rtx_client_status st;
+};
+
+static void status_box_free(struct status_box *b) {
+    if (!b) return;
+    if (b->pb) rtx__v1__status_response__free_unpacked(b->pb, NULL);
+    free(b->devices);
+    free(b->lanes);
+    free(b);
+}
+
+void rtx_client_status_free(struct rtx_client_status *st) {
+    if (st) status_box_free(BOX_OF(st, struct status_box, st));
+}
+
+int rtx_client_get_status(struct rtx_client *c, struct rtx_client_status **out,
+                          struct rtx_client_err *err) {
+    if (!out) return rtx__client_err(err, RTX_CLIENT_EINVAL, -1, "no output pointer");
+    *out = NULL;
+    Rtx__V1__StatusRequest req = RTX__V1__STATUS_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    int rc = rtx__client_unary(c, RTX__CLIENT_M_STATUS, &req.base, &msg, err);
+    if (rc < 0) return rc;
+    struct status_box *b = calloc(1, sizeof *b);
+    if (!b) {
+        protobuf_c_message_free_unpacked(msg, NULL);
+        return oom(err);
+    }
+    Rtx__V1__StatusResponse *pb = b->pb = (Rtx__V1__StatusResponse *)msg;
+    b->devices = devices_new(pb->devices, pb->n_devices);
+    b->lanes = calloc(pb->n_lanes ? pb->n_lanes : 1, sizeof *b->lanes);
+    if (!b->devices || !b->lanes) {
+        status_box_free(b);
+        return oom(err);
+    }
+    for (size_t i = 0; i < pb->n_lanes; i++) {
+        b->lanes[i].lane = rtx__client_str(pb->lanes[i]->lane);
+        b->lanes[i].queued = pb->lanes[i]->queued;
+        b->lanes[i].running = pb->lanes[i]->running;
+    }
+    struct rtx_client_status *st = &b->st;
+    st->version = rtx__client_str(pb->version);
+    st->build_id = rtx__client_str(pb->build_id);
+    st->uptime_ms = pb->uptime_ms;
+    st->n_devices = (int)pb->n_devices;
+    st->devices = b->devices;
+    st->n_lanes = (int)pb->n_lanes;
+    st->lanes = b->lanes;
+    st->store.path = "";
+    st->store.last_error = "";
+    if (pb->store) {
+        st->store.ok = pb->store->ok;
+        st->store.path = rtx__client_str(pb->store->path);
+        st->store.db_bytes = pb->store->db_bytes;
+        st->store.jobs = pb->store->jobs;
+        st->store.blob_bytes = pb->store->blob_bytes;
+        st->store.last_error = rtx__client_str(pb->store->last_error);
+    }
+    st->draining = pb->draining;
+    st->jobs_succeeded = pb->jobs_succeeded;
+    st->jobs_failed = pb->jobs_failed;
+    *out = st;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Devices
+ * ---------------------------------------------------------------------------------------- */
+
+struct devices_box {
+    Rtx__V1__DevicesResponse *pb;
+    struct rtx_client_device *devices;
+    struct rtx_client_device_list list;
+};
+
+static void devices_box_free(struct devices_box *b) {
+    if (!b) return;
+    if (b->pb) rtx__v1__devices_response__free_unpacked(b->pb, NULL);
+    free(b->devices);
+    free(b);
+}
+
+void rtx_client_device_list_free(struct rtx_client_device_list *list) {
+    if (list) devices_box_free(BOX_OF(list, struct devices_box, list));
+}
+
+int rtx_client_list_devices(struct rtx_client *c, struct rtx_client_device_list **out,
+                            struct rtx_client_err *err) {
+    if (!out) return rtx__client_err(err, RTX_CLIENT_EINVAL, -1, "no output pointer");
+    *out = NULL;
+    Rtx__V1__DevicesRequest req = RTX__V1__DEVICES_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    int rc = rtx__client_unary(c, RTX__CLIENT_M_DEVICES, &req.base, &msg, err);
+    if (rc < 0) return rc;
+    struct devices_box *b = calloc(1, sizeof *b);
+    if (!b) {
+        protobuf_c_message_free_unpacked(msg, NULL);
+        return oom(err);
+    }
+    b->pb = (Rtx__V1__DevicesResponse *)msg;
+    if (!(b->devices = devices_new(b->pb->devices, b->pb->n_devices))) {
+        devices_box_free(b);
+        return oom(err);
+    }
+    b->list.n_devices = (int)b->pb->n_devices;
+    b->list.devices = b->devices;
+    *out = &b->list;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Health
+ * ---------------------------------------------------------------------------------------- */
+
+struct health_box {
+    Rtx__V1__HealthResponse *pb;
+    struct rtx_client_health health;
+};
+
+void rtx_client_health_free(struct rtx_client_health *h) {
+    if (!h) return;
+    struct health_box *b = BOX_OF(h, struct health_box, health);
+    rtx__v1__health_response__free_unpacked(b->pb, NULL);
+    free(b);
+}
+
+int rtx_client_get_health(struct rtx_client *c, struct rtx_client_health **out,
+                          struct rtx_client_err *err) {
+    if (!out) return rtx__client_err(err, RTX_CLIENT_EINVAL, -1, "no output pointer");
+    *out = NULL;
+    Rtx__V1__HealthRequest req = RTX__V1__HEALTH_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    int rc = rtx__client_unary(c, RTX__CLIENT_M_HEALTH, &req.base, &msg, err);
+    if (rc < 0) return rc;
+    struct health_box *b = calloc(1, sizeof *b);
+    if (!b) {
+        protobuf_c_message_free_unpacked(msg, NULL);
+        return oom(err);
+    }
+    b->pb = (Rtx__V1__HealthResponse *)msg;
+    b->health.status = (enum rtx_client_serving_status)b->pb->status;
+    b->health.detail = rtx__client_str(b->pb->detail);
+    *out = &b->health;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Config
+ * ---------------------------------------------------------------------------------------- */
+
+struct config_box {
+    Rtx__V1__ConfigResponse *pb;
+    struct rtx_client_setting *settings;
+    struct rtx_client_config cfg;
+};
+
+static void config_box_free(struct config_box *b) {
+    if (!b) return;
+    if (b->pb) rtx__v1__config_response__free_unpacked(b->pb, NULL);
+    free(b->settings);
+    free(b);
+}
+
+void rtx_client_config_free(struct rtx_client_config *cfg) {
+    if (cfg) config_box_free(BOX_OF(cfg, struct config_box, cfg));
+}
+
+int rtx_client_get_config(struct rtx_client *c, struct rtx_client_config **out,
+                          struct rtx_client_err *err) {
+    if (!out) return rtx__client_err(err, RTX_CLIENT_EINVAL, -1, "no output pointer");
+    *out = NULL;
+    Rtx__V1__ConfigRequest req = RTX__V1__CONFIG_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    int rc = rtx__client_unary(c, RTX__CLIENT_M_CONFIG, &req.base, &msg, err);
+    if (rc < 0) return rc;
+    struct config_box *b = calloc(1, sizeof *b);
+    if (!b) {
+        protobuf_c_message_free_unpacked(msg, NULL);
+        return oom(err);
+    }
+    Rtx__V1__ConfigResponse *pb = b->pb = (Rtx__V1__ConfigResponse *)msg;
+    b->settings = calloc(pb->n_settings ? pb->n_settings : 1, sizeof *b->settings);
+    if (!b->settings) {
+        config_box_free(b);
+        return oom(err);
+    }
+    for (size_t i = 0; i < pb->n_settings; i++) {
+        const Rtx__V1__Setting *s = pb->settings[i];
+        b->settings[i].name = rtx__client_str(s->name);
+        b->settings[i].value = rtx__client_str(s->value);
+        b->settings[i].origin = rtx__client_str(s->origin);
+        b->settings[i].is_mutable = s->mutable_;
+        b->settings[i].description = rtx__client_str(s->description);
+    }
+    b->cfg.n_settings = (int)pb->n_settings;
+    b->cfg.settings = b->settings;
+    *out = &b->cfg;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Drain
+ * ---------------------------------------------------------------------------------------- */
+
+int rtx_client_drain(struct rtx_client *c, int grace_ms, struct rtx_client_drain_result *out,
+                     struct rtx_client_err *err) {
+    if (out) memset(out, 0, sizeof *out);
+    if (grace_ms < 0)
+        return rtx__client_err(err, RTX_CLIENT_EINVAL, -1, "negative grace period %d ms",
+                               grace_ms);
+    Rtx__V1__DrainRequest req = RTX__V1__DRAIN_REQUEST__INIT;
+    req.grace_ms = grace_ms;
+    ProtobufCMessage *msg = NULL;
+    int rc = rtx__client_unary(c, RTX__CLIENT_M_DRAIN, &req.base, &msg, err);
+    if (rc < 0) return rc;
+    const Rtx__V1__DrainResponse *resp = (const Rtx__V1__DrainResponse *)msg;
+    if (out) {
+        out->running = resp->running;
+        out->queued = resp->queued;
+    }
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return 0;
+}

@@ -1,0 +1,299 @@
+/*
+ * handlers-admin.c - the rtx.v1.Admin methods (Status, Devices, Health, Config, Drain) and the
+ * daemon state they read: start time, the CPU device description and the drain entry point
+ * shared by Admin.Drain and SIGTERM.
+ *
+ * DESIGN
+ * A drain begins exactly once, whoever asks first (a signal on the loop thread or Admin.Drain on
+ * a completion-queue thread): rtx__daemon_drain_begin sets the draining flag that Submit reads,
+ * calls rtx_jobs_drain and records its counts and grace under a mutex, so every later caller
+ * answers with the same numbers. What follows the drain (waiting for running jobs, stopping the
+ * server, exiting) belongs to main.c's loop; Admin.Drain reaches it through d->on_drain, which
+ * main.c implements with uv_async_send. The CPU is the only device until the CUDA backend joins.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "rtx/v1/admin.pb-c.h"
+
+static int64_t now_unix_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The "model name" line of /proc/cpuinfo, else the machine name from uname. */
+static void read_cpu_name(char *out, size_t size) {
+    out[0] = '\0';
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, "model name", 10) != 0) continue;
+            const char *v = strchr(line, ':');
+            if (!v) continue;
+            v++;
+            while (*v == ' ' || *v == '\t')
+                v++;
+            size_t n = strcspn(v, "\n");
+            while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+                n--;
+            snprintf(out, size, "%.*s", (int)n, v);
+            break;
+        }
+        fclose(f);
+    }
+    if (!out[0]) {
+        struct utsname u;
+        snprintf(out, size, "%s", uname(&u) == 0 ? u.machine : "cpu");
+    }
+}
+
+int rtx__daemon_init(struct rtx_daemon *d, struct rtx_err *err) {
+    memset(d, 0, sizeof *d);
+    if (pthread_rwlock_init(&d->cfg_lock, NULL) != 0)
+        return rtx_err_set(err, RTX_ENOMEM, "cannot create the config lock");
+    if (pthread_mutex_init(&d->drain_mu, NULL) != 0) {
+        pthread_rwlock_destroy(&d->cfg_lock);
+        return rtx_err_set(err, RTX_ENOMEM, "cannot create the drain lock");
+    }
+    atomic_init(&d->draining, false);
+    d->started_ms = now_unix_ms();
+    read_cpu_name(d->cpu_name, sizeof d->cpu_name);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    d->memory_bytes = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+    return 0;
+}
+
+void rtx__daemon_close(struct rtx_daemon *d) {
+    pthread_mutex_destroy(&d->drain_mu);
+    pthread_rwlock_destroy(&d->cfg_lock);
+}
+
+bool rtx__daemon_drain_begin(struct rtx_daemon *d, int grace_ms, int *running, int *queued,
+                             int *grace_used) {
+    pthread_mutex_lock(&d->drain_mu);
+    bool first = !d->drain_begun;
+    if (first) {
+        d->drain_begun = true;
+        atomic_store(&d->draining, true);
+        int r = 0, q = 0;
+        if (d->jobs) rtx_jobs_drain(d->jobs, &r, &q);
+        d->drain_running = r;
+        d->drain_queued = q;
+        d->drain_grace_ms = grace_ms;
+    }
+    if (running) *running = d->drain_running;
+    if (queued) *queued = d->drain_queued;
+    if (grace_used) *grace_used = d->drain_grace_ms;
+    pthread_mutex_unlock(&d->drain_mu);
+    return first;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Devices, lanes, store
+ * ---------------------------------------------------------------------------------------- */
+
+/* The CPU device; threads = workers x CPU threads per worker. */
+static void cpu_device(struct rtx_daemon *d, const struct rtx_jobs_stats *st, Rtx__V1__Device *m) {
+    rtx__v1__device__init(m);
+    m->index = 0;
+    m->kind = "cpu";
+    m->name = d->cpu_name;
+    m->threads = st->workers * st->cpu_threads;
+    m->memory_bytes = d->memory_bytes;
+    m->healthy = true;
+}
+
+/* Store health from rtx_store_stats; a failing call reads as "not ok" with its message. */
+static void store_health(struct rtx_daemon *d, struct rtx_store_stats *ss, struct rtx_err *err,
+                         Rtx__V1__StoreHealth *m, char *path, size_t path_size) {
+    rtx__v1__store_health__init(m);
+    memset(ss, 0, sizeof *ss);
+    if (rtx_store_stats(d->store, ss, err) != 0) {
+        ss->ok = false;
+        snprintf(ss->last_error, sizeof ss->last_error, "%s", err->msg);
+    }
+    pthread_rwlock_rdlock(&d->cfg_lock);
+    snprintf(path, path_size, "%s", d->cfg && d->cfg->store_path ? d->cfg->store_path : "");
+    pthread_rwlock_unlock(&d->cfg_lock);
+    m->ok = ss->ok;
+    m->path = path;
+    m->db_bytes = ss->db_bytes;
+    m->jobs = ss->jobs;
+    m->blob_bytes = ss->blob_bytes;
+    m->last_error = ss->last_error;
+}
+
+/* Unpacks an empty request message, answering INVALID_ARGUMENT when malformed. */
+static bool check_empty_request(const ProtobufCMessageDescriptor *desc, const uint8_t *req,
+                                size_t len, struct rtx_server_reply *rep) {
+    ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, req);
+    if (!m) {
+        rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT, "malformed %s", desc->name);
+        return false;
+    }
+    protobuf_c_message_free_unpacked(m, NULL);
+    return true;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Handlers
+ * ---------------------------------------------------------------------------------------- */
+
+void rtx__daemon_admin_status(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                              struct rtx_server_reply *rep) {
+    if (!check_empty_request(&rtx__v1__status_request__descriptor, req, len, rep)) return;
+    struct rtx_jobs_stats st = {0};
+    rtx_jobs_get_stats(d->jobs, &st);
+
+    Rtx__V1__Device dev, *devp = &dev;
+    cpu_device(d, &st, &dev);
+
+    int nl = st.n_lanes < 0 ? 0 : st.n_lanes > 16 ? 16 : st.n_lanes;
+    Rtx__V1__LaneDepth lanes[16], *lanep[16];
+    for (int i = 0; i < nl; i++) {
+        rtx__v1__lane_depth__init(&lanes[i]);
+        lanes[i].lane = (char *)(st.lanes[i].lane ? st.lanes[i].lane : "");
+        lanes[i].queued = st.lanes[i].queued;
+        lanes[i].running = st.lanes[i].running;
+        lanep[i] = &lanes[i];
+    }
+
+    struct rtx_store_stats ss;
+    struct rtx_err err = {0};
+    Rtx__V1__StoreHealth store;
+    char path[1024];
+    store_health(d, &ss, &err, &store, path, sizeof path);
+
+    Rtx__V1__StatusResponse m = RTX__V1__STATUS_RESPONSE__INIT;
+    m.version = RTX_VERSION;
+    m.build_id = RTX_BUILD_ID;
+    m.uptime_ms = now_unix_ms() - d->started_ms;
+    m.n_devices = 1;
+    m.devices = &devp;
+    m.n_lanes = (size_t)nl;
+    m.lanes = lanep;
+    m.store = &store;
+    m.draining = atomic_load(&d->draining);
+    m.jobs_succeeded = st.succeeded;
+    m.jobs_failed = st.failed;
+    rtx_server_reply_pack(rep, &m.base, 0);
+}
+
+void rtx__daemon_admin_devices(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                               struct rtx_server_reply *rep) {
+    if (!check_empty_request(&rtx__v1__devices_request__descriptor, req, len, rep)) return;
+    struct rtx_jobs_stats st = {0};
+    rtx_jobs_get_stats(d->jobs, &st);
+    Rtx__V1__Device dev, *devp = &dev;
+    cpu_device(d, &st, &dev);
+    Rtx__V1__DevicesResponse m = RTX__V1__DEVICES_RESPONSE__INIT;
+    m.n_devices = 1;
+    m.devices = &devp;
+    rtx_server_reply_pack(rep, &m.base, 0);
+}
+
+void rtx__daemon_admin_health(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                              struct rtx_server_reply *rep) {
+    if (!check_empty_request(&rtx__v1__health_request__descriptor, req, len, rep)) return;
+    Rtx__V1__HealthResponse m = RTX__V1__HEALTH_RESPONSE__INIT;
+    char detail[300] = "";
+    if (atomic_load(&d->draining)) {
+        m.status = RTX__V1__HEALTH_RESPONSE__SERVING_STATUS__NOT_SERVING;
+        snprintf(detail, sizeof detail, "draining");
+    } else {
+        struct rtx_store_stats ss = {0};
+        struct rtx_err err = {0};
+        if (rtx_store_stats(d->store, &ss, &err) != 0) {
+            m.status = RTX__V1__HEALTH_RESPONSE__SERVING_STATUS__NOT_SERVING;
+            snprintf(detail, sizeof detail, "store: %s", err.msg);
+        } else if (!ss.ok) {
+            m.status = RTX__V1__HEALTH_RESPONSE__SERVING_STATUS__NOT_SERVING;
+            snprintf(detail, sizeof detail, "store: %s", ss.last_error);
+        } else {
+            m.status = RTX__V1__HEALTH_RESPONSE__SERVING_STATUS__SERVING;
+        }
+    }
+    m.detail = detail;
+    rtx_server_reply_pack(rep, &m.base, 0);
+}
+
+void rtx__daemon_admin_config(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                              struct rtx_server_reply *rep) {
+    if (!check_empty_request(&rtx__v1__config_request__descriptor, req, len, rep)) return;
+    struct rtx_setting_view *views = NULL;
+    int n = 0;
+    pthread_rwlock_rdlock(&d->cfg_lock);
+    int rc = rtx_config_list(d->cfg, &views, &n);
+    pthread_rwlock_unlock(&d->cfg_lock);
+    if (rc != 0) {
+        rtx_server_reply_status(rep, rtx_server_status_from_err(rc), "listing settings: %s",
+                                rtx_strerror(rc));
+        return;
+    }
+    size_t cnt = n > 0 ? (size_t)n : 0;
+    Rtx__V1__Setting *s = rtx_calloc(cnt ? cnt : 1, sizeof *s);
+    Rtx__V1__Setting **sp = rtx_calloc(cnt ? cnt : 1, sizeof *sp);
+    if (!s || !sp) {
+        rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory listing settings");
+    } else {
+        for (size_t i = 0; i < cnt; i++) {
+            rtx__v1__setting__init(&s[i]);
+            s[i].name = (char *)(views[i].name ? views[i].name : "");
+            s[i].value = views[i].value;
+            s[i].origin = (char *)(views[i].origin ? views[i].origin : "");
+            s[i].mutable_ = views[i].is_mutable;
+            s[i].description = (char *)(views[i].description ? views[i].description : "");
+            sp[i] = &s[i];
+        }
+        Rtx__V1__ConfigResponse m = RTX__V1__CONFIG_RESPONSE__INIT;
+        m.n_settings = cnt;
+        m.settings = sp;
+        rtx_server_reply_pack(rep, &m.base, 0);
+    }
+    rtx_free(sp);
+    rtx_free(s);
+    rtx_free(views);
+}
+
+void rtx__daemon_admin_drain(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                             struct rtx_server_reply *rep) {
+    Rtx__V1__DrainRequest *r = rtx__v1__drain_request__unpack(NULL, len, req);
+    if (!r) {
+        rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                                "malformed rtx.v1.DrainRequest");
+        return;
+    }
+    int grace = r->grace_ms;
+    rtx__v1__drain_request__free_unpacked(r, NULL);
+    if (grace < 0) {
+        rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                                "grace_ms must be >= 0 (0 = the setting drain.grace_ms)");
+        return;
+    }
+    if (grace == 0) {
+        pthread_rwlock_rdlock(&d->cfg_lock);
+        grace = d->cfg ? d->cfg->drain_grace_ms : 0;
+        pthread_rwlock_unlock(&d->cfg_lock);
+    }
+    int running = 0, queued = 0, used = 0;
+    if (rtx__daemon_drain_begin(d, grace, &running, &queued, &used)) {
+        char rs[16], qs[16], gs[16];
+        snprintf(rs, sizeof rs, "%d", running);
+        snprintf(qs, sizeof qs, "%d", queued);
+        snprintf(gs, sizeof gs, "%d", used);
+        rtx_log(RTX_LOG_INFO, "draining", "by", "Admin.Drain", "running", rs, "queued", qs,
+                "grace_ms", gs, NULL);
+    }
+    Rtx__V1__DrainResponse m = RTX__V1__DRAIN_RESPONSE__INIT;
+    m.running = running;
+    m.queued = queued;
+    rtx_server_reply_pack(rep, &m.base, 0);
+    if (d->on_drain) d->on_drain(d);
+}

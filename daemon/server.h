@@ -1,0 +1,182 @@
+/*
+ * server.h - internal header of rtxd's RPC layer: the gRPC C core server (server.c), the
+ * rtx.v1.Jobs and rtx.v1.Admin handlers (handlers-jobs.c, handlers-admin.c) and the daemon
+ * state they share with main.c. Only daemon/ and the unit tests include it.
+ *
+ * DESIGN
+ * server.c owns everything gRPC: completion-queue threads, the static method table, call
+ * state machines, request ids, deadlines and shutdown. Handlers never see a grpc_call: a unary
+ * handler gets the request bytes and fills a struct rtx_server_reply (a status, a message and,
+ * on success, a serialized reply); the streaming handler (Jobs.Wait) gets a stream it feeds
+ * with rtx_server_stream_send from any thread. Error codes become gRPC status codes in one
+ * function, rtx_server_status_from_err.
+ */
+#ifndef RTX_DAEMON_SERVER_H
+#define RTX_DAEMON_SERVER_H
+
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon/config.h"
+#include "daemon/jobs.h"
+#include "store/store.h"
+
+#define RTX_VERSION "0.1.0"
+
+/* The build id: `git describe` passed by the Makefile, else "dev". */
+#ifndef RTX_BUILD_ID
+#define RTX_BUILD_ID "dev"
+#endif
+
+/* ------------------------------------------------------------------------------------------
+ * Daemon state shared by main.c and the handlers
+ * ---------------------------------------------------------------------------------------- */
+
+struct rtx_daemon {
+    struct rtx_config *cfg; /* read under cfg_lock; SIGHUP writes under it */
+    pthread_rwlock_t cfg_lock;
+    struct rtx_store *store;
+    struct rtx_jobs *jobs;
+    int64_t started_ms;   /* unix ms */
+    char cpu_name[128];   /* /proc/cpuinfo "model name" */
+    int64_t memory_bytes; /* physical memory, bytes */
+
+    atomic_bool draining;     /* Submit answers UNAVAILABLE once set */
+    pthread_mutex_t drain_mu; /* guards the fields below */
+    bool drain_begun;
+    int drain_running, drain_queued; /* what rtx_jobs_drain reported */
+    int drain_grace_ms;              /* grace of the drain that began first */
+
+    /* Called (from a CQ thread) after Admin.Drain began a drain; main.c hands it to its loop
+     * with uv_async_send. */
+    void (*on_drain)(struct rtx_daemon *d);
+    void *on_drain_ctx;
+};
+
+/* Fills the fields that do not depend on main.c's objects (locks, start time, CPU name and
+ * memory). cfg, store, jobs and on_drain are set by the caller afterwards. */
+int rtx__daemon_init(struct rtx_daemon *d, struct rtx_err *err);
+void rtx__daemon_close(struct rtx_daemon *d);
+
+/* Begins a drain (stop admitting, stop starting queued jobs) once: the first call runs
+ * rtx_jobs_drain and records its counts and grace_ms; every call returns those counts and the
+ * recorded grace. Returns true for the call that began it. Thread-safe. */
+bool rtx__daemon_drain_begin(struct rtx_daemon *d, int grace_ms, int *running, int *queued,
+                             int *grace_used);
+
+/* ------------------------------------------------------------------------------------------
+ * The server
+ * ---------------------------------------------------------------------------------------- */
+
+struct rtx_server;
+
+struct rtx_server_options {
+    const char *listen;        /* "host:port"; port 0 picks a free one */
+    int cq_threads;            /* completion-queue threads, >= 1 */
+    int64_t max_message_bytes; /* receive and send limit per message, bytes */
+    struct rtx_daemon *daemon; /* handed to every handler */
+};
+
+/* grpc_init, creates the server with its CQ threads, binds opt->listen (an error names the
+ * address when it cannot be bound), starts it and posts the first requests. *bound_port (may be
+ * NULL) gets the port bound. */
+int rtx_server_start(const struct rtx_server_options *opt, struct rtx_server **out,
+                     int *bound_port, struct rtx_err *err);
+/* Stops accepting calls, ends every Jobs.Wait stream with UNAVAILABLE, waits up to grace_ms for
+ * calls in flight, then cancels what is left; returns when every call is finished and the
+ * completion queues are drained. Blocking; call it from a thread that handlers do not need.
+ * Idempotent. */
+void rtx_server_shutdown(struct rtx_server *s, int grace_ms);
+/* Shuts down (grace 0) if needed, frees everything and calls grpc_shutdown. NULL: no-op. */
+void rtx_server_free(struct rtx_server *s);
+
+/* The gRPC status for an RTX_E* code (0 -> OK; -errno and unknown codes -> INTERNAL). */
+grpc_status_code rtx_server_status_from_err(int code);
+/* "OK", "INVALID_ARGUMENT", ... ("UNKNOWN" for a value out of range). */
+const char *rtx_server_status_name(grpc_status_code code);
+
+#define RTX_SERVER_REQUEST_ID_LEN 33  /* 32 hex digits and the NUL */
+#define RTX_SERVER_REQUEST_ID_MAX 128 /* longest x-request-id taken from a client, bytes */
+/* A new random request id: 32 lower-case hex digits. */
+void rtx_server_request_id_new(char id[RTX_SERVER_REQUEST_ID_LEN]);
+/* Whether a client's x-request-id can be used (and echoed) as it is: 1..128 bytes of
+ * printable ASCII without spaces. */
+bool rtx_server_request_id_valid(const char *s, size_t len);
+
+/* ------------------------------------------------------------------------------------------
+ * Handler interface
+ * ---------------------------------------------------------------------------------------- */
+
+/* A handler's answer. code starts as GRPC_STATUS_OK with data NULL; on OK, data (rtx_malloc'ed;
+ * the server takes it) and len hold the serialized reply. */
+struct rtx_server_reply {
+    grpc_status_code code;
+    char msg[256]; /* status details; "" for OK */
+    void *data;
+    size_t len; /* bytes */
+};
+
+/* Sets an error status with a printf message (frees data if set). */
+void rtx_server_reply_status(struct rtx_server_reply *rep, grpc_status_code code, const char *fmt,
+                             ...) __attribute__((format(printf, 3, 4)));
+/* Sets the status mapped from err->code with err->msg as details. */
+void rtx_server_reply_err(struct rtx_server_reply *rep, const struct rtx_err *err);
+/* Serializes msg (a ProtobufCMessage) into rep->data; INTERNAL on allocation failure,
+ * RESOURCE_EXHAUSTED when it exceeds max_bytes (0: no check). */
+void rtx_server_reply_pack(struct rtx_server_reply *rep, const ProtobufCMessage *msg,
+                           int64_t max_bytes);
+
+typedef void (*rtx_server_unary_fn)(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                                    struct rtx_server_reply *rep);
+
+/* A server-streaming call as its handler sees it. */
+struct rtx_server_stream;
+
+/* The streaming handler decodes the request and either sets an error in rep (the stream then
+ * ends with it and the handler must not have registered a source) or leaves rep OK with a
+ * source registered that will call rtx_server_stream_send / _end until `last`. */
+typedef void (*rtx_server_stream_fn)(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                                     struct rtx_server_stream *st, struct rtx_server_reply *rep);
+
+/* Queues one message (data rtx_malloc'ed, taken by the stream) from any thread; the stream
+ * writes one message at a time. `last` = the source is done: after the queued messages the
+ * stream ends with OK. Never blocks. Messages after the client went away are dropped. */
+void rtx_server_stream_send(struct rtx_server_stream *st, void *data, size_t len, bool last);
+/* Ends the stream with an error status instead (queued messages are dropped); `last` as above. */
+void rtx_server_stream_end(struct rtx_server_stream *st, grpc_status_code code, const char *msg,
+                           bool last);
+/* Registers how to stop the source when the client goes away or the server shuts down:
+ * stop(ctx, handle) must guarantee that no send runs or will run once it returns. Call it
+ * from the handler, after registering the source. */
+void rtx_server_stream_set_stop(struct rtx_server_stream *st, void (*stop)(void *, uint64_t),
+                                void *ctx, uint64_t handle);
+
+/* The handlers (handlers-jobs.c, handlers-admin.c), one per method of the .proto files. */
+void rtx__daemon_jobs_submit(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                             struct rtx_server_reply *rep);
+void rtx__daemon_jobs_get(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                          struct rtx_server_reply *rep);
+void rtx__daemon_jobs_wait(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                           struct rtx_server_stream *st, struct rtx_server_reply *rep);
+void rtx__daemon_jobs_cancel(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                             struct rtx_server_reply *rep);
+void rtx__daemon_jobs_list(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                           struct rtx_server_reply *rep);
+void rtx__daemon_jobs_get_outputs(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                                  struct rtx_server_reply *rep);
+void rtx__daemon_admin_status(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                              struct rtx_server_reply *rep);
+void rtx__daemon_admin_devices(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                               struct rtx_server_reply *rep);
+void rtx__daemon_admin_health(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                              struct rtx_server_reply *rep);
+void rtx__daemon_admin_config(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                              struct rtx_server_reply *rep);
+void rtx__daemon_admin_drain(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                             struct rtx_server_reply *rep);
+
+#endif /* RTX_DAEMON_SERVER_H */
