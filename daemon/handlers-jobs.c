@@ -63,21 +63,6 @@ static char *str(const char *s) {
     return (char *)(s ? s : "");
 }
 
-/* rtx dtype -> wire enum (the wire enum starts at 1 in runtime order). */
-static Rtx__V1__DataType dtype_to_wire(enum rtx_dtype dt) {
-    static const Rtx__V1__DataType map[RTX_DTYPE_COUNT] = {
-        [RTX_F32] = RTX__V1__DATA_TYPE__DATA_TYPE_F32,
-        [RTX_F16] = RTX__V1__DATA_TYPE__DATA_TYPE_F16,
-        [RTX_BF16] = RTX__V1__DATA_TYPE__DATA_TYPE_BF16,
-        [RTX_I8] = RTX__V1__DATA_TYPE__DATA_TYPE_I8,
-        [RTX_I32] = RTX__V1__DATA_TYPE__DATA_TYPE_I32,
-        [RTX_I64] = RTX__V1__DATA_TYPE__DATA_TYPE_I64,
-        [RTX_U8] = RTX__V1__DATA_TYPE__DATA_TYPE_U8,
-        [RTX_BOOL] = RTX__V1__DATA_TYPE__DATA_TYPE_BOOL,
-    };
-    return (unsigned)dt < RTX_DTYPE_COUNT ? map[dt] : RTX__V1__DATA_TYPE__DATA_TYPE_UNSPECIFIED;
-}
-
 /* Fills m from a journal row; m points into j and sc. Returns false on allocation failure. */
 static bool job_to_msg(struct scratch *sc, const struct rtx_job_info *j, Rtx__V1__Job *m) {
     bool failed = false;
@@ -119,7 +104,7 @@ static bool job_to_msg(struct scratch *sc, const struct rtx_job_info *j, Rtx__V1
         const struct rtx_job_output *o = &j->outputs[i];
         rtx__v1__output_info__init(&os[i]);
         os[i].name = str(o->name);
-        os[i].dtype = dtype_to_wire(o->dtype);
+        os[i].dtype = (Rtx__V1__DataType)rtx_dtype_to_wire(o->dtype);
         os[i].n_dims = o->ndim > 0 ? (size_t)o->ndim : 0;
         os[i].dims = (int64_t *)o->dims;
         os[i].bytes = o->bytes;
@@ -389,7 +374,7 @@ static void outputs_reply(struct rtx_daemon *d, struct rtx_tensor **tensors, cha
         const struct rtx_tensor *t = tensors[i];
         rtx__v1__tensor__init(&ts[i]);
         ts[i].name = str(names[i]);
-        ts[i].dtype = dtype_to_wire(t->dtype);
+        ts[i].dtype = (Rtx__V1__DataType)rtx_dtype_to_wire(t->dtype);
         ts[i].n_dims = t->ndim > 0 ? (size_t)t->ndim : 0;
         ts[i].dims = (int64_t *)t->dims;
         ts[i].data.len = rtx_tensor_nbytes(t);

@@ -246,64 +246,13 @@ static void prepared_free(struct prepared *p) {
     rtx_free(p);
 }
 
-/* Checks an input tensor message against the limits and copies it into a new tensor.
- * *total accumulates input bytes against lim->max_total_bytes. */
+/* An input tensor message as a new tensor, checked against the limits; *total accumulates
+ * input bytes against lim->max_total_bytes. */
 static int input_from_msg(const Rtx__V1__Tensor *m, const struct rtx_limits *lim, int64_t *total,
                           struct rtx_tensor **out, struct rtx_err *err) {
-    const char *name = m->name;
-    int wire = (int)m->dtype;
-    /* DataType values are the rtx dtypes plus one (DATA_TYPE_F32 = 1, ...). */
-    if (wire < 1 || wire > RTX_DTYPE_COUNT)
-        return rtx_err_set(err, RTX_EINVAL, "input '%s': invalid dtype %d", name, wire);
-    enum rtx_dtype dt = (enum rtx_dtype)(wire - 1);
-    int max_dims = lim->max_dims < RTX_MAX_DIMS ? lim->max_dims : RTX_MAX_DIMS;
-    if (m->n_dims > (size_t)max_dims)
-        return rtx_err_set(err, RTX_ELIMIT, "input '%s': rank %zu exceeds the limit %d", name,
-                           m->n_dims, max_dims);
-    int ndim = (int)m->n_dims;
-    bool zero = false, over = false;
-    for (int i = 0; i < ndim; i++) {
-        if (m->dims[i] < 0)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "input '%s': dimension %d is negative (%" PRId64 ")", name, i,
-                               m->dims[i]);
-        if (m->dims[i] == 0) zero = true;
-    }
-    /* numel stays <= max_elements until `over`, so the products cannot overflow */
-    int64_t numel = zero ? 0 : 1;
-    for (int i = 0; i < ndim && !zero && !over; i++) {
-        if (numel > lim->max_elements / m->dims[i])
-            over = true;
-        else
-            numel *= m->dims[i];
-    }
-    char shape[128];
-    rtx_shape_str(dt, ndim, m->dims, shape, sizeof shape);
-    if (over || numel > lim->max_elements)
-        return rtx_err_set(err, RTX_ELIMIT,
-                           "input '%s': %s exceeds the limit of %" PRId64 " elements", name, shape,
-                           lim->max_elements);
-    int64_t bytes = numel * (int64_t)rtx_dtype_size(dt);
-    if (bytes > lim->max_tensor_bytes)
-        return rtx_err_set(err, RTX_ELIMIT,
-                           "input '%s': %s is %" PRId64 " bytes, over the "
-                           "limit of %" PRId64,
-                           name, shape, bytes, lim->max_tensor_bytes);
-    if (bytes > lim->max_total_bytes - *total)
-        return rtx_err_set(err, RTX_ELIMIT,
-                           "input '%s': inputs exceed the total limit of %" PRId64 " bytes", name,
-                           lim->max_total_bytes);
-    if ((uint64_t)m->data.len != (uint64_t)bytes)
-        return rtx_err_set(err, RTX_EINVAL,
-                           "input '%s': data has %zu bytes, %s needs %" PRId64 " bytes", name,
-                           m->data.len, shape, bytes);
-    struct rtx_tensor *t = NULL;
-    int rc = rtx_tensor_new(dt, ndim, m->dims, &t, err);
-    if (rc < 0) return rtx_err_prefix(err, "input '%s'", name);
-    if (bytes > 0) memcpy(rtx_tensor_data(t), m->data.data, (size_t)bytes);
-    *total += bytes;
-    *out = t;
-    return 0;
+    char what[RTX_JOB_ID_LEN + 200];
+    snprintf(what, sizeof what, "input '%.180s'", m->name);
+    return rtx_tensor_from_wire(m, what, lim, total, out, err);
 }
 
 /* Binds the request's input tensors to the graph's inputs by name: unknown names, names given

@@ -42,15 +42,19 @@ static const Rtx__V1__DataType dtype_to_wire[RTX_DTYPE_COUNT] = {
     [RTX_BOOL] = RTX__V1__DATA_TYPE__DATA_TYPE_BOOL,
 };
 
-/* Returns 0 and sets *out, or -1 for UNSPECIFIED and unknown enum values. */
-static int dtype_from_wire(int wire, enum rtx_dtype *out) {
+int rtx_dtype_to_wire(enum rtx_dtype dt) {
+    return (unsigned)dt < RTX_DTYPE_COUNT ? (int)dtype_to_wire[dt]
+                                          : RTX__V1__DATA_TYPE__DATA_TYPE_UNSPECIFIED;
+}
+
+int rtx_dtype_from_wire(int wire, enum rtx_dtype *out) {
     for (int i = 0; i < RTX_DTYPE_COUNT; i++) {
         if ((int)dtype_to_wire[i] == wire) {
             *out = (enum rtx_dtype)i;
             return 0;
         }
     }
-    return -1;
+    return RTX_EINVAL;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -76,17 +80,14 @@ static void pb_free(void *data, void *p) {
  * Decoding
  * ---------------------------------------------------------------------------------------- */
 
-/* Checks a tensor message (dtype, rank, dims, limits, data size) and returns a new tensor
- * holding a copy of its data. what names the tensor in messages. *total_bytes accumulates
- * constant bytes against lim->max_total_bytes. */
-static int tensor_from_wire(const Rtx__V1__Tensor *m, const char *what,
-                            const struct rtx_limits *lim, int64_t *total_bytes,
-                            struct rtx_tensor **out, struct rtx_err *err) {
+int rtx_tensor_from_wire(const Rtx__V1__Tensor *m, const char *what,
+                         const struct rtx_limits *lim, int64_t *total_bytes,
+                         struct rtx_tensor **out, struct rtx_err *err) {
     enum rtx_dtype dt;
-    if (dtype_from_wire((int)m->dtype, &dt) != 0)
-        return rtx_err_set(err, RTX_EGRAPH, "%s: invalid dtype %d", what, (int)m->dtype);
+    if (rtx_dtype_from_wire((int)m->dtype, &dt) != 0)
+        return rtx_err_set(err, RTX_EINVAL, "%s: invalid dtype %d", what, (int)m->dtype);
     if (m->n_dims > RTX_MAX_DIMS)
-        return rtx_err_set(err, RTX_EGRAPH, "%s: rank %zu exceeds the maximum %d", what, m->n_dims,
+        return rtx_err_set(err, RTX_EINVAL, "%s: rank %zu exceeds the maximum %d", what, m->n_dims,
                            RTX_MAX_DIMS);
     if ((int64_t)m->n_dims > lim->max_dims)
         return rtx_err_set(err, RTX_ELIMIT, "%s: rank %zu exceeds the limit %d", what, m->n_dims,
@@ -94,7 +95,7 @@ static int tensor_from_wire(const Rtx__V1__Tensor *m, const char *what,
     bool zero = false;
     for (size_t i = 0; i < m->n_dims; i++) {
         if (m->dims[i] < 0)
-            return rtx_err_set(err, RTX_EGRAPH, "%s: dimension %zu is negative (%lld)", what, i,
+            return rtx_err_set(err, RTX_EINVAL, "%s: dimension %zu is negative (%lld)", what, i,
                                (long long)m->dims[i]);
         if (m->dims[i] == 0) zero = true;
     }
@@ -121,7 +122,7 @@ static int tensor_from_wire(const Rtx__V1__Tensor *m, const char *what,
         return rtx_err_set(err, RTX_ELIMIT, "%s: constants exceed the total limit of %lld bytes",
                            what, (long long)lim->max_total_bytes);
     if ((uint64_t)m->data.len != (uint64_t)bytes)
-        return rtx_err_set(err, RTX_EGRAPH, "%s: data has %zu bytes, %s needs %lld bytes", what,
+        return rtx_err_set(err, RTX_EINVAL, "%s: data has %zu bytes, %s needs %lld bytes", what,
                            m->data.len, shape, (long long)bytes);
     struct rtx_tensor *t = NULL;
     int rc = rtx_tensor_new(dt, ndim, m->dims, &t, err);
@@ -132,10 +133,21 @@ static int tensor_from_wire(const Rtx__V1__Tensor *m, const char *what,
     return 0;
 }
 
+/* rtx_tensor_from_wire for the graph's own tensors: a malformed one makes the graph invalid
+ * (RTX_EGRAPH, as rtx_graph_decode promises). */
+static int tensor_from_wire(const Rtx__V1__Tensor *m, const char *what,
+                            const struct rtx_limits *lim, int64_t *total_bytes,
+                            struct rtx_tensor **out, struct rtx_err *err) {
+    int rc = rtx_tensor_from_wire(m, what, lim, total_bytes, out, err);
+    if (rc != RTX_EINVAL) return rc;
+    if (err) err->code = RTX_EGRAPH;
+    return RTX_EGRAPH;
+}
+
 static int input_from_wire(struct rtx_graph *g, const Rtx__V1__ValueInfo *m,
                            const struct rtx_limits *lim, struct rtx_err *err) {
     enum rtx_dtype dt;
-    if (dtype_from_wire((int)m->dtype, &dt) != 0)
+    if (rtx_dtype_from_wire((int)m->dtype, &dt) != 0)
         return rtx_err_set(err, RTX_EGRAPH, "input %s: invalid dtype %d", m->name, (int)m->dtype);
     if (!m->has_shape) return rtx_err_set(err, RTX_EGRAPH, "input %s: shape required", m->name);
     if (m->n_dims > RTX_MAX_DIMS)

@@ -362,6 +362,18 @@ int rtx_graph_decode(const void *data, size_t len, const struct rtx_limits *lim,
                      struct rtx_graph **out, struct rtx_err *err);
 /* Encodes g; *out is allocated with rtx_malloc (free with rtx_free). */
 int rtx_graph_encode(const struct rtx_graph *g, void **out, size_t *len, struct rtx_err *err);
+/* DataType of the wire format (rtx.v1.DataType value) for a dtype, and back; from_wire
+ * returns RTX_EINVAL for UNSPECIFIED and unknown values. */
+int rtx_dtype_to_wire(enum rtx_dtype dt);
+int rtx_dtype_from_wire(int wire, enum rtx_dtype *out);
+/* Checks a decoded rtx.v1.Tensor message (dtype, rank, dims, the limits, data size) and
+ * returns a new tensor holding a copy of its data. `what` names the tensor in messages
+ * ("input 'x'"). *total_bytes accumulates bytes against lim->max_total_bytes. Invalid
+ * messages give RTX_EINVAL, limits RTX_ELIMIT. */
+struct Rtx__V1__Tensor;
+int rtx_tensor_from_wire(const struct Rtx__V1__Tensor *m, const char *what,
+                         const struct rtx_limits *lim, int64_t *total_bytes,
+                         struct rtx_tensor **out, struct rtx_err *err);
 int rtx_graph_load_file(const char *path, const struct rtx_limits *lim, struct rtx_graph **out,
                         struct rtx_err *err);
 int rtx_graph_save_file(const struct rtx_graph *g, const char *path, struct rtx_err *err);
