@@ -103,21 +103,6 @@ static char *xstrdup(const char *s) {
     return memcpy(xcalloc(n, 1), s, n);
 }
 
-/* A printf into a new string. */
-static char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static char *xasprintf(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *s = xcalloc((size_t)(n < 0 ? 0 : n) + 1, 1);
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
 /* ------------------------------------------------------------------------------------------
  * Formatting: times, sizes, JSON, tables
  * ---------------------------------------------------------------------------------------- */
@@ -704,49 +689,6 @@ static int wait_job(struct ctl *ctl, const char *job_id, int64_t timeout_ms,
  * Outputs to .npy files
  * ---------------------------------------------------------------------------------------- */
 
-/* mkdir -p; returns 0 or -errno. */
-static int make_dirs(const char *path) {
-    char *p = xstrdup(path);
-    size_t n = strlen(p);
-    int rc = 0;
-    for (size_t i = 1; i <= n && rc == 0; i++) {
-        if (p[i] != '/' && p[i] != '\0') continue;
-        char c = p[i];
-        p[i] = '\0';
-        struct stat sb;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST)
-            rc = -errno;
-        else if (stat(p, &sb) != 0)
-            rc = -errno;
-        else if (!S_ISDIR(sb.st_mode))
-            rc = -ENOTDIR;
-        p[i] = c;
-    }
-    free(p);
-    return rc;
-}
-
-/* DIR/NAME.npy with '/' and ':' in NAME replaced by '_' ("." and ".." too); a suffix _2,
- * _3, ... keeps outputs whose names map to the same file apart. */
-static char *npy_path(const char *dir, const char *name, char *const *taken, int n_taken) {
-    char *base = xstrdup(*name ? name : "_");
-    for (char *s = base; *s; s++)
-        if (*s == '/' || *s == ':') *s = '_';
-    if (strcmp(base, ".") == 0 || strcmp(base, "..") == 0) base[0] = '_';
-    for (int suffix = 1;; suffix++) {
-        char *path = suffix == 1 ? xasprintf("%s/%s.npy", dir, base)
-                                 : xasprintf("%s/%s_%d.npy", dir, base, suffix);
-        bool clash = false;
-        for (int i = 0; i < n_taken; i++)
-            if (taken[i] && strcmp(taken[i], path) == 0) clash = true;
-        if (!clash) {
-            free(base);
-            return path;
-        }
-        free(path);
-    }
-}
-
 /* The runtime dtype of a librtx dtype (the names are the same). */
 static bool runtime_dtype(enum rtx_client_dtype dt, enum rtx_dtype *out) {
     return rtx_dtype_from_name(rtx_client_dtype_name(dt), out) == 0;
@@ -756,14 +698,18 @@ static bool runtime_dtype(enum rtx_client_dtype dt, enum rtx_dtype *out) {
  * EXIT_OK or EXIT_LOCAL (message printed). */
 static int write_outputs(const char *dir, const struct rtx_client_tensor *ts, int n,
                          char **files) {
-    int rc = make_dirs(dir);
+    int rc = rtx_make_dirs(dir);
     if (rc < 0) {
         msg("output directory %s: %s", dir, strerror(-rc));
         return EXIT_LOCAL;
     }
     for (int i = 0; i < n; i++) {
         const struct rtx_client_tensor *ct = &ts[i];
-        files[i] = npy_path(dir, ct->name ? ct->name : "", files, i);
+        files[i] = rtx_npy_output_path(dir, ct->name ? ct->name : "", files, i);
+        if (!files[i]) {
+            msg("output %s: out of memory", ct->name);
+            return EXIT_LOCAL;
+        }
         enum rtx_dtype dt;
         if (!runtime_dtype(ct->dtype, &dt)) {
             msg("output %s: dtype %d cannot be saved", ct->name, (int)ct->dtype);

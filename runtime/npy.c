@@ -573,3 +573,50 @@ int rtx_npy_save(const char *path, const struct rtx_tensor *t, struct rtx_err *e
     }
     return 0;
 }
+
+/* ------------------------------------------------------------------------------------------
+ * Output files
+ * ---------------------------------------------------------------------------------------- */
+
+int rtx_make_dirs(const char *path) {
+    size_t n = strlen(path);
+    char *p = rtx_malloc(n + 1);
+    if (!p) return -ENOMEM;
+    memcpy(p, path, n + 1);
+    int rc = 0;
+    for (size_t i = 1; i <= n && rc == 0; i++) {
+        if (p[i] != '/' && p[i] != '\0') continue;
+        char c = p[i];
+        p[i] = '\0';
+        struct stat sb;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            rc = -errno;
+        else if (stat(p, &sb) != 0)
+            rc = -errno;
+        else if (!S_ISDIR(sb.st_mode))
+            rc = -ENOTDIR;
+        p[i] = c;
+    }
+    rtx_free(p);
+    return rc;
+}
+
+char *rtx_npy_output_path(const char *dir, const char *name, char *const *taken, int n_taken) {
+    size_t len = strlen(dir) + strlen(name) + 32;
+    char *path = rtx_malloc(len);
+    if (!path) return NULL;
+    for (int suffix = 1;; suffix++) {
+        int w = snprintf(path, len, "%s/", dir);
+        size_t base = (size_t)w;
+        for (const char *s = name; *s; s++)
+            path[w++] = (*s == '/' || *s == ':') ? '_' : *s;
+        path[w] = '\0';
+        if (strcmp(path + base, ".") == 0 || strcmp(path + base, "..") == 0) path[base] = '_';
+        if (suffix > 1) w += snprintf(path + w, len - (size_t)w, "_%d", suffix);
+        snprintf(path + w, len - (size_t)w, ".npy");
+        bool clash = false;
+        for (int i = 0; i < n_taken; i++)
+            if (taken[i] && strcmp(taken[i], path) == 0) clash = true;
+        if (!clash) return path;
+    }
+}

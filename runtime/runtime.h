@@ -424,6 +424,12 @@ int rtx_plan_execute(struct rtx_plan *p, struct rtx_backend *be,
 int rtx_npy_load(const char *path, struct rtx_tensor **out, struct rtx_err *err);
 int rtx_npy_read(const void *data, size_t len, struct rtx_tensor **out, struct rtx_err *err);
 int rtx_npy_save(const char *path, const struct rtx_tensor *t, struct rtx_err *err);
+/* DIR/NAME.npy for a tensor named NAME: '/' and ':' in NAME become '_' (so do the names "."
+ * and ".."), and when that path is among taken[0..n_taken) a suffix _2, _3, ... keeps the
+ * files apart. The string comes from rtx_malloc (rtx_free it); NULL when out of memory. */
+char *rtx_npy_output_path(const char *dir, const char *name, char *const *taken, int n_taken);
+/* Creates directory `path` and its missing parents (mkdir -p). 0 or -errno. */
+int rtx_make_dirs(const char *path);
 
 #ifdef __cplusplus
 }

@@ -360,62 +360,17 @@ static int bind_inputs(struct run *r) {
  * Outputs
  * ---------------------------------------------------------------------------------------- */
 
-/* mkdir -p; returns 0 or -errno. */
-static int make_dirs(const char *path) {
-    size_t n = strlen(path);
-    char *p = malloc(n + 1);
-    if (!p) return -ENOMEM;
-    memcpy(p, path, n + 1);
-    int rc = 0;
-    for (size_t i = 1; i <= n && rc == 0; i++) {
-        if (p[i] != '/' && p[i] != '\0') continue;
-        char c = p[i];
-        p[i] = '\0';
-        struct stat sb;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST)
-            rc = -errno;
-        else if (stat(p, &sb) != 0)
-            rc = -errno;
-        else if (!S_ISDIR(sb.st_mode))
-            rc = -ENOTDIR;
-        p[i] = c;
-    }
-    free(p);
-    return rc;
-}
-
-/* DIR/<name>.npy with '/' and ':' in name replaced by '_'; a suffix _2, _3, ... keeps two
- * outputs whose names map to the same file apart. NULL when out of memory. */
-static char *output_path(const char *dir, const char *name, char *const *taken, int n_taken) {
-    size_t len = strlen(dir) + strlen(name) + 32;
-    char *path = malloc(len);
-    if (!path) return NULL;
-    for (int suffix = 1;; suffix++) {
-        int w = snprintf(path, len, "%s/", dir);
-        size_t base = (size_t)w;
-        for (const char *s = name; *s; s++)
-            path[w++] = (*s == '/' || *s == ':') ? '_' : *s;
-        path[w] = '\0';
-        if (strcmp(path + base, ".") == 0 || strcmp(path + base, "..") == 0) path[base] = '_';
-        if (suffix > 1) w += snprintf(path + w, len - (size_t)w, "_%d", suffix);
-        snprintf(path + w, len - (size_t)w, ".npy");
-        bool clash = false;
-        for (int i = 0; i < n_taken; i++)
-            if (taken[i] && strcmp(taken[i], path) == 0) clash = true;
-        if (!clash) return path;
-    }
-}
-
 static int save_outputs(struct run *r) {
     const struct rtx_graph *g = r->g;
-    int rc = make_dirs(r->opt.output_dir);
+    int rc = rtx_make_dirs(r->opt.output_dir);
     if (rc < 0) {
         fail("--output-dir %s: %s", r->opt.output_dir, strerror(-rc));
         return EXIT_EXEC;
     }
     struct rtx_err err = {0};
     for (int i = 0; i < g->n_outputs; i++) {
-        r->files[i] = output_path(r->opt.output_dir, g->values[g->outputs[i]].name, r->files, i);
+        r->files[i] = rtx_npy_output_path(r->opt.output_dir, g->values[g->outputs[i]].name,
+                                          r->files, i);
         if (!r->files[i]) {
             fail("out of memory");
             return EXIT_EXEC;
