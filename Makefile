@@ -1,12 +1,30 @@
 # rtxd - one entry point. `make` builds everything into build/ (binaries in build/bin).
-# Targets: all, run, test, test-unit, test-py, test-asan, bench, examples, clean, deps.
-# Set BUILD and SAN=1 for a sanitizer build (test-asan does this into build-asan/).
+# Targets: all, run, test, test-unit, test-py, test-asan, bench, examples, clean, deps,
+# gpu-bundle, test-gpu (see docs/gpu.md). Set BUILD and SAN=1 for a sanitizer build (test-asan
+# does this into build-asan/). CUDA_HOME: the CUDA toolkit (nvcc, cudart), not installed by
+# deploy/install-deps.sh.
 
 BUILD    ?= build
 SAN      ?= 0
 CC       ?= cc
 PYTHON   ?= python3
+CUDA_HOME ?= /usr/local/cuda
+NVCC     ?= $(CUDA_HOME)/bin/nvcc
 
+# Goals that build nothing (test-gpu runs on the GPU machine, where nothing can be installed):
+# no dependency check for them.
+NOBUILD_GOALS := test-gpu clean
+ifneq ($(MAKECMDGOALS),)
+ifeq ($(filter-out $(NOBUILD_GOALS),$(MAKECMDGOALS)),)
+NOBUILD := yes
+endif
+endif
+
+ifneq ($(NOBUILD),yes)
+ifeq ($(shell command -v $(NVCC) 2>/dev/null),)
+$(error rtxd: nvcc not found at $(NVCC): install the CUDA toolkit or set CUDA_HOME=/path/to/cuda \
+  (every build compiles kernels/cuda/*.cu; no GPU is needed))
+endif
 PKGS      := libprotobuf-c check grpc sqlite3 openssl inih libuv
 DEPS_OK   := $(shell pkg-config --exists $(PKGS) 2>/dev/null && command -v protoc-c >/dev/null \
                 && [ -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h -o \
@@ -15,14 +33,16 @@ ifneq ($(DEPS_OK),yes)
 $(info rtxd: build dependencies missing; running deploy/install-deps.sh)
 $(shell bash deploy/install-deps.sh >&2)
 endif
+endif
 
 OPENBLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 OPENBLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wstrict-prototypes
 CFLAGS   := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC $(WARN) -I. -I$(BUILD)/gen \
-            $(shell pkg-config --cflags libprotobuf-c) $(OPENBLAS_CFLAGS) -pthread -MMD -MP
-LDLIBS   := $(shell pkg-config --libs libprotobuf-c) $(OPENBLAS_LIBS) -lm -pthread
+            $(shell pkg-config --cflags libprotobuf-c 2>/dev/null) $(OPENBLAS_CFLAGS) -pthread \
+            -MMD -MP
+LDLIBS   := $(shell pkg-config --libs libprotobuf-c 2>/dev/null) $(OPENBLAS_LIBS) -lm -pthread
 ifeq ($(SAN),1)
 CFLAGS   += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS  += -fsanitize=address,undefined
@@ -39,8 +59,21 @@ GRPC_LIBS   := $(shell pkg-config --libs grpc 2>/dev/null) -lgpr
 STORE_LIBS  := $(shell pkg-config --libs sqlite3 openssl 2>/dev/null)
 DAEMON_LIBS := $(GRPC_LIBS) $(STORE_LIBS) $(shell pkg-config --libs inih libuv 2>/dev/null)
 
-RUNTIME_SRC := $(wildcard runtime/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
-RUNTIME_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(RUNTIME_SRC)) $(GRAPH_PB_OBJ)
+# CUDA: .cu files through nvcc for Hopper (sm_90 code plus compute_90 PTX for newer parts),
+# kernels/cuda/*.c through cc with the toolkit's headers; cudart linked dynamically, found at
+# run time through the rpath (or LD_LIBRARY_PATH on the GPU machine). nvcc's host code needs
+# libstdc++ (thread-safe statics in the kernel registration).
+CUDA_ARCH   := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS   := -std=c++17 -O3 -g $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra,-Werror \
+               -Werror all-warnings -I. -MMD -MP
+CUDA_CFLAGS := -I$(CUDA_HOME)/include
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
+
+CUDA_SRC    := $(wildcard kernels/cuda/*.cu)
+CUDA_OBJ    := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CUDA_SRC))
+RUNTIME_SRC := $(wildcard runtime/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c) \
+               $(wildcard kernels/cuda/*.c)
+RUNTIME_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(RUNTIME_SRC)) $(CUDA_OBJ) $(GRAPH_PB_OBJ)
 LIBRT       := $(BUILD)/lib/librtxrt.a
 
 STORE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard store/*.c))
@@ -54,15 +87,19 @@ LIBCLIENT_SO := $(BUILD)/lib/librtx.so
 
 TEST_SRC   := $(wildcard tests/unit/*.c)
 TEST_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
-CHECK_LIBS := $(shell pkg-config --libs check)
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+
+# tests/gpu: a plain C program (no Check: it must not fork around a CUDA context)
+GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/gpu/*.c))
 
 BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-examples \
         $(BUILD)/bin/rtxd $(BUILD)/bin/rtxctl $(LIBCLIENT) $(LIBCLIENT_SO) \
-        $(BUILD)/lib/pkgconfig/rtx.pc $(BUILD)/bin/rtx-client-check $(BUILD)/bin/client-example
+        $(BUILD)/lib/pkgconfig/rtx.pc $(BUILD)/bin/rtx-client-check $(BUILD)/bin/client-example \
+        $(BUILD)/bin/rtx-gpu-tests
 EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg
 
 .PHONY: all run run-examples test test-unit test-py test-integration test-asan test-py-only \
-        bench examples clean deps
+        bench examples clean deps gpu-bundle test-gpu
 all: $(BINS) $(EXAMPLES)
 
 deps:
@@ -83,6 +120,11 @@ $(BUILD)/obj/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+$(BUILD)/obj/kernels/cuda/%.o: CFLAGS += $(CUDA_CFLAGS)
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
 $(LIBRT): $(RUNTIME_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
@@ -93,7 +135,7 @@ $(LIBSTORE): $(STORE_OBJ)
 
 $(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
 # librtx: the client library (depends only on the protocol), static and shared
 $(LIBCLIENT): $(CLIENT_OBJ) $(PROTO_OBJ)
@@ -131,7 +173,7 @@ $(BUILD)/bin/client-example: examples/client-example.c client/rtx.h $(LIBCLIENT_
 
 $(BUILD)/bin/rtxrun: $(BUILD)/obj/tools/rtxrun.o $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/bin/make-examples: $(BUILD)/obj/examples/make-examples.o $(LIBRT)
 	@mkdir -p $(dir $@)
@@ -139,7 +181,11 @@ $(BUILD)/bin/make-examples: $(BUILD)/obj/examples/make-examples.o $(LIBRT)
 
 $(BUILD)/bin/rtx-unit-tests: $(TEST_OBJ) $(DAEMON_LIB_OBJ) $(SVC_PB_OBJ) $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/bin/rtx-gpu-tests: $(GPU_TEST_OBJ) $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 examples: $(EXAMPLES)
 $(EXAMPLES) &: $(BUILD)/bin/make-examples
@@ -207,9 +253,30 @@ $(BUILD)/bin/rtx-bench-jobs: $(BUILD)/obj/bench/bench-jobs.o $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) $(shell pkg-config --libs libprotobuf-c) -lm -pthread
 
+# bench/bench-mem-pool.c: the caching allocator against the raw (malloc) allocator it caches
+$(BUILD)/bin/rtx-bench-mem-pool: $(BUILD)/obj/bench/bench-mem-pool.o $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+# The shared libraries the GPU machine lacks, into .gpu/lib (docs/gpu.md).
+GPU_BUNDLE_BINS := $(BUILD)/bin/rtxd $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/rtxrun \
+                   $(BUILD)/bin/rtxctl $(BUILD)/bin/rtx-gpu-tests
+gpu-bundle: $(GPU_BUNDLE_BINS)
+	bash deploy/gpu-bundle.sh .gpu/lib $(GPU_BUNDLE_BINS)
+
+# On the GPU machine, after `make all gpu-bundle` elsewhere and with LD_LIBRARY_PATH set to
+# .gpu/lib and the CUDA libraries: runs what is built, builds nothing. Skips without a GPU.
+test-gpu:
+	@for b in rtx-gpu-tests rtxd rtxctl; do \
+	  [ -x $(BUILD)/bin/$$b ] || { echo "test-gpu: $(BUILD)/bin/$$b is missing: build with" \
+	    "'make all gpu-bundle' first (test-gpu never builds)" >&2; exit 2; }; done
+	$(BUILD)/bin/rtx-gpu-tests
+	RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-devices.sh
+
 clean:
 	rm -rf build build-asan
 
--include $(RUNTIME_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(STORE_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) \
+-include $(RUNTIME_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(GPU_TEST_OBJ:.o=.d) $(STORE_OBJ:.o=.d) \
+  $(DAEMON_OBJ:.o=.d) \
   $(CLIENT_OBJ:.o=.d) \
   $(BUILD)/obj/client/rtxctl.d $(BUILD)/obj/tests/integration/client-check.d

@@ -9,7 +9,9 @@
  * calls rtx_jobs_drain and records its counts and grace under a mutex, so every later caller
  * answers with the same numbers. What follows the drain (waiting for running jobs, stopping the
  * server, exiting) belongs to main.c's loop; Admin.Drain reaches it through d->on_drain, which
- * main.c implements with uv_async_send. The CPU is the only device until the CUDA backend joins.
+ * main.c implements with uv_async_send. Status and Devices list the CPU, then the CUDA devices
+ * main.c found at start (d->gpus, read-only while serving); jobs run on the CPU until the CUDA
+ * backend joins.
  */
 #include <stdio.h>
 #include <string.h>
@@ -71,6 +73,7 @@ int rtx__daemon_init(struct rtx_daemon *d, struct rtx_err *err) {
 }
 
 void rtx__daemon_close(struct rtx_daemon *d) {
+    rtx_cuda_devices_close(&d->gpus);
     pthread_mutex_destroy(&d->drain_mu);
     pthread_rwlock_destroy(&d->cfg_lock);
 }
@@ -108,6 +111,49 @@ static void cpu_device(struct rtx_daemon *d, const struct rtx_jobs_stats *st, Rt
     m->threads = st->workers * st->cpu_threads;
     m->memory_bytes = d->memory_bytes;
     m->healthy = true;
+}
+
+/* A device list to reply with: the CPU, then every CUDA device. */
+struct device_list {
+    size_t n;
+    Rtx__V1__Device *rows;
+    Rtx__V1__Device **ptrs;
+    char (*cc)[16]; /* compute capabilities, "9.0" */
+};
+
+/* Fills l (rtx_calloc'ed arrays, freed by device_list_free); false when out of memory. */
+static bool device_list_make(struct rtx_daemon *d, const struct rtx_jobs_stats *st,
+                             struct device_list *l) {
+    size_t n = 1 + (size_t)(d->gpus.n > 0 ? d->gpus.n : 0);
+    l->n = n;
+    l->rows = rtx_calloc(n, sizeof *l->rows);
+    l->ptrs = rtx_calloc(n, sizeof *l->ptrs);
+    l->cc = rtx_calloc(n, sizeof *l->cc);
+    if (!l->rows || !l->ptrs || !l->cc) return false;
+    cpu_device(d, st, &l->rows[0]);
+    l->ptrs[0] = &l->rows[0];
+    for (size_t i = 1; i < n; i++) {
+        const struct rtx_cuda_device *g = &d->gpus.devs[i - 1];
+        Rtx__V1__Device *m = &l->rows[i];
+        rtx__v1__device__init(m);
+        snprintf(l->cc[i], sizeof l->cc[i], "%d.%d", g->cc_major, g->cc_minor);
+        m->index = g->index;
+        m->kind = "cuda";
+        m->name = (char *)g->name;
+        m->sm_count = g->sm_count;
+        m->memory_bytes = (int64_t)g->memory_bytes;
+        m->compute_capability = l->cc[i];
+        m->healthy = g->healthy;
+        m->detail = (char *)g->detail;
+        l->ptrs[i] = m;
+    }
+    return true;
+}
+
+static void device_list_free(struct device_list *l) {
+    rtx_free(l->cc);
+    rtx_free(l->ptrs);
+    rtx_free(l->rows);
 }
 
 /* Store health from rtx_store_stats; a failing call reads as "not ok" with its message. */
@@ -152,8 +198,12 @@ void rtx__daemon_admin_status(struct rtx_daemon *d, const uint8_t *req, size_t l
     struct rtx_jobs_stats st = {0};
     rtx_jobs_get_stats(d->jobs, &st);
 
-    Rtx__V1__Device dev, *devp = &dev;
-    cpu_device(d, &st, &dev);
+    struct device_list devs = {0};
+    if (!device_list_make(d, &st, &devs)) {
+        device_list_free(&devs);
+        rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory listing devices");
+        return;
+    }
 
     int nl = st.n_lanes < 0 ? 0 : st.n_lanes > 16 ? 16 : st.n_lanes;
     Rtx__V1__LaneDepth lanes[16], *lanep[16];
@@ -175,8 +225,8 @@ void rtx__daemon_admin_status(struct rtx_daemon *d, const uint8_t *req, size_t l
     m.version = RTX_VERSION;
     m.build_id = RTX_BUILD_ID;
     m.uptime_ms = now_unix_ms() - d->started_ms;
-    m.n_devices = 1;
-    m.devices = &devp;
+    m.n_devices = devs.n;
+    m.devices = devs.ptrs;
     m.n_lanes = (size_t)nl;
     m.lanes = lanep;
     m.store = &store;
@@ -184,6 +234,7 @@ void rtx__daemon_admin_status(struct rtx_daemon *d, const uint8_t *req, size_t l
     m.jobs_succeeded = st.succeeded;
     m.jobs_failed = st.failed;
     rtx_server_reply_pack(rep, &m.base, 0);
+    device_list_free(&devs);
 }
 
 void rtx__daemon_admin_devices(struct rtx_daemon *d, const uint8_t *req, size_t len,
@@ -191,12 +242,16 @@ void rtx__daemon_admin_devices(struct rtx_daemon *d, const uint8_t *req, size_t 
     if (!check_empty_request(&rtx__v1__devices_request__descriptor, req, len, rep)) return;
     struct rtx_jobs_stats st = {0};
     rtx_jobs_get_stats(d->jobs, &st);
-    Rtx__V1__Device dev, *devp = &dev;
-    cpu_device(d, &st, &dev);
-    Rtx__V1__DevicesResponse m = RTX__V1__DEVICES_RESPONSE__INIT;
-    m.n_devices = 1;
-    m.devices = &devp;
-    rtx_server_reply_pack(rep, &m.base, 0);
+    struct device_list devs = {0};
+    if (device_list_make(d, &st, &devs)) {
+        Rtx__V1__DevicesResponse m = RTX__V1__DEVICES_RESPONSE__INIT;
+        m.n_devices = devs.n;
+        m.devices = devs.ptrs;
+        rtx_server_reply_pack(rep, &m.base, 0);
+    } else {
+        rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory listing devices");
+    }
+    device_list_free(&devs);
 }
 
 void rtx__daemon_admin_health(struct rtx_daemon *d, const uint8_t *req, size_t len,

@@ -343,6 +343,36 @@ static int loop_finish(struct app *a) {
     return rc;
 }
 
+/* Lists the CUDA devices once, at start: one line per device, or one line saying why there is
+ * none (info when the host has no GPU or driver, warn when an installed driver fails). */
+static int gpus_probe(struct app *a, struct rtx_err *err) {
+    struct rtx_cuda_devices *l = &a->d.gpus;
+    int rc = rtx_cuda_devices_init(l, true, err);
+    if (rc != 0) return rc;
+    if (l->n == 0) {
+        rtx_logf(l->driver_fault ? RTX_LOG_WARN : RTX_LOG_INFO,
+                 "no CUDA device: %s; running on the CPU backend", l->absent);
+        return 0;
+    }
+    for (int i = 0; i < l->n; i++) {
+        const struct rtx_cuda_device *g = &l->devs[i];
+        char idx[16], sms[16], mem[32], mfree[32], cc[16];
+        snprintf(idx, sizeof idx, "%d", g->index);
+        snprintf(sms, sizeof sms, "%d", g->sm_count);
+        snprintf(mem, sizeof mem, "%zu", g->memory_bytes);
+        snprintf(mfree, sizeof mfree, "%zu", g->memory_free_bytes);
+        snprintf(cc, sizeof cc, "%d.%d", g->cc_major, g->cc_minor);
+        if (g->healthy)
+            rtx_log(RTX_LOG_INFO, "cuda device", "index", idx, "name", g->name, "sms", sms,
+                    "memory_bytes", mem, "free_bytes", mfree, "cc", cc, "pci", g->pci_bus_id,
+                    NULL);
+        else
+            rtx_log(RTX_LOG_WARN, "cuda device unhealthy", "index", idx, "name", g->name, "error",
+                    g->detail, NULL);
+    }
+    return 0;
+}
+
 /* Everything after the settings; returns the exit status. */
 static int run(struct app *a) {
     struct rtx_err err = {0};
@@ -362,6 +392,10 @@ static int run(struct app *a) {
     if (rtx__daemon_init(&a->d, &err) != 0) {
         rtx_log(RTX_LOG_ERROR, "cannot start", "error", err.msg, NULL);
         return 1;
+    }
+    if (gpus_probe(a, &err) != 0) {
+        rtx_log(RTX_LOG_ERROR, "cannot list the CUDA devices", "error", err.msg, NULL);
+        goto out;
     }
 
     struct rtx_store_options so = {

@@ -23,6 +23,7 @@
 
 #include "daemon/config.h"
 #include "daemon/jobs.h"
+#include "kernels/backend.h"
 #include "store/store.h"
 
 #define RTX_VERSION "0.1.0"
@@ -44,6 +45,9 @@ struct rtx_daemon {
     int64_t started_ms;   /* unix ms */
     char cpu_name[128];   /* /proc/cpuinfo "model name" */
     int64_t memory_bytes; /* physical memory, bytes */
+    /* CUDA devices found at start (main.c fills it before the server starts; read-only after;
+     * rtx__daemon_close frees it). Jobs run on the CPU until the CUDA backend joins. */
+    struct rtx_cuda_devices gpus;
 
     atomic_bool draining;     /* Submit answers UNAVAILABLE once set */
     pthread_mutex_t drain_mu; /* guards the fields below */
@@ -58,7 +62,7 @@ struct rtx_daemon {
 };
 
 /* Fills the fields that do not depend on main.c's objects (locks, start time, CPU name and
- * memory). cfg, store, jobs and on_drain are set by the caller afterwards. */
+ * memory). cfg, store, jobs, gpus and on_drain are set by the caller afterwards. */
 int rtx__daemon_init(struct rtx_daemon *d, struct rtx_err *err);
 void rtx__daemon_close(struct rtx_daemon *d);
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package that building and testing rtxd needs. Idempotent; prints
-# nothing when everything is already there.
+# nothing when everything is already there. The CUDA toolkit (nvcc, cudart) is not a Debian
+# package here: the machine provides it in /usr/local/cuda (or CUDA_HOME), and the Makefile
+# stops with a message when nvcc is missing.
 set -euo pipefail
 pkgs=(build-essential pkg-config protobuf-c-compiler libprotobuf-c-dev check libsubunit-dev
       libopenblas-dev libgrpc-dev libsqlite3-dev libssl-dev libinih-dev libuv1-dev

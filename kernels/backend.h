@@ -3,6 +3,8 @@
  * per device kind. The executor (runtime/) allocates, runs nodes and synchronizes only through
  * these wrappers, so it never branches on the device type. kernels/cpu/ is the reference
  * implementation of every op; later backends are checked against it.
+ * This is the kernels module's one public header: the CPU backend, and CUDA device discovery
+ * (kernels/cuda/), which the CUDA backend builds on.
  */
 #ifndef RTX_BACKEND_H
 #define RTX_BACKEND_H
@@ -48,6 +50,64 @@ int rtx_backend_run_node(struct rtx_backend *be, const struct rtx_node_args *arg
                          struct rtx_err *err);
 /* Waits for queued work (a no-op on backends that run synchronously). */
 int rtx_backend_synchronize(struct rtx_backend *be, struct rtx_err *err);
+
+/* ------------------------------------------------------------------------------------------
+ * CUDA devices (kernels/cuda/device.c)
+ *
+ * Discovery through the CUDA runtime, before any backend exists: what the host has, what each
+ * device is, and whether it can run a kernel. A host without a GPU or without a working driver
+ * is not an error: the list is empty and says why, and the caller runs on the CPU backend.
+ * Failing CUDA calls give RTX_EGPU with a message naming the call, the function, the file and
+ * the line; nothing here aborts. The calls select devices on the calling thread and restore
+ * the thread's current device before returning.
+ * ---------------------------------------------------------------------------------------- */
+
+#define RTX_CUDA_NAME_LEN 256 /* bytes, with the NUL (cudaDeviceProp.name's size) */
+
+/* One CUDA device as the runtime describes it. */
+struct rtx_cuda_device {
+    int index;                    /* CUDA device ordinal (after CUDA_VISIBLE_DEVICES) */
+    char name[RTX_CUDA_NAME_LEN]; /* "NVIDIA H200" */
+    char pci_bus_id[32];          /* "0000:1b:00.0" */
+    int sm_count;                 /* streaming multiprocessors */
+    int cc_major, cc_minor;       /* compute capability, 9.0 on Hopper */
+    size_t memory_bytes;          /* total global memory, bytes */
+    size_t memory_free_bytes;     /* free when last queried, bytes */
+    bool healthy;                 /* properties read and, if run, the self-test passed */
+    char detail[256];             /* why not healthy; "" when healthy */
+};
+
+/* The devices of this host. n == 0 with `absent` set when the host has no usable CUDA device:
+ * no driver, no device, a driver too old for the runtime, or a driver that does not answer;
+ * driver_fault tells the last two (a driver is installed but failed) from the first two. */
+struct rtx_cuda_devices {
+    int n;                        /* devices listed */
+    struct rtx_cuda_device *devs; /* n entries, rtx_calloc'ed; NULL when n == 0 */
+    char absent[256];             /* n == 0: why ("no NVIDIA driver is installed") */
+    bool driver_fault;            /* n == 0 because an installed driver failed */
+};
+
+/* Fills *l (caller-allocated) with every CUDA device: properties and free memory, and, when
+ * selftest is set, the result of rtx_cuda_device_selftest. A device whose query or self-test
+ * fails is listed unhealthy with the message in its detail. Returns 0 (also when no device is
+ * usable: see struct rtx_cuda_devices), or RTX_ENOMEM. Free with rtx_cuda_devices_close, also
+ * after a failure. */
+int rtx_cuda_devices_init(struct rtx_cuda_devices *l, bool selftest, struct rtx_err *err);
+void rtx_cuda_devices_close(struct rtx_cuda_devices *l);
+
+/* Number of CUDA devices, 0 when none is usable (then `why`, if not NULL, gets the reason as
+ * in struct rtx_cuda_devices.absent, and *driver_fault, if not NULL, whether a driver failed).
+ * Never fails. */
+int rtx_cuda_device_count(char *why, size_t why_size, bool *driver_fault);
+
+/* Properties and free memory of device `index` (out->healthy set, detail ""). An index that
+ * is not a device, or a device that does not answer, gives RTX_EGPU. */
+int rtx_cuda_device_query(int index, struct rtx_cuda_device *out, struct rtx_err *err);
+
+/* Runs work on device `index`: allocates a buffer, launches a kernel that writes a pattern
+ * into it, copies it back and checks every element. 0 when the device computed the pattern;
+ * RTX_EGPU with the failing call or the first wrong element otherwise. */
+int rtx_cuda_device_selftest(int index, struct rtx_err *err);
 
 #ifdef __cplusplus
 }

@@ -8,11 +8,13 @@
     X(plan)                                                                                     \
     X(proto)                                                                                    \
     X(npy)                                                                                      \
+    X(mem_pool)                                                                                 \
     X(cpu_elementwise)                                                                          \
     X(cpu_reduce)                                                                               \
     X(cpu_linalg)                                                                               \
     X(cpu_shape)                                                                                \
     X(cpu_conv)                                                                                 \
+    X(cuda_device)                                                                              \
     X(store)                                                                                    \
     X(jobs)                                                                                     \
     X(config)                                                                                   \

@@ -1,0 +1,54 @@
+/*
+ * cuda-impl.h - internal header of kernels/cuda/: the one macro through which every CUDA call
+ * is checked, and the extern "C" entry points of the .cu files. Only kernels/cuda/ includes it;
+ * everyone else goes through kernels/backend.h.
+ *
+ * DESIGN
+ * RTX_CUDA_CHECK(err, stmt) plays the part of ggml's CUDA_CHECK_GEN, except that a daemon does
+ * not abort: it evaluates to 0 when stmt returns cudaSuccess, else to RTX_EGPU with err filled
+ * with the statement, the function, the file and line, and the error's name and text. It also
+ * clears the thread's last-error state, so a failure reported once is not reported again by the
+ * next check. The .cu files return cudaError_t from their entry points and check nothing
+ * themselves, so every check lives in C on the caller's side.
+ */
+#ifndef RTX_KERNELS_CUDA_IMPL_H
+#define RTX_KERNELS_CUDA_IMPL_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct rtx_err;
+
+/* Checks a CUDA runtime call; see the DESIGN note. */
+#define RTX_CUDA_CHECK(err, stmt)                                                                 \
+    rtx__cuda_check((stmt), #stmt, __func__, __FILE__, __LINE__, (err))
+
+/* The function behind RTX_CUDA_CHECK: 0 for cudaSuccess, else RTX_EGPU with err filled. */
+int rtx__cuda_check(cudaError_t e, const char *stmt, const char *func, const char *file, int line,
+                    struct rtx_err *err);
+
+/* probe.cu: queues on `stream` a kernel writing rtx__cuda_probe_value(seed, i) into buf[i] for
+ * i < n; returns the launch's error (cudaSuccess when it was queued). */
+cudaError_t rtx__cuda_probe_launch(uint32_t *buf, uint32_t n, uint32_t seed, cudaStream_t stream);
+
+/* Functions both the host and the device compile. */
+#ifdef __CUDACC__
+#define RTX_CUDA_HOST_DEVICE __host__ __device__
+#else
+#define RTX_CUDA_HOST_DEVICE
+#endif
+
+/* The probe's pattern: distinct per element and per seed, cheap on both sides. */
+RTX_CUDA_HOST_DEVICE static inline uint32_t rtx__cuda_probe_value(uint32_t seed, uint32_t i) {
+    return (seed ^ (i * 2654435761u)) + i;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RTX_KERNELS_CUDA_IMPL_H */

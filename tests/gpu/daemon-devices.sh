@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# daemon-devices.sh - the daemon-level GPU check of `make test-gpu`: starts rtxd from
+# $RTX_BUILD (default build/) on a free loopback port with a temporary store, and asserts
+# through `rtxctl --json devices` that the CPU and every GPU are listed, each GPU healthy with
+# SMs, memory and the expected compute capability (RTX_EXPECT_CC, default 9.0: the H200 of
+# docs/gpu.md), as many as nvidia-smi sees. Also checks that rtxd logged one line per GPU.
+# Without a GPU (no /dev/nvidia0 and RTX_REQUIRE_GPU unset) it says it skipped and exits 0.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+build=${RTX_BUILD:-$repo/build}
+expect_cc=${RTX_EXPECT_CC:-9.0}
+if [ ! -e /dev/nvidia0 ] && [ "${RTX_REQUIRE_GPU:-0}" != 1 ]; then
+    echo "daemon-devices: skipped: no GPU device node (/dev/nvidia0)"
+    exit 0
+fi
+for b in rtxd rtxctl; do
+    [ -x "$build/bin/$b" ] || { echo "daemon-devices: $build/bin/$b is missing" >&2; exit 2; }
+done
+
+work=$(mktemp -d)
+pid=
+cleanup() {
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])')
+"$build/bin/rtxd" --server.listen=127.0.0.1:$port --store.path="$work/rtxd.db" \
+    --log.format=json 2>"$work/rtxd.log" &
+pid=$!
+ok=
+for _ in $(seq 300); do
+    if "$build/bin/rtxctl" --address 127.0.0.1:$port --timeout 2000 --json devices \
+        >"$work/devices.json" \
+        2>"$work/rtxctl.err"; then
+        ok=1
+        break
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+done
+if [ -z "$ok" ]; then
+    echo "daemon-devices: rtxd did not answer on port $port" >&2
+    cat "$work/rtxctl.err" "$work/rtxd.log" >&2
+    exit 1
+fi
+echo "--- rtxd log"
+cat "$work/rtxd.log"
+echo "--- rtxctl devices"
+"$build/bin/rtxctl" --address 127.0.0.1:$port devices
+
+n_smi=
+if command -v nvidia-smi >/dev/null; then
+    n_smi=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+fi
+python3 - "$work/devices.json" "$work/rtxd.log" "$expect_cc" "${n_smi:-}" <<'PY'
+import json, sys
+devs = json.load(open(sys.argv[1]))
+logs = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+expect_cc, n_smi = sys.argv[3], sys.argv[4]
+failed = []
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failed.append(what)
+check(any(d["kind"] == "cpu" for d in devs), "the CPU is listed")
+gpus = [d for d in devs if d["kind"] == "cuda"]
+check(len(gpus) > 0, f"{len(gpus)} cuda device(s) listed")
+if n_smi:
+    check(len(gpus) == int(n_smi), f"as many as nvidia-smi lists ({n_smi})")
+for d in gpus:
+    i = d["index"]
+    check(d["healthy"], f"cuda {i} ({d['name']}) healthy {d['detail']!r}")
+    check(d["compute_capability"] == expect_cc,
+          f"cuda {i}: compute capability {d['compute_capability']} == {expect_cc}")
+    check(d["sm_count"] > 0, f"cuda {i}: {d['sm_count']} SMs")
+    check(d["memory_bytes"] >= 1 << 30, f"cuda {i}: {d['memory_bytes']} bytes of memory")
+lines = [l for l in logs if l.get("msg") == "cuda device"]
+check(len(lines) == len(gpus), f"rtxd logged {len(lines)} 'cuda device' line(s)")
+check(not any(l.get("msg", "").startswith("no CUDA device") for l in logs),
+      "rtxd did not log 'no CUDA device'")
+print(f"daemon-devices: {len(failed)} failed")
+sys.exit(1 if failed else 0)
+PY
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+pid=
+[ $rc -eq 0 ] || { echo "daemon-devices: rtxd exited $rc after SIGTERM" >&2; exit 1; }
+echo "daemon-devices: passed"
