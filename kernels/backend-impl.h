@@ -22,6 +22,14 @@ struct rtx_backend_i {
                     struct rtx_err *err);
     /* Optional: waits for queued work. */
     int (*synchronize)(struct rtx_backend *be, struct rtx_err *err);
+    /* Optional (NULL on host backends): copies a contiguous host tensor to a new device
+     * tensor, ordered before later run_node calls. */
+    int (*upload)(struct rtx_backend *be, const struct rtx_tensor *host, struct rtx_tensor **dev,
+                  struct rtx_err *err);
+    /* Optional (NULL on host backends): copies a device tensor to a new host tensor, waiting
+     * for the work queued before it. */
+    int (*download)(struct rtx_backend *be, const struct rtx_tensor *dev,
+                    struct rtx_tensor **host, struct rtx_err *err);
 };
 
 struct rtx_backend {

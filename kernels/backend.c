@@ -40,3 +40,33 @@ int rtx_backend_synchronize(struct rtx_backend *be, struct rtx_err *err) {
     if (be->iface->synchronize == NULL) return 0; /* optional: synchronous backends */
     return be->iface->synchronize(be, err);
 }
+
+bool rtx_backend_is_host(struct rtx_backend *be) {
+    return be != NULL && be->iface->upload == NULL;
+}
+
+int rtx_backend_upload(struct rtx_backend *be, const struct rtx_tensor *host,
+                       struct rtx_tensor **dev, struct rtx_err *err) {
+    if (dev == NULL) return rtx_err_set(err, RTX_EINVAL, "backend upload: dev is NULL");
+    *dev = NULL;
+    if (be == NULL || host == NULL)
+        return rtx_err_set(err, RTX_EINVAL, "backend upload: no backend or tensor");
+    if (be->iface->upload == NULL) { /* optional: host memory is the device's */
+        *dev = rtx_tensor_ref((struct rtx_tensor *)host);
+        return 0;
+    }
+    return be->iface->upload(be, host, dev, err);
+}
+
+int rtx_backend_download(struct rtx_backend *be, const struct rtx_tensor *dev,
+                         struct rtx_tensor **host, struct rtx_err *err) {
+    if (host == NULL) return rtx_err_set(err, RTX_EINVAL, "backend download: host is NULL");
+    *host = NULL;
+    if (be == NULL || dev == NULL)
+        return rtx_err_set(err, RTX_EINVAL, "backend download: no backend or tensor");
+    if (be->iface->download == NULL) {
+        *host = rtx_tensor_ref((struct rtx_tensor *)dev);
+        return 0;
+    }
+    return be->iface->download(be, dev, host, err);
+}

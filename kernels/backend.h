@@ -50,6 +50,15 @@ int rtx_backend_run_node(struct rtx_backend *be, const struct rtx_node_args *arg
                          struct rtx_err *err);
 /* Waits for queued work (a no-op on backends that run synchronously). */
 int rtx_backend_synchronize(struct rtx_backend *be, struct rtx_err *err);
+/* Whether the backend computes on host memory (then upload/download are references). */
+bool rtx_backend_is_host(struct rtx_backend *be);
+/* A device copy of a contiguous host tensor (a new reference to `host` on host backends). */
+int rtx_backend_upload(struct rtx_backend *be, const struct rtx_tensor *host,
+                       struct rtx_tensor **dev, struct rtx_err *err);
+/* A host copy of a device tensor, after the work that writes it has finished (a new reference
+ * on host backends). */
+int rtx_backend_download(struct rtx_backend *be, const struct rtx_tensor *dev,
+                         struct rtx_tensor **host, struct rtx_err *err);
 
 /* ------------------------------------------------------------------------------------------
  * CUDA devices (kernels/cuda/device.c)

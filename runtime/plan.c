@@ -28,6 +28,10 @@ struct rtx_plan {
     size_t arena_bytes;
     size_t unplanned_bytes;
     int max_inputs;
+    /* Device copies of the initializers for a backend that is not host memory, made on the
+     * first execution with that backend and reused by the next ones. */
+    struct rtx_backend *const_be;
+    struct rtx_tensor **dev_consts; /* per value; NULL for non-constants */
 };
 
 static size_t shape_bytes(const struct rtx__shape *s) {
@@ -247,8 +251,37 @@ fail:
     return rc;
 }
 
+static void drop_device_constants(struct rtx_plan *p) {
+    if (p->dev_consts)
+        for (int v = 0; v < p->g->n_values; v++) rtx_tensor_unref(p->dev_consts[v]);
+    rtx_free(p->dev_consts);
+    p->dev_consts = NULL;
+    p->const_be = NULL;
+}
+
+/* The initializers on a device backend: uploaded once per plan and backend. */
+static int device_constants(struct rtx_plan *p, struct rtx_backend *be, struct rtx_err *err) {
+    if (p->const_be == be && p->dev_consts) return 0;
+    drop_device_constants(p);
+    p->dev_consts = rtx_calloc((size_t)p->g->n_values + 1, sizeof *p->dev_consts);
+    if (!p->dev_consts) return rtx_err_set(err, RTX_ENOMEM, "out of memory executing");
+    for (int v = 0; v < p->g->n_values; v++) {
+        const struct rtx_value *val = &p->g->values[v];
+        if (!val->constant) continue;
+        int rc = rtx_backend_upload(be, val->constant, &p->dev_consts[v], err);
+        if (rc) {
+            rtx_err_prefix(err, "initializer '%s'", val->name);
+            drop_device_constants(p);
+            return rc;
+        }
+    }
+    p->const_be = be;
+    return 0;
+}
+
 void rtx_plan_free(struct rtx_plan *p) {
     if (!p) return;
+    if (p->g) drop_device_constants(p);
     rtx_free(p->order);
     rtx_free(p->shapes);
     rtx_free(p->offset);
@@ -320,11 +353,21 @@ int rtx_plan_execute(struct rtx_plan *p, struct rtx_backend *be,
                              v->name, rtx_shape_str(s->dtype, s->ndim, s->dims, sp, sizeof sp));
             goto out;
         }
-        if ((rc = rtx_tensor_contiguous(t, &vals[g->inputs[i]], err))) goto out;
-        if (vals[g->inputs[i]] != t) peak += rtx_tensor_nbytes(t);
+        struct rtx_tensor *hc;
+        if ((rc = rtx_tensor_contiguous(t, &hc, err))) goto out;
+        if (hc != t || !rtx_backend_is_host(be)) peak += rtx_tensor_nbytes(t);
+        rc = rtx_backend_upload(be, hc, &vals[g->inputs[i]], err);
+        rtx_tensor_unref(hc);
+        if (rc) {
+            rtx_err_prefix(err, "input '%s'", v->name);
+            goto out;
+        }
     }
+    if (!rtx_backend_is_host(be) && (rc = device_constants(p, be, err))) goto out;
     for (int v = 0; v < g->n_values; v++)
-        if (g->values[v].constant) vals[v] = rtx_tensor_ref(g->values[v].constant);
+        if (g->values[v].constant)
+            vals[v] = rtx_tensor_ref(p->dev_consts && p->const_be == be ? p->dev_consts[v]
+                                                                       : g->values[v].constant);
     if (p->arena_bytes && (rc = rtx_backend_buffer_new(be, p->arena_bytes, &arena, err)))
         goto out;
     for (int k = 0; k < p->n_order; k++) {
@@ -370,7 +413,13 @@ int rtx_plan_execute(struct rtx_plan *p, struct rtx_backend *be,
         /* arena views of dead values can go now; the memory itself stays in the arena */
     }
     if ((rc = rtx_backend_synchronize(be, err))) goto out;
-    for (int i = 0; i < n_outputs; i++) outputs[i] = rtx_tensor_ref(vals[g->outputs[i]]);
+    for (int i = 0; i < n_outputs && rc == 0; i++)
+        rc = rtx_backend_download(be, vals[g->outputs[i]], &outputs[i], err);
+    if (rc)
+        for (int i = 0; i < n_outputs; i++) {
+            rtx_tensor_unref(outputs[i]);
+            outputs[i] = NULL;
+        }
 out:
     if (vals)
         for (int v = 0; v < g->n_values; v++) rtx_tensor_unref(vals[v]);

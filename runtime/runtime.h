@@ -406,8 +406,10 @@ struct rtx_exec_stats {
     int nodes_run;
 };
 
-/* Runs the plan on a backend. inputs must match the shapes the plan was made for. outputs
- * receives n_outputs new tensor references (caller unrefs). *cancel, when not NULL, is read
+/* Runs the plan on a backend. inputs (host tensors) must match the shapes the plan was made
+ * for; on a device backend they are uploaded, the initializers are uploaded once per plan and
+ * backend, and the outputs are downloaded. outputs receives n_outputs new host tensor
+ * references (caller unrefs). A plan executes on one thread at a time. *cancel, when not NULL, is read
  * between ops: nonzero stops with RTX_ECANCELED. */
 int rtx_plan_execute(struct rtx_plan *p, struct rtx_backend *be,
                      struct rtx_tensor *const *inputs, int n_inputs, struct rtx_tensor **outputs,

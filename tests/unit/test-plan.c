@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/backend-impl.h"
 #include "tests/unit/test-util.h"
 
 static struct rtx_backend *cpu(void) {
@@ -279,6 +280,91 @@ START_TEST(plan_and_execute_survive_allocation_failures) {
 }
 END_TEST
 
+/* A "device" backend for the executor's transfer path: the CPU backend's kernels, with
+ * upload/download that copy and count, so host and "device" tensors are always distinct. */
+struct fake_device {
+    struct rtx_backend be;
+    struct rtx_backend *cpu;
+    int uploads, downloads;
+};
+
+static const char *fake_name(struct rtx_backend *be) {
+    (void)be;
+    return "fake-device";
+}
+static void fake_free(struct rtx_backend *be) {
+    struct fake_device *f = be->ctx;
+    rtx_backend_free(f->cpu);
+}
+static bool fake_supports(struct rtx_backend *be, const struct rtx_graph *g,
+                          const struct rtx_node *n) {
+    return rtx_backend_supports_node(((struct fake_device *)be->ctx)->cpu, g, n);
+}
+static int fake_buffer(struct rtx_backend *be, size_t bytes, struct rtx_buffer **out,
+                       struct rtx_err *err) {
+    return rtx_backend_buffer_new(((struct fake_device *)be->ctx)->cpu, bytes, out, err);
+}
+static int fake_run(struct rtx_backend *be, const struct rtx_node_args *a, struct rtx_err *err) {
+    return rtx_backend_run_node(((struct fake_device *)be->ctx)->cpu, a, err);
+}
+static int fake_copy(const struct rtx_tensor *src, struct rtx_tensor **dst, struct rtx_err *err) {
+    int rc = rtx_tensor_new(src->dtype, src->ndim, src->dims, dst, err);
+    if (rc == 0) memcpy(rtx_tensor_data(*dst), rtx_tensor_data(src), rtx_tensor_nbytes(src));
+    return rc;
+}
+static int fake_upload(struct rtx_backend *be, const struct rtx_tensor *host,
+                       struct rtx_tensor **dev, struct rtx_err *err) {
+    ((struct fake_device *)be->ctx)->uploads++;
+    return fake_copy(host, dev, err);
+}
+static int fake_download(struct rtx_backend *be, const struct rtx_tensor *dev,
+                         struct rtx_tensor **host, struct rtx_err *err) {
+    ((struct fake_device *)be->ctx)->downloads++;
+    return fake_copy(dev, host, err);
+}
+static const struct rtx_backend_i fake_iface = {
+    .name = fake_name, .free = fake_free, .supports_node = fake_supports,
+    .buffer_new = fake_buffer, .run_node = fake_run, .upload = fake_upload,
+    .download = fake_download,
+};
+
+START_TEST(device_backend_uploads_once_and_downloads_outputs) {
+    struct fake_device f = {.be = {.iface = &fake_iface, .ctx = &f}, .cpu = cpu()};
+    struct rtx_graph *g;
+    int64_t d[] = {4};
+    rtx_graph_new("dev", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_F32, 1, d, NULL);
+    double wv[] = {1, 2, 3, 4};
+    struct rtx_tensor *w = tu_tensor(RTX_F32, 1, d, wv);
+    rtx_graph_add_initializer(g, "w", w, NULL);
+    rtx_tensor_unref(w);
+    const char *in[] = {"x", "w"}, *out[] = {"y"};
+    rtx_graph_add_node(g, "add", "add", in, 2, out, 1, NULL);
+    rtx_graph_add_output(g, "y", NULL);
+    double xv[] = {10, 20, 30, 40};
+    struct rtx_tensor *x = tu_tensor(RTX_F32, 1, d, xv), *y = NULL;
+    struct rtx_plan *p;
+    struct rtx_err err;
+    ck_assert(!rtx_backend_is_host(&f.be));
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err), 0);
+    for (int run = 0; run < 2; run++) {
+        ck_assert_msg(rtx_plan_execute(p, &f.be, &x, 1, &y, 1, NULL, NULL, &err) == 0, "%s",
+                      err.msg);
+        double want[] = {11, 22, 33, 44};
+        tu_assert_close(y, want, 0, 0);
+        ck_assert_ptr_ne(y->buf, x->buf);
+        rtx_tensor_unref(y);
+    }
+    /* the initializer once, the input per run; the output per run */
+    ck_assert_int_eq(f.uploads, 1 + 2);
+    ck_assert_int_eq(f.downloads, 2);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+    fake_free(&f.be);
+}
+END_TEST
+
 Suite *rtx_plan_suite(void) {
     Suite *s = suite_create("plan");
     TCase *tc = tcase_create("core");
@@ -291,6 +377,7 @@ Suite *rtx_plan_suite(void) {
     tcase_add_test(tc, non_contiguous_inputs_are_made_contiguous);
     tcase_add_test(tc, cancel_flag_stops_between_ops);
     tcase_add_test(tc, plan_and_execute_survive_allocation_failures);
+    tcase_add_test(tc, device_backend_uploads_once_and_downloads_outputs);
     suite_add_tcase(s, tc);
     return s;
 }
