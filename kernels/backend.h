@@ -37,6 +37,17 @@ struct rtx_cpu_options {
 int rtx_backend_cpu_new(const struct rtx_cpu_options *opt, struct rtx_backend **out,
                         struct rtx_err *err);
 
+struct rtx_cuda_options {
+    int device;                  /* CUDA device index */
+    size_t memory_cap_bytes;     /* device pool cap, 0: no cap beyond the device */
+    bool allow_tf32;             /* f32 GEMM may use TF32 tensor cores */
+};
+
+/* The CUDA backend on one device (kernels/cuda/backend-cuda.c). RTX_EGPU with the CUDA error
+ * when the device cannot be used. */
+int rtx_backend_cuda_new(const struct rtx_cuda_options *opt, struct rtx_backend **out,
+                         struct rtx_err *err);
+
 const char *rtx_backend_name(struct rtx_backend *be);
 void rtx_backend_free(struct rtx_backend *be); /* NULL is a no-op */
 /* Whether the backend can run this node (its op with these input dtypes). */

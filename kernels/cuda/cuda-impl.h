@@ -15,6 +15,7 @@
 #define RTX_KERNELS_CUDA_IMPL_H
 
 #include <cuda_runtime_api.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,53 @@ int rtx__cuda_check(cudaError_t e, const char *stmt, const char *func, const cha
 /* probe.cu: queues on `stream` a kernel writing rtx__cuda_probe_value(seed, i) into buf[i] for
  * i < n; returns the launch's error (cudaSuccess when it was queued). */
 cudaError_t rtx__cuda_probe_launch(uint32_t *buf, uint32_t n, uint32_t seed, cudaStream_t stream);
+
+/* ------------------------------------------------------------------------------------------
+ * The CUDA backend (kernels/cuda/backend-cuda.c): its context, shared by the op files.
+ * ---------------------------------------------------------------------------------------- */
+
+struct rtx_mem_pool;
+struct rtx_node_args;
+struct rtx_graph;
+struct rtx_node;
+
+struct rtx_cuda {
+    int device;                    /* CUDA device index */
+    cudaStream_t stream;           /* the compute stream: every kernel and copy of a plan */
+    cudaStream_t copy_stream;      /* host<->device staging copies */
+    struct rtx_mem_pool *pool;     /* device memory (buffers and scratch) */
+    struct rtx_mem_pool *pinned;   /* pinned host staging memory */
+    void *blaslt;                  /* cublasLtHandle_t, created with the backend */
+    void *blaslt_workspace;        /* device workspace for cuBLASLt */
+    size_t blaslt_workspace_bytes; /* bytes */
+    bool allow_tf32;               /* f32 GEMM may use TF32 tensor cores */
+    int sm_count;
+    int cc_major, cc_minor;
+};
+
+/* Device scratch memory from the backend's pool, ordered on cu->stream; release with
+ * rtx__cuda_scratch_release once the kernels using it are queued (stream order keeps it
+ * alive until they ran). */
+int rtx__cuda_scratch(struct rtx_cuda *cu, size_t bytes, void **ptr, struct rtx_err *err);
+void rtx__cuda_scratch_release(struct rtx_cuda *cu, void *ptr);
+/* Error helper for kernels: prefixes "node N 'name' (op): " like the CPU backend's. */
+int rtx__cuda_node_err(struct rtx_err *err, const struct rtx_node_args *a, int code,
+                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Op groups, one per file; each switches on a->node->op, and its supports function tells
+ * whether it runs this node (op and input dtypes). */
+int rtx__cuda_elementwise(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                          struct rtx_err *err);        /* add .. greater, cast, where */
+bool rtx__cuda_elementwise_supports(const struct rtx_graph *g, const struct rtx_node *n);
+int rtx__cuda_shape(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                    struct rtx_err *err);              /* transpose .. gather, constant */
+bool rtx__cuda_shape_supports(const struct rtx_graph *g, const struct rtx_node *n);
+int rtx__cuda_linalg(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                     struct rtx_err *err);             /* matmul, gemm, attention */
+bool rtx__cuda_linalg_supports(const struct rtx_graph *g, const struct rtx_node *n);
+int rtx__cuda_reduce(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                     struct rtx_err *err);             /* reduce_*, argmax, softmax, norms */
+bool rtx__cuda_reduce_supports(const struct rtx_graph *g, const struct rtx_node *n);
 
 /* Functions both the host and the device compile. */
 #ifdef __CUDACC__
