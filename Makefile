@@ -66,8 +66,8 @@ DAEMON_LIBS := $(GRPC_LIBS) $(STORE_LIBS) $(shell pkg-config --libs inih libuv 2
 CUDA_ARCH   := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS   := -std=c++17 -O3 -g $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra,-Werror \
                -Werror all-warnings -I. -MMD -MP
-CUDA_CFLAGS := -I$(CUDA_HOME)/include
-CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
+CUDA_CFLAGS := -isystem $(CUDA_HOME)/include
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
 
 CUDA_SRC    := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJ    := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CUDA_SRC))
@@ -89,13 +89,16 @@ TEST_SRC   := $(wildcard tests/unit/*.c)
 TEST_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
-# tests/gpu: a plain C program (no Check: it must not fork around a CUDA context)
-GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/gpu/*.c))
+# tests/gpu: plain C programs (no Check: they must not fork around a CUDA context).
+# gpu-linalg-tests.c is its own program (rtx-gpu-linalg-tests); the rest make rtx-gpu-tests.
+GPU_LINALG_TEST_OBJ := $(BUILD)/obj/tests/gpu/gpu-linalg-tests.o
+GPU_TEST_OBJ := $(filter-out $(GPU_LINALG_TEST_OBJ), \
+                  $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/gpu/*.c)))
 
 BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-examples \
         $(BUILD)/bin/rtxd $(BUILD)/bin/rtxctl $(LIBCLIENT) $(LIBCLIENT_SO) \
         $(BUILD)/lib/pkgconfig/rtx.pc $(BUILD)/bin/rtx-client-check $(BUILD)/bin/client-example \
-        $(BUILD)/bin/rtx-gpu-tests
+        $(BUILD)/bin/rtx-gpu-tests $(BUILD)/bin/rtx-gpu-linalg-tests
 EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg
 
 .PHONY: all run run-examples test test-unit test-py test-integration test-asan test-py-only \
@@ -187,6 +190,10 @@ $(BUILD)/bin/rtx-gpu-tests: $(GPU_TEST_OBJ) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
+$(BUILD)/bin/rtx-gpu-linalg-tests: $(GPU_LINALG_TEST_OBJ) $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
 examples: $(EXAMPLES)
 $(EXAMPLES) &: $(BUILD)/bin/make-examples
 	@mkdir -p $(BUILD)/examples
@@ -260,23 +267,26 @@ $(BUILD)/bin/rtx-bench-mem-pool: $(BUILD)/obj/bench/bench-mem-pool.o $(LIBRT)
 
 # The shared libraries the GPU machine lacks, into .gpu/lib (docs/gpu.md).
 GPU_BUNDLE_BINS := $(BUILD)/bin/rtxd $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/rtxrun \
-                   $(BUILD)/bin/rtxctl $(BUILD)/bin/rtx-gpu-tests
+                   $(BUILD)/bin/rtxctl $(BUILD)/bin/rtx-gpu-tests \
+                   $(BUILD)/bin/rtx-gpu-linalg-tests
 gpu-bundle: $(GPU_BUNDLE_BINS)
 	bash deploy/gpu-bundle.sh .gpu/lib $(GPU_BUNDLE_BINS)
 
 # On the GPU machine, after `make all gpu-bundle` elsewhere and with LD_LIBRARY_PATH set to
 # .gpu/lib and the CUDA libraries: runs what is built, builds nothing. Skips without a GPU.
 test-gpu:
-	@for b in rtx-gpu-tests rtxd rtxctl; do \
+	@for b in rtx-gpu-tests rtx-gpu-linalg-tests rtxd rtxctl; do \
 	  [ -x $(BUILD)/bin/$$b ] || { echo "test-gpu: $(BUILD)/bin/$$b is missing: build with" \
 	    "'make all gpu-bundle' first (test-gpu never builds)" >&2; exit 2; }; done
 	$(BUILD)/bin/rtx-gpu-tests
+	$(BUILD)/bin/rtx-gpu-linalg-tests
 	RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-devices.sh
 
 clean:
 	rm -rf build build-asan
 
 -include $(RUNTIME_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(GPU_TEST_OBJ:.o=.d) $(STORE_OBJ:.o=.d) \
+  $(GPU_LINALG_TEST_OBJ:.o=.d) \
   $(DAEMON_OBJ:.o=.d) \
   $(CLIENT_OBJ:.o=.d) \
   $(BUILD)/obj/client/rtxctl.d $(BUILD)/obj/tests/integration/client-check.d

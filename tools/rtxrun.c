@@ -1,8 +1,8 @@
 /*
- * rtxrun.c - runs one rtx.v1 graph file on the CPU backend from the command line: binds
- * inputs from .npy files (or random data), plans, executes (with warm-up and repeats for
- * timing), prints or saves the outputs and reports time and memory, as text or one JSON
- * object.
+ * rtxrun.c - runs one rtx.v1 graph file on the CPU backend or a CUDA device (--device) from
+ * the command line: binds inputs from .npy files (or random data), plans, executes (with
+ * warm-up and repeats for timing), prints or saves the outputs and reports time and memory,
+ * as text or one JSON object.
  *
  * Exit codes: 0 success, 1 execution (or output writing) error, 2 usage error, 3 graph load,
  * validation or planning error, 4 input file or binding error. Errors go to stderr as
@@ -33,7 +33,7 @@ enum {
 
 static const char usage_text[] =
     "usage: rtxrun GRAPH.rtxg [options]\n"
-    "Runs a graph on the CPU backend.\n"
+    "Runs a graph on the CPU backend or a CUDA device.\n"
     "\n"
     "  --input NAME=FILE.npy  bind graph input NAME to an .npy file (repeatable)\n"
     "  --random-inputs        fill inputs not given with --input with random data\n"
@@ -42,6 +42,7 @@ static const char usage_text[] =
     "  --seed N               seed of --random-inputs (default 0)\n"
     "  --output-dir DIR       write each output to DIR/<name>.npy ('/' and ':' in names\n"
     "                         become '_'); DIR is created if missing\n"
+    "  --device DEV           cpu (default), cuda (device 0) or cuda:N\n"
     "  --threads N            CPU worker threads (default 0: one per CPU)\n"
     "  --warmup N             untimed runs first (default 0)\n"
     "  --repeat N             timed runs (default 1); outputs come from the last\n"
@@ -64,6 +65,7 @@ struct options {
     bool random_inputs;
     uint64_t seed;
     int threads;
+    int device;   /* -1: the CPU backend, else the CUDA device index */
     int repeat;
     int warmup;
     bool json;
@@ -130,6 +132,7 @@ static const char *option_value(int argc, char **argv, int *i, const char *eq) {
 /* Fills opt from argv; returns EXIT_OK, EXIT_USAGE or EXIT_EXEC (message printed). */
 static int parse_args(int argc, char **argv, struct options *opt) {
     opt->repeat = 1;
+    opt->device = -1;
     opt->inputs = calloc((size_t)(argc > 0 ? argc : 1), sizeof *opt->inputs);
     if (!opt->inputs) {
         fail("out of memory");
@@ -157,7 +160,8 @@ static int parse_args(int argc, char **argv, struct options *opt) {
         size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
 #define IS(opt_name) (len == strlen(opt_name) && strncmp(arg, opt_name, len) == 0)
         bool takes_value = IS("--input") || IS("--output-dir") || IS("--seed") ||
-                           IS("--threads") || IS("--repeat") || IS("--warmup");
+                           IS("--threads") || IS("--repeat") || IS("--warmup") ||
+                           IS("--device");
         const char *val = NULL;
         if (takes_value) {
             val = option_value(argc, argv, &i, eq);
@@ -212,6 +216,17 @@ static int parse_args(int argc, char **argv, struct options *opt) {
         } else if (IS("--seed")) {
             if (!parse_u64(val, &opt->seed)) {
                 fail("--seed wants a non-negative integer, got '%s'", val);
+                return EXIT_USAGE;
+            }
+        } else if (IS("--device")) {
+            if (strcmp(val, "cpu") == 0) {
+                opt->device = -1;
+            } else if (strcmp(val, "cuda") == 0) {
+                opt->device = 0;
+            } else if (strncmp(val, "cuda:", 5) == 0 && parse_int(val + 5, 0, 1023, &v)) {
+                opt->device = (int)v;
+            } else {
+                fail("--device wants cpu, cuda or cuda:N, got '%s'", val);
                 return EXIT_USAGE;
             }
         } else if (IS("--threads")) {
@@ -595,10 +610,18 @@ static int run_graph(struct run *r) {
         fail("%s: %s", r->opt.graph_path, err.msg);
         return EXIT_GRAPH;
     }
-    struct rtx_cpu_options cpu = {.n_threads = r->opt.threads};
-    if (rtx_backend_cpu_new(&cpu, &r->be, &err) < 0) {
-        fail("CPU backend: %s", err.msg);
-        return EXIT_EXEC;
+    if (r->opt.device < 0) {
+        struct rtx_cpu_options cpu = {.n_threads = r->opt.threads};
+        if (rtx_backend_cpu_new(&cpu, &r->be, &err) < 0) {
+            fail("CPU backend: %s", err.msg);
+            return EXIT_EXEC;
+        }
+    } else {
+        struct rtx_cuda_options cuda = {.device = r->opt.device};
+        if (rtx_backend_cuda_new(&cuda, &r->be, &err) < 0) {
+            fail("CUDA backend: %s", err.msg);
+            return EXIT_EXEC;
+        }
     }
     if ((rc = execute(r)) != EXIT_OK) return rc;
     if (r->opt.output_dir && (rc = save_outputs(r)) != EXIT_OK) return rc;

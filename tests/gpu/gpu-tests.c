@@ -1,7 +1,8 @@
 /*
  * gpu-tests.c - rtx-gpu-tests, the GPU machine's test program (make test-gpu): CUDA device
  * discovery, properties, the self-test on every device, and the error paths (an index that is
- * not a device gives RTX_EGPU with a message, and the process keeps working afterwards).
+ * not a device gives RTX_EGPU with a message, and the process keeps working afterwards); then
+ * the CUDA backend's parity with the CPU reference on every healthy device (gpu-parity.c).
  * Prints one line per check and "N passed, M failed"; exits 1 when a check failed.
  *
  * DESIGN
@@ -17,22 +18,26 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#include "tests/gpu/gpu-tests.h"
 
 static int n_passed, n_failed;
 
-/* Records one check; prints "ok" or "FAIL" with the formatted description. */
-static bool check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool check(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
+static bool vcheck(bool ok, const char *fmt, va_list ap) {
     printf("%s ", ok ? "ok  " : "FAIL");
     vprintf(fmt, ap);
     printf("\n");
-    va_end(ap);
     if (ok)
         n_passed++;
     else
         n_failed++;
+    return ok;
+}
+
+bool gpu_check(bool ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vcheck(ok, fmt, ap);
+    va_end(ap);
     return ok;
 }
 
@@ -45,18 +50,19 @@ static void test_properties(const struct rtx_cuda_device *d) {
     printf("device %d: %s, %d SMs, %.1f GiB (%.1f GiB free), cc %d.%d, pci %s\n", d->index,
            d->name, d->sm_count, gib(d->memory_bytes), gib(d->memory_free_bytes), d->cc_major,
            d->cc_minor, d->pci_bus_id);
-    check(d->healthy, "device %d is healthy%s%s", d->index, d->healthy ? "" : ": ", d->detail);
-    check(d->name[0] != '\0', "device %d has a name", d->index);
-    check(d->sm_count > 0 && d->sm_count < 10000, "device %d: SM count %d is plausible", d->index,
-          d->sm_count);
-    check(d->cc_major >= 3 && d->cc_major < 100 && d->cc_minor >= 0 && d->cc_minor < 10,
-          "device %d: compute capability %d.%d is plausible", d->index, d->cc_major, d->cc_minor);
-    check(d->memory_bytes >= ((size_t)1 << 30), "device %d: %zu bytes of memory (>= 1 GiB)",
-          d->index, d->memory_bytes);
-    check(d->memory_free_bytes > 0 && d->memory_free_bytes <= d->memory_bytes,
-          "device %d: free memory %zu within total", d->index, d->memory_free_bytes);
-    check(strlen(d->pci_bus_id) >= 7 && strchr(d->pci_bus_id, ':'), "device %d: PCI bus id '%s'",
-          d->index, d->pci_bus_id);
+    gpu_check(d->healthy, "device %d is healthy%s%s", d->index, d->healthy ? "" : ": ", d->detail);
+    gpu_check(d->name[0] != '\0', "device %d has a name", d->index);
+    gpu_check(d->sm_count > 0 && d->sm_count < 10000, "device %d: SM count %d is plausible",
+              d->index, d->sm_count);
+    gpu_check(d->cc_major >= 3 && d->cc_major < 100 && d->cc_minor >= 0 && d->cc_minor < 10,
+              "device %d: compute capability %d.%d is plausible", d->index, d->cc_major,
+              d->cc_minor);
+    gpu_check(d->memory_bytes >= ((size_t)1 << 30), "device %d: %zu bytes of memory (>= 1 GiB)",
+              d->index, d->memory_bytes);
+    gpu_check(d->memory_free_bytes > 0 && d->memory_free_bytes <= d->memory_bytes,
+              "device %d: free memory %zu within total", d->index, d->memory_free_bytes);
+    gpu_check(strlen(d->pci_bus_id) >= 7 && strchr(d->pci_bus_id, ':'),
+              "device %d: PCI bus id '%s'", d->index, d->pci_bus_id);
 }
 
 /* A second query gives the same description as the listing. */
@@ -64,12 +70,12 @@ static void test_query_again(const struct rtx_cuda_device *d) {
     struct rtx_cuda_device q;
     struct rtx_err err = {0};
     int rc = rtx_cuda_device_query(d->index, &q, &err);
-    check(rc == 0, "device %d: query again%s%s", d->index, rc ? ": " : "", err.msg);
+    gpu_check(rc == 0, "device %d: query again%s%s", d->index, rc ? ": " : "", err.msg);
     if (rc != 0) return;
-    check(strcmp(q.name, d->name) == 0 && q.sm_count == d->sm_count &&
-              q.memory_bytes == d->memory_bytes && q.cc_major == d->cc_major &&
-              q.cc_minor == d->cc_minor && strcmp(q.pci_bus_id, d->pci_bus_id) == 0,
-          "device %d: query again gives the same properties", d->index);
+    gpu_check(strcmp(q.name, d->name) == 0 && q.sm_count == d->sm_count &&
+                  q.memory_bytes == d->memory_bytes && q.cc_major == d->cc_major &&
+                  q.cc_minor == d->cc_minor && strcmp(q.pci_bus_id, d->pci_bus_id) == 0,
+              "device %d: query again gives the same properties", d->index);
 }
 
 /* The self-test passes, twice (it cleans up after itself). */
@@ -77,7 +83,8 @@ static void test_selftest(int index) {
     for (int round = 1; round <= 2; round++) {
         struct rtx_err err = {0};
         int rc = rtx_cuda_device_selftest(index, &err);
-        check(rc == 0, "device %d: self-test run %d%s%s", index, round, rc ? ": " : "", err.msg);
+        gpu_check(rc == 0, "device %d: self-test run %d%s%s", index, round, rc ? ": " : "",
+                  err.msg);
     }
 }
 
@@ -89,18 +96,19 @@ static void test_bad_index(int n) {
         struct rtx_err err = {0};
         struct rtx_cuda_device q;
         int rc = rtx_cuda_device_query(bad[i], &q, &err);
-        check(rc == RTX_EGPU && strstr(err.msg, "cudaGetDeviceProperties") &&
-                  strstr(err.msg, "device.c:"),
-              "query of device %d gives RTX_EGPU naming the call (%s)", bad[i], err.msg);
+        gpu_check(rc == RTX_EGPU && strstr(err.msg, "cudaGetDeviceProperties") &&
+                      strstr(err.msg, "device.c:"),
+                  "query of device %d gives RTX_EGPU naming the call (%s)", bad[i], err.msg);
         memset(&err, 0, sizeof err);
         rc = rtx_cuda_device_selftest(bad[i], &err);
-        check(rc == RTX_EGPU && strstr(err.msg, "cudaSetDevice") && err.code == RTX_EGPU,
-              "self-test of device %d gives RTX_EGPU naming the call (%s)", bad[i], err.msg);
+        gpu_check(rc == RTX_EGPU && strstr(err.msg, "cudaSetDevice") && err.code == RTX_EGPU,
+                  "self-test of device %d gives RTX_EGPU naming the call (%s)", bad[i], err.msg);
     }
     if (n > 0) {
         struct rtx_err err = {0};
         int rc = rtx_cuda_device_selftest(0, &err);
-        check(rc == 0, "device 0 still runs work after the errors%s%s", rc ? ": " : "", err.msg);
+        gpu_check(rc == 0, "device 0 still runs work after the errors%s%s", rc ? ": " : "",
+                  err.msg);
     }
 }
 
@@ -116,10 +124,10 @@ int main(void) {
             printf("rtx-gpu-tests: skipped: no CUDA device (%s)\n", why);
             return 0;
         }
-        check(false,
-              "a CUDA device is listed (a GPU device node exists or RTX_REQUIRE_GPU=1; "
-              "the runtime says: %s%s)",
-              why, fault ? ", a driver fault" : "");
+        gpu_check(false,
+                  "a CUDA device is listed (a GPU device node exists or RTX_REQUIRE_GPU=1; "
+                  "the runtime says: %s%s)",
+                  why, fault ? ", a driver fault" : "");
         printf("%d passed, %d failed\n", n_passed, n_failed);
         return 1;
     }
@@ -127,15 +135,17 @@ int main(void) {
     struct rtx_cuda_devices l;
     struct rtx_err err = {0};
     int rc = rtx_cuda_devices_init(&l, true, &err);
-    check(rc == 0 && l.n == n, "%d CUDA device(s) listed%s%s", l.n, rc ? ": " : "", err.msg);
+    gpu_check(rc == 0 && l.n == n, "%d CUDA device(s) listed%s%s", l.n, rc ? ": " : "", err.msg);
     for (int i = 0; i < l.n; i++) {
-        check(l.devs[i].index == i, "device %d has index %d", i, l.devs[i].index);
+        gpu_check(l.devs[i].index == i, "device %d has index %d", i, l.devs[i].index);
         test_properties(&l.devs[i]);
         test_query_again(&l.devs[i]);
         test_selftest(i);
     }
     test_bad_index(n);
-    check(rtx_cuda_device_count(NULL, 0, NULL) == n, "the count is unchanged after errors");
+    for (int i = 0; i < l.n; i++)
+        if (l.devs[i].healthy) gpu_parity_tests(i);
+    gpu_check(rtx_cuda_device_count(NULL, 0, NULL) == n, "the count is unchanged after errors");
     rtx_cuda_devices_close(&l);
     rtx_cuda_devices_close(NULL);
 

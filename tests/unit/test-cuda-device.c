@@ -2,8 +2,9 @@
  * test-cuda-device.c - CUDA device discovery where CI runs it: without a GPU. No device is a
  * reason, not an error (empty list, the reason in words); calls about a device that is not
  * there give RTX_EGPU with a message naming the CUDA call, its function, file and line; NULL
- * arguments give RTX_EINVAL. On a host with a GPU these checks skip themselves: the GPU
- * machine's program (tests/gpu/gpu-tests.c) covers that case.
+ * arguments give RTX_EINVAL; creating the CUDA backend gives RTX_EGPU saying why. On a host
+ * with a GPU these checks skip themselves: the GPU machine's program (tests/gpu/gpu-tests.c)
+ * covers that case.
  */
 #include <string.h>
 
@@ -72,6 +73,26 @@ START_TEST(no_gpu_selftest_gives_egpu_and_process_goes_on) {
 }
 END_TEST
 
+START_TEST(no_gpu_backend_new_gives_egpu_with_the_reason) {
+    if (have_gpu()) return;
+    struct rtx_backend *be = (struct rtx_backend *)&be; /* must be reset to NULL */
+    struct rtx_err err = {0};
+    struct rtx_cuda_options opt = {.device = 0};
+    ck_assert_int_eq(rtx_backend_cuda_new(&opt, &be, &err), RTX_EGPU);
+    ck_assert_ptr_null(be);
+    ck_assert_int_eq(err.code, RTX_EGPU);
+    ck_assert_msg(strstr(err.msg, "cuda:0") && strstr(err.msg, "no CUDA device"), "message: %s",
+                  err.msg);
+    /* NULL options mean device 0; a NULL err is allowed */
+    ck_assert_int_eq(rtx_backend_cuda_new(NULL, &be, NULL), RTX_EGPU);
+    ck_assert_ptr_null(be);
+    opt.device = 3;
+    ck_assert_int_eq(rtx_backend_cuda_new(&opt, &be, &err), RTX_EGPU);
+    ck_assert_msg(strstr(err.msg, "cuda:3"), "message: %s", err.msg);
+    ck_assert_int_eq(rtx_backend_cuda_new(&opt, NULL, &err), RTX_EINVAL);
+}
+END_TEST
+
 START_TEST(null_arguments_are_einval) {
     struct rtx_err err = {0};
     ck_assert_int_eq(rtx_cuda_devices_init(NULL, false, &err), RTX_EINVAL);
@@ -87,6 +108,7 @@ Suite *rtx_cuda_device_suite(void) {
     tcase_add_test(tc, no_gpu_list_is_empty_and_says_why);
     tcase_add_test(tc, no_gpu_query_gives_egpu_naming_the_call);
     tcase_add_test(tc, no_gpu_selftest_gives_egpu_and_process_goes_on);
+    tcase_add_test(tc, no_gpu_backend_new_gives_egpu_with_the_reason);
     tcase_add_test(tc, null_arguments_are_einval);
     suite_add_tcase(s, tc);
     return s;

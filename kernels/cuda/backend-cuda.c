@@ -1,0 +1,494 @@
+/*
+ * backend-cuda.c - the CUDA backend on one device: its vtable, the device and pinned-host
+ * memory pools, host<->device copies, the op dispatch and the backend's health.
+ *
+ * DESIGN
+ * One stream. Every kernel, every copy and every pool block of a backend lives on cu->stream
+ * (cu->copy_stream is the same stream): the executor releases the arena and intermediates as
+ * soon as their work is queued, and the pool hands a released block to the next request of
+ * the same stream at once, which is safe exactly because anything that later writes the
+ * block is queued behind the work still reading it. A second copy stream would need events
+ * in both directions around every copy to keep that property, for little gain while a plan
+ * runs its nodes one after another.
+ *
+ * Pinned staging. Uploads of at least STAGE_MIN_BYTES go host -> pinned block -> device; the
+ * pinned block belongs to a host-side pseudo stream (HOST_STREAM) and is marked used by
+ * cu->stream before release, so the pool only reuses it once an event recorded after the
+ * copy has completed (the host writes it next, not the stream). Downloads copy device ->
+ * pinned, wait for the stream and memcpy into a new host tensor. Smaller tensors are copied
+ * straight from or to pageable memory.
+ *
+ * Health. A CUDA error that corrupts the context (an illegal address in a kernel, say) is
+ * sticky: every later call on the device fails. The first such error seen (by a call's
+ * result, or by probing the stream after a failure) is kept in cu->fault and every later
+ * vtable call fails with RTX_EGPU naming it, instead of returning confusing follow-on errors.
+ *
+ * Lifetime. Buffers hold blocks of the backend's pool and may outlive the backend (a tensor
+ * kept by a caller). The backend counts live buffers; rtx_backend_free only marks it closing
+ * when buffers remain, and the last buffer's release destroys it.
+ */
+#include <cublasLt.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/backend-impl.h"
+#include "kernels/cuda/cuda-impl.h"
+#include "runtime/mem-pool.h"
+
+#define BLASLT_WORKSPACE_BYTES ((size_t)32 << 20) /* bytes */
+#define STAGE_MIN_BYTES ((size_t)1 << 20)         /* bytes: pinned staging from this size */
+
+struct cuda_backend {
+    struct rtx_backend be;       /* be.ctx points here */
+    struct rtx_cuda cu;          /* shared with the op files */
+    char name[32];               /* "cuda:N" */
+    bool have_stream;
+    atomic_int live_buffers;     /* buffers not yet released */
+    atomic_bool closing;         /* rtx_backend_free called */
+    atomic_bool destroyed;       /* destroy ran (free and the last release may race) */
+    bool faulted;
+    char fault[200];             /* the sticky error, when faulted */
+};
+
+/* Pinned blocks belong to this pseudo stream: the host is what writes them next. */
+static char host_stream_token;
+#define HOST_STREAM ((void *)&host_stream_token)
+
+static struct cuda_backend *from_cu(struct rtx_cuda *cu) {
+    return (struct cuda_backend *)((char *)cu - offsetof(struct cuda_backend, cu));
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Health
+ * ---------------------------------------------------------------------------------------- */
+
+static bool is_sticky(cudaError_t e) {
+    switch (e) {
+    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError: case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc: case cudaErrorAssert: case cudaErrorECCUncorrectable:
+    case cudaErrorLaunchTimeout: case cudaErrorContextIsDestroyed:
+    case cudaErrorDevicesUnavailable: case cudaErrorUnknown:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* After a failed call: decides whether the device is gone for good (a sticky code is still
+ * pending, or the stream answers with one) and if so records the fault. */
+static void note_failure(struct cuda_backend *b, const struct rtx_err *err) {
+    if (b->faulted) return;
+    cudaError_t last = cudaPeekAtLastError();
+    cudaError_t probe = cudaStreamQuery(b->cu.stream);
+    (void)cudaGetLastError();
+    cudaError_t bad = is_sticky(last) ? last : is_sticky(probe) ? probe : cudaSuccess;
+    if (bad == cudaSuccess) return;
+    b->faulted = true;
+    snprintf(b->fault, sizeof b->fault, "%s: %s", cudaGetErrorName(bad),
+             cudaGetErrorString(bad));
+}
+
+/* RTX_EGPU when the backend faulted earlier; selects the device otherwise. */
+static int enter(struct cuda_backend *b, struct rtx_err *err) {
+    if (b->faulted)
+        return rtx_err_set(err, RTX_EGPU, "%s is unusable after an earlier device error (%s)",
+                           b->name, b->fault);
+    int rc = RTX_CUDA_CHECK(err, cudaSetDevice(b->cu.device));
+    if (rc) note_failure(b, err);
+    return rc;
+}
+
+/* The result of a vtable call: a GPU failure is checked for stickiness. */
+static int leave(struct cuda_backend *b, int rc, struct rtx_err *err) {
+    if (rc == RTX_EGPU) note_failure(b, err);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Pool device interfaces
+ * ---------------------------------------------------------------------------------------- */
+
+static int dev_alloc(void *ctx, size_t bytes, void **ptr) {
+    cudaError_t e = cudaMalloc(ptr, bytes);
+    if (e == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    *ptr = NULL;
+    return e == cudaErrorMemoryAllocation ? RTX_ENOMEM : RTX_EGPU;
+}
+
+static void dev_free(void *ctx, void *ptr) {
+    if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static int host_alloc(void *ctx, size_t bytes, void **ptr) {
+    cudaError_t e = cudaHostAlloc(ptr, bytes, cudaHostAllocDefault);
+    if (e == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    *ptr = NULL;
+    return e == cudaErrorMemoryAllocation ? RTX_ENOMEM : RTX_EGPU;
+}
+
+static void host_free(void *ctx, void *ptr) {
+    if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static int ev_create(void *ctx, void **event) {
+    cudaEvent_t ev;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return e == cudaErrorMemoryAllocation ? RTX_ENOMEM : RTX_EGPU;
+    }
+    *event = ev;
+    return 0;
+}
+
+static int ev_record(void *ctx, void *event, void *stream) {
+    /* the host pseudo stream has no queue: its point is reached at once */
+    cudaStream_t s = stream == HOST_STREAM ? ((struct rtx_cuda *)ctx)->stream : stream;
+    if (cudaEventRecord((cudaEvent_t)event, s) == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    return RTX_EGPU;
+}
+
+static int ev_query(void *ctx, void *event) {
+    cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+    if (e == cudaSuccess) return 1;
+    (void)cudaGetLastError();
+    return e == cudaErrorNotReady ? 0 : RTX_EGPU;
+}
+
+static void ev_destroy(void *ctx, void *event) {
+    if (cudaEventDestroy((cudaEvent_t)event) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static int dev_sync(void *ctx) {
+    struct rtx_cuda *cu = ctx;
+    if (cudaSetDevice(cu->device) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess)
+        return 0;
+    (void)cudaGetLastError();
+    return RTX_EGPU;
+}
+
+static const struct rtx_mem_pool_device_i device_iface = {
+    .alloc = dev_alloc, .free = dev_free, .event_create = ev_create,
+    .event_record = ev_record, .event_query = ev_query, .event_destroy = ev_destroy,
+    .synchronize = dev_sync,
+};
+
+static const struct rtx_mem_pool_device_i pinned_iface = {
+    .alloc = host_alloc, .free = host_free, .event_create = ev_create,
+    .event_record = ev_record, .event_query = ev_query, .event_destroy = ev_destroy,
+    .synchronize = dev_sync,
+};
+
+/* ------------------------------------------------------------------------------------------
+ * Teardown
+ * ---------------------------------------------------------------------------------------- */
+
+static void destroy(struct cuda_backend *b) {
+    if (atomic_exchange(&b->destroyed, true)) return;
+    struct rtx_cuda *cu = &b->cu;
+    if (cudaSetDevice(cu->device) != cudaSuccess) (void)cudaGetLastError();
+    if (b->have_stream && cudaStreamSynchronize(cu->stream) != cudaSuccess)
+        (void)cudaGetLastError();
+    if (cu->blaslt) cublasLtDestroy((cublasLtHandle_t)cu->blaslt);
+    if (cu->blaslt_workspace) dev_free(cu, cu->blaslt_workspace);
+    rtx_mem_pool_free(cu->pool);
+    rtx_mem_pool_free(cu->pinned);
+    if (b->have_stream && cudaStreamDestroy(cu->stream) != cudaSuccess)
+        (void)cudaGetLastError();
+    rtx_free(b);
+}
+
+static void cuda_free(struct rtx_backend *be) {
+    struct cuda_backend *b = be->ctx;
+    atomic_store(&b->closing, true);
+    if (atomic_load(&b->live_buffers) == 0) destroy(b);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Scratch, buffers, errors
+ * ---------------------------------------------------------------------------------------- */
+
+int rtx__cuda_scratch(struct rtx_cuda *cu, size_t bytes, void **ptr, struct rtx_err *err) {
+    int rc = rtx_mem_pool_alloc(cu->pool, bytes, cu->stream, ptr, err);
+    if (rc) rtx_err_prefix(err, "cuda:%d scratch of %zu bytes", cu->device, bytes);
+    return rc;
+}
+
+void rtx__cuda_scratch_release(struct rtx_cuda *cu, void *ptr) {
+    (void)rtx_mem_pool_release(cu->pool, ptr, NULL);
+}
+
+int rtx__cuda_node_err(struct rtx_err *err, const struct rtx_node_args *a, int code,
+                       const char *fmt, ...) {
+    if (err == NULL) return code;
+    char detail[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    const struct rtx_node *node = a->node;
+    int idx = a->graph ? (int)(node - a->graph->nodes) : -1;
+    if (node->name && node->name[0])
+        return rtx_err_set(err, code, "node %d '%s' (%s): %s", idx, node->name,
+                           rtx_op_name(node->op), detail);
+    return rtx_err_set(err, code, "node %d (%s): %s", idx, rtx_op_name(node->op), detail);
+}
+
+static void buffer_release(void *ctx, void *data) {
+    struct cuda_backend *b = ctx;
+    (void)rtx_mem_pool_release(b->cu.pool, data, NULL);
+    if (atomic_fetch_sub(&b->live_buffers, 1) == 1 && atomic_load(&b->closing)) destroy(b);
+}
+
+static int cuda_buffer_new(struct rtx_backend *be, size_t bytes, struct rtx_buffer **out,
+                           struct rtx_err *err) {
+    struct cuda_backend *b = be->ctx;
+    int rc = enter(b, err);
+    if (rc) return rc;
+    struct rtx_buffer *buf = rtx_calloc(1, sizeof *buf);
+    if (buf == NULL) return rtx_err_set(err, RTX_ENOMEM, "%s: buffer header", b->name);
+    rc = rtx_mem_pool_alloc(b->cu.pool, bytes, b->cu.stream, &buf->data, err);
+    if (rc) {
+        rtx_free(buf);
+        return leave(b, rc, err);
+    }
+    atomic_fetch_add(&b->live_buffers, 1);
+    buf->refcount = 1;
+    buf->bytes = bytes;
+    buf->release = buffer_release;
+    buf->release_ctx = b;
+    *out = buf;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Copies
+ * ---------------------------------------------------------------------------------------- */
+
+static int cuda_upload(struct rtx_backend *be, const struct rtx_tensor *host,
+                       struct rtx_tensor **dev, struct rtx_err *err) {
+    struct cuda_backend *b = be->ctx;
+    struct rtx_cuda *cu = &b->cu;
+    struct rtx_tensor *hc = NULL;
+    struct rtx_buffer *buf = NULL;
+    *dev = NULL;
+    int rc = enter(b, err);
+    if (rc) return rc;
+    if ((rc = rtx_tensor_contiguous(host, &hc, err))) return rc;
+    size_t bytes = rtx_tensor_nbytes(hc);
+    if ((rc = cuda_buffer_new(be, bytes, &buf, err))) goto out;
+    if ((rc = rtx_tensor_from_buffer(buf, 0, hc->dtype, hc->ndim, hc->dims, dev, err))) goto out;
+    if (bytes == 0) goto out;
+    if (bytes < STAGE_MIN_BYTES) {
+        /* pageable: returns once the driver has staged the source */
+        rc = RTX_CUDA_CHECK(err, cudaMemcpyAsync(buf->data, rtx_tensor_data(hc), bytes,
+                                                 cudaMemcpyHostToDevice, cu->stream));
+        goto out;
+    }
+    void *stage = NULL;
+    if ((rc = rtx_mem_pool_alloc(cu->pinned, bytes, HOST_STREAM, &stage, err))) goto out;
+    memcpy(stage, rtx_tensor_data(hc), bytes);
+    rc = RTX_CUDA_CHECK(err, cudaMemcpyAsync(buf->data, stage, bytes, cudaMemcpyHostToDevice,
+                                             cu->stream));
+    int rrc = rtx_mem_pool_record_stream(cu->pinned, stage, cu->stream, rc ? NULL : err);
+    if (rrc) {
+        /* cannot order the reuse after the copy: wait for it instead */
+        if (cudaStreamSynchronize(cu->stream) != cudaSuccess) (void)cudaGetLastError();
+        if (rc == 0 && rrc != RTX_ENOMEM) rc = rrc;
+    }
+    (void)rtx_mem_pool_release(cu->pinned, stage, NULL);
+out:
+    rtx_buffer_unref(buf);
+    rtx_tensor_unref(hc);
+    if (rc) {
+        rtx_tensor_unref(*dev);
+        *dev = NULL;
+        rtx_err_prefix(err, "%s upload", b->name);
+    }
+    return leave(b, rc, err);
+}
+
+static int cuda_download(struct rtx_backend *be, const struct rtx_tensor *dev,
+                         struct rtx_tensor **host, struct rtx_err *err) {
+    struct cuda_backend *b = be->ctx;
+    struct rtx_cuda *cu = &b->cu;
+    *host = NULL;
+    int rc = enter(b, err);
+    if (rc) return rc;
+    if (!rtx_tensor_is_contiguous(dev))
+        return rtx_err_set(err, RTX_EINVAL, "%s download: tensor is not contiguous", b->name);
+    struct rtx_tensor *t = NULL;
+    if ((rc = rtx_tensor_new(dev->dtype, dev->ndim, dev->dims, &t, err))) return rc;
+    size_t bytes = rtx_tensor_nbytes(dev);
+    void *stage = NULL;
+    if (bytes >= STAGE_MIN_BYTES &&
+        rtx_mem_pool_alloc(cu->pinned, bytes, HOST_STREAM, &stage, NULL) != 0)
+        stage = NULL; /* no pinned memory: copy to pageable memory instead */
+    if (bytes > 0)
+        rc = RTX_CUDA_CHECK(err, cudaMemcpyAsync(stage ? stage : rtx_tensor_data(t),
+                                                 rtx_tensor_data(dev), bytes,
+                                                 cudaMemcpyDeviceToHost, cu->stream));
+    if (rc == 0) rc = RTX_CUDA_CHECK(err, cudaStreamSynchronize(cu->stream));
+    if (rc == 0 && stage) memcpy(rtx_tensor_data(t), stage, bytes);
+    if (stage) (void)rtx_mem_pool_release(cu->pinned, stage, NULL);
+    if (rc) {
+        rtx_tensor_unref(t);
+        rtx_err_prefix(err, "%s download", b->name);
+        return leave(b, rc, err);
+    }
+    *host = t;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The vtable
+ * ---------------------------------------------------------------------------------------- */
+
+static const char *cuda_name(struct rtx_backend *be) {
+    return ((struct cuda_backend *)be->ctx)->name;
+}
+
+static bool cuda_supports_node(struct rtx_backend *be, const struct rtx_graph *g,
+                               const struct rtx_node *node) {
+    if (node == NULL || (unsigned)node->op >= RTX_OP_COUNT) return false;
+    return rtx__cuda_elementwise_supports(g, node) || rtx__cuda_shape_supports(g, node) ||
+           rtx__cuda_linalg_supports(g, node) || rtx__cuda_reduce_supports(g, node);
+}
+
+static int cuda_run_node(struct rtx_backend *be, const struct rtx_node_args *a,
+                         struct rtx_err *err) {
+    struct cuda_backend *b = be->ctx;
+    struct rtx_cuda *cu = &b->cu;
+    int rc = enter(b, err);
+    if (rc) return rc;
+    switch (a->node->op) {
+    case RTX_OP_ADD: case RTX_OP_SUB: case RTX_OP_MUL: case RTX_OP_DIV: case RTX_OP_POW:
+    case RTX_OP_NEG: case RTX_OP_ABS: case RTX_OP_SQRT: case RTX_OP_RSQRT: case RTX_OP_EXP:
+    case RTX_OP_LOG: case RTX_OP_TANH: case RTX_OP_ERF: case RTX_OP_RELU: case RTX_OP_GELU:
+    case RTX_OP_SILU: case RTX_OP_SIGMOID: case RTX_OP_CAST: case RTX_OP_WHERE:
+    case RTX_OP_EQUAL: case RTX_OP_LESS: case RTX_OP_GREATER:
+        rc = rtx__cuda_elementwise(cu, a, err);
+        break;
+    case RTX_OP_REDUCE_SUM: case RTX_OP_REDUCE_MEAN: case RTX_OP_REDUCE_MAX:
+    case RTX_OP_REDUCE_MIN: case RTX_OP_ARGMAX: case RTX_OP_SOFTMAX: case RTX_OP_LOG_SOFTMAX:
+    case RTX_OP_LAYER_NORM: case RTX_OP_RMS_NORM:
+        rc = rtx__cuda_reduce(cu, a, err);
+        break;
+    case RTX_OP_MATMUL: case RTX_OP_GEMM: case RTX_OP_ATTENTION:
+        rc = rtx__cuda_linalg(cu, a, err);
+        break;
+    case RTX_OP_TRANSPOSE: case RTX_OP_RESHAPE: case RTX_OP_EXPAND: case RTX_OP_CONCAT:
+    case RTX_OP_SLICE: case RTX_OP_GATHER: case RTX_OP_CONSTANT:
+        rc = rtx__cuda_shape(cu, a, err);
+        break;
+    case RTX_OP_CONV2D: case RTX_OP_MAX_POOL2D: case RTX_OP_AVG_POOL2D:
+        rc = rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "no CUDA kernel on %s", b->name);
+        break;
+    case RTX_OP_COUNT:
+    default:
+        rc = rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "op %d has no CUDA kernel",
+                                (int)a->node->op);
+        break;
+    }
+    return leave(b, rc, err);
+}
+
+static int cuda_synchronize(struct rtx_backend *be, struct rtx_err *err) {
+    struct cuda_backend *b = be->ctx;
+    int rc = enter(b, err);
+    if (rc) return rc;
+    rc = RTX_CUDA_CHECK(err, cudaStreamSynchronize(b->cu.stream));
+    if (rc == 0) {
+        /* an asynchronous error raised by earlier work, not yet reported */
+        cudaError_t e = cudaPeekAtLastError();
+        if (e != cudaSuccess) rc = RTX_CUDA_CHECK(err, cudaGetLastError());
+    }
+    if (rc) rtx_err_prefix(err, "%s", b->name);
+    return leave(b, rc, err);
+}
+
+static const struct rtx_backend_i cuda_iface = {
+    .name = cuda_name,                   /* "cuda:N" */
+    .free = cuda_free,                   /* destroys once no buffer is left */
+    .supports_node = cuda_supports_node, /* the union of the op groups' supports */
+    .buffer_new = cuda_buffer_new,       /* a block of the device pool, on cu->stream */
+    .run_node = cuda_run_node,           /* one switch over the op groups */
+    .synchronize = cuda_synchronize,     /* waits for the stream, detects sticky errors */
+    .upload = cuda_upload,               /* host -> (pinned) -> device, on cu->stream */
+    .download = cuda_download,           /* device -> (pinned) -> new host tensor */
+};
+
+/* ------------------------------------------------------------------------------------------
+ * Creation
+ * ---------------------------------------------------------------------------------------- */
+
+static int blaslt_check(cublasStatus_t s, const char *stmt, struct rtx_err *err) {
+    if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    return rtx_err_set(err, RTX_EGPU, "%s: %s (%s)", cublasLtGetStatusName(s),
+                       cublasLtGetStatusString(s), stmt);
+}
+
+int rtx_backend_cuda_new(const struct rtx_cuda_options *opt, struct rtx_backend **out,
+                         struct rtx_err *err) {
+    if (out == NULL) return rtx_err_set(err, RTX_EINVAL, "cuda: out is NULL");
+    *out = NULL;
+    int device = opt ? opt->device : 0;
+    char why[256] = "";
+    int n = rtx_cuda_device_count(why, sizeof why, NULL);
+    if (n == 0) return rtx_err_set(err, RTX_EGPU, "cuda:%d: no CUDA device: %s", device, why);
+    if (device < 0 || device >= n)
+        return rtx_err_set(err, RTX_EGPU, "cuda:%d: no such device (%d listed)", device, n);
+    struct cuda_backend *b = rtx_calloc(1, sizeof *b);
+    if (b == NULL) return rtx_err_set(err, RTX_ENOMEM, "cuda:%d: backend context", device);
+    struct rtx_cuda *cu = &b->cu;
+    b->be.iface = &cuda_iface;
+    b->be.ctx = b;
+    snprintf(b->name, sizeof b->name, "cuda:%d", device);
+    atomic_init(&b->live_buffers, 0);
+    atomic_init(&b->closing, false);
+    atomic_init(&b->destroyed, false);
+    cu->device = device;
+    cu->allow_tf32 = opt ? opt->allow_tf32 : false;
+
+    struct cudaDeviceProp p;
+    int rc = RTX_CUDA_CHECK(err, cudaSetDevice(device));
+    if (rc == 0) rc = RTX_CUDA_CHECK(err, cudaGetDeviceProperties(&p, device));
+    if (rc == 0) {
+        cu->sm_count = p.multiProcessorCount;
+        cu->cc_major = p.major;
+        cu->cc_minor = p.minor;
+        rc = RTX_CUDA_CHECK(err, cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));
+    }
+    if (rc) goto fail;
+    b->have_stream = true;
+    cu->copy_stream = cu->stream;
+    struct rtx_mem_pool_config pc = {.name = b->name,
+                                     .cap_bytes = opt ? opt->memory_cap_bytes : 0};
+    if ((rc = rtx_mem_pool_new(&device_iface, cu, &pc, &cu->pool, err))) goto fail;
+    char pname[48];
+    snprintf(pname, sizeof pname, "%s pinned", b->name);
+    struct rtx_mem_pool_config hc = {.name = pname, .cap_bytes = 0};
+    if ((rc = rtx_mem_pool_new(&pinned_iface, cu, &hc, &cu->pinned, err))) goto fail;
+    cublasLtHandle_t lt = NULL;
+    if ((rc = blaslt_check(cublasLtCreate(&lt), "cublasLtCreate", err))) goto fail;
+    cu->blaslt = lt;
+    rc = RTX_CUDA_CHECK(err, cudaMalloc(&cu->blaslt_workspace, BLASLT_WORKSPACE_BYTES));
+    if (rc) {
+        cu->blaslt_workspace = NULL;
+        goto fail;
+    }
+    cu->blaslt_workspace_bytes = BLASLT_WORKSPACE_BYTES;
+    *out = &b->be;
+    return 0;
+fail:
+    rtx_err_prefix(err, "cuda:%d", device);
+    destroy(b);
+    return rc;
+}

@@ -1,0 +1,750 @@
+/*
+ * reduce.cu - the CUDA kernels of the reductions (reduce_sum, reduce_mean, reduce_max,
+ * reduce_min, argmax) and of the normalizations along axes (softmax, log_softmax, layer_norm,
+ * rms_norm), as docs/ops.md defines them, with their entry points rtx__cuda_reduce and
+ * rtx__cuda_reduce_supports.
+ *
+ * DESIGN
+ * Unlike the elementwise and shape groups (a C half filling a launch.h struct, a .cu half that
+ * only launches), this group keeps its host side in this file: the view computations are
+ * short, and the dtype x op dispatch is templates, which only C++ has. Errors still go through
+ * RTX_CUDA_CHECK and rtx__cuda_node_err; nothing here aborts.
+ *
+ * Reductions, permute-free. As on the CPU, the input's axes are kept (K) or reduced (R); size-1
+ * axes are dropped and neighbours of one kind merged. With one R block the input is
+ * [outer, r, inner]: inner == 1 gives rows, reduced by one block per output (threads stride
+ * the run, a warp-shuffle tree combines them); inner > 1 gives columns, where a 32 x 8 block
+ * takes 32 neighbouring outputs (coalesced loads) and splits r over its 8 rows. Any other
+ * pattern (R K R ...) uses the block-per-output kernel with the reduced index decomposed over
+ * the R blocks' dims and strides. An empty reduced axis gives the identity (sum 0, mean NaN).
+ *
+ * Accumulation: float sums in f64 per thread and in the tree (exact enough to match the CPU's
+ * double sums to a few f32 ulp; the H200 has the f64 rate to make this free in a memory-bound
+ * kernel); integer sums wrap in uint64; max/min propagate NaN. argmax keeps (value, index)
+ * pairs: a NaN beats any number, ties keep the lower index, as NumPy.
+ *
+ * softmax / log_softmax: the last axis (inner == 1) is one block per row with three passes
+ * (max, sum of exp, write), the row staying in L1/L2 between them; another axis is one thread
+ * per (outer, inner) column, whose loads are coalesced across neighbouring threads.
+ * layer_norm / rms_norm: one block per contiguous row of prod(dims[axis:]), two-pass mean and
+ * variance in f32 (the row is re-read from cache), optional scale and bias.
+ */
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/backend-impl.h"
+#include "kernels/cuda/cuda-impl.h"
+#include "kernels/cuda/dtype.cuh"
+
+#define COL_X 32             /* outputs per column block */
+#define COL_Y 8              /* r-splits per column block */
+#define MAX_BLOCKS (1 << 20) /* grid-stride loops cover the rest */
+#define FLAT_THREADS 256
+
+using namespace rtxcu;
+
+/* ------------------------------------------------------------------------------------------
+ * Reduction kinds: accumulator type, identity, load, combine, final value
+ * ---------------------------------------------------------------------------------------- */
+
+enum { K_FSUM, K_FMEAN, K_FMAX, K_FMIN, K_ISUM, K_IMAX, K_IMIN };
+
+template <int K> struct Kind;
+
+template <> struct Kind<K_FSUM> {
+    typedef double A;
+    static __device__ A id() {
+        return 0.0;
+    }
+    template <typename T> static __device__ A load(T v) {
+        return (double)to_f32(v);
+    }
+    static __device__ A comb(A a, A b) {
+        return a + b;
+    }
+    template <typename T> static __device__ T fin(A a, int64_t) {
+        return from_f32<T>((float)a);
+    }
+};
+template <> struct Kind<K_FMEAN> : Kind<K_FSUM> {
+    template <typename T> static __device__ T fin(A a, int64_t n) {
+        return from_f32<T>(n > 0 ? (float)(a / (double)n) : NAN);
+    }
+};
+template <> struct Kind<K_FMAX> {
+    typedef float A;
+    static __device__ A id() {
+        return -INFINITY;
+    }
+    template <typename T> static __device__ A load(T v) {
+        return to_f32(v);
+    }
+    static __device__ A comb(A a, A b) {
+        return nan_max(a, b);
+    }
+    template <typename T> static __device__ T fin(A a, int64_t) {
+        return from_f32<T>(a);
+    }
+};
+template <> struct Kind<K_FMIN> {
+    typedef float A;
+    static __device__ A id() {
+        return INFINITY;
+    }
+    template <typename T> static __device__ A load(T v) {
+        return to_f32(v);
+    }
+    static __device__ A comb(A a, A b) {
+        return (b < a || b != b) ? b : a;
+    }
+    template <typename T> static __device__ T fin(A a, int64_t) {
+        return from_f32<T>(a);
+    }
+};
+template <> struct Kind<K_ISUM> {
+    typedef unsigned long long A;
+    static __device__ A id() {
+        return 0;
+    }
+    template <typename T> static __device__ A load(T v) {
+        return (A)(long long)v;
+    }
+    static __device__ A comb(A a, A b) {
+        return a + b;
+    }
+    template <typename T> static __device__ T fin(A a, int64_t) {
+        return (T)(long long)a;
+    }
+};
+template <> struct Kind<K_IMAX> {
+    typedef long long A;
+    static __device__ A id() {
+        return LLONG_MIN;
+    }
+    template <typename T> static __device__ A load(T v) {
+        return (A)v;
+    }
+    static __device__ A comb(A a, A b) {
+        return b > a ? b : a;
+    }
+    template <typename T> static __device__ T fin(A a, int64_t) {
+        return (T)a;
+    }
+};
+template <> struct Kind<K_IMIN> : Kind<K_IMAX> {
+    static __device__ A id() {
+        return LLONG_MAX;
+    }
+    static __device__ A comb(A a, A b) {
+        return b < a ? b : a;
+    }
+};
+
+template <typename KD> __device__ typename KD::A warp_reduce(typename KD::A v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v = KD::comb(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Combines v over the block; every thread gets the result. */
+template <typename KD> __device__ typename KD::A block_reduce(typename KD::A v) {
+    __shared__ typename KD::A sh[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_reduce<KD>(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? sh[lane] : KD::id();
+    return warp_reduce<KD>(v);
+}
+
+/* The view of one reduction: kept dims (outputs) and reduced dims, strides in elements. */
+struct rd_view {
+    int nk, nr;
+    int64_t n_out, count;
+    int64_t kdims[RTX_MAX_DIMS], kst[RTX_MAX_DIMS];
+    int64_t rdims[RTX_MAX_DIMS], rst[RTX_MAX_DIMS];
+};
+
+/* Block per output q: its kept coordinates give a base; threads stride the reduced indices. */
+template <typename T, typename KD>
+__global__ static void reduce_flat_kernel(const T *x, T *y, struct rd_view v) {
+    for (int64_t q = blockIdx.x; q < v.n_out; q += gridDim.x) {
+        int64_t rem = q, base = 0;
+        for (int d = v.nk - 1; d >= 0; d--) {
+            base += (rem % v.kdims[d]) * v.kst[d];
+            rem /= v.kdims[d];
+        }
+        typename KD::A acc = KD::id();
+        for (int64_t t = threadIdx.x; t < v.count; t += blockDim.x) {
+            int64_t off = base;
+            if (v.nr == 1) {
+                off += t * v.rst[0];
+            } else {
+                int64_t r = t;
+                for (int d = v.nr - 1; d >= 0; d--) {
+                    off += (r % v.rdims[d]) * v.rst[d];
+                    r /= v.rdims[d];
+                }
+            }
+            acc = KD::comb(acc, KD::load(x[off]));
+        }
+        acc = block_reduce<KD>(acc);
+        if (threadIdx.x == 0) y[q] = KD::template fin<T>(acc, v.count);
+    }
+}
+
+/* [outer, r, inner] with inner > 1: block (COL_X, COL_Y) takes COL_X neighbouring outputs. */
+template <typename T, typename KD>
+__global__ static void reduce_cols_kernel(const T *x, T *y, int64_t outer, int64_t r,
+                                          int64_t inner) {
+    __shared__ typename KD::A sh[COL_Y][COL_X + 1];
+    int64_t n_tiles = (inner + COL_X - 1) / COL_X;
+    for (int64_t t = blockIdx.x; t < outer * n_tiles; t += gridDim.x) {
+        int64_t o = t / n_tiles, i = (t % n_tiles) * COL_X + threadIdx.x;
+        typename KD::A acc = KD::id();
+        if (i < inner) {
+            const T *p = x + o * r * inner + i;
+            for (int64_t j = threadIdx.y; j < r; j += COL_Y)
+                acc = KD::comb(acc, KD::load(p[j * inner]));
+        }
+        sh[threadIdx.y][threadIdx.x] = acc;
+        __syncthreads();
+        if (threadIdx.y == 0 && i < inner) {
+            for (int k = 1; k < COL_Y; k++)
+                acc = KD::comb(acc, sh[k][threadIdx.x]);
+            y[o * inner + i] = KD::template fin<T>(acc, r);
+        }
+        __syncthreads();
+    }
+}
+
+static unsigned grid_of(int64_t n) {
+    return (unsigned)(n < MAX_BLOCKS ? (n > 0 ? n : 1) : MAX_BLOCKS);
+}
+
+/* Threads for a block that strides n elements: 32 .. 256. */
+static unsigned threads_for(int64_t n) {
+    unsigned t = 32;
+    while (t < FLAT_THREADS && (int64_t)t * 4 < n)
+        t *= 2;
+    return t;
+}
+
+template <typename T, typename KD>
+static void reduce_launch(const void *x, void *y, const struct rd_view *v, bool cols,
+                          int64_t outer, int64_t r, int64_t inner, cudaStream_t s) {
+    if (cols) {
+        int64_t tiles = outer * ((inner + COL_X - 1) / COL_X);
+        reduce_cols_kernel<T, KD>
+            <<<grid_of(tiles), dim3(COL_X, COL_Y), 0, s>>>((const T *)x, (T *)y, outer, r, inner);
+    } else {
+        reduce_flat_kernel<T, KD>
+            <<<grid_of(v->n_out), threads_for(v->count), 0, s>>>((const T *)x, (T *)y, *v);
+    }
+}
+
+template <typename T>
+static void reduce_float(int op, const void *x, void *y, const struct rd_view *v, bool cols,
+                         int64_t outer, int64_t r, int64_t inner, cudaStream_t s) {
+    switch (op) {
+    case RTX_OP_REDUCE_SUM:
+        reduce_launch<T, Kind<K_FSUM>>(x, y, v, cols, outer, r, inner, s);
+        break;
+    case RTX_OP_REDUCE_MEAN:
+        reduce_launch<T, Kind<K_FMEAN>>(x, y, v, cols, outer, r, inner, s);
+        break;
+    case RTX_OP_REDUCE_MAX:
+        reduce_launch<T, Kind<K_FMAX>>(x, y, v, cols, outer, r, inner, s);
+        break;
+    default: reduce_launch<T, Kind<K_FMIN>>(x, y, v, cols, outer, r, inner, s); break;
+    }
+}
+
+template <typename T>
+static void reduce_int(int op, const void *x, void *y, const struct rd_view *v, bool cols,
+                       int64_t outer, int64_t r, int64_t inner, cudaStream_t s) {
+    switch (op) {
+    case RTX_OP_REDUCE_SUM:
+        reduce_launch<T, Kind<K_ISUM>>(x, y, v, cols, outer, r, inner, s);
+        break;
+    case RTX_OP_REDUCE_MAX:
+        reduce_launch<T, Kind<K_IMAX>>(x, y, v, cols, outer, r, inner, s);
+        break;
+    default: reduce_launch<T, Kind<K_IMIN>>(x, y, v, cols, outer, r, inner, s); break;
+    }
+}
+
+static int run_reduce(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
+    const struct rtx_tensor *x = a->in[0];
+    struct rtx_tensor *Y = a->out[0];
+    int op = a->node->op;
+    enum rtx_dtype dt = x->dtype;
+    bool is_float = rtx_dtype_is_float(dt);
+    if (dt == RTX_BOOL || Y->dtype != dt || (op == RTX_OP_REDUCE_MEAN && !is_float))
+        return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "%s of %s", rtx_op_name(a->node->op),
+                                  rtx_dtype_name(dt));
+    bool red[RTX_MAX_DIMS];
+    const int64_t *axes = NULL;
+    int na = rtx_node_attr_ints(a->node, "axes", &axes);
+    for (int d = 0; d < x->ndim; d++)
+        red[d] = na <= 0;
+    for (int k = 0; k < na; k++) {
+        int64_t ax = axes[k] < 0 ? axes[k] + x->ndim : axes[k];
+        if (ax < 0 || ax >= x->ndim)
+            return rtx__cuda_node_err(err, a, RTX_EINVAL, "axis %lld out of range for rank %d",
+                                      (long long)axes[k], x->ndim);
+        red[ax] = true;
+    }
+    struct rd_view v;
+    memset(&v, 0, sizeof v);
+    v.n_out = rtx_tensor_numel(Y);
+    v.count = 1;
+    for (int d = 0; d < x->ndim; d++)
+        if (red[d]) v.count *= x->dims[d];
+    if (v.n_out == 0) return 0;
+    bool cols = false;
+    int64_t outer = 1, r = 1, inner = 1;
+    if (v.count == 0) {
+        if (op == RTX_OP_REDUCE_MAX || op == RTX_OP_REDUCE_MIN)
+            return rtx__cuda_node_err(err, a, RTX_EINVAL, "cannot reduce an empty axis");
+        v.nk = 1; /* every output gets the identity: nothing is read */
+        v.kdims[0] = v.n_out;
+    } else {
+        /* Drop size-1 axes, merge neighbours of one kind, then strides per block. */
+        int nb = 0;
+        int64_t bdims[RTX_MAX_DIMS], bst[RTX_MAX_DIMS];
+        bool bred[RTX_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++) {
+            if (x->dims[d] == 1) continue;
+            if (nb > 0 && bred[nb - 1] == red[d]) {
+                bdims[nb - 1] *= x->dims[d];
+                continue;
+            }
+            bdims[nb] = x->dims[d];
+            bred[nb++] = red[d];
+        }
+        int64_t s = 1;
+        for (int b = nb - 1; b >= 0; b--) {
+            bst[b] = s;
+            s *= bdims[b];
+        }
+        for (int b = 0; b < nb; b++) {
+            if (bred[b]) {
+                v.rdims[v.nr] = bdims[b];
+                v.rst[v.nr++] = bst[b];
+            } else {
+                v.kdims[v.nk] = bdims[b];
+                v.kst[v.nk++] = bst[b];
+            }
+        }
+        if (v.nr == 1) {
+            int rb = 0;
+            while (!bred[rb])
+                rb++;
+            r = bdims[rb];
+            for (int b = 0; b < nb; b++) {
+                if (b < rb) outer *= bdims[b];
+                if (b > rb) inner *= bdims[b];
+            }
+            cols = inner > 1;
+        }
+        if (v.nk == 0) { /* one output */
+            v.nk = 1;
+            v.kdims[0] = 1;
+        }
+    }
+    const void *xp = rtx_tensor_data(x);
+    void *yp = rtx_tensor_data(Y);
+    switch (dt) {
+    case RTX_F32: reduce_float<float>(op, xp, yp, &v, cols, outer, r, inner, cu->stream); break;
+    case RTX_F16: reduce_float<__half>(op, xp, yp, &v, cols, outer, r, inner, cu->stream); break;
+    case RTX_BF16:
+        reduce_float<__nv_bfloat16>(op, xp, yp, &v, cols, outer, r, inner, cu->stream);
+        break;
+    case RTX_I8: reduce_int<int8_t>(op, xp, yp, &v, cols, outer, r, inner, cu->stream); break;
+    case RTX_I32: reduce_int<int32_t>(op, xp, yp, &v, cols, outer, r, inner, cu->stream); break;
+    case RTX_I64: reduce_int<int64_t>(op, xp, yp, &v, cols, outer, r, inner, cu->stream); break;
+    default: reduce_int<uint8_t>(op, xp, yp, &v, cols, outer, r, inner, cu->stream); break;
+    }
+    return RTX_CUDA_CHECK(err, cudaGetLastError());
+}
+
+/* ------------------------------------------------------------------------------------------
+ * argmax, softmax, log_softmax: rows along one axis, [outer, r, inner]
+ * ---------------------------------------------------------------------------------------- */
+
+/* Normalizes the "axis" attribute and sets outer, r, inner around it. */
+static int axis_view(const struct rtx_node_args *a, int64_t *outer, int64_t *r, int64_t *inner,
+                     struct rtx_err *err) {
+    const struct rtx_tensor *x = a->in[0];
+    int64_t axis = rtx_node_attr_int(a->node, "axis", -1);
+    int nd = x->ndim;
+    *outer = *r = *inner = 1;
+    if (nd == 0) return 0; /* a scalar is one row of one element */
+    int64_t ax = axis < 0 ? axis + nd : axis;
+    if (ax < 0 || ax >= nd)
+        return rtx__cuda_node_err(err, a, RTX_EINVAL, "axis %lld out of range for rank %d",
+                                  (long long)axis, nd);
+    for (int d = 0; d < nd; d++) {
+        if (d < ax)
+            *outer *= x->dims[d];
+        else if (d == ax)
+            *r = x->dims[d];
+        else
+            *inner *= x->dims[d];
+    }
+    return 0;
+}
+
+/* What argmax compares: f32 for float dtypes, int64 for integers. */
+template <typename T> struct ArgVal { typedef long long V; };
+template <> struct ArgVal<float> { typedef float V; };
+template <> struct ArgVal<__half> { typedef float V; };
+template <> struct ArgVal<__nv_bfloat16> { typedef float V; };
+
+template <typename V> __device__ __forceinline__ V arg_lowest();
+template <> __device__ __forceinline__ float arg_lowest<float>() {
+    return -INFINITY;
+}
+template <> __device__ __forceinline__ long long arg_lowest<long long>() {
+    return LLONG_MIN;
+}
+
+template <typename T> __device__ __forceinline__ typename ArgVal<T>::V arg_load(T v) {
+    return (long long)v;
+}
+template <> __device__ __forceinline__ float arg_load<float>(float v) {
+    return v;
+}
+template <> __device__ __forceinline__ float arg_load<__half>(__half v) {
+    return to_f32(v);
+}
+template <> __device__ __forceinline__ float arg_load<__nv_bfloat16>(__nv_bfloat16 v) {
+    return to_f32(v);
+}
+
+/* Whether (v2, i2) beats (v1, i1): NaN first, then the larger value, then the lower index. */
+template <typename V>
+__device__ __forceinline__ bool arg_better(V v1, long long i1, V v2, long long i2) {
+    bool n1 = v1 != v1, n2 = v2 != v2;
+    if (n1 || n2) return n1 && n2 ? i2 < i1 : n2;
+    if (v2 != v1) return v2 > v1;
+    return i2 < i1;
+}
+
+/* Block per row (inner == 1). */
+template <typename T>
+__global__ static void argmax_rows_kernel(const T *x, int64_t *y, int64_t rows, int64_t r) {
+    typedef typename ArgVal<T>::V V;
+    __shared__ V shv[32];
+    __shared__ long long shi[32];
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T *p = x + row * r;
+        V best = arg_lowest<V>();
+        long long bi = LLONG_MAX;
+        for (int64_t j = threadIdx.x; j < r; j += blockDim.x) {
+            V v = arg_load(p[j]);
+            if (arg_better(best, bi, v, (long long)j)) {
+                best = v;
+                bi = j;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            V ov = __shfl_xor_sync(0xffffffffu, best, o);
+            long long oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (arg_better(best, bi, ov, oi)) {
+                best = ov;
+                bi = oi;
+            }
+        }
+        int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        __syncthreads();
+        if (lane == 0) {
+            shv[warp] = best;
+            shi[warp] = bi;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < (int)(blockDim.x >> 5); w++) {
+                if (arg_better(best, bi, shv[w], shi[w])) {
+                    best = shv[w];
+                    bi = shi[w];
+                }
+            }
+            y[row] = bi;
+        }
+    }
+}
+
+/* Thread per (outer, inner) column (inner > 1). */
+template <typename T>
+__global__ static void argmax_cols_kernel(const T *x, int64_t *y, int64_t outer, int64_t r,
+                                          int64_t inner) {
+    typedef typename ArgVal<T>::V V;
+    int64_t n = outer * inner, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride) {
+        int64_t o = t / inner, i = t % inner;
+        const T *p = x + o * r * inner + i;
+        V best = arg_load(p[0]);
+        long long bi = 0;
+        for (int64_t j = 1; j < r; j++) {
+            V v = arg_load(p[j * inner]);
+            if (arg_better(best, bi, v, (long long)j)) {
+                best = v;
+                bi = j;
+            }
+        }
+        y[t] = bi;
+    }
+}
+
+template <typename T>
+static void argmax_launch(const void *x, int64_t *y, int64_t outer, int64_t r, int64_t inner,
+                          cudaStream_t s) {
+    if (inner == 1) {
+        argmax_rows_kernel<T><<<grid_of(outer), threads_for(r), 0, s>>>((const T *)x, y, outer, r);
+    } else {
+        int64_t n = outer * inner;
+        argmax_cols_kernel<T>
+            <<<grid_of((n + 255) / 256), 256, 0, s>>>((const T *)x, y, outer, r, inner);
+    }
+}
+
+/* softmax / log_softmax, block per row of the last axis. */
+template <typename T>
+__global__ static void softmax_rows_kernel(const T *x, T *y, int64_t rows, int64_t r,
+                                           bool is_log) {
+    __shared__ float sh[32];
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T *p = x + row * r;
+        T *q = y + row * r;
+        float mx = -INFINITY;
+        for (int64_t j = threadIdx.x; j < r; j += blockDim.x)
+            mx = nan_max(mx, to_f32(p[j]));
+        mx = block_max(mx, sh);
+        float sum = 0.0f;
+        for (int64_t j = threadIdx.x; j < r; j += blockDim.x)
+            sum += expf(to_f32(p[j]) - mx);
+        sum = block_sum(sum, sh);
+        if (is_log) {
+            float lse = logf(sum);
+            for (int64_t j = threadIdx.x; j < r; j += blockDim.x)
+                q[j] = from_f32<T>(to_f32(p[j]) - mx - lse);
+        } else {
+            float inv = 1.0f / sum;
+            for (int64_t j = threadIdx.x; j < r; j += blockDim.x)
+                q[j] = from_f32<T>(expf(to_f32(p[j]) - mx) * inv);
+        }
+    }
+}
+
+/* softmax / log_softmax, thread per (outer, inner) column of another axis. */
+template <typename T>
+__global__ static void softmax_cols_kernel(const T *x, T *y, int64_t outer, int64_t r,
+                                           int64_t inner, bool is_log) {
+    int64_t n = outer * inner, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride) {
+        int64_t o = t / inner, i = t % inner, base = o * r * inner + i;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < r; j++)
+            mx = nan_max(mx, to_f32(x[base + j * inner]));
+        float sum = 0.0f;
+        for (int64_t j = 0; j < r; j++)
+            sum += expf(to_f32(x[base + j * inner]) - mx);
+        float lse = logf(sum), inv = 1.0f / sum;
+        for (int64_t j = 0; j < r; j++) {
+            float v = to_f32(x[base + j * inner]);
+            y[base + j * inner] = from_f32<T>(is_log ? v - mx - lse : expf(v - mx) * inv);
+        }
+    }
+}
+
+template <typename T>
+static void softmax_launch(const void *x, void *y, int64_t outer, int64_t r, int64_t inner,
+                           bool is_log, cudaStream_t s) {
+    if (inner == 1) {
+        softmax_rows_kernel<T>
+            <<<grid_of(outer), threads_for(r), 0, s>>>((const T *)x, (T *)y, outer, r, is_log);
+    } else {
+        int64_t n = outer * inner;
+        softmax_cols_kernel<T><<<grid_of((n + 255) / 256), 256, 0, s>>>((const T *)x, (T *)y,
+                                                                        outer, r, inner, is_log);
+    }
+}
+
+static int run_rows(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
+    const struct rtx_tensor *x = a->in[0];
+    struct rtx_tensor *Y = a->out[0];
+    enum rtx_dtype dt = x->dtype;
+    bool is_arg = a->node->op == RTX_OP_ARGMAX;
+    if (is_arg ? (dt == RTX_BOOL || Y->dtype != RTX_I64)
+               : (!rtx_dtype_is_float(dt) || Y->dtype != dt))
+        return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "%s of %s", rtx_op_name(a->node->op),
+                                  rtx_dtype_name(dt));
+    int64_t outer, r, inner;
+    int rc = axis_view(a, &outer, &r, &inner, err);
+    if (rc < 0) return rc;
+    if (rtx_tensor_numel(Y) == 0) return 0;
+    if (r == 0)
+        return rtx__cuda_node_err(err, a, RTX_EINVAL, "%s of an empty axis",
+                                  rtx_op_name(a->node->op));
+    const void *xp = rtx_tensor_data(x);
+    void *yp = rtx_tensor_data(Y);
+    cudaStream_t s = cu->stream;
+    if (is_arg) {
+        int64_t *yi = (int64_t *)yp;
+        switch (dt) {
+        case RTX_F32: argmax_launch<float>(xp, yi, outer, r, inner, s); break;
+        case RTX_F16: argmax_launch<__half>(xp, yi, outer, r, inner, s); break;
+        case RTX_BF16: argmax_launch<__nv_bfloat16>(xp, yi, outer, r, inner, s); break;
+        case RTX_I8: argmax_launch<int8_t>(xp, yi, outer, r, inner, s); break;
+        case RTX_I32: argmax_launch<int32_t>(xp, yi, outer, r, inner, s); break;
+        case RTX_I64: argmax_launch<int64_t>(xp, yi, outer, r, inner, s); break;
+        default: argmax_launch<uint8_t>(xp, yi, outer, r, inner, s); break;
+        }
+    } else {
+        bool lg = a->node->op == RTX_OP_LOG_SOFTMAX;
+        switch (dt) {
+        case RTX_F32: softmax_launch<float>(xp, yp, outer, r, inner, lg, s); break;
+        case RTX_F16: softmax_launch<__half>(xp, yp, outer, r, inner, lg, s); break;
+        default: softmax_launch<__nv_bfloat16>(xp, yp, outer, r, inner, lg, s); break;
+        }
+    }
+    return RTX_CUDA_CHECK(err, cudaGetLastError());
+}
+
+/* ------------------------------------------------------------------------------------------
+ * layer_norm, rms_norm: contiguous rows of r = prod(dims[axis:]) elements
+ * ---------------------------------------------------------------------------------------- */
+
+template <typename T>
+__global__ static void norm_kernel(const T *x, const T *scale, const T *bias, T *y, int64_t rows,
+                                   int64_t r, float eps, bool is_layer) {
+    __shared__ float sh[32];
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T *p = x + row * r;
+        T *q = y + row * r;
+        float mean = 0.0f, acc = 0.0f;
+        if (is_layer) {
+            for (int64_t j = threadIdx.x; j < r; j += blockDim.x)
+                mean += to_f32(p[j]);
+            mean = block_sum(mean, sh) / (float)r;
+            for (int64_t j = threadIdx.x; j < r; j += blockDim.x) {
+                float d = to_f32(p[j]) - mean;
+                acc += d * d;
+            }
+        } else {
+            for (int64_t j = threadIdx.x; j < r; j += blockDim.x) {
+                float v = to_f32(p[j]);
+                acc += v * v;
+            }
+        }
+        float rstd = rsqrtf(block_sum(acc, sh) / (float)r + eps);
+        for (int64_t j = threadIdx.x; j < r; j += blockDim.x) {
+            float v = (to_f32(p[j]) - mean) * rstd;
+            if (scale) v *= to_f32(scale[j]);
+            if (bias) v += to_f32(bias[j]);
+            q[j] = from_f32<T>(v);
+        }
+    }
+}
+
+template <typename T>
+static void norm_launch(const void *x, const void *scale, const void *bias, void *y, int64_t rows,
+                        int64_t r, float eps, bool is_layer, cudaStream_t s) {
+    norm_kernel<T><<<grid_of(rows), threads_for(r), 0, s>>>(
+        (const T *)x, (const T *)scale, (const T *)bias, (T *)y, rows, r, eps, is_layer);
+}
+
+static int run_norm(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
+    const struct rtx_tensor *x = a->in[0];
+    struct rtx_tensor *Y = a->out[0];
+    enum rtx_dtype dt = x->dtype;
+    bool is_layer = a->node->op == RTX_OP_LAYER_NORM;
+    if (!rtx_dtype_is_float(dt) || Y->dtype != dt)
+        return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "%s of %s", rtx_op_name(a->node->op),
+                                  rtx_dtype_name(dt));
+    int64_t axis = rtx_node_attr_int(a->node, "axis", -1);
+    int nd = x->ndim;
+    int64_t ax = axis < 0 ? axis + nd : axis;
+    if (ax < 0 || ax >= (nd > 0 ? nd : 1))
+        return rtx__cuda_node_err(err, a, RTX_EINVAL, "axis %lld out of range for rank %d",
+                                  (long long)axis, nd);
+    int64_t rows = 1, r = 1;
+    for (int d = 0; d < nd; d++) {
+        if (d < ax)
+            rows *= x->dims[d];
+        else
+            r *= x->dims[d];
+    }
+    float eps = (float)rtx_node_attr_float(a->node, "epsilon", is_layer ? 1e-5 : 1e-6);
+    const void *params[2] = {NULL, NULL};
+    int n_params = is_layer ? 2 : 1;
+    for (int k = 1; k <= n_params && k < a->n_in; k++) {
+        const struct rtx_tensor *p = a->in[k];
+        if (!p) continue;
+        if (p->dtype != dt || rtx_tensor_numel(p) != r)
+            return rtx__cuda_node_err(err, a, RTX_EINVAL, "input %d must be %s with %lld elements",
+                                      k, rtx_dtype_name(dt), (long long)r);
+        params[k - 1] = rtx_tensor_data(p);
+    }
+    if (rows == 0 || r == 0) return 0;
+    const void *xp = rtx_tensor_data(x);
+    void *yp = rtx_tensor_data(Y);
+    switch (dt) {
+    case RTX_F32:
+        norm_launch<float>(xp, params[0], params[1], yp, rows, r, eps, is_layer, cu->stream);
+        break;
+    case RTX_F16:
+        norm_launch<__half>(xp, params[0], params[1], yp, rows, r, eps, is_layer, cu->stream);
+        break;
+    default:
+        norm_launch<__nv_bfloat16>(xp, params[0], params[1], yp, rows, r, eps, is_layer,
+                                   cu->stream);
+        break;
+    }
+    return RTX_CUDA_CHECK(err, cudaGetLastError());
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Entry points
+ * ---------------------------------------------------------------------------------------- */
+
+extern "C" int rtx__cuda_reduce(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                                struct rtx_err *err) {
+    if (a->n_in < 1 || !a->in[0] || a->n_out < 1 || !a->out[0])
+        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "missing input or output tensor");
+    switch (a->node->op) {
+    case RTX_OP_REDUCE_SUM:
+    case RTX_OP_REDUCE_MEAN:
+    case RTX_OP_REDUCE_MAX:
+    case RTX_OP_REDUCE_MIN: return run_reduce(cu, a, err);
+    case RTX_OP_ARGMAX:
+    case RTX_OP_SOFTMAX:
+    case RTX_OP_LOG_SOFTMAX: return run_rows(cu, a, err);
+    case RTX_OP_LAYER_NORM:
+    case RTX_OP_RMS_NORM: return run_norm(cu, a, err);
+    default: break;
+    }
+    return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "not a reduction op");
+}
+
+extern "C" bool rtx__cuda_reduce_supports(const struct rtx_graph *g, const struct rtx_node *n) {
+    if (n->n_inputs < 1 || n->inputs[0] < 0) return false;
+    enum rtx_dtype dt = g->values[n->inputs[0]].dtype;
+    bool is_float = rtx_dtype_is_float(dt);
+    switch (n->op) {
+    case RTX_OP_REDUCE_SUM:
+    case RTX_OP_REDUCE_MAX:
+    case RTX_OP_REDUCE_MIN:
+    case RTX_OP_ARGMAX: return dt != RTX_BOOL && (int)dt >= 0 && dt < RTX_DTYPE_COUNT;
+    case RTX_OP_REDUCE_MEAN:
+    case RTX_OP_SOFTMAX:
+    case RTX_OP_LOG_SOFTMAX:
+    case RTX_OP_LAYER_NORM:
+    case RTX_OP_RMS_NORM: return is_float;
+    default: return false;
+    }
+}

@@ -1,0 +1,358 @@
+/*
+ * shape.c - the CUDA shape ops: transpose, reshape, expand, concat, slice, gather and
+ * constant (docs/ops.md), every dtype, elements moved by size.
+ *
+ * DESIGN
+ * As on the CPU (kernels/cpu/ops-shape.c), transpose, expand and slice are one strided
+ * gather into the contiguous output: output dims plus a source stride per dim (permuted,
+ * 0 where broadcast, times the step for a slice, negative for a reversed one). Size-1 dims
+ * are dropped and neighbours contiguous in the source merged; what is then one unit-stride
+ * run is a cudaMemcpyAsync, anything else shape.cu's kernel. reshape is a device copy.
+ * concat is one cudaMemcpy2DAsync per input: the input's rows (its slab along the axis and
+ * everything after it) into the matching columns of the output's rows. constant copies its
+ * attribute tensor from the host. gather checks its indices on the device and, when one is
+ * out of range, fails after a stream sync with the CPU's message; that sync is the price of
+ * failing the node rather than the job's next sync.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda-impl.h"
+#include "kernels/cuda/launch.h"
+
+/* A failed CUDA call inside a node: the node's label before the call's message. */
+static int node_gpu_err(const struct rtx_node_args *a, int rc, struct rtx_err *err) {
+    if (rc == 0 || err == NULL) return rc;
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return rtx__cuda_node_err(err, a, rc, "%s", msg);
+}
+
+bool rtx__cuda_shape_supports(const struct rtx_graph *g, const struct rtx_node *n) {
+    switch (n->op) {
+    case RTX_OP_TRANSPOSE: case RTX_OP_RESHAPE: case RTX_OP_EXPAND: case RTX_OP_CONCAT:
+    case RTX_OP_SLICE: case RTX_OP_CONSTANT:
+        return true;
+    case RTX_OP_GATHER: {
+        /* indices are i32 or i64 (when the graph already knows their dtype) */
+        if (g == NULL || n->n_inputs < 2 || n->inputs[1] < 0 || n->inputs[1] >= g->n_values)
+            return true;
+        const struct rtx_value *v = &g->values[n->inputs[1]];
+        if (v->producer >= 0 && v->ndim < 0) return true;
+        return v->dtype == RTX_I32 || v->dtype == RTX_I64;
+    }
+    default:
+        return false;
+    }
+}
+
+static void contiguous_strides(int nd, const int64_t *dims, int64_t *str) {
+    int64_t s = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        str[d] = s;
+        s *= dims[d];
+    }
+}
+
+/* Copies the strided source (nd, dims, str from src) into the contiguous dst. */
+static int strided_copy(struct rtx_cuda *cu, int nd, const int64_t *dims, const int64_t *str,
+                        const void *src, void *dst, size_t esize, struct rtx_err *err) {
+    struct rtx_cuda_copy p;
+    memset(&p, 0, sizeof p);
+    p.esize = (int32_t)esize;
+    p.src = src;
+    p.dst = dst;
+    p.n = 1;
+    for (int d = 0; d < nd; d++) {
+        p.n *= dims[d];
+        if (dims[d] == 1) continue;
+        if (p.ndim > 0 && p.str[p.ndim - 1] == str[d] * dims[d]) {
+            p.dims[p.ndim - 1] *= dims[d];
+            p.str[p.ndim - 1] = str[d];
+            continue;
+        }
+        p.dims[p.ndim] = dims[d];
+        p.str[p.ndim] = str[d];
+        p.ndim++;
+    }
+    if (p.n == 0) return 0;
+    if (p.ndim == 0 || (p.ndim == 1 && p.str[0] == 1))
+        return RTX_CUDA_CHECK(err, cudaMemcpyAsync(dst, src, (size_t)p.n * esize,
+                                                   cudaMemcpyDeviceToDevice, cu->stream));
+    return RTX_CUDA_CHECK(err, rtx__cuda_copy_launch(&p, cu->stream));
+}
+
+static int run_transpose(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                         struct rtx_err *err) {
+    const struct rtx_tensor *x = a->in[0];
+    struct rtx_tensor *y = a->out[0];
+    int nd = x->ndim;
+    const int64_t *perm_attr;
+    int n = rtx_node_attr_ints(a->node, "perm", &perm_attr);
+    int perm[RTX_MAX_DIMS];
+    bool seen[RTX_MAX_DIMS] = {false};
+    if (n >= 0 && n != nd)
+        return rtx__cuda_node_err(err, a, RTX_EINVAL, "perm has %d entries for rank %d", n, nd);
+    for (int i = 0; i < nd; i++) {
+        int64_t q = n >= 0 ? perm_attr[i] : nd - 1 - i;
+        if (q < 0) q += nd;
+        if (q < 0 || q >= nd || seen[q])
+            return rtx__cuda_node_err(err, a, RTX_EINVAL, "perm is not a permutation of 0..%d",
+                                      nd - 1);
+        seen[q] = true;
+        perm[i] = (int)q;
+    }
+    int64_t xs[RTX_MAX_DIMS], dims[RTX_MAX_DIMS], str[RTX_MAX_DIMS];
+    contiguous_strides(nd, x->dims, xs);
+    for (int i = 0; i < nd; i++) {
+        dims[i] = x->dims[perm[i]];
+        str[i] = xs[perm[i]];
+        if (y->ndim != nd || y->dims[i] != dims[i])
+            return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output shape does not match perm");
+    }
+    return strided_copy(cu, nd, dims, str, rtx_tensor_data(x), rtx_tensor_data(y),
+                        rtx_dtype_size(x->dtype), err);
+}
+
+static int run_reshape(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
+    const struct rtx_tensor *x = a->in[0];
+    struct rtx_tensor *y = a->out[0];
+    size_t bytes = rtx_tensor_nbytes(x);
+    if (rtx_tensor_nbytes(y) != bytes || y->dtype != x->dtype)
+        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output size differs from input");
+    void *src = rtx_tensor_data(x), *dst = rtx_tensor_data(y);
+    if (bytes == 0 || src == dst) return 0;
+    return RTX_CUDA_CHECK(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                               cu->stream));
+}
+
+static int run_expand(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
+    const struct rtx_tensor *x = a->in[0];
+    struct rtx_tensor *y = a->out[0];
+    int nd = y->ndim;
+    if (x->ndim > nd)
+        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output rank below input rank");
+    int64_t xs[RTX_MAX_DIMS], str[RTX_MAX_DIMS];
+    contiguous_strides(x->ndim, x->dims, xs);
+    for (int d = 0; d < nd; d++) {
+        int xd = d - (nd - x->ndim);
+        int64_t dx = xd >= 0 ? x->dims[xd] : 1;
+        if (dx != y->dims[d] && dx != 1)
+            return rtx__cuda_node_err(err, a, RTX_EINTERNAL,
+                                      "input dimension %d (%lld) does not broadcast to %lld",
+                                      xd, (long long)dx, (long long)y->dims[d]);
+        str[d] = dx == 1 ? 0 : xs[xd];
+    }
+    return strided_copy(cu, nd, y->dims, str, rtx_tensor_data(x), rtx_tensor_data(y),
+                        rtx_dtype_size(x->dtype), err);
+}
+
+static int run_concat(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
+    struct rtx_tensor *y = a->out[0];
+    int nd = y->ndim;
+    int64_t axis = rtx_node_attr_int(a->node, "axis", 0);
+    if (axis < 0) axis += nd;
+    if (axis < 0 || axis >= nd)
+        return rtx__cuda_node_err(err, a, RTX_EINVAL, "axis out of range for rank %d", nd);
+    int64_t total = 0;
+    for (int i = 0; i < a->n_in; i++) {
+        const struct rtx_tensor *x = a->in[i];
+        if (x == NULL || x->ndim != nd || x->dtype != y->dtype)
+            return rtx__cuda_node_err(err, a, RTX_EINVAL, "input %d differs in rank or dtype",
+                                      i);
+        for (int d = 0; d < nd; d++)
+            if (d != axis && x->dims[d] != y->dims[d])
+                return rtx__cuda_node_err(err, a, RTX_EINVAL,
+                                          "input %d dimension %d is %lld, want %lld", i, d,
+                                          (long long)x->dims[d], (long long)y->dims[d]);
+        total += x->dims[axis];
+    }
+    if (total != y->dims[axis])
+        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "concat axis sums to %lld, want %lld",
+                                  (long long)total, (long long)y->dims[axis]);
+    size_t inner = rtx_dtype_size(y->dtype); /* bytes per index step along the axis */
+    size_t outer = 1;
+    for (int d = 0; d < axis; d++) outer *= (size_t)y->dims[d];
+    for (int d = (int)axis + 1; d < nd; d++) inner *= (size_t)y->dims[d];
+    size_t out_row = (size_t)y->dims[axis] * inner, col = 0;
+    char *dst = rtx_tensor_data(y);
+    for (int i = 0; i < a->n_in && outer > 0; i++) {
+        size_t row = (size_t)a->in[i]->dims[axis] * inner;
+        const void *src = rtx_tensor_data(a->in[i]);
+        int rc = 0;
+        if (row > 0 && outer == 1)
+            rc = RTX_CUDA_CHECK(err, cudaMemcpyAsync(dst + col, src, row,
+                                                     cudaMemcpyDeviceToDevice, cu->stream));
+        else if (row > 0)
+            rc = RTX_CUDA_CHECK(err, cudaMemcpy2DAsync(dst + col, out_row, src, row, row, outer,
+                                                       cudaMemcpyDeviceToDevice, cu->stream));
+        if (rc) return node_gpu_err(a, rc, err);
+        col += row;
+    }
+    return 0;
+}
+
+/* Python's slice.indices(): clamps start and end for a dimension of size n; returns the
+ * element count. */
+static int64_t slice_range(int64_t n, int64_t start, int64_t end, int64_t step, int64_t *first) {
+    int64_t lo = step > 0 ? 0 : -1, hi = step > 0 ? n : n - 1;
+    if (start < 0) {
+        start = start < -n ? lo : start + n;
+        if (start < lo) start = lo;
+    } else if (start > hi) {
+        start = hi;
+    }
+    if (end < 0) {
+        end = end < -n ? lo : end + n;
+        if (end < lo) end = lo;
+    } else if (end > hi) {
+        end = hi;
+    }
+    *first = start;
+    if (step > 0) return end > start ? 1 + (end - start - 1) / step : 0;
+    int64_t back = step == INT64_MIN ? INT64_MAX : -step;
+    return start > end ? 1 + (start - end - 1) / back : 0;
+}
+
+static int run_slice(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
+    const struct rtx_tensor *x = a->in[0];
+    struct rtx_tensor *y = a->out[0];
+    int nd = x->ndim;
+    const int64_t *starts, *ends, *axes = NULL, *steps = NULL;
+    int k = rtx_node_attr_ints(a->node, "starts", &starts);
+    int ke = rtx_node_attr_ints(a->node, "ends", &ends);
+    int ka = rtx_node_attr_ints(a->node, "axes", &axes);
+    int ks = rtx_node_attr_ints(a->node, "steps", &steps);
+    if (k < 0 || ke != k || (ka >= 0 && ka != k) || (ks >= 0 && ks != k) || k > nd)
+        return rtx__cuda_node_err(err, a, RTX_EINVAL,
+                                  "starts, ends, axes and steps need one length <= rank %d", nd);
+    int64_t xs[RTX_MAX_DIMS], dims[RTX_MAX_DIMS], str[RTX_MAX_DIMS];
+    contiguous_strides(nd, x->dims, xs);
+    memcpy(dims, x->dims, (size_t)nd * sizeof *dims);
+    memcpy(str, xs, (size_t)nd * sizeof *str);
+    bool seen[RTX_MAX_DIMS] = {false};
+    int64_t offset = 0; /* elements */
+    for (int i = 0; i < k; i++) {
+        int64_t ax = ka >= 0 ? axes[i] : i, step = ks >= 0 ? steps[i] : 1, first;
+        if (ax < 0) ax += nd;
+        if (ax < 0 || ax >= nd || seen[ax] || step == 0)
+            return rtx__cuda_node_err(err, a, RTX_EINVAL, "bad axis or zero step at entry %d",
+                                      i);
+        seen[ax] = true;
+        dims[ax] = slice_range(x->dims[ax], starts[i], ends[i], step, &first);
+        if (dims[ax] > 0) offset += first * xs[ax];
+        str[ax] = xs[ax] * step;
+    }
+    for (int d = 0; d < nd; d++)
+        if (y->ndim != nd || y->dims[d] != dims[d])
+            return rtx__cuda_node_err(err, a, RTX_EINTERNAL,
+                                      "output dimension %d is %lld, slice gives %lld", d,
+                                      (long long)(y->ndim == nd ? y->dims[d] : -1),
+                                      (long long)dims[d]);
+    size_t es = rtx_dtype_size(x->dtype);
+    return strided_copy(cu, nd, dims, str, (const char *)rtx_tensor_data(x) + offset * (int64_t)es,
+                        rtx_tensor_data(y), es, err);
+}
+
+static int run_gather(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
+    const struct rtx_tensor *x = a->in[0], *ind = a->in[1];
+    struct rtx_tensor *y = a->out[0];
+    int nd = x->ndim;
+    int64_t axis = rtx_node_attr_int(a->node, "axis", 0);
+    if (axis < 0) axis += nd;
+    if (axis < 0 || axis >= nd)
+        return rtx__cuda_node_err(err, a, RTX_EINVAL, "axis out of range for rank %d", nd);
+    if (ind->dtype != RTX_I32 && ind->dtype != RTX_I64)
+        return rtx__cuda_node_err(err, a, RTX_EINVAL, "indices must be i32 or i64, not %s",
+                                  rtx_dtype_name(ind->dtype));
+    struct rtx_cuda_gather p = {
+        .idx64 = ind->dtype == RTX_I64, .n_idx = rtx_tensor_numel(ind),
+        .axis_dim = x->dims[axis], .data = rtx_tensor_data(x), .idx = rtx_tensor_data(ind),
+        .out = rtx_tensor_data(y), .outer = 1,
+    };
+    int64_t inner_bytes = (int64_t)rtx_dtype_size(x->dtype);
+    for (int d = 0; d < axis; d++) p.outer *= x->dims[d];
+    for (int d = (int)axis + 1; d < nd; d++) inner_bytes *= x->dims[d];
+    if (rtx_tensor_numel(y) * (int64_t)rtx_dtype_size(x->dtype) !=
+        p.outer * p.n_idx * inner_bytes)
+        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output size does not match");
+    if (p.n_idx == 0) return 0;
+    p.unit = inner_bytes % 8 == 0 ? 8 : inner_bytes % 4 == 0 ? 4 : inner_bytes % 2 == 0 ? 2 : 1;
+    p.inner = inner_bytes / p.unit;
+    void *bad = NULL;
+    unsigned long long first_bad = ULLONG_MAX;
+    int rc = rtx__cuda_scratch(cu, sizeof first_bad, &bad, err);
+    if (rc) return node_gpu_err(a, rc, err);
+    p.bad = bad;
+    rc = RTX_CUDA_CHECK(err, cudaMemsetAsync(bad, 0xff, sizeof first_bad, cu->stream));
+    if (rc == 0) rc = RTX_CUDA_CHECK(err, rtx__cuda_gather_launch(&p, cu->stream));
+    if (rc == 0)
+        rc = RTX_CUDA_CHECK(err, cudaMemcpyAsync(&first_bad, bad, sizeof first_bad,
+                                                 cudaMemcpyDeviceToHost, cu->stream));
+    if (rc == 0) rc = RTX_CUDA_CHECK(err, cudaStreamSynchronize(cu->stream));
+    rtx__cuda_scratch_release(cu, bad);
+    if (rc) return node_gpu_err(a, rc, err);
+    if (first_bad == ULLONG_MAX) return 0;
+    int64_t ix = 0;
+    size_t isz = rtx_dtype_size(ind->dtype);
+    int32_t ix32 = 0;
+    rc = RTX_CUDA_CHECK(err, cudaMemcpy(p.idx64 ? (void *)&ix : (void *)&ix32,
+                                        (const char *)p.idx + first_bad * isz, isz,
+                                        cudaMemcpyDeviceToHost));
+    if (rc) return node_gpu_err(a, rc, err);
+    if (!p.idx64) ix = ix32;
+    return rtx__cuda_node_err(err, a, RTX_EINVAL,
+                              "index %lld (indices element %llu) out of range for axis %lld of "
+                              "size %lld",
+                              (long long)ix, first_bad, (long long)axis,
+                              (long long)p.axis_dim);
+}
+
+static int run_constant(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                        struct rtx_err *err) {
+    const struct rtx_attr *attr = rtx_node_attr(a->node, "value");
+    struct rtx_tensor *y = a->out[0];
+    if (attr == NULL || attr->type != RTX_ATTR_TENSOR || attr->t == NULL)
+        return rtx__cuda_node_err(err, a, RTX_EINVAL, "attribute value (tensor) is missing");
+    const struct rtx_tensor *t = attr->t;
+    if (t->dtype != y->dtype || t->ndim != y->ndim ||
+        memcmp(t->dims, y->dims, (size_t)t->ndim * sizeof *t->dims) != 0)
+        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output differs from value's shape");
+    struct rtx_tensor *c = NULL;
+    int rc = rtx_tensor_contiguous(t, &c, err);
+    if (rc) return rc;
+    size_t bytes = rtx_tensor_nbytes(c);
+    /* from pageable memory: the call returns once the source is staged, so c may go */
+    if (bytes > 0)
+        rc = RTX_CUDA_CHECK(err, cudaMemcpyAsync(rtx_tensor_data(y), rtx_tensor_data(c), bytes,
+                                                 cudaMemcpyHostToDevice, cu->stream));
+    rtx_tensor_unref(c);
+    return rc;
+}
+
+int rtx__cuda_shape(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
+    if (a->n_out < 1 || !a->out[0] || (a->node->op != RTX_OP_CONSTANT && a->n_in < 1))
+        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "missing input or output tensor");
+    for (int i = 0; i < a->n_in; i++)
+        if (!a->in[i])
+            return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "input %d is missing", i);
+    int rc;
+    switch (a->node->op) {
+    case RTX_OP_TRANSPOSE: rc = run_transpose(cu, a, err); break;
+    case RTX_OP_RESHAPE: rc = run_reshape(cu, a, err); break;
+    case RTX_OP_EXPAND: rc = run_expand(cu, a, err); break;
+    case RTX_OP_CONCAT: rc = run_concat(cu, a, err); break;
+    case RTX_OP_SLICE: rc = run_slice(cu, a, err); break;
+    case RTX_OP_GATHER:
+        if (a->n_in < 2) return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "indices missing");
+        return run_gather(cu, a, err);
+    case RTX_OP_CONSTANT: rc = run_constant(cu, a, err); break;
+    default: return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "not a shape op");
+    }
+    /* GPU failures get the node's label; the op functions' own errors already have it */
+    if (rc == RTX_EGPU && err && strncmp(err->msg, "node ", 5) != 0)
+        return node_gpu_err(a, rc, err);
+    return rc;
+}
