@@ -8,7 +8,8 @@
 # removes the temporary folder, also when interrupted.
 #
 # Environment: RTX_BUILD (build folder, default ./build), RTX_BENCH_SECONDS (per phase,
-# default 3), RTX_BENCH_CONCURRENCY (default 1,16). Exit status: the client's.
+# default 3), RTX_BENCH_CONCURRENCY (default 1,16), RTX_BENCH_RTXD_ARGS (more rtxd flags,
+# e.g. --store.sync=normal). Exit status: the client's.
 set -euo pipefail
 
 build=${RTX_BUILD:-build}
@@ -81,7 +82,7 @@ fi
 
 rtxd_port=$(free_port)
 "$build/bin/rtxd" --server.listen="127.0.0.1:$rtxd_port" --store.path="$tmp/rtxd.db" \
-    --log.level=warn --drain.grace_ms=2000 >"$tmp/rtxd.log" 2>&1 &
+    --log.level=warn --drain.grace_ms=2000 ${RTX_BENCH_RTXD_ARGS:-} >"$tmp/rtxd.log" 2>&1 &
 rtxd_pid=$!
 if ! wait_listening "$rtxd_port"; then
     echo "bench_jobs.sh: rtxd did not listen on 127.0.0.1:$rtxd_port; its log:" >&2

@@ -83,6 +83,7 @@ static void apply_log(const struct rtx_config *cfg) {
 
 static const char *const restart_policies[] = {"rerun", "fail", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
+static const char *const store_syncs[] = {"full", "normal", NULL};
 static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
 
 #define F(field) offsetof(struct rtx_config, field)
@@ -108,6 +109,10 @@ static const struct setting settings[] = {
     {.name = "store.retention_max_bytes", .type = TYPE_SIZE, .offset = F(retention_max_bytes),
      .def = "1g", .min = 0, .max = INT64_MAX, .is_mutable = true,
      .description = "bytes of job outputs kept, oldest deleted first; 0 = unlimited"},
+    {.name = "store.sync", .type = TYPE_ENUM, .offset = F(store_sync), .def = "full",
+     .choices = store_syncs,
+     .description = "full: every commit is fsynced (jobs survive a machine crash); normal: "
+                    "fsync at checkpoints only (jobs survive an rtxd crash)"},
     {.name = "jobs.workers", .type = TYPE_INT, .offset = F(workers), .def = "1", .min = 1,
      .max = 256, .description = "job worker threads"},
     {.name = "jobs.cpu_threads", .type = TYPE_INT, .offset = F(cpu_threads), .def = "0",

@@ -16,7 +16,7 @@
 #include "runtime/runtime.h"
 
 /* Settings in the table (daemon/config.c), one origin slot each in struct rtx_config. */
-#define RTX_CONFIG_N_SETTINGS 17
+#define RTX_CONFIG_N_SETTINGS 18
 
 /* The effective settings. Strings are owned by the struct. */
 struct rtx_config {
@@ -28,6 +28,7 @@ struct rtx_config {
     char *store_path;              /* default "./var/rtxd.db" */
     int64_t retention_max_age_s;   /* default 7 days; 0 keeps outputs forever (mutable) */
     int64_t retention_max_bytes;   /* default 1 GiB; 0 = unlimited (mutable) */
+    char *store_sync;              /* "full" (default) or "normal" */
     /* [jobs] */
     int workers;                   /* job worker threads, default 1 */
     int cpu_threads;               /* CPU backend threads per worker, 0 = all CPUs / workers;

@@ -46,6 +46,8 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "daemon/jobs.h"
+
+void (*rtx__jobs_after_enqueue_hook)(void);
 #include "daemon/log.h"
 #include "kernels/backend.h"
 #include "rtx/v1/jobs.pb-c.h"
@@ -1096,6 +1098,8 @@ int rtx_jobs_submit(struct rtx_jobs *j, const void *request, size_t len,
     rc = journal_new(j, job, m, p, policy, now, request, len, existing, err);
     bool dup = rc == 0 && existing[0] != '\0';
     bool cancel = false;
+    /* the id is copied before the job is queued: from then on a worker may run and free it */
+    if (rc == 0 && !dup) memcpy(job_id, job->id, RTX_JOB_ID_LEN);
     pthread_mutex_lock(&j->mu);
     j->n_pending--;
     if (rc < 0 || dup) {
@@ -1113,6 +1117,7 @@ int rtx_jobs_submit(struct rtx_jobs *j, const void *request, size_t len,
         enqueue(j, job, false);
     }
     pthread_mutex_unlock(&j->mu);
+    if (rtx__jobs_after_enqueue_hook && rc == 0 && !dup && !cancel) rtx__jobs_after_enqueue_hook();
     if (rc < 0) goto out;
     if (dup) {
         memcpy(job_id, existing, RTX_JOB_ID_LEN);
@@ -1120,7 +1125,6 @@ int rtx_jobs_submit(struct rtx_jobs *j, const void *request, size_t len,
         if (deduplicated) *deduplicated = true;
         goto out;
     }
-    memcpy(job_id, job->id, RTX_JOB_ID_LEN);
     log_state(j, job_id, lane, RTX_JOB_QUEUED, "", 0);
     if (cancel) {
         struct rtx_err cerr = {0};

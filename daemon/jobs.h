@@ -85,4 +85,8 @@ struct rtx_jobs_stats {
 };
 void rtx_jobs_get_stats(struct rtx_jobs *j, struct rtx_jobs_stats *st);
 
+/* Test hook: when set, rtx_jobs_submit calls it after queuing a new job and before returning
+ * (tests use it to let a worker finish the job first). NULL in production. */
+extern void (*rtx__jobs_after_enqueue_hook)(void);
+
 #endif /* RTX_DAEMON_JOBS_H */

@@ -402,6 +402,7 @@ static int run(struct app *a) {
         .path = a->cfg.store_path,
         .retention_max_age_ms = a->cfg.retention_max_age_s * 1000,
         .retention_max_bytes = a->cfg.retention_max_bytes,
+        .sync_normal = strcmp(a->cfg.store_sync, "normal") == 0,
     };
     if (rtx_store_open(&so, &a->store, &err) != 0) {
         rtx_log(RTX_LOG_ERROR, "cannot open the store", "path", a->cfg.store_path, "error",

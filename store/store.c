@@ -116,6 +116,16 @@ int rtx_store_open(const struct rtx_store_options *opt, struct rtx_store **out,
     }
     rc = rtx__store_conn_open(s->path, true, &s->writer, err);
     if (rc) goto fail;
+    if (opt->sync_normal) {
+        char *msg = NULL;
+        if (sqlite3_exec(s->writer->db, "PRAGMA synchronous = NORMAL", NULL, NULL, &msg) !=
+            SQLITE_OK) {
+            rc = rtx_err_set(err, RTX_EIO, "store %s: synchronous = NORMAL: %s", s->path,
+                             msg ? msg : "?");
+            sqlite3_free(msg);
+            goto fail;
+        }
+    }
     rc = rtx__store_migrate(s->writer->db, RTX__STORE_SCHEMA_VERSION, err);
     if (rc) {
         rtx_err_prefix(err, "store %s", s->path);

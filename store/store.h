@@ -75,6 +75,8 @@ struct rtx_store_options {
     const char *path;              /* database file; missing parent directories are created */
     int64_t retention_max_age_ms;  /* outputs of jobs finished longer ago are deleted; 0: keep */
     int64_t retention_max_bytes;   /* bytes of output blobs kept at most; 0: unlimited */
+    bool sync_normal;              /* SQLite synchronous=NORMAL instead of FULL: a commit
+                                      survives a crash of rtxd but not of the machine */
 };
 
 struct rtx_store;

@@ -33,13 +33,18 @@ struct fx {
     struct rtx_store *store;
 };
 
-static void fx_open(struct fx *f) {
+/* sync_normal: commits without fsync, so jobs finish fast enough to race their Submit. */
+static void fx_open_sync(struct fx *f, bool sync_normal) {
     snprintf(f->dir, sizeof f->dir, "/tmp/rtx-jobs-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(f->dir));
     snprintf(f->path, sizeof f->path, "%s/rtxd.db", f->dir);
-    struct rtx_store_options so = {.path = f->path};
+    struct rtx_store_options so = {.path = f->path, .sync_normal = sync_normal};
     struct rtx_err err = {0};
     ck_assert_msg(rtx_store_open(&so, &f->store, &err) == 0, "%s", err.msg);
+}
+
+static void fx_open(struct fx *f) {
+    fx_open_sync(f, false);
 }
 
 static void fx_close(struct fx *f) {
@@ -1099,10 +1104,10 @@ static void *submit_many(void *arg) {
     return NULL;
 }
 
-START_TEST(concurrent_submitters) {
+static void run_concurrent_submitters(bool sync_normal, int workers) {
     struct fx f;
-    fx_open(&f);
-    struct rtx_jobs_options o = jobs_opts(&f, 2);
+    fx_open_sync(&f, sync_normal);
+    struct rtx_jobs_options o = jobs_opts(&f, workers);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
     struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
@@ -1126,6 +1131,43 @@ START_TEST(concurrent_submitters) {
     rtx_jobs_get_stats(j, &st);
     ck_assert_int_eq(st.succeeded, T * 50);
     ck_assert_int_eq(st.failed + st.cancelled + st.expired, 0);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+    rtx_jobs_stop(j);
+    fx_close(&f);
+}
+
+START_TEST(concurrent_submitters) {
+    run_concurrent_submitters(false, 2);
+}
+END_TEST
+
+/* Lets the worker run (and free) the job just queued before Submit goes on. */
+static void let_worker_finish(void) {
+    usleep(30 * 1000);
+}
+
+/* Regression: Submit copied the new job's id after queuing it, when a fast worker could
+ * already have run and freed the job (ids came back as freed memory under load). */
+START_TEST(submit_returns_id_of_job_finished_before_it_returns) {
+    rtx__jobs_after_enqueue_hook = let_worker_finish;
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    size_t len;
+    void *req = make_request(g, 1, (const char *[]){"x"}, &x, NULL, &len);
+    for (int i = 0; i < 5; i++) {
+        char id[RTX_JOB_ID_LEN];
+        bool dedup;
+        struct rtx_err err = {0};
+        ck_assert_msg(rtx_jobs_submit(j, req, len, id, &dedup, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(wait_state(f.store, id, 0, 30000), RTX_JOB_SUCCEEDED);
+    }
+    rtx__jobs_after_enqueue_hook = NULL;
+    free(req);
     rtx_tensor_unref(x);
     rtx_graph_free(g);
     rtx_jobs_stop(j);
@@ -1246,6 +1288,7 @@ Suite *rtx_jobs_suite(void) {
     tcase_add_test(tc, queue_bound_refuses);
     tcase_add_test(tc, lanes_served_round_robin);
     tcase_add_test(tc, concurrent_submitters);
+    tcase_add_test(tc, submit_returns_id_of_job_finished_before_it_returns);
     tcase_add_test(tc, throughput_one_worker);
     tcase_add_test(tc, submit_out_of_memory_loop);
     tcase_add_test(tc, start_rejects_bad_options);

@@ -42,7 +42,7 @@ static void fixture_dir(struct fixture *fx) {
 }
 
 static void store_open(struct fixture *fx, int64_t max_age_ms, int64_t max_bytes) {
-    struct rtx_store_options opt = {fx->path, max_age_ms, max_bytes};
+    struct rtx_store_options opt = {fx->path, max_age_ms, max_bytes, false};
     struct rtx_err err = {0};
     int rc = rtx_store_open(&opt, &fx->s, &err);
     ck_assert_msg(rc == 0, "open: %s", err.msg);
@@ -277,7 +277,7 @@ START_TEST(open_refuses_a_newer_schema) {
     rtx_store_close(fx.s);
     fx.s = NULL;
     raw_exec(fx.path, "INSERT INTO schema_version VALUES(99, 0, 'from the future')");
-    struct rtx_store_options opt = {fx.path, 0, 0};
+    struct rtx_store_options opt = {fx.path, 0, 0, false};
     struct rtx_err err = {0};
     struct rtx_store *s = (struct rtx_store *)1;
     ck_assert_int_eq(rtx_store_open(&opt, &s, &err), RTX_EUNSUPPORTED);
@@ -294,7 +294,7 @@ START_TEST(open_rejects_bad_arguments_and_files) {
     fixture_dir(&fx);
     struct rtx_store *s = NULL;
     struct rtx_err err = {0};
-    struct rtx_store_options opt = {NULL, 0, 0};
+    struct rtx_store_options opt = {NULL, 0, 0, false};
     ck_assert_int_eq(rtx_store_open(&opt, &s, &err), RTX_EINVAL);
     opt.path = "";
     ck_assert_int_eq(rtx_store_open(&opt, &s, &err), RTX_EINVAL);
