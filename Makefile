@@ -1,8 +1,8 @@
 # rtxd - one entry point. `make` builds everything into build/ (binaries in build/bin).
 # Targets: all, run, test, test-unit, test-py, test-asan, bench, examples, clean, deps,
-# gpu-bundle, test-gpu (see docs/gpu.md). Set BUILD and SAN=1 for a sanitizer build (test-asan
-# does this into build-asan/). CUDA_HOME: the CUDA toolkit (nvcc, cudart), not installed by
-# deploy/install-deps.sh.
+# gpu-bundle, test-gpu, bench-gpu (see docs/gpu.md). Set BUILD and SAN=1 for a sanitizer build
+# (test-asan does this into build-asan/). CUDA_HOME: the CUDA toolkit (nvcc, cudart), not
+# installed by deploy/install-deps.sh.
 
 BUILD    ?= build
 SAN      ?= 0
@@ -13,7 +13,7 @@ NVCC     ?= $(CUDA_HOME)/bin/nvcc
 
 # Goals that build nothing (test-gpu runs on the GPU machine, where nothing can be installed):
 # no dependency check for them.
-NOBUILD_GOALS := test-gpu clean
+NOBUILD_GOALS := test-gpu bench-gpu clean
 ifneq ($(MAKECMDGOALS),)
 ifeq ($(filter-out $(NOBUILD_GOALS),$(MAKECMDGOALS)),)
 NOBUILD := yes
@@ -98,11 +98,12 @@ GPU_TEST_OBJ := $(filter-out $(GPU_LINALG_TEST_OBJ), \
 BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-examples \
         $(BUILD)/bin/rtxd $(BUILD)/bin/rtxctl $(LIBCLIENT) $(LIBCLIENT_SO) \
         $(BUILD)/lib/pkgconfig/rtx.pc $(BUILD)/bin/rtx-client-check $(BUILD)/bin/client-example \
-        $(BUILD)/bin/rtx-gpu-tests $(BUILD)/bin/rtx-gpu-linalg-tests
+        $(BUILD)/bin/rtx-gpu-tests $(BUILD)/bin/rtx-gpu-linalg-tests \
+        $(BUILD)/bin/rtx-bench-gpu
 EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg
 
 .PHONY: all run run-examples test test-unit test-py test-integration test-asan test-py-only \
-        bench examples clean deps gpu-bundle test-gpu
+        bench examples clean deps gpu-bundle test-gpu bench-gpu
 all: $(BINS) $(EXAMPLES)
 
 deps:
@@ -265,10 +266,17 @@ $(BUILD)/bin/rtx-bench-mem-pool: $(BUILD)/obj/bench/bench-mem-pool.o $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
+# bench/bench-gpu.c: the CUDA backend's ops on device-resident data, the transformer block and
+# the caching allocator (it calls CUDA directly for the allocator's raw baseline).
+$(BUILD)/obj/bench/bench-gpu.o: CFLAGS += $(CUDA_CFLAGS)
+$(BUILD)/bin/rtx-bench-gpu: $(BUILD)/obj/bench/bench-gpu.o $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
 # The shared libraries the GPU machine lacks, into .gpu/lib (docs/gpu.md).
 GPU_BUNDLE_BINS := $(BUILD)/bin/rtxd $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/rtxrun \
                    $(BUILD)/bin/rtxctl $(BUILD)/bin/rtx-gpu-tests \
-                   $(BUILD)/bin/rtx-gpu-linalg-tests
+                   $(BUILD)/bin/rtx-gpu-linalg-tests $(BUILD)/bin/rtx-bench-gpu
 gpu-bundle: $(GPU_BUNDLE_BINS)
 	bash deploy/gpu-bundle.sh .gpu/lib $(GPU_BUNDLE_BINS)
 
@@ -282,11 +290,18 @@ test-gpu:
 	$(BUILD)/bin/rtx-gpu-linalg-tests
 	RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-devices.sh
 
+# On the GPU machine, like test-gpu: bench/bench_gpu.py runs rtx-bench-gpu, then the same cases
+# in PyTorch (the machine's python3), and prints the ratios. Builds nothing.
+bench-gpu:
+	@[ -x $(BUILD)/bin/rtx-bench-gpu ] || { echo "bench-gpu: $(BUILD)/bin/rtx-bench-gpu is" \
+	  "missing: build with 'make all gpu-bundle' first (bench-gpu never builds)" >&2; exit 2; }
+	RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_gpu.py
+
 clean:
 	rm -rf build build-asan
 
 -include $(RUNTIME_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(GPU_TEST_OBJ:.o=.d) $(STORE_OBJ:.o=.d) \
-  $(GPU_LINALG_TEST_OBJ:.o=.d) \
+  $(GPU_LINALG_TEST_OBJ:.o=.d) $(BUILD)/obj/bench/bench-gpu.d \
   $(DAEMON_OBJ:.o=.d) \
   $(CLIENT_OBJ:.o=.d) \
   $(BUILD)/obj/client/rtxctl.d $(BUILD)/obj/tests/integration/client-check.d
