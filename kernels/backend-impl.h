@@ -37,4 +37,36 @@ struct rtx_backend {
     void *ctx;
 };
 
+/* ------------------------------------------------------------------------------------------
+ * Geometry shared by the backends (kernels/geometry.c). Both return 0, or RTX_EINVAL with the
+ * reason in why for the caller's node error.
+ * ---------------------------------------------------------------------------------------- */
+
+/* The view of a contiguous input that a slice node selects: dims, element strides (negative
+ * for negative steps) and the element offset of its first element. */
+struct rtx__slice_view {
+    int ndim;
+    int64_t dims[RTX_MAX_DIMS];
+    int64_t strides[RTX_MAX_DIMS]; /* elements */
+    int64_t offset;                /* elements */
+};
+int rtx__slice_view(const struct rtx_node *node, int nd, const int64_t *in_dims,
+                    struct rtx__slice_view *v, char *why, size_t why_len);
+
+/* A (batched) matmul: op(a) is M x K, op(b) K x N, NumPy 1-D promotion applied; the output's
+ * nbat batch dims broadcast a's and b's; a_stride/b_stride give, per batch dim, how many
+ * matrices of a and b one step moves (0 where that operand broadcasts). */
+struct rtx__matmul_geom {
+    bool ta, tb;                   /* transposes in effect (operands of rank >= 2) */
+    int64_t M, K, N;
+    int nbat;
+    int64_t batch_dims[RTX_MAX_DIMS];
+    int64_t a_stride[RTX_MAX_DIMS], b_stride[RTX_MAX_DIMS]; /* matrices */
+    int64_t nbatch;                /* product of batch_dims */
+    int64_t a_mats, b_mats;        /* matrices held by a and by b */
+};
+int rtx__matmul_geometry(const struct rtx_node *node, const struct rtx_tensor *A,
+                         const struct rtx_tensor *B, struct rtx__matmul_geom *g, char *why,
+                         size_t why_len);
+
 #endif /* RTX_BACKEND_IMPL_H */

@@ -406,20 +406,24 @@ static int infer_concat(const struct rtx_node *n, const shape_t *const *in, int 
     return 0;
 }
 
-/* Python slice length for one axis; adjusts *start for the kernel. */
-static int64_t slice_len(int64_t dim, int64_t start, int64_t end, int64_t step) {
-    if (step > 0) {
-        if (start < 0) start += dim;
-        if (end < 0) end += dim;
-        start = start < 0 ? 0 : (start > dim ? dim : start);
-        end = end < 0 ? 0 : (end > dim ? dim : end);
-        return end > start ? (end - start + step - 1) / step : 0;
+int64_t rtx_slice_range(int64_t n, int64_t start, int64_t end, int64_t step, int64_t *first) {
+    int64_t lo = step > 0 ? 0 : -1, hi = step > 0 ? n : n - 1;
+    if (start < 0) {
+        start = start < -n ? lo : start + n;
+        if (start < lo) start = lo;
+    } else if (start > hi) {
+        start = hi;
     }
-    if (start < 0) start += dim;
-    if (end < 0) end += dim;
-    start = start < 0 ? -1 : (start >= dim ? dim - 1 : start);
-    end = end < -1 ? -1 : (end >= dim ? dim - 1 : end);
-    return start > end ? (start - end + (-step) - 1) / (-step) : 0;
+    if (end < 0) {
+        end = end < -n ? lo : end + n;
+        if (end < lo) end = lo;
+    } else if (end > hi) {
+        end = hi;
+    }
+    *first = start;
+    if (step > 0) return end > start ? 1 + (end - start - 1) / step : 0;
+    int64_t back = step == INT64_MIN ? INT64_MAX : -step;
+    return start > end ? 1 + (start - end - 1) / back : 0;
 }
 
 static int infer_slice(const struct rtx_node *n, const shape_t *const *in, int n_in,
@@ -444,7 +448,8 @@ static int infer_slice(const struct rtx_node *n, const shape_t *const *in, int n
         seen |= 1u << axis;
         int64_t step = nst >= 0 ? steps[i] : 1;
         if (step == 0) return rtx_err_set(err, RTX_EGRAPH, "steps[%d] is 0", i);
-        out[0].dims[axis] = slice_len(in[0]->dims[axis], starts[i], ends[i], step);
+        int64_t first;
+        out[0].dims[axis] = rtx_slice_range(in[0]->dims[axis], starts[i], ends[i], step, &first);
     }
     return 0;
 }

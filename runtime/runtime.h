@@ -225,6 +225,10 @@ enum rtx_op {
 };
 
 const char *rtx_op_name(enum rtx_op op);                  /* "?" when out of range */
+/* Python's slice.indices() for one axis of size n: clamps start and end, sets *first to the
+ * first index taken, and returns how many elements the slice has (step != 0). The slice op's
+ * inference and every backend use this one definition. */
+int64_t rtx_slice_range(int64_t n, int64_t start, int64_t end, int64_t step, int64_t *first);
 int rtx_op_from_name(const char *name, enum rtx_op *out); /* 0 or RTX_ENOTFOUND */
 
 /* ------------------------------------------------------------------------------------------

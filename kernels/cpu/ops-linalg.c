@@ -86,52 +86,17 @@ static bool batch_tiles(struct batch_job *j) {
     return true;
 }
 
-/* Rows, columns of the matrix a 1-D-or-more operand stands for, after its transpose. */
-static void matrix_dims(const struct rtx_tensor *t, bool is_a, bool trans, int64_t *rows,
-                        int64_t *cols) {
-    if (t->ndim == 1) {
-        *rows = is_a ? 1 : t->dims[0];
-        *cols = is_a ? t->dims[0] : 1;
-        return;
-    }
-    int64_t r = t->dims[t->ndim - 2], c = t->dims[t->ndim - 1];
-    *rows = trans ? c : r;
-    *cols = trans ? r : c;
-}
-
 static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
     const struct rtx_tensor *A = a->in[0], *B = a->in[1];
     struct rtx_tensor *Y = a->out[0];
-    if (A->ndim < 1 || B->ndim < 1)
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "operands must have rank >= 1");
-    bool ta = rtx_node_attr_int(a->node, "trans_a", 0) != 0 && A->ndim >= 2;
-    bool tb = rtx_node_attr_int(a->node, "trans_b", 0) != 0 && B->ndim >= 2;
-    int64_t M, K, Kb, N;
-    matrix_dims(A, true, ta, &M, &K);
-    matrix_dims(B, false, tb, &Kb, &N);
-    if (K != Kb)
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "inner dimensions %lld and %lld differ",
-                                 (long long)K, (long long)Kb);
-
-    /* Broadcast batch dims; offsets are in matrices, then floats. */
-    int abat = A->ndim > 2 ? A->ndim - 2 : 0, bbat = B->ndim > 2 ? B->ndim - 2 : 0;
-    int nbat = abat > bbat ? abat : bbat;
-    int64_t odims[RTX_MAX_DIMS], astr[RTX_MAX_DIMS], bstr[RTX_MAX_DIMS];
-    int64_t nbatch = 1, a_mats = 1, b_mats = 1;
-    for (int i = nbat - 1; i >= 0; i--) {
-        int ai = i - (nbat - abat), bi = i - (nbat - bbat);
-        int64_t da = ai >= 0 ? A->dims[ai] : 1, db = bi >= 0 ? B->dims[bi] : 1;
-        if (da != db && da != 1 && db != 1)
-            return rtx__cpu_node_err(err, a, RTX_EINVAL,
-                                     "batch dimensions %lld and %lld do not broadcast",
-                                     (long long)da, (long long)db);
-        odims[i] = da == 1 ? db : da;
-        astr[i] = da == 1 ? 0 : a_mats;
-        bstr[i] = db == 1 ? 0 : b_mats;
-        a_mats *= da;
-        b_mats *= db;
-        nbatch *= odims[i];
-    }
+    struct rtx__matmul_geom geo;
+    char why[128];
+    if (rtx__matmul_geometry(a->node, A, B, &geo, why, sizeof why))
+        return rtx__cpu_node_err(err, a, RTX_EINVAL, "%s", why);
+    bool ta = geo.ta, tb = geo.tb;
+    int64_t M = geo.M, K = geo.K, N = geo.N, nbatch = geo.nbatch, b_mats = geo.b_mats;
+    int nbat = geo.nbat;
+    const int64_t *odims = geo.batch_dims, *astr = geo.a_stride, *bstr = geo.b_stride;
     if (rtx_tensor_numel(Y) != nbatch * M * N)
         return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output has %lld elements, want %lld",
                                  (long long)rtx_tensor_numel(Y), (long long)(nbatch * M * N));

@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/backend.h"
+#include "kernels/backend-impl.h"
 #include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/launch.h"
 
@@ -194,65 +194,22 @@ static int run_concat(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
     return 0;
 }
 
-/* Python's slice.indices(): clamps start and end for a dimension of size n; returns the
- * element count. */
-static int64_t slice_range(int64_t n, int64_t start, int64_t end, int64_t step, int64_t *first) {
-    int64_t lo = step > 0 ? 0 : -1, hi = step > 0 ? n : n - 1;
-    if (start < 0) {
-        start = start < -n ? lo : start + n;
-        if (start < lo) start = lo;
-    } else if (start > hi) {
-        start = hi;
-    }
-    if (end < 0) {
-        end = end < -n ? lo : end + n;
-        if (end < lo) end = lo;
-    } else if (end > hi) {
-        end = hi;
-    }
-    *first = start;
-    if (step > 0) return end > start ? 1 + (end - start - 1) / step : 0;
-    int64_t back = step == INT64_MIN ? INT64_MAX : -step;
-    return start > end ? 1 + (start - end - 1) / back : 0;
-}
-
 static int run_slice(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
     const struct rtx_tensor *x = a->in[0];
     struct rtx_tensor *y = a->out[0];
-    int nd = x->ndim;
-    const int64_t *starts, *ends, *axes = NULL, *steps = NULL;
-    int k = rtx_node_attr_ints(a->node, "starts", &starts);
-    int ke = rtx_node_attr_ints(a->node, "ends", &ends);
-    int ka = rtx_node_attr_ints(a->node, "axes", &axes);
-    int ks = rtx_node_attr_ints(a->node, "steps", &steps);
-    if (k < 0 || ke != k || (ka >= 0 && ka != k) || (ks >= 0 && ks != k) || k > nd)
-        return rtx__cuda_node_err(err, a, RTX_EINVAL,
-                                  "starts, ends, axes and steps need one length <= rank %d", nd);
-    int64_t xs[RTX_MAX_DIMS], dims[RTX_MAX_DIMS], str[RTX_MAX_DIMS];
-    contiguous_strides(nd, x->dims, xs);
-    memcpy(dims, x->dims, (size_t)nd * sizeof *dims);
-    memcpy(str, xs, (size_t)nd * sizeof *str);
-    bool seen[RTX_MAX_DIMS] = {false};
-    int64_t offset = 0; /* elements */
-    for (int i = 0; i < k; i++) {
-        int64_t ax = ka >= 0 ? axes[i] : i, step = ks >= 0 ? steps[i] : 1, first;
-        if (ax < 0) ax += nd;
-        if (ax < 0 || ax >= nd || seen[ax] || step == 0)
-            return rtx__cuda_node_err(err, a, RTX_EINVAL, "bad axis or zero step at entry %d",
-                                      i);
-        seen[ax] = true;
-        dims[ax] = slice_range(x->dims[ax], starts[i], ends[i], step, &first);
-        if (dims[ax] > 0) offset += first * xs[ax];
-        str[ax] = xs[ax] * step;
-    }
-    for (int d = 0; d < nd; d++)
-        if (y->ndim != nd || y->dims[d] != dims[d])
+    struct rtx__slice_view v;
+    char why[128];
+    if (rtx__slice_view(a->node, x->ndim, x->dims, &v, why, sizeof why))
+        return rtx__cuda_node_err(err, a, RTX_EINVAL, "%s", why);
+    for (int d = 0; d < v.ndim; d++)
+        if (y->ndim != v.ndim || y->dims[d] != v.dims[d])
             return rtx__cuda_node_err(err, a, RTX_EINTERNAL,
-                                      "output dimension %d is %lld, slice gives %lld", d,
-                                      (long long)(y->ndim == nd ? y->dims[d] : -1),
-                                      (long long)dims[d]);
+                                      "output dimension %d is %lld, slice gives %lld",
+                                      d, (long long)(y->ndim == v.ndim ? y->dims[d] : -1),
+                                      (long long)v.dims[d]);
     size_t es = rtx_dtype_size(x->dtype);
-    return strided_copy(cu, nd, dims, str, (const char *)rtx_tensor_data(x) + offset * (int64_t)es,
+    return strided_copy(cu, v.ndim, v.dims, v.strides,
+                        (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es,
                         rtx_tensor_data(y), es, err);
 }
 
