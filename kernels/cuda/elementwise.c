@@ -7,8 +7,9 @@
  * per output dim (0 where it broadcasts), size-1 output dims are dropped and neighbours that
  * every operand walks as one are merged. A same-shape op so becomes one flat dim with unit
  * strides, which the kernels take as their vectorized fast path; "matrix + row" becomes two
- * dims. The dtype rules are those of docs/ops.md, checked here so that a node the validator
- * let through but the kernels would not handle fails with a message, never a wrong result.
+ * dims, which the kernels take as their row-broadcast vector path. The dtype rules are those
+ * of docs/ops.md, checked here so that a node the validator let through but the kernels would
+ * not handle fails with a message, never a wrong result.
  */
 #include <stdio.h>
 #include <string.h>

@@ -8,6 +8,9 @@
  *   strides are 1 or 0): each thread handles one 16-byte pack (4 f32 or 8 f16/bf16) with
  *   vector loads and stores; a broadcast scalar input is read once. Needs 16-byte aligned
  *   operands, which the pool and the 64-byte arena offsets give; otherwise:
+ * - row-broadcast float arithmetic (a binary op over a merged [R, C] output, C a multiple of
+ *   the pack, each operand the full matrix, a [C] row or an [R] column): the same 16-byte
+ *   packs, a pack never straddling rows, in a grid-stride loop of two waves per SM;
  * - strided float arithmetic, templated on the storage type, one element per thread, the
  *   input offsets computed from the output index (32-bit divisions when the output has
  *   fewer than 2^31 elements);
@@ -266,6 +269,48 @@ __global__ void ew_float_flat(const rtx_cuda_ew p) {
     }
 }
 
+/* How an operand of the row kernel is read: the whole [R, C] matrix, a row vector of C
+ * elements repeated on every row, or a column vector of R elements, one per row. */
+enum { OPD_FULL, OPD_ROW, OPD_COL };
+
+template <typename T, int V>
+__device__ __forceinline__ void load_operand(const T *base, int kind, int64_t v, int64_t row,
+                                             int64_t cv, float *out) {
+    typedef pack<T, V> P;
+    if (kind == OPD_COL) {
+        float c = to_f(base[row]);
+#pragma unroll
+        for (int j = 0; j < V; j++) out[j] = c;
+        return;
+    }
+    P x = ((const P *)base)[kind == OPD_FULL ? v : cv];
+#pragma unroll
+    for (int j = 0; j < V; j++) out[j] = to_f(x.v[j]);
+}
+
+/* Binary float arithmetic over a contiguous [R, C] output with C a multiple of V, each
+ * operand full, a row vector or a column vector (p.dims[1] == C, kinds from p.st): each
+ * thread takes 16-byte packs, which never straddle rows, in a grid-stride loop. I is the
+ * index type (32-bit when the pack count allows: the row/column split is a division). */
+template <typename T, typename I>
+__global__ void ew_float_rows(const rtx_cuda_ew p, int ka, int kb) {
+    constexpr int V = 16 / sizeof(T);
+    typedef pack<T, V> P;
+    const T *a = (const T *)p.in[0], *b = (const T *)p.in[1];
+    I cpk = (I)(p.dims[1] / V), nv = (I)(p.n / V);
+    I stride = (I)gridDim.x * blockDim.x;
+    for (I v = (I)blockIdx.x * blockDim.x + threadIdx.x; v < nv; v += stride) {
+        I row = v / cpk, cv = v - row * cpk;
+        float xa[V], xb[V];
+        load_operand<T, V>(a, ka, v, row, cv, xa);
+        load_operand<T, V>(b, kb, v, row, cv, xb);
+        P y;
+#pragma unroll
+        for (int j = 0; j < V; j++) y.v[j] = from_f<T>(f_binary(p.op, xa[j], xb[j]));
+        ((P *)p.out)[v] = y;
+    }
+}
+
 /* Float arithmetic over any broadcast. */
 template <typename T>
 __global__ void ew_float_strided(const rtx_cuda_ew p) {
@@ -359,6 +404,47 @@ static unsigned blocks_for(int64_t work) {
 
 static bool aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
 
+/* Multiprocessors of the current device (cached per device; 132 if the query fails). */
+static int sm_count() {
+    static int cached[64];
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) dev = 0;
+    if (dev < 64 && cached[dev] > 0) return cached[dev];
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+        n = 132;
+    if (dev < 64) cached[dev] = n;
+    return n;
+}
+
+/* The row kernel's operand kind for input k of a merged [R, C] op, or -1 when the input walks
+ * the output otherwise (or is not aligned for 16-byte packs). */
+static int row_kind(const rtx_cuda_ew &p, int k) {
+    const int64_t *st = p.st[k];
+    if (!aligned16(p.in[k])) return -1;
+    if (st[0] == p.dims[1] && st[1] == 1) return OPD_FULL;
+    if (st[0] == 0 && st[1] == 1) return OPD_ROW;
+    if (st[0] == 1 && st[1] == 0) return OPD_COL;
+    return -1;
+}
+
+/* Launches ew_float_rows when p is a binary op over [R, C] that it takes; false otherwise. */
+template <typename T>
+static bool launch_rows(const rtx_cuda_ew &p, cudaStream_t s) {
+    const int64_t v = 16 / sizeof(T);
+    if (p.n_in != 2 || p.ndim != 2 || p.dims[1] % v != 0 || !aligned16(p.out)) return false;
+    int ka = row_kind(p, 0), kb = row_kind(p, 1);
+    if (ka < 0 || kb < 0) return false;
+    int64_t nv = p.n / v;
+    int64_t cap = (int64_t)sm_count() * (2048 / EW_THREADS) * 2; /* two waves of full SMs */
+    int64_t want = (nv + EW_THREADS - 1) / EW_THREADS;
+    unsigned blocks = (unsigned)(want < cap ? want : cap);
+    if (nv + (int64_t)blocks * EW_THREADS <= (int64_t)UINT32_MAX)
+        ew_float_rows<T, uint32_t><<<blocks, EW_THREADS, 0, s>>>(p, ka, kb);
+    else
+        ew_float_rows<T, int64_t><<<blocks, EW_THREADS, 0, s>>>(p, ka, kb);
+    return true;
+}
+
 template <typename T>
 static void launch_float(const rtx_cuda_ew &p, cudaStream_t s) {
     bool flat = p.ndim == 1 && aligned16(p.out);
@@ -368,7 +454,7 @@ static void launch_float(const rtx_cuda_ew &p, cudaStream_t s) {
         int64_t v = 16 / sizeof(T);
         int64_t work = p.n / v > p.n % v ? p.n / v : p.n % v;
         ew_float_flat<T><<<blocks_for(work), EW_THREADS, 0, s>>>(p);
-    } else {
+    } else if (!launch_rows<T>(p, s)) {
         ew_float_strided<T><<<blocks_for(p.n), EW_THREADS, 0, s>>>(p);
     }
 }

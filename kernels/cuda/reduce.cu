@@ -28,6 +28,14 @@
  * per (outer, inner) column, whose loads are coalesced across neighbouring threads.
  * layer_norm / rms_norm: one block per contiguous row of prod(dims[axis:]), two-pass mean and
  * variance in f32 (the row is re-read from cache), optional scale and bias.
+ *
+ * Register rows: softmax / log_softmax over the last axis and both norms take a faster path
+ * when a row is a whole number of 16-byte packs (4 f32, 8 f16/bf16) at 16-byte aligned
+ * addresses and has at most REG_MAX_PACKS packs: the row is read once with vector loads into
+ * registers (NV packs per thread), reduced there, and written once. Rows of at most 128 packs
+ * take a warp each (several rows per block, shuffle reductions only); longer ones a block of
+ * up to 512 threads with 4 packs each. Math is f32 with one rounding on store, as above; only
+ * the order of the partial sums differs from the block-strided kernels.
  */
 #include <limits.h>
 #include <math.h>
@@ -512,6 +520,237 @@ static void argmax_launch(const void *x, int64_t *y, int64_t outer, int64_t r, i
     }
 }
 
+/* ------------------------------------------------------------------------------------------
+ * Register rows (softmax over the last axis, layer_norm, rms_norm)
+ * ---------------------------------------------------------------------------------------- */
+
+#define REG_PACKS 4          /* packs per thread in the block-per-row kernels */
+#define REG_MAX_THREADS 512  /* their largest block */
+#define REG_MAX_PACKS (REG_PACKS * REG_MAX_THREADS)
+#define REG_WARP_PACKS 128   /* longest row that a warp takes */
+#define REG_WARP_BLOCK 128   /* threads (4 warps, 4 rows) per block of the warp kernels */
+
+template <typename T, int V> struct __align__(16) vpack {
+    T v[V];
+};
+
+/* Loads packs lane, lane + lanes, ... (NV of them) of a row of cp packs as f32; packs past
+ * the row read as 0 and are never used. */
+template <typename T, int NV, int V>
+__device__ __forceinline__ void row_load(const T *p, int cp, int lane, int lanes,
+                                         float (&f)[NV][V]) {
+    typedef vpack<T, V> P;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        int c = k * lanes + lane;
+        P x;
+        if (c < cp) x = ((const P *)p)[c];
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            f[k][j] = c < cp ? to_f32(x.v[j]) : 0.0f;
+    }
+}
+
+template <bool WARP> __device__ __forceinline__ float row_sum(float v, float *sh) {
+    return WARP ? warp_sum(v) : block_sum(v, sh);
+}
+template <bool WARP> __device__ __forceinline__ float row_max(float v, float *sh) {
+    return WARP ? warp_max(v) : block_max(v, sh);
+}
+
+/* The rows a warp (WARP) or a block walks, and its lane among the threads of a row. */
+template <bool WARP> struct RowWalk {
+    int lane, lanes;
+    int64_t first, step;
+    __device__ RowWalk() {
+        int per = WARP ? (int)(blockDim.x >> 5) : 1;
+        lane = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+        lanes = WARP ? 32 : (int)blockDim.x;
+        first = (int64_t)blockIdx.x * per + (WARP ? (int64_t)(threadIdx.x >> 5) : 0);
+        step = (int64_t)gridDim.x * per;
+    }
+};
+
+/* softmax / log_softmax of rows of cp packs held in registers. */
+template <typename T, int NV, bool WARP>
+__global__ static void __launch_bounds__(REG_MAX_THREADS)
+softmax_reg_kernel(const T *x, T *y, int64_t rows, int cp, bool is_log) {
+    constexpr int V = 16 / sizeof(T);
+    typedef vpack<T, V> P;
+    __shared__ float sh[32];
+    RowWalk<WARP> w;
+    for (int64_t row = w.first; row < rows; row += w.step) {
+        float f[NV][V];
+        row_load<T, NV, V>(x + row * cp * V, cp, w.lane, w.lanes, f);
+        float mx = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < NV; k++)
+            if (k * w.lanes + w.lane < cp)
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    mx = nan_max(mx, f[k][j]);
+        mx = row_max<WARP>(mx, sh);
+        float sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            if (k * w.lanes + w.lane >= cp) continue;
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                float e = expf(f[k][j] - mx);
+                sum += e;
+                if (!is_log) f[k][j] = e;
+            }
+        }
+        sum = row_sum<WARP>(sum, sh);
+        float lse = logf(sum), inv = 1.0f / sum;
+        P *q = (P *)(y + row * cp * V);
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            int c = k * w.lanes + w.lane;
+            if (c >= cp) continue;
+            P o;
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                o.v[j] = from_f32<T>(is_log ? f[k][j] - mx - lse : f[k][j] * inv);
+            q[c] = o;
+        }
+    }
+}
+
+/* layer_norm / rms_norm of rows of cp packs held in registers. */
+template <typename T, int NV, bool WARP>
+__global__ static void __launch_bounds__(REG_MAX_THREADS)
+norm_reg_kernel(const T *x, const T *scale, const T *bias, T *y, int64_t rows, int cp,
+                float eps, bool is_layer) {
+    constexpr int V = 16 / sizeof(T);
+    typedef vpack<T, V> P;
+    __shared__ float sh[32];
+    RowWalk<WARP> w;
+    float r = (float)((int64_t)cp * V);
+    for (int64_t row = w.first; row < rows; row += w.step) {
+        float f[NV][V];
+        row_load<T, NV, V>(x + row * cp * V, cp, w.lane, w.lanes, f);
+        float mean = 0.0f, acc = 0.0f;
+        if (is_layer) {
+#pragma unroll
+            for (int k = 0; k < NV; k++)
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    mean += f[k][j]; /* packs past the row hold 0 */
+            mean = row_sum<WARP>(mean, sh) / r;
+#pragma unroll
+            for (int k = 0; k < NV; k++) {
+                if (k * w.lanes + w.lane >= cp) continue;
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    float d = f[k][j] - mean;
+                    acc += d * d;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < NV; k++)
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    acc += f[k][j] * f[k][j];
+        }
+        float rstd = rsqrtf(row_sum<WARP>(acc, sh) / r + eps);
+        P *q = (P *)(y + row * cp * V);
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            int c = k * w.lanes + w.lane;
+            if (c >= cp) continue;
+            P sc, bi, o;
+            if (scale) sc = ((const P *)scale)[c];
+            if (bias) bi = ((const P *)bias)[c];
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                float v = (f[k][j] - mean) * rstd;
+                if (scale) v *= to_f32(sc.v[j]);
+                if (bias) v += to_f32(bi.v[j]);
+                o.v[j] = from_f32<T>(v);
+            }
+            q[c] = o;
+        }
+    }
+}
+
+static bool aligned16(const void *p) {
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+/* Launch shape of the register-row kernels for rows of r elements of esize bytes: false when
+ * a row is not a whole number of packs or is too long (the caller checks alignment). */
+struct RegCfg {
+    int cp, nv;
+    bool warp;
+    unsigned threads, blocks;
+};
+
+static bool reg_cfg(int64_t rows, int64_t r, size_t esize, RegCfg *c) {
+    int64_t v = 16 / (int64_t)esize;
+    if (r % v != 0 || r / v > REG_MAX_PACKS || r / v < 1) return false;
+    int64_t cp = r / v;
+    c->cp = (int)cp;
+    if (cp <= REG_WARP_PACKS) {
+        int per = REG_WARP_BLOCK / 32;
+        c->warp = true;
+        c->nv = cp <= 32 ? 1 : cp <= 64 ? 2 : 4;
+        c->threads = REG_WARP_BLOCK;
+        c->blocks = grid_of((rows + per - 1) / per);
+    } else {
+        int64_t t = (cp + REG_PACKS - 1) / REG_PACKS;
+        c->warp = false;
+        c->nv = REG_PACKS;
+        c->threads = (unsigned)((t + 31) / 32 * 32);
+        c->blocks = grid_of(rows);
+    }
+    return true;
+}
+
+template <typename T>
+static bool softmax_reg(const void *xv, void *yv, int64_t rows, int64_t r, bool lg,
+                        cudaStream_t s) {
+    RegCfg c;
+    if (!aligned16(xv) || !aligned16(yv) || !reg_cfg(rows, r, sizeof(T), &c)) return false;
+    const T *x = (const T *)xv;
+    T *y = (T *)yv;
+    if (!c.warp)
+        softmax_reg_kernel<T, REG_PACKS, false><<<c.blocks, c.threads, 0, s>>>(x, y, rows, c.cp,
+                                                                               lg);
+    else if (c.nv == 1)
+        softmax_reg_kernel<T, 1, true><<<c.blocks, c.threads, 0, s>>>(x, y, rows, c.cp, lg);
+    else if (c.nv == 2)
+        softmax_reg_kernel<T, 2, true><<<c.blocks, c.threads, 0, s>>>(x, y, rows, c.cp, lg);
+    else
+        softmax_reg_kernel<T, 4, true><<<c.blocks, c.threads, 0, s>>>(x, y, rows, c.cp, lg);
+    return true;
+}
+
+template <typename T>
+static bool norm_reg(const void *xv, const void *sv, const void *bv, void *yv, int64_t rows,
+                     int64_t r, float eps, bool is_layer, cudaStream_t s) {
+    RegCfg c;
+    if (!aligned16(xv) || !aligned16(yv) || !aligned16(sv) || !aligned16(bv) ||
+        !reg_cfg(rows, r, sizeof(T), &c))
+        return false;
+    const T *x = (const T *)xv, *sc = (const T *)sv, *bi = (const T *)bv;
+    T *y = (T *)yv;
+    if (!c.warp)
+        norm_reg_kernel<T, REG_PACKS, false>
+            <<<c.blocks, c.threads, 0, s>>>(x, sc, bi, y, rows, c.cp, eps, is_layer);
+    else if (c.nv == 1)
+        norm_reg_kernel<T, 1, true>
+            <<<c.blocks, c.threads, 0, s>>>(x, sc, bi, y, rows, c.cp, eps, is_layer);
+    else if (c.nv == 2)
+        norm_reg_kernel<T, 2, true>
+            <<<c.blocks, c.threads, 0, s>>>(x, sc, bi, y, rows, c.cp, eps, is_layer);
+    else
+        norm_reg_kernel<T, 4, true>
+            <<<c.blocks, c.threads, 0, s>>>(x, sc, bi, y, rows, c.cp, eps, is_layer);
+    return true;
+}
+
 /* softmax / log_softmax, block per row of the last axis. */
 template <typename T>
 __global__ static void softmax_rows_kernel(const T *x, T *y, int64_t rows, int64_t r,
@@ -564,6 +803,7 @@ __global__ static void softmax_cols_kernel(const T *x, T *y, int64_t outer, int6
 template <typename T>
 static void softmax_launch(const void *x, void *y, int64_t outer, int64_t r, int64_t inner,
                            bool is_log, cudaStream_t s) {
+    if (inner == 1 && softmax_reg<T>(x, y, outer, r, is_log, s)) return;
     if (inner == 1) {
         softmax_rows_kernel<T>
             <<<grid_of(outer), threads_for(r), 0, s>>>((const T *)x, (T *)y, outer, r, is_log);
@@ -654,6 +894,7 @@ __global__ static void norm_kernel(const T *x, const T *scale, const T *bias, T 
 template <typename T>
 static void norm_launch(const void *x, const void *scale, const void *bias, void *y, int64_t rows,
                         int64_t r, float eps, bool is_layer, cudaStream_t s) {
+    if (norm_reg<T>(x, scale, bias, y, rows, r, eps, is_layer, s)) return;
     norm_kernel<T><<<grid_of(rows), threads_for(r), 0, s>>>(
         (const T *)x, (const T *)scale, (const T *)bias, (T *)y, rows, r, eps, is_layer);
 }
