@@ -1362,26 +1362,6 @@ static int parse_submit(int argc, char **argv, struct submit_args *a) {
     return EXIT_OK;
 }
 
-/* The random generator of --random-inputs: xorshift64* seeded through splitmix64, the same
- * stream rtxrun uses, so `rtxrun --random-inputs --seed N` binds the same data. */
-struct rng {
-    uint64_t s;
-};
-
-static void rng_seed(struct rng *r, uint64_t seed) {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    r->s = (z ^ (z >> 31)) | 1;
-}
-
-static uint64_t rng_next(struct rng *r) {
-    r->s ^= r->s >> 12;
-    r->s ^= r->s << 25;
-    r->s ^= r->s >> 27;
-    return r->s * 0x2545f4914f6cdd1dull;
-}
-
 /* Inputs prepared for Submit: runtime tensors (from .npy files or random) and librtx views
  * of them. */
 struct bound_inputs {
@@ -1418,7 +1398,7 @@ static bool view_tensor(const char *name, const struct rtx_tensor *t,
 }
 
 /* Fills a new random tensor for a declared input (dims of -1 become 1). */
-static int random_input(const struct rtx_client_value_info *vi, struct rng *r,
+static int random_input(const struct rtx_client_value_info *vi, struct rtx_rng *r,
                         struct rtx_tensor **out) {
     if (vi->ndim < 0)
         return usage_error("submit ", "input %s declares no shape: give it with --input %s=FILE",
@@ -1428,24 +1408,10 @@ static int random_input(const struct rtx_client_value_info *vi, struct rng *r,
         msg("input %s: dtype %s cannot be generated", vi->name, rtx_client_dtype_name(vi->dtype));
         return EXIT_LOCAL;
     }
-    int64_t dims[RTX_CLIENT_MAX_DIMS];
-    for (int i = 0; i < vi->ndim; i++)
-        dims[i] = vi->dims[i] < 0 ? 1 : vi->dims[i];
     struct rtx_err err = {0};
-    if (rtx_tensor_new(dt, vi->ndim, dims, out, &err) < 0) {
+    if (rtx_tensor_random(r, dt, vi->ndim, vi->dims, out, &err) < 0) {
         msg("input %s: %s", vi->name, err.msg);
         return EXIT_LOCAL;
-    }
-    int64_t n = rtx_tensor_numel(*out);
-    for (int64_t i = 0; i < n; i++) {
-        double x;
-        if (rtx_dtype_is_float(dt))
-            x = (double)(rng_next(r) >> 11) * 0x1.0p-53 * 2.0 - 1.0;
-        else if (dt == RTX_BOOL)
-            x = (double)(rng_next(r) >> 63);
-        else
-            x = (double)(rng_next(r) % 10);
-        rtx_tensor_set(*out, i, x);
     }
     return EXIT_OK;
 }
@@ -1491,8 +1457,8 @@ static int bind_inputs(const struct submit_args *a, const struct rtx_client_grap
             rc = EXIT_LOCAL;
         }
     }
-    struct rng rng;
-    rng_seed(&rng, a->seed);
+    struct rtx_rng rng;
+    rtx_rng_seed(&rng, a->seed);
     for (int i = 0; i < n && rc == EXIT_OK; i++) {
         if (b->tensors[i]) continue;
         if (!a->random_inputs) {

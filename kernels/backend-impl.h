@@ -42,16 +42,23 @@ struct rtx_backend {
  * reason in why for the caller's node error.
  * ---------------------------------------------------------------------------------------- */
 
-/* The view of a contiguous input that a slice node selects: dims, element strides (negative
- * for negative steps) and the element offset of its first element. */
-struct rtx__slice_view {
+/* The strided view of a contiguous input that a transpose, expand or slice node copies out:
+ * dims, element strides (0 where expand repeats, negative for negative slice steps) and the
+ * element offset of its first element. */
+struct rtx__strided_view {
     int ndim;
     int64_t dims[RTX_MAX_DIMS];
     int64_t strides[RTX_MAX_DIMS]; /* elements */
     int64_t offset;                /* elements */
 };
+int rtx__transpose_view(const struct rtx_node *node, int nd, const int64_t *in_dims,
+                        struct rtx__strided_view *v, char *why, size_t why_len);
+int rtx__expand_view(int in_nd, const int64_t *in_dims, int out_nd, const int64_t *out_dims,
+                     struct rtx__strided_view *v, char *why, size_t why_len);
 int rtx__slice_view(const struct rtx_node *node, int nd, const int64_t *in_dims,
-                    struct rtx__slice_view *v, char *why, size_t why_len);
+                    struct rtx__strided_view *v, char *why, size_t why_len);
+/* Whether the executor's output tensor has the view's shape. */
+bool rtx__view_matches(const struct rtx__strided_view *v, const struct rtx_tensor *out);
 
 /* A (batched) matmul: op(a) is M x K, op(b) K x N, NumPy 1-D promotion applied; the output's
  * nbat batch dims broadcast a's and b's; a_stride/b_stride give, per batch dim, how many
@@ -68,5 +75,17 @@ struct rtx__matmul_geom {
 int rtx__matmul_geometry(const struct rtx_node *node, const struct rtx_tensor *A,
                          const struct rtx_tensor *B, struct rtx__matmul_geom *g, char *why,
                          size_t why_len);
+
+/* A gemm: op(a) M x K times op(b) K x N, with c (when given) broadcasting from cM x cN. */
+struct rtx__gemm_geom {
+    bool ta, tb;
+    float alpha, beta;
+    int64_t M, K, N;
+    int64_t cM, cN;                /* 1 x 1 without c */
+};
+int rtx__gemm_geometry(const struct rtx_node *node, const struct rtx_tensor *A,
+                       const struct rtx_tensor *B, const struct rtx_tensor *C,
+                       const struct rtx_tensor *Y, struct rtx__gemm_geom *g, char *why,
+                       size_t why_len);
 
 #endif /* RTX_BACKEND_IMPL_H */

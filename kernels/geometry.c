@@ -7,8 +7,74 @@
 
 #include "kernels/backend-impl.h"
 
+static void contiguous_strides(int nd, const int64_t *dims, int64_t *str) {
+    int64_t s = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        str[d] = s;
+        s *= dims[d];
+    }
+}
+
+int rtx__transpose_view(const struct rtx_node *node, int nd, const int64_t *in_dims,
+                        struct rtx__strided_view *v, char *why, size_t why_len) {
+    const int64_t *perm;
+    int n = rtx_node_attr_ints(node, "perm", &perm);
+    if (n >= 0 && n != nd) {
+        snprintf(why, why_len, "perm has %d entries for rank %d", n, nd);
+        return RTX_EINVAL;
+    }
+    int64_t xs[RTX_MAX_DIMS];
+    contiguous_strides(nd, in_dims, xs);
+    bool seen[RTX_MAX_DIMS] = {false};
+    v->ndim = nd;
+    v->offset = 0;
+    for (int i = 0; i < nd; i++) {
+        int64_t q = n >= 0 ? perm[i] : nd - 1 - i;
+        if (q < 0) q += nd;
+        if (q < 0 || q >= nd || seen[q]) {
+            snprintf(why, why_len, "perm is not a permutation of 0..%d", nd - 1);
+            return RTX_EINVAL;
+        }
+        seen[q] = true;
+        v->dims[i] = in_dims[q];
+        v->strides[i] = xs[q];
+    }
+    return 0;
+}
+
+int rtx__expand_view(int in_nd, const int64_t *in_dims, int out_nd, const int64_t *out_dims,
+                     struct rtx__strided_view *v, char *why, size_t why_len) {
+    if (in_nd > out_nd) {
+        snprintf(why, why_len, "output rank below input rank");
+        return RTX_EINVAL;
+    }
+    int64_t xs[RTX_MAX_DIMS];
+    contiguous_strides(in_nd, in_dims, xs);
+    v->ndim = out_nd;
+    v->offset = 0;
+    for (int d = 0; d < out_nd; d++) {
+        int xd = d - (out_nd - in_nd);
+        int64_t dx = xd >= 0 ? in_dims[xd] : 1;
+        if (dx != out_dims[d] && dx != 1) {
+            snprintf(why, why_len, "input dimension %d (%lld) does not broadcast to %lld", xd,
+                     (long long)dx, (long long)out_dims[d]);
+            return RTX_EINVAL;
+        }
+        v->dims[d] = out_dims[d];
+        v->strides[d] = dx == 1 ? 0 : xs[xd];
+    }
+    return 0;
+}
+
+bool rtx__view_matches(const struct rtx__strided_view *v, const struct rtx_tensor *out) {
+    if (out->ndim != v->ndim) return false;
+    for (int d = 0; d < v->ndim; d++)
+        if (out->dims[d] != v->dims[d]) return false;
+    return true;
+}
+
 int rtx__slice_view(const struct rtx_node *node, int nd, const int64_t *in_dims,
-                    struct rtx__slice_view *v, char *why, size_t why_len) {
+                    struct rtx__strided_view *v, char *why, size_t why_len) {
     const int64_t *starts, *ends, *axes = NULL, *steps = NULL;
     int k = rtx_node_attr_ints(node, "starts", &starts);
     int ke = rtx_node_attr_ints(node, "ends", &ends);
@@ -19,11 +85,7 @@ int rtx__slice_view(const struct rtx_node *node, int nd, const int64_t *in_dims,
         return RTX_EINVAL;
     }
     int64_t xs[RTX_MAX_DIMS];
-    int64_t s = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        xs[d] = s;
-        s *= in_dims[d];
-    }
+    contiguous_strides(nd, in_dims, xs);
     v->ndim = nd;
     memcpy(v->dims, in_dims, (size_t)nd * sizeof *v->dims);
     memcpy(v->strides, xs, (size_t)nd * sizeof *v->strides);
@@ -92,6 +154,50 @@ int rtx__matmul_geometry(const struct rtx_node *node, const struct rtx_tensor *A
         g->a_mats *= da;
         g->b_mats *= db;
         g->nbatch *= g->batch_dims[i];
+    }
+    return 0;
+}
+
+int rtx__gemm_geometry(const struct rtx_node *node, const struct rtx_tensor *A,
+                       const struct rtx_tensor *B, const struct rtx_tensor *C,
+                       const struct rtx_tensor *Y, struct rtx__gemm_geom *g, char *why,
+                       size_t why_len) {
+    memset(g, 0, sizeof *g);
+    if (A->ndim != 2 || B->ndim != 2) {
+        snprintf(why, why_len, "a and b must be 2-D");
+        return RTX_EINVAL;
+    }
+    g->ta = rtx_node_attr_int(node, "trans_a", 0) != 0;
+    g->tb = rtx_node_attr_int(node, "trans_b", 0) != 0;
+    g->alpha = (float)rtx_node_attr_float(node, "alpha", 1.0);
+    g->beta = (float)rtx_node_attr_float(node, "beta", 1.0);
+    g->M = g->ta ? A->dims[1] : A->dims[0];
+    g->K = g->ta ? A->dims[0] : A->dims[1];
+    int64_t kb = g->tb ? B->dims[1] : B->dims[0];
+    g->N = g->tb ? B->dims[0] : B->dims[1];
+    if (g->K != kb) {
+        snprintf(why, why_len, "inner dimensions %lld and %lld differ", (long long)g->K,
+                 (long long)kb);
+        return RTX_EINVAL;
+    }
+    if (Y->ndim != 2 || Y->dims[0] != g->M || Y->dims[1] != g->N) {
+        snprintf(why, why_len, "output shape is not [%lld,%lld]", (long long)g->M,
+                 (long long)g->N);
+        return RTX_EINVAL;
+    }
+    g->cM = g->cN = 1;
+    if (C) {
+        if (C->ndim > 2) {
+            snprintf(why, why_len, "c has rank %d > 2", C->ndim);
+            return RTX_EINVAL;
+        }
+        g->cN = C->ndim >= 1 ? C->dims[C->ndim - 1] : 1;
+        g->cM = C->ndim == 2 ? C->dims[0] : 1;
+        if ((g->cM != 1 && g->cM != g->M) || (g->cN != 1 && g->cN != g->N)) {
+            snprintf(why, why_len, "c does not broadcast to [%lld,%lld]", (long long)g->M,
+                     (long long)g->N);
+            return RTX_EINVAL;
+        }
     }
     return 0;
 }

@@ -192,6 +192,19 @@ void *rtx_tensor_data(const struct rtx_tensor *t);     /* address of element 0 *
 const char *rtx_shape_str(enum rtx_dtype dt, int ndim, const int64_t *dims, char *buf,
                           size_t len);
 
+/* A deterministic generator of test and benchmark data (xorshift64* seeded through
+ * splitmix64, so every seed, 0 too, gives a good stream). */
+struct rtx_rng {
+    uint64_t s;
+};
+void rtx_rng_seed(struct rtx_rng *r, uint64_t seed);
+uint64_t rtx_rng_next(struct rtx_rng *r);
+/* A new tensor of random data: floats uniform in [-1, 1), integers uniform in [0, 10), bools
+ * 0 or 1; dimensions of -1 become 1. rtxrun and rtxctl --random-inputs use it, so the same
+ * seed gives the same inputs in both. */
+int rtx_tensor_random(struct rtx_rng *r, enum rtx_dtype dt, int ndim, const int64_t *dims,
+                      struct rtx_tensor **out, struct rtx_err *err);
+
 /* Reads element i (logical row-major index, any strides) as double / writes it from double
  * (with the dtype's conversion; bool stores v != 0). For tests and slow paths. */
 double rtx_tensor_get(const struct rtx_tensor *t, int64_t i);

@@ -295,3 +295,43 @@ void rtx_tensor_set(struct rtx_tensor *t, int64_t i, double v) {
     default: break;
     }
 }
+
+/* ---- random data ---- */
+
+void rtx_rng_seed(struct rtx_rng *r, uint64_t seed) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    r->s = (z ^ (z >> 31)) | 1;
+}
+
+uint64_t rtx_rng_next(struct rtx_rng *r) {
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545f4914f6cdd1dull;
+}
+
+int rtx_tensor_random(struct rtx_rng *r, enum rtx_dtype dt, int ndim, const int64_t *dims,
+                      struct rtx_tensor **out, struct rtx_err *err) {
+    int64_t d[RTX_MAX_DIMS];
+    if (ndim < 0 || ndim > RTX_MAX_DIMS) {
+        *out = NULL;
+        return rtx_err_set(err, RTX_EINVAL, "rank %d outside 0..%d", ndim, RTX_MAX_DIMS);
+    }
+    for (int i = 0; i < ndim; i++) d[i] = dims[i] < 0 ? 1 : dims[i];
+    int rc = rtx_tensor_new(dt, ndim, d, out, err);
+    if (rc < 0) return rc;
+    int64_t n = rtx_tensor_numel(*out);
+    for (int64_t i = 0; i < n; i++) {
+        double x;
+        if (rtx_dtype_is_float(dt))
+            x = (double)(rtx_rng_next(r) >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+        else if (dt == RTX_BOOL)
+            x = (double)(rtx_rng_next(r) >> 63);
+        else
+            x = (double)(rtx_rng_next(r) % 10);
+        rtx_tensor_set(*out, i, x);
+    }
+    return 0;
+}

@@ -264,50 +264,6 @@ static int parse_args(int argc, char **argv, struct options *opt) {
  * Inputs
  * ---------------------------------------------------------------------------------------- */
 
-/* xorshift64* seeded through splitmix64, so every seed (0 too) gives a good stream. */
-struct rng {
-    uint64_t s;
-};
-
-static void rng_seed(struct rng *r, uint64_t seed) {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    r->s = (z ^ (z >> 31)) | 1;
-}
-
-static uint64_t rng_next(struct rng *r) {
-    r->s ^= r->s >> 12;
-    r->s ^= r->s << 25;
-    r->s ^= r->s >> 27;
-    return r->s * 0x2545f4914f6cdd1dull;
-}
-
-static double rng_uniform(struct rng *r) { /* [0, 1) */
-    return (double)(rng_next(r) >> 11) * 0x1.0p-53;
-}
-
-static int random_input(const struct rtx_value *v, struct rng *r, struct rtx_tensor **out,
-                        struct rtx_err *err) {
-    int64_t dims[RTX_MAX_DIMS];
-    for (int i = 0; i < v->ndim; i++)
-        dims[i] = v->dims[i] < 0 ? 1 : v->dims[i];
-    int rc = rtx_tensor_new(v->dtype, v->ndim, dims, out, err);
-    if (rc < 0) return rc;
-    int64_t n = rtx_tensor_numel(*out);
-    for (int64_t i = 0; i < n; i++) {
-        double x;
-        if (rtx_dtype_is_float(v->dtype))
-            x = rng_uniform(r) * 2.0 - 1.0;
-        else if (v->dtype == RTX_BOOL)
-            x = (double)(rng_next(r) >> 63);
-        else
-            x = (double)(rng_next(r) % 10);
-        rtx_tensor_set(*out, i, x);
-    }
-    return 0;
-}
-
 /* Whether tensor t fits the declaration of input value v (-1 dims match anything). */
 static bool input_matches(const struct rtx_value *v, const struct rtx_tensor *t) {
     if (t->dtype != v->dtype || t->ndim != v->ndim) return false;
@@ -353,8 +309,8 @@ static int bind_inputs(struct run *r) {
             return EXIT_INPUT;
         }
     }
-    struct rng rng;
-    rng_seed(&rng, r->opt.seed);
+    struct rtx_rng rng;
+    rtx_rng_seed(&rng, r->opt.seed);
     for (int i = 0; i < g->n_inputs; i++) {
         if (r->inputs[i]) continue;
         const struct rtx_value *val = &g->values[g->inputs[i]];
@@ -363,7 +319,8 @@ static int bind_inputs(struct run *r) {
                  val->name);
             return EXIT_INPUT;
         }
-        if (random_input(val, &rng, &r->inputs[i], &err) < 0) {
+        if (rtx_tensor_random(&rng, val->dtype, val->ndim, val->dims, &r->inputs[i], &err) <
+            0) {
             fail("input %s: %s", val->name, err.msg);
             return EXIT_INPUT;
         }

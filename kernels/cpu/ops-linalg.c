@@ -193,30 +193,13 @@ static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
     const struct rtx_tensor *A = a->in[0], *B = a->in[1];
     const struct rtx_tensor *C = a->n_in > 2 ? a->in[2] : NULL;
     struct rtx_tensor *Y = a->out[0];
-    if (A->ndim != 2 || B->ndim != 2)
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "a and b must be 2-D");
-    bool ta = rtx_node_attr_int(a->node, "trans_a", 0) != 0;
-    bool tb = rtx_node_attr_int(a->node, "trans_b", 0) != 0;
-    float alpha = (float)rtx_node_attr_float(a->node, "alpha", 1.0);
-    float beta = (float)rtx_node_attr_float(a->node, "beta", 1.0);
-    int64_t M = ta ? A->dims[1] : A->dims[0], K = ta ? A->dims[0] : A->dims[1];
-    int64_t Kb = tb ? B->dims[1] : B->dims[0], N = tb ? B->dims[0] : B->dims[1];
-    if (K != Kb)
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "inner dimensions %lld and %lld differ",
-                                 (long long)K, (long long)Kb);
-    if (Y->ndim != 2 || Y->dims[0] != M || Y->dims[1] != N)
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output shape is not [%lld,%lld]",
-                                 (long long)M, (long long)N);
-    int64_t cM = 1, cN = 1;
-    if (C) {
-        if (C->ndim > 2)
-            return rtx__cpu_node_err(err, a, RTX_EINVAL, "c has rank %d > 2", C->ndim);
-        cN = C->ndim >= 1 ? C->dims[C->ndim - 1] : 1;
-        cM = C->ndim == 2 ? C->dims[0] : 1;
-        if ((cM != 1 && cM != M) || (cN != 1 && cN != N))
-            return rtx__cpu_node_err(err, a, RTX_EINVAL, "c does not broadcast to [%lld,%lld]",
-                                     (long long)M, (long long)N);
-    }
+    struct rtx__gemm_geom geo;
+    char why[128];
+    if (rtx__gemm_geometry(a->node, A, B, C, Y, &geo, why, sizeof why))
+        return rtx__cpu_node_err(err, a, RTX_EINVAL, "%s", why);
+    bool ta = geo.ta, tb = geo.tb;
+    float alpha = geo.alpha, beta = geo.beta;
+    int64_t M = geo.M, K = geo.K, N = geo.N, cM = geo.cM, cN = geo.cN;
     if (M * N == 0) return 0;
     if (!fits_int(M) || !fits_int(N) || !fits_int(K))
         return rtx__cpu_node_err(err, a, RTX_ELIMIT, "matrix dimension over %d", INT_MAX);

@@ -161,15 +161,6 @@ static void strided_copy(struct rtx_cpu *cpu, int nd, const int64_t *dims, const
                           &j);
 }
 
-/* Contiguous strides of a shape, elements. */
-static void contiguous_strides(int nd, const int64_t *dims, int64_t *str) {
-    int64_t s = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        str[d] = s;
-        s *= dims[d];
-    }
-}
-
 /* ------------------------------------------------------------------------------------------
  * The ops
  * ---------------------------------------------------------------------------------------- */
@@ -178,32 +169,17 @@ static int run_transpose(struct rtx_cpu *cpu, const struct rtx_node_args *a,
                          struct rtx_err *err) {
     const struct rtx_tensor *x = a->in[0];
     struct rtx_tensor *y = a->out[0];
-    int nd = x->ndim;
-    const int64_t *perm_attr;
-    int n = rtx_node_attr_ints(a->node, "perm", &perm_attr);
-    int perm[RTX_MAX_DIMS];
-    bool seen[RTX_MAX_DIMS] = {false};
-    if (n >= 0 && n != nd)
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "perm has %d entries for rank %d", n, nd);
-    for (int i = 0; i < nd; i++) {
-        int64_t p = n >= 0 ? perm_attr[i] : nd - 1 - i;
-        if (p < 0) p += nd;
-        if (p < 0 || p >= nd || seen[p])
-            return rtx__cpu_node_err(err, a, RTX_EINVAL, "perm is not a permutation of 0..%d",
-                                     nd - 1);
-        seen[p] = true;
-        perm[i] = (int)p;
-    }
-    int64_t xs[RTX_MAX_DIMS], dims[RTX_MAX_DIMS], str[RTX_MAX_DIMS];
-    contiguous_strides(nd, x->dims, xs);
-    for (int i = 0; i < nd; i++) {
-        dims[i] = x->dims[perm[i]];
-        str[i] = xs[perm[i]];
-        if (y->ndim != nd || y->dims[i] != dims[i])
-            return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output shape does not match perm");
-    }
-    strided_copy(cpu, nd, dims, str, rtx_tensor_data(x), rtx_tensor_data(y),
-                 rtx_dtype_size(x->dtype));
+    struct rtx__strided_view v;
+    char why[128];
+    if (rtx__transpose_view(a->node, x->ndim, x->dims, &v, why, sizeof why))
+        return rtx__cpu_node_err(err, a, RTX_EINVAL, "%s", why);
+    if (!rtx__view_matches(&v, y))
+        return rtx__cpu_node_err(err, a, RTX_EINTERNAL,
+                                 "output shape does not match the transpose");
+    size_t es = rtx_dtype_size(x->dtype);
+    strided_copy(cpu, v.ndim, v.dims, v.strides,
+                 (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es, rtx_tensor_data(y),
+                 es);
     return 0;
 }
 
@@ -218,25 +194,20 @@ static int run_reshape(const struct rtx_node_args *a, struct rtx_err *err) {
     return 0;
 }
 
-static int run_expand(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
+static int run_expand(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                      struct rtx_err *err) {
     const struct rtx_tensor *x = a->in[0];
     struct rtx_tensor *y = a->out[0];
-    int nd = y->ndim;
-    if (x->ndim > nd)
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output rank below input rank");
-    int64_t xs[RTX_MAX_DIMS], str[RTX_MAX_DIMS];
-    contiguous_strides(x->ndim, x->dims, xs);
-    for (int d = 0; d < nd; d++) {
-        int xd = d - (nd - x->ndim);
-        int64_t dx = xd >= 0 ? x->dims[xd] : 1;
-        if (dx != y->dims[d] && dx != 1)
-            return rtx__cpu_node_err(err, a, RTX_EINTERNAL,
-                                     "input dimension %d (%lld) does not broadcast to %lld", xd,
-                                     (long long)dx, (long long)y->dims[d]);
-        str[d] = dx == 1 ? 0 : xs[xd];
-    }
-    strided_copy(cpu, nd, y->dims, str, rtx_tensor_data(x), rtx_tensor_data(y),
-                 rtx_dtype_size(x->dtype));
+    struct rtx__strided_view v;
+    char why[128];
+    if (rtx__expand_view(x->ndim, x->dims, y->ndim, y->dims, &v, why, sizeof why))
+        return rtx__cpu_node_err(err, a, RTX_EINVAL, "%s", why);
+    if (!rtx__view_matches(&v, y))
+        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output shape does not match the expand");
+    size_t es = rtx_dtype_size(x->dtype);
+    strided_copy(cpu, v.ndim, v.dims, v.strides,
+                 (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es, rtx_tensor_data(y),
+                 es);
     return 0;
 }
 
@@ -296,22 +267,20 @@ static int run_concat(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     return 0;
 }
 
-static int run_slice(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
+static int run_slice(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                     struct rtx_err *err) {
     const struct rtx_tensor *x = a->in[0];
     struct rtx_tensor *y = a->out[0];
-    struct rtx__slice_view v;
+    struct rtx__strided_view v;
     char why[128];
     if (rtx__slice_view(a->node, x->ndim, x->dims, &v, why, sizeof why))
         return rtx__cpu_node_err(err, a, RTX_EINVAL, "%s", why);
-    for (int d = 0; d < v.ndim; d++)
-        if (y->ndim != v.ndim || y->dims[d] != v.dims[d])
-            return rtx__cpu_node_err(err, a, RTX_EINTERNAL,
-                                     "output dimension %d is %lld, slice gives %lld",
-                                     d, (long long)(y->ndim == v.ndim ? y->dims[d] : -1),
-                                     (long long)v.dims[d]);
+    if (!rtx__view_matches(&v, y))
+        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output shape does not match the slice");
     size_t es = rtx_dtype_size(x->dtype);
     strided_copy(cpu, v.ndim, v.dims, v.strides,
-                 (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es, rtx_tensor_data(y), es);
+                 (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es, rtx_tensor_data(y),
+                 es);
     return 0;
 }
 
