@@ -23,7 +23,9 @@
 
 #include "daemon/config.h"
 #include "daemon/jobs.h"
+#include "daemon/shm.h"
 #include "kernels/backend.h"
+#include "models/serving.h"
 #include "store/store.h"
 
 #define RTX_VERSION "0.1.0"
@@ -48,6 +50,11 @@ struct rtx_daemon {
     /* CUDA devices found at start (main.c fills it before the server starts; read-only after;
      * rtx__daemon_close frees it). Jobs run on the CPU until the CUDA backend joins. */
     struct rtx_cuda_devices gpus;
+    /* Inference serving (models/serving.h) and the clients' shared-memory regions
+     * (daemon/shm.h), shared by the KServe v2 gRPC service and the HTTP server; serving is
+     * NULL when no model repository is configured. */
+    struct rtx_serving *serving;
+    struct rtx_shm *shm;
 
     atomic_bool draining;     /* Submit answers UNAVAILABLE once set */
     pthread_mutex_t drain_mu; /* guards the fields below */

@@ -1,0 +1,281 @@
+/*
+ * serving.h - the inference core: the model repository (directory per model, sub-directory per
+ * version, config.json per model), loaded model versions with their instances, the dynamic
+ * batcher and per-model statistics. The front ends (the KServe v2 gRPC service in
+ * daemon/handlers-infer.c, the HTTP server in daemon/http.c) turn wire requests into a
+ * struct rtx_infer_request and get their answer through its completion callback; they never
+ * see plans, backends or batches.
+ *
+ * DESIGN
+ * A model version, once loaded, is immutable and reference counted: a request holds a
+ * reference from rtx_serving_infer until its callback returned, so unload and reload never
+ * pull a graph from under a running batch (the old version is freed when its last request
+ * ends). Each model version has a queue and one worker thread per instance; a worker takes
+ * the oldest request and, with dynamic batching on, waits up to max_queue_delay_us for more
+ * requests whose non-batch shapes match, stopping early at a preferred batch size or the max
+ * batch size; it concatenates the inputs along dimension 0, runs the plan (cached per batch
+ * shape) and splits the outputs back. Batching on and off give identical outputs.
+ * Requests are checked against the model's inputs (names, datatypes, shapes, batch size)
+ * before they are queued, so a bad request fails in rtx_serving_infer with a message naming
+ * the input, and never reaches a worker.
+ */
+#ifndef RTX_MODELS_SERVING_H
+#define RTX_MODELS_SERVING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/runtime.h"
+
+struct rtx_cuda_devices; /* kernels/backend.h */
+struct rtx_mem_pool_stats;
+
+/* ------------------------------------------------------------------------------------------
+ * The core
+ * ---------------------------------------------------------------------------------------- */
+
+enum rtx_model_control {
+    RTX_MODEL_CONTROL_NONE,     /* load every model at start; the repository API refuses */
+    RTX_MODEL_CONTROL_EXPLICIT, /* load startup_models at start; load/unload through the API */
+    RTX_MODEL_CONTROL_POLL,     /* as NONE, and rescan the repository every poll_ms */
+    RTX_MODEL_CONTROL_COUNT
+};
+/* "none", "explicit", "poll"; and back (0 or RTX_EINVAL). */
+const char *rtx_model_control_name(enum rtx_model_control c);
+int rtx_model_control_from_name(const char *name, enum rtx_model_control *out);
+
+struct rtx_serving_options {
+    const char *repository;               /* model repository directory; "" = serve no models */
+    enum rtx_model_control control;
+    int poll_ms;                          /* POLL: rescan period, milliseconds */
+    int n_startup_models;                 /* EXPLICIT: models loaded at start ("*" = all) */
+    const char *const *startup_models;
+    struct rtx_limits limits;             /* graph and tensor limits */
+    int cpu_threads;                      /* CPU backend threads per instance, >= 1 */
+    const struct rtx_cuda_devices *gpus;  /* instances go to these devices; NULL or n == 0: CPU */
+    int64_t max_queue;                    /* pending requests per model; beyond: RTX_EUNAVAILABLE */
+};
+
+struct rtx_serving;
+
+/* Scans the repository and loads the models that `control` says; a model that fails to load
+ * is listed UNAVAILABLE with its reason and does not stop the others. Fails only for a bad
+ * option (RTX_EINVAL), a repository that is not a readable directory (RTX_EIO naming it) or
+ * memory. */
+int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving **out,
+                      struct rtx_err *err);
+/* Fails queued requests with RTX_EUNAVAILABLE ("server shutting down"), waits for running
+ * batches, stops the workers and the poller and frees everything. NULL: no-op. Every callback
+ * has been called once when it returns. */
+void rtx_serving_stop(struct rtx_serving *s);
+
+/* ------------------------------------------------------------------------------------------
+ * Repository
+ * ---------------------------------------------------------------------------------------- */
+
+enum rtx_model_state {
+    RTX_MODEL_UNKNOWN,     /* in the repository, never loaded */
+    RTX_MODEL_LOADING,
+    RTX_MODEL_READY,
+    RTX_MODEL_UNLOADING,
+    RTX_MODEL_UNAVAILABLE, /* unloaded, or failed to load (reason says which) */
+    RTX_MODEL_STATE_COUNT
+};
+/* "UNKNOWN", "LOADING", "READY", "UNLOADING", "UNAVAILABLE" (Triton's spellings). */
+const char *rtx_model_state_name(enum rtx_model_state st);
+
+struct rtx_model_index_entry {
+    char name[128];
+    int64_t version;         /* 0 when the model has no loaded or failed version */
+    enum rtx_model_state state;
+    char reason[256];        /* why UNAVAILABLE; "" otherwise */
+};
+
+/* Every model in the repository directory and every model loaded (ready_only: READY ones),
+ * sorted by name. *entries is rtx_malloc'ed (rtx_free it). */
+int rtx_serving_index(struct rtx_serving *s, bool ready_only,
+                      struct rtx_model_index_entry **entries, int *n, struct rtx_err *err);
+
+/* Loads (or reloads) a model from the repository and returns when it is READY or failed:
+ * config, graph, weights, a plan and a warm-up run per instance. A failed reload keeps the
+ * version that was serving (the error says why the new one failed). config_json, when not
+ * NULL, replaces the model's config.json (Triton's "config" load parameter). RTX_ENOTFOUND for
+ * a model not in the repository, RTX_EUNSUPPORTED in control mode NONE or POLL, and the load
+ * error (RTX_EFORMAT, RTX_EGRAPH, RTX_EIO, ...) naming the file and the problem. */
+int rtx_serving_load(struct rtx_serving *s, const char *name, const char *config_json,
+                     struct rtx_err *err);
+/* Unloads a model: new requests fail at once, queued and running ones finish, then its
+ * memory (plans, weights, device buffers) is freed. RTX_ENOTFOUND for an unknown model,
+ * RTX_EUNSUPPORTED in control mode NONE or POLL. */
+int rtx_serving_unload(struct rtx_serving *s, const char *name, struct rtx_err *err);
+
+/* Whether the model (version 0 or <0: the newest loaded version) is READY. */
+bool rtx_serving_model_ready(struct rtx_serving *s, const char *name, int64_t version);
+/* Whether the server is ready: started, not stopping, every model loaded at start READY. */
+bool rtx_serving_ready(struct rtx_serving *s);
+
+/* ------------------------------------------------------------------------------------------
+ * Models
+ * ---------------------------------------------------------------------------------------- */
+
+struct rtx_model; /* one loaded version of a model; reference counted */
+
+/* A reference to a READY model version (version 0 or <0: the newest READY one). RTX_ENOTFOUND
+ * for a model or version the server does not know, RTX_EUNAVAILABLE for one not READY (the
+ * message says its state and reason). Release with rtx_model_unref. */
+int rtx_serving_model_get(struct rtx_serving *s, const char *name, int64_t version,
+                          struct rtx_model **out, struct rtx_err *err);
+void rtx_model_unref(struct rtx_model *m); /* NULL: no-op */
+
+#define RTX_MODEL_MAX_IO 64
+#define RTX_MODEL_MAX_PREFERRED 16
+
+/* A model input or output as config.json declares it. dims exclude the batch dimension when
+ * max_batch_size > 0; -1 is a dimension of any size. */
+struct rtx_model_io {
+    char name[128];
+    enum rtx_dtype dtype;
+    int ndim;
+    int64_t dims[RTX_MAX_DIMS];
+    bool optional; /* inputs only: the request may leave it out */
+};
+
+struct rtx_model_info {
+    char name[128];
+    int64_t version;
+    char platform[32];         /* "rtx_graph" */
+    int max_batch_size;        /* 0: the model has no batch dimension, no dynamic batching */
+    int n_inputs, n_outputs;
+    struct rtx_model_io inputs[RTX_MODEL_MAX_IO], outputs[RTX_MODEL_MAX_IO];
+    bool dynamic_batching;
+    int n_preferred;
+    int preferred_batch_sizes[RTX_MODEL_MAX_PREFERRED];
+    int64_t max_queue_delay_us; /* microseconds */
+    char default_lane[32];      /* "" when the config names none */
+    int instances;              /* instance groups' total count */
+    char instance_kind[16];     /* "KIND_CPU" or "KIND_GPU" (Triton's spellings) */
+};
+/* The model's description; valid as long as the reference is held. */
+const struct rtx_model_info *rtx_model_info(const struct rtx_model *m);
+/* The model's config in Triton's JSON form (as GET /v2/models/{m}/config answers), as an
+ * rtx_malloc'ed NUL-terminated string; NULL when out of memory. */
+char *rtx_model_config_json(const struct rtx_model *m);
+
+/* KServe v2 datatype names ("FP32", "FP16", "BF16", "INT8", "INT32", "INT64", "UINT8",
+ * "BOOL") for rtxd's dtypes, and back: RTX_EUNSUPPORTED for a KServe datatype rtxd has no
+ * dtype for ("FP64", "BYTES", ... named in the message), RTX_EINVAL for one KServe lacks. */
+const char *rtx_kserve_dtype_name(enum rtx_dtype dt);
+int rtx_kserve_dtype_from_name(const char *name, enum rtx_dtype *out, struct rtx_err *err);
+
+/* ------------------------------------------------------------------------------------------
+ * Inference
+ * ---------------------------------------------------------------------------------------- */
+
+struct rtx_infer_input {
+    const char *name;
+    struct rtx_tensor *tensor; /* host, contiguous; includes the batch dimension when the
+                                  model's max_batch_size > 0; the core takes a reference */
+};
+
+struct rtx_infer_result;
+
+/* Called exactly once per accepted request, from a worker thread (or from rtx_serving_stop);
+ * it must not block for long. res and its tensors are valid until the callback returns;
+ * take references (rtx_tensor_ref) to keep outputs longer. */
+typedef void (*rtx_infer_done_fn)(void *ctx, const struct rtx_infer_result *res);
+
+struct rtx_infer_request {
+    struct rtx_model *model;     /* the caller's reference; rtx_serving_infer takes its own */
+    const char *id;              /* client's request id, echoed; may be NULL */
+    int n_inputs;
+    const struct rtx_infer_input *inputs;
+    int n_outputs;               /* requested outputs by name; 0 = all of the model's */
+    const char *const *outputs;
+    int64_t deadline_ns;         /* CLOCK_MONOTONIC; 0 = none. Expired before it runs:
+                                    RTX_EEXPIRED */
+    int priority;                /* KServe "priority" parameter; 0 = the lane's default */
+    const char *lane;            /* SLA lane; NULL = the model's default */
+    const volatile int *cancel;  /* nonzero: the client went away; may be NULL */
+    rtx_infer_done_fn done;
+    void *ctx;
+};
+
+struct rtx_infer_result {
+    int code;               /* 0, or an RTX_E* code with msg */
+    char msg[256];
+    const char *id;         /* the request's id */
+    const struct rtx_model_info *model;
+    int n_outputs;
+    const char *const *output_names;
+    struct rtx_tensor *const *outputs; /* host, contiguous, batch dimension included */
+    /* timings, nanoseconds (Triton's statistics: queue, compute input/infer/output) */
+    int64_t queue_ns, compute_input_ns, compute_infer_ns, compute_output_ns;
+    int batch_size;         /* size of the batch this request ran in */
+};
+
+/* Checks the request against the model (every required input present, no unknown or
+ * repeated input, datatype, rank and each dimension, batch size within max_batch_size, same
+ * batch size across inputs, requested outputs exist) and queues it. An error is returned at
+ * once, naming the input and the problem (RTX_EINVAL; RTX_ELIMIT for a batch above the max;
+ * RTX_EUNAVAILABLE when the model's queue is full or it is unloading) and the callback is not
+ * called. On 0 the callback will be called exactly once. The core copies nothing from req
+ * but the pointers it needs: inputs' tensors are referenced, strings are copied. */
+int rtx_serving_infer(struct rtx_serving *s, const struct rtx_infer_request *req,
+                      struct rtx_err *err);
+
+/* ------------------------------------------------------------------------------------------
+ * Statistics (Triton's ModelStatistics and the /metrics figures)
+ * ---------------------------------------------------------------------------------------- */
+
+struct rtx_stat_duration {
+    int64_t count;
+    int64_t ns; /* total, nanoseconds */
+};
+
+struct rtx_batch_stat {
+    int batch_size;
+    struct rtx_stat_duration compute_input, compute_infer, compute_output;
+};
+
+/* Why a request failed (/metrics' reason label). */
+enum rtx_infer_failure {
+    RTX_INFER_FAIL_REJECTED, /* refused before queuing: bad input, queue full */
+    RTX_INFER_FAIL_CANCELED,
+    RTX_INFER_FAIL_EXPIRED,
+    RTX_INFER_FAIL_BACKEND,  /* the execution failed */
+    RTX_INFER_FAIL_OTHER,
+    RTX_INFER_FAIL_COUNT
+};
+const char *rtx_infer_failure_name(enum rtx_infer_failure r); /* "REJECTED", ... */
+
+#define RTX_MODEL_MAX_BATCH_STATS 64
+
+struct rtx_model_stats {
+    char name[128];
+    int64_t version;
+    int64_t last_inference_ms;  /* unix ms of the last request answered; 0 = none */
+    int64_t inference_count;    /* requests answered successfully (batch elements) */
+    int64_t execution_count;    /* batches run */
+    struct rtx_stat_duration success, fail, queue, compute_input, compute_infer, compute_output;
+    int64_t failures[RTX_INFER_FAIL_COUNT];
+    int64_t pending;            /* queued or running now */
+    int n_batch_stats;          /* one per batch size seen, sorted by size */
+    struct rtx_batch_stat batch_stats[RTX_MODEL_MAX_BATCH_STATS];
+};
+
+/* Statistics of every model version loaded now or since start (name NULL or ""), or of one
+ * model (version 0 or <0: every version of it). *out is rtx_malloc'ed (rtx_free it).
+ * RTX_ENOTFOUND for a named model the server does not know. */
+int rtx_serving_stats(struct rtx_serving *s, const char *name, int64_t version,
+                      struct rtx_model_stats **out, int *n, struct rtx_err *err);
+
+/* Memory the loaded models hold: weights and plans on the host, and device memory per GPU
+ * (from their pools), bytes; for tests of unload and for /metrics. */
+struct rtx_serving_memory {
+    int64_t host_bytes;
+    int n_devices;
+    int64_t device_bytes[16];
+};
+void rtx_serving_memory(struct rtx_serving *s, struct rtx_serving_memory *out);
+
+#endif /* RTX_MODELS_SERVING_H */
