@@ -25,7 +25,7 @@ ifeq ($(shell command -v $(NVCC) 2>/dev/null),)
 $(error rtxd: nvcc not found at $(NVCC): install the CUDA toolkit or set CUDA_HOME=/path/to/cuda \
   (every build compiles kernels/cuda/*.cu; no GPU is needed))
 endif
-PKGS      := libprotobuf-c check grpc sqlite3 openssl inih libuv
+PKGS      := libprotobuf-c check grpc sqlite3 openssl inih libuv jansson libh2o
 DEPS_OK   := $(shell pkg-config --exists $(PKGS) 2>/dev/null && command -v protoc-c >/dev/null \
                 && [ -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h -o \
                      -e /usr/include/cblas.h ] && echo yes)
@@ -49,7 +49,10 @@ LDFLAGS  += -fsanitize=address,undefined
 endif
 
 PROTOS     := proto/rtx/v1/graph.proto proto/rtx/v1/jobs.proto proto/rtx/v1/admin.proto
-PROTO_C    := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS))
+# The KServe v2 inference service (Triton's package `inference`): C code for rtxd and librtx
+# only (Python tests use tritonclient's own copy; two copies in one process would clash).
+INFER_PROTOS := proto/inference/model_config.proto proto/inference/grpc_service.proto
+PROTO_C    := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb-c.c,$(PROTOS) $(INFER_PROTOS))
 PROTO_H    := $(PROTO_C:.c=.h)
 PROTO_OBJ  := $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PROTO_C))
 GRAPH_PB_OBJ := $(BUILD)/obj/gen/rtx/v1/graph.pb-c.o
@@ -58,6 +61,8 @@ SVC_PB_OBJ   := $(filter-out $(GRAPH_PB_OBJ),$(PROTO_OBJ))
 GRPC_LIBS   := $(shell pkg-config --libs grpc 2>/dev/null) -lgpr
 STORE_LIBS  := $(shell pkg-config --libs sqlite3 openssl 2>/dev/null)
 DAEMON_LIBS := $(GRPC_LIBS) $(STORE_LIBS) $(shell pkg-config --libs inih libuv 2>/dev/null)
+# the HTTP server (daemon/http.c): libh2o on libuv (H2O_USE_LIBUV), its TLS dependency, jansson
+DAEMON_LIBS += $(shell pkg-config --libs libh2o jansson 2>/dev/null) -lssl -lcrypto
 
 # CUDA: .cu files through nvcc for Hopper (sm_90 code plus compute_90 PTX for newer parts),
 # kernels/cuda/*.c through cc with the toolkit's headers; cudart linked dynamically, found at
@@ -67,6 +72,12 @@ CUDA_ARCH   := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code
 NVCCFLAGS   := -std=c++17 -O3 -g $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra,-Werror \
                -Werror all-warnings -I. -MMD -MP
 CUDA_CFLAGS := -isystem $(CUDA_HOME)/include
+# attention-flash.cu's wgmma kernels are sm_90a instructions: that file's native code is sm_90a
+# (H100/H200; the kernels are compiled out of its compute_90 PTX, and the launcher picks them on
+# compute capability 9.0 only).
+CUDA_ARCH_90A := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
+$(BUILD)/obj/kernels/cuda/attention-flash.cu.o: NVCCFLAGS := \
+  $(subst $(CUDA_ARCH),$(CUDA_ARCH_90A),$(NVCCFLAGS))
 CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
 
 CUDA_SRC    := $(wildcard kernels/cuda/*.cu)
@@ -78,6 +89,14 @@ LIBRT       := $(BUILD)/lib/librtxrt.a
 
 STORE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard store/*.c))
 LIBSTORE    := $(BUILD)/lib/librtxstore.a
+# models/: the inference serving core (model repository, batching), linked into rtxd and the
+# unit tests
+MODELS_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard models/*.c))
+LIBMODELS   := $(BUILD)/lib/librtxmodels.a
+MODELS_LIBS := $(shell pkg-config --libs jansson 2>/dev/null)
+# scheduler/: SLA lanes, admission control, brownout (linked into rtxd and the unit tests)
+SCHED_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard scheduler/*.c))
+LIBSCHED    := $(BUILD)/lib/librtxsched.a
 DAEMON_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard daemon/*.c))
 # daemon objects without main(), linked into the unit tests
 DAEMON_LIB_OBJ := $(filter-out $(BUILD)/obj/daemon/main.o,$(DAEMON_OBJ))
@@ -90,19 +109,26 @@ TEST_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
 # tests/gpu: plain C programs (no Check: they must not fork around a CUDA context).
-# gpu-linalg-tests.c is its own program (rtx-gpu-linalg-tests); the rest make rtx-gpu-tests.
+# gpu-linalg-tests.c is its own program (rtx-gpu-linalg-tests), so is gpu-jobs-tests.c (the job
+# manager on real devices: rtx-gpu-jobs-tests); the rest make rtx-gpu-tests. gpu-util.c (the
+# check counter) goes into all three.
 GPU_LINALG_TEST_OBJ := $(BUILD)/obj/tests/gpu/gpu-linalg-tests.o
-GPU_TEST_OBJ := $(filter-out $(GPU_LINALG_TEST_OBJ), \
+GPU_JOBS_TEST_OBJ := $(BUILD)/obj/tests/gpu/gpu-jobs-tests.o
+GPU_UTIL_OBJ := $(BUILD)/obj/tests/gpu/gpu-util.o
+GPU_TEST_OBJ := $(filter-out $(GPU_LINALG_TEST_OBJ) $(GPU_JOBS_TEST_OBJ), \
                   $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/gpu/*.c)))
 
 BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-examples \
         $(BUILD)/bin/rtxd $(BUILD)/bin/rtxctl $(LIBCLIENT) $(LIBCLIENT_SO) \
         $(BUILD)/lib/pkgconfig/rtx.pc $(BUILD)/bin/rtx-client-check $(BUILD)/bin/client-example \
         $(BUILD)/bin/rtx-gpu-tests $(BUILD)/bin/rtx-gpu-linalg-tests \
-        $(BUILD)/bin/rtx-bench-gpu
-EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg
+        $(BUILD)/bin/rtx-gpu-jobs-tests $(BUILD)/bin/rtx-bench-gpu
+EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg \
+            $(foreach m,simple mlp mlp_nobatch transformer_block mlp_wide mlp_wide_nobatch,\
+              $(BUILD)/examples/models/$(m)/config.json)
 
-.PHONY: all run run-examples test test-unit test-py test-integration test-asan test-py-only \
+.PHONY: all run run-examples test test-unit test-py test-integration test-serving test-asan \
+        test-py-only \
         bench examples clean deps gpu-bundle test-gpu bench-gpu
 all: $(BINS) $(EXAMPLES)
 
@@ -125,6 +151,7 @@ $(BUILD)/obj/%.o: %.c | $(PROTO_H)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/kernels/cuda/%.o: CFLAGS += $(CUDA_CFLAGS)
+$(BUILD)/obj/tests/unit/test-cuda-flash.o: CFLAGS += $(CUDA_CFLAGS)
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -137,9 +164,17 @@ $(LIBSTORE): $(STORE_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSTORE) $(LIBRT)
+$(LIBMODELS): $(MODELS_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(LDLIBS) $(CUDA_LIBS)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBSCHED): $(SCHED_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBMODELS) $(LIBSCHED) $(LIBSTORE) $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(MODELS_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
 # librtx: the client library (depends only on the protocol), static and shared
 $(LIBCLIENT): $(CLIENT_OBJ) $(PROTO_OBJ)
@@ -183,17 +218,26 @@ $(BUILD)/bin/make-examples: $(BUILD)/obj/examples/make-examples.o $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bin/rtx-unit-tests: $(TEST_OBJ) $(DAEMON_LIB_OBJ) $(SVC_PB_OBJ) $(LIBSTORE) $(LIBRT)
+$(BUILD)/bin/rtx-unit-tests: $(TEST_OBJ) $(DAEMON_LIB_OBJ) $(SVC_PB_OBJ) $(LIBMODELS) $(LIBSTORE) \
+                            $(LIBSCHED) $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(LDLIBS) $(CUDA_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(MODELS_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/bin/rtx-gpu-tests: $(GPU_TEST_OBJ) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
-$(BUILD)/bin/rtx-gpu-linalg-tests: $(GPU_LINALG_TEST_OBJ) $(LIBRT)
+$(BUILD)/bin/rtx-gpu-linalg-tests: $(GPU_LINALG_TEST_OBJ) $(GPU_UTIL_OBJ) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+$(GPU_JOBS_TEST_OBJ): CFLAGS += $(CUDA_CFLAGS)
+$(BUILD)/bin/rtx-gpu-jobs-tests: $(GPU_JOBS_TEST_OBJ) $(GPU_UTIL_OBJ) $(BUILD)/obj/daemon/jobs.o \
+                                 $(BUILD)/obj/daemon/log.o $(SVC_PB_OBJ) $(LIBSCHED) \
+                                 $(LIBSTORE) $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS) $(shell pkg-config --libs inih 2>/dev/null) \
+	  $(LDLIBS) $(CUDA_LIBS)
 
 examples: $(EXAMPLES)
 $(EXAMPLES) &: $(BUILD)/bin/make-examples
@@ -201,17 +245,23 @@ $(EXAMPLES) &: $(BUILD)/bin/make-examples
 	$(BUILD)/bin/make-examples $(BUILD)/examples
 
 # The README's first command: build, then run rtxd in the foreground on its embedded defaults
-# (gRPC on 127.0.0.1:8001, store under ./var, CPU backend). Submit from another terminal:
+# (gRPC on 127.0.0.1:8001, store under ./var, CPU backend), serving the example model
+# repository (docs/serving.md). Submit from another terminal:
 #   build/bin/rtxctl submit build/examples/mlp.rtxg --random-inputs --wait
 run: all
-	$(BUILD)/bin/rtxd
+	$(BUILD)/bin/rtxd --models.repository=$(BUILD)/examples/models
 
 # The example graphs through rtxrun, without the daemon.
 run-examples: all
 	$(BUILD)/bin/rtxrun $(BUILD)/examples/mlp.rtxg --random-inputs --seed 1
 	$(BUILD)/bin/rtxrun $(BUILD)/examples/transformer_block.rtxg --random-inputs --seed 1
 
-test: test-unit test-py test-integration
+test: test-unit test-py test-integration test-serving
+
+# tests/serving: the KServe v2 protocol over gRPC and HTTP with Triton's own clients
+# (tritonclient, perf_analyzer) against rtxd serving the example model repository
+test-serving: all $(PY_GEN)
+	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/serving
 
 test-integration: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/integration
@@ -244,14 +294,16 @@ test-asan:
 # Python suites against an already built $(BUILD); generated Python code from build/py.
 test-py-only:
 	ASAN_OPTIONS=detect_leaks=1 RTX_BUILD=$(abspath $(BUILD)) RTX_PY=$(abspath build/py) \
-	  $(VENV)/bin/python -m pytest -q -n 2 tests/interop tests/integration
+	  $(VENV)/bin/python -m pytest -q -n 2 tests/interop tests/integration tests/serving
 
 # bench/bench_jobs.sh: rtxd's job round trip against a bare gRPC echo server, both on loopback
-BENCH_BINS := $(BUILD)/bin/rtx-echo-server $(BUILD)/bin/rtx-bench-jobs
+BENCH_BINS := $(BUILD)/bin/rtx-echo-server $(BUILD)/bin/rtx-bench-jobs $(BUILD)/bin/rtx-bench-sched
 
 bench: all $(PY_GEN) $(BENCH_BINS)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python bench/bench_cpu.py
 	RTX_BUILD=$(abspath $(BUILD)) bash bench/bench_jobs.sh
+	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python bench/bench_serving.py
+	$(BUILD)/bin/rtx-bench-sched all
 
 $(BUILD)/bin/rtx-echo-server: $(BUILD)/obj/bench/echo-server.o
 	@mkdir -p $(dir $@)
@@ -260,6 +312,17 @@ $(BUILD)/bin/rtx-echo-server: $(BUILD)/obj/bench/echo-server.o
 $(BUILD)/bin/rtx-bench-jobs: $(BUILD)/obj/bench/bench-jobs.o $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) $(shell pkg-config --libs libprotobuf-c) -lm -pthread
+
+# bench/bench-sched.c: the scheduler's cost per enqueue + dispatch under callgrind (valgrind)
+# and its goodput under 2x overload against a plain FIFO, on a simulated clock.
+.PHONY: bench-sched bench-sched-callgrind
+$(BUILD)/bin/rtx-bench-sched: $(BUILD)/obj/bench/bench-sched.o $(LIBSCHED) $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs inih 2>/dev/null) $(LDLIBS)
+bench-sched: $(BUILD)/bin/rtx-bench-sched
+	$(BUILD)/bin/rtx-bench-sched goodput
+bench-sched-callgrind: $(BUILD)/bin/rtx-bench-sched
+	$(BUILD)/bin/rtx-bench-sched callgrind
 
 # bench/bench-mem-pool.c: the caching allocator against the raw (malloc) allocator it caches
 $(BUILD)/bin/rtx-bench-mem-pool: $(BUILD)/obj/bench/bench-mem-pool.o $(LIBRT)
@@ -276,19 +339,26 @@ $(BUILD)/bin/rtx-bench-gpu: $(BUILD)/obj/bench/bench-gpu.o $(LIBRT)
 # The shared libraries the GPU machine lacks, into .gpu/lib (docs/gpu.md).
 GPU_BUNDLE_BINS := $(BUILD)/bin/rtxd $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/rtxrun \
                    $(BUILD)/bin/rtxctl $(BUILD)/bin/rtx-gpu-tests \
-                   $(BUILD)/bin/rtx-gpu-linalg-tests $(BUILD)/bin/rtx-bench-gpu
+                   $(BUILD)/bin/rtx-gpu-linalg-tests $(BUILD)/bin/rtx-gpu-jobs-tests \
+                   $(BUILD)/bin/rtx-bench-gpu
 gpu-bundle: $(GPU_BUNDLE_BINS)
 	bash deploy/gpu-bundle.sh .gpu/lib $(GPU_BUNDLE_BINS)
 
 # On the GPU machine, after `make all gpu-bundle` elsewhere and with LD_LIBRARY_PATH set to
 # .gpu/lib and the CUDA libraries: runs what is built, builds nothing. Skips without a GPU.
+# tests/gpu/test_ops_torch.py: every op through one rtxrun process against PyTorch (python3
+# with torch; it encodes its graphs itself, so $(BUILD)/py is not needed there).
 test-gpu:
-	@for b in rtx-gpu-tests rtx-gpu-linalg-tests rtxd rtxctl; do \
+	@for b in rtx-gpu-tests rtx-gpu-linalg-tests rtx-gpu-jobs-tests rtxd rtxctl rtxrun; do \
 	  [ -x $(BUILD)/bin/$$b ] || { echo "test-gpu: $(BUILD)/bin/$$b is missing: build with" \
 	    "'make all gpu-bundle' first (test-gpu never builds)" >&2; exit 2; }; done
 	$(BUILD)/bin/rtx-gpu-tests
 	$(BUILD)/bin/rtx-gpu-linalg-tests
+	$(BUILD)/bin/rtx-gpu-jobs-tests
 	RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-devices.sh
+	RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-jobs.sh
+	RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-serving.sh
+	RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) tests/gpu/test_ops_torch.py --device cuda
 
 # On the GPU machine, like test-gpu: bench/bench_gpu.py runs rtx-bench-gpu, then the same cases
 # in PyTorch (the machine's python3), and prints the ratios. Builds nothing.
@@ -301,7 +371,7 @@ clean:
 	rm -rf build build-asan
 
 -include $(RUNTIME_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(GPU_TEST_OBJ:.o=.d) $(STORE_OBJ:.o=.d) \
-  $(GPU_LINALG_TEST_OBJ:.o=.d) $(BUILD)/obj/bench/bench-gpu.d \
-  $(DAEMON_OBJ:.o=.d) \
+  $(GPU_LINALG_TEST_OBJ:.o=.d) $(GPU_JOBS_TEST_OBJ:.o=.d) $(BUILD)/obj/bench/bench-gpu.d \
+  $(DAEMON_OBJ:.o=.d) $(MODELS_OBJ:.o=.d) $(SCHED_OBJ:.o=.d) $(BUILD)/obj/bench/bench-sched.d \
   $(CLIENT_OBJ:.o=.d) \
   $(BUILD)/obj/client/rtxctl.d $(BUILD)/obj/tests/integration/client-check.d

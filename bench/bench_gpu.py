@@ -6,23 +6,34 @@ warm-up, the median. Also the device-to-device copy bandwidth (Tensor.copy_), wh
 memory-bound targets are measured against, and the transformer block under torch.compile.
 Prints one table: rtxd's figure, PyTorch's, the ratio, the target and met/MISSED.
 
+Attention rows name the route rtxd ran (the fused kernel unless RTX_ATTN_ROUTE says otherwise,
+docs/gpu.md). After the table, an accuracy check: rtx-bench-gpu --attention-check writes small
+attention cases (f16 and bf16, head dims 64 and 128, odd lengths, causal, boolean and additive
+masks) with rtxd's GPU output; each is compared with PyTorch's scaled_dot_product_attention on
+the same inputs, both against an f32 reference: rtxd passes when its max error is at most
+twice PyTorch's own plus one unit of the dtype (2^-10 f16, 2^-7 bf16) times max |ref|.
+The exit status is 1 when a check fails.
+
 Usage (on the GPU machine, after `make all gpu-bundle` elsewhere): make bench-gpu
+  python3 bench/bench_gpu.py [--check-only]   (--check-only: only the accuracy check)
 Environment: RTX_BUILD (the build folder, default ./build), RTX_BENCH_ARGS (extra arguments
-for rtx-bench-gpu, e.g. --quick).
+for rtx-bench-gpu, e.g. --quick or --attention).
 """
+import functools
 import json
 import math
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 
-def run_rtx():
+def run_rtx(args=None):
     build = os.environ.get("RTX_BUILD", "build")
     cmd = [os.path.join(build, "bin", "rtx-bench-gpu")]
-    cmd += os.environ.get("RTX_BENCH_ARGS", "").split()
+    cmd += os.environ.get("RTX_BENCH_ARGS", "").split() if args is None else args
     proc = subprocess.run(cmd, capture_output=True, text=True)
     sys.stderr.write(proc.stderr)
     if proc.returncode != 0:
@@ -108,6 +119,7 @@ def copy_bandwidth():
     return 2 * src.numel() * src.element_size() / ms / 1e6
 
 
+@functools.lru_cache(maxsize=None)
 def block_torch(shape):
     """Eager, eager with the host copies rtxd's figure includes, and torch.compile (ms)."""
     import torch
@@ -166,11 +178,99 @@ def block_torch(shape):
     return eager, eager_io, comp
 
 
+def transfer_torch(nbytes, reps=10):
+    """PyTorch's pageable host->device (.cuda()) and device->host (.cpu()) GB/s."""
+    import torch
+    x = torch.rand(nbytes // 2).to(torch.bfloat16)  # pageable host memory
+    up = down = 0.0
+    for i in range(reps + 1):  # one warm-up
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        d = x.cuda()
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        d.cpu()
+        t2 = time.perf_counter()
+        if i:
+            up, down = up + t1 - t0, down + t2 - t1
+    return nbytes * reps / up / 1e9, nbytes * reps / down / 1e9
+
+
 def verdict(ratio, target):
     return "met" if ratio >= target else "MISSED"
 
 
+def load_raw(path, dtype, shape):
+    """A raw little-endian file of rtxd's dtype as a torch tensor on the GPU."""
+    import numpy as np
+    import torch
+    if dtype == "bf16":
+        bits = np.fromfile(path, dtype="<u2").astype(np.uint32) << 16
+        a = torch.from_numpy(bits.view(np.float32).reshape(shape)).to(torch.bfloat16)
+    elif dtype == "f16":
+        a = torch.from_numpy(np.fromfile(path, dtype="<f2").reshape(shape))
+    elif dtype == "bool":
+        a = torch.from_numpy(np.fromfile(path, dtype="u1").reshape(shape) != 0)
+    else:
+        raise ValueError(f"attention check: dtype {dtype}")
+    return a.cuda()
+
+
+def attention_check():
+    """rtxd's attention output against PyTorch SDPA on the same inputs; returns failures."""
+    import torch
+    import torch.nn.functional as F
+    unit = {"f16": 2.0 ** -10, "bf16": 2.0 ** -7}
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [r for r in run_rtx(["--attention-check", tmp])
+                if r.get("name") == "attention_check"]
+        if not rows:
+            print("attention check: rtx-bench-gpu wrote no case")
+            return 1
+        print("| attention vs torch SDPA | shape | rtxd err | torch err | bound | |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for r in rows:
+            if "error" in r:
+                print(f"| case | | error: {r['error']} | | | FAIL |")
+                failures += 1
+                continue
+            b, h, lq, lk, d = r["b"], r["h"], r["lq"], r["lk"], r["d"]
+            dt, pre = r["dtype"], r["prefix"]
+            q = load_raw(pre + "q.bin", dt, (b, h, lq, d))
+            k = load_raw(pre + "k.bin", dt, (b, h, lk, d))
+            v = load_raw(pre + "v.bin", dt, (b, h, lk, d))
+            out = load_raw(pre + "out.bin", dt, (b, h, lq, d)).float()
+            mask = None
+            if r["mask"] == "bool":  # [lk] in rtxd; torch wants rank >= 2
+                mask = load_raw(pre + "mask.bin", "bool", (1, lk))
+            elif r["mask"] == "additive":
+                mask = load_raw(pre + "mask.bin", dt, (b, 1, lq, lk))
+            causal = bool(r["causal"])
+            ref = F.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(),
+                attn_mask=None if mask is None else (mask if mask.dtype == torch.bool
+                                                     else mask.float()),
+                is_causal=causal)
+            low = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                 is_causal=causal).float()
+            mag = ref.abs().max().item()
+            e_rtx = (out - ref).abs().max().item()
+            e_torch = (low - ref).abs().max().item()
+            bound = 2 * e_torch + unit[dt] * max(mag, 1e-30)
+            ok = e_rtx <= bound
+            failures += 0 if ok else 1
+            what = (f"{dt} b{b} h{h} lq{lq} lk{lk} d{d}" + (" causal" if causal else "")
+                    + ("" if r["mask"] == "none" else f" mask {r['mask']}"))
+            print(f"| {what} | | {e_rtx:.3g} | {e_torch:.3g} | {bound:.3g} | "
+                  f"{'ok' if ok else 'FAIL'} |", flush=True)
+    print(f"attention check: {len(rows) - failures} passed, {failures} failed")
+    return failures
+
+
 def main():
+    if "--check-only" in sys.argv[1:]:
+        return 1 if attention_check() else 0
     rows = run_rtx()
     if not rows:
         print("bench_gpu: rtx-bench-gpu ran no case (no GPU?)")
@@ -203,6 +303,27 @@ def main():
             table.append(("block vs torch.compile", shape, f"{ms:.3f} ms",
                           f"compile {comp:.3f} ms", f"{comp / ms:.2f}x", "(reported)", ""))
             continue
+        if name == "block_device":
+            eager, _, comp = block_torch(r["shape"])
+            ms, mode = r["ms"], r.get("mode", "")
+            table.append((f"block device-resident ({mode}) vs eager", shape, f"{ms:.3f} ms",
+                          f"eager {eager:.3f} ms", f"{eager / ms:.2f}x", ">= 1.3x",
+                          verdict(eager / ms, 1.3)))
+            table.append((f"block device-resident ({mode}) vs torch.compile", shape,
+                          f"{ms:.3f} ms", f"compile {comp:.3f} ms", f"{comp / ms:.2f}x",
+                          "(reported)", ""))
+            continue
+        if name == "transfer":
+            t_up, t_down = transfer_torch(r["bytes"])
+            for way, key in (("upload", "upload_gbps"), ("download", "download_gbps")):
+                raw = r["raw_" + key]
+                torch_gbps = t_up if way == "upload" else t_down
+                how = "pinned chunks" if way == "upload" else "into a pinned block"
+                table.append((f"{way} ({how}, copy stream)", r["shape"],
+                              f"{r[key]:.1f} GB/s",
+                              f"torch {torch_gbps:.1f} GB/s, cudaMemcpy {raw:.1f} GB/s",
+                              f"{r[key] / torch_gbps:.2f}x torch", "(reported)", ""))
+            continue
         t = torch_case(r)
         if t is None:
             continue
@@ -210,6 +331,8 @@ def main():
         if r.get("tflops") is not None and ttf is not None:
             ratio = r["tflops"] / ttf
             target = 0.95 if name == "gemm" else 0.8
+            if "route" in r:
+                name = f"{name} ({r['route']})"
             table.append((name, shape, f"{r['tflops']:.1f} TFLOP/s", f"{ttf:.1f} TFLOP/s",
                           f"{ratio:.2f}x", f">= {target}x", verdict(ratio, target)))
         else:
@@ -224,7 +347,7 @@ def main():
     print("|" + " --- |" * len(head))
     for row in table:
         print("| " + " | ".join(row) + " |")
-    return 0
+    return 1 if attention_check() else 0
 
 
 if __name__ == "__main__":

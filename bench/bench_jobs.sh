@@ -2,7 +2,7 @@
 # bench_jobs.sh - rtxd's job round trip next to a bare gRPC echo, in one run on loopback.
 #
 # Starts build/bin/rtx-echo-server (port chosen by the kernel, read from its "port N" line)
-# and build/bin/rtxd (a free loopback port, a store in a temporary folder), runs
+# and build/bin/rtxd (a free loopback port, no HTTP server, a store in a temporary folder), runs
 # build/bin/rtx-bench-jobs against both - calls or jobs per second, p50 and p99 at 1 and 16
 # in flight, and the ratio rtxd p50 / echo p50 (target <= 2x) - then stops both servers and
 # removes the temporary folder, also when interrupted.
@@ -81,8 +81,10 @@ if [ -z "$echo_port" ]; then
 fi
 
 rtxd_port=$(free_port)
-"$build/bin/rtxd" --server.listen="127.0.0.1:$rtxd_port" --store.path="$tmp/rtxd.db" \
-    --log.level=warn --drain.grace_ms=2000 ${RTX_BENCH_RTXD_ARGS:-} >"$tmp/rtxd.log" 2>&1 &
+# --http.listen= : no HTTP server, so parallel runs never collide on its default port 8000
+"$build/bin/rtxd" --server.listen="127.0.0.1:$rtxd_port" --http.listen= \
+    --store.path="$tmp/rtxd.db" --log.level=warn --drain.grace_ms=2000 \
+    ${RTX_BENCH_RTXD_ARGS:-} >"$tmp/rtxd.log" 2>&1 &
 rtxd_pid=$!
 if ! wait_listening "$rtxd_port"; then
     echo "bench_jobs.sh: rtxd did not listen on 127.0.0.1:$rtxd_port; its log:" >&2

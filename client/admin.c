@@ -1,6 +1,6 @@
 /*
- * admin.c - librtx calls of the rtx.v1.Admin service: Status, Devices, Health, Config and
- * Drain. Each result is boxed with the decoded response its strings point into
+ * admin.c - librtx calls of the rtx.v1.Admin service: Status, Devices, Health, Config, Pools,
+ * Lanes and Drain. Each result is boxed with the decoded response its strings point into
  * (client-impl.h).
  */
 #include <stdlib.h>
@@ -25,6 +25,7 @@ static void device_fill(struct rtx_client_device *dst, const Rtx__V1__Device *sr
     dst->compute_capability = rtx__client_str(src->compute_capability);
     dst->healthy = src->healthy;
     dst->detail = rtx__client_str(src->detail);
+    dst->workers = src->workers;
 }
 
 /* An array of n devices filled from src, or NULL when out of memory. */
@@ -240,6 +241,173 @@ int rtx_client_get_config(struct rtx_client *c, struct rtx_client_config **out,
     b->cfg.n_settings = (int)pb->n_settings;
     b->cfg.settings = b->settings;
     *out = &b->cfg;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Pools
+ * ---------------------------------------------------------------------------------------- */
+
+struct pools_box {
+    Rtx__V1__PoolsResponse *pb;
+    struct rtx_client_pool *pools;
+    struct rtx_client_pool_list list;
+};
+
+static void pools_box_free(struct pools_box *b) {
+    if (!b) return;
+    if (b->pb) rtx__v1__pools_response__free_unpacked(b->pb, NULL);
+    free(b->pools);
+    free(b);
+}
+
+void rtx_client_pool_list_free(struct rtx_client_pool_list *list) {
+    if (list) pools_box_free(BOX_OF(list, struct pools_box, list));
+}
+
+int rtx_client_list_pools(struct rtx_client *c, struct rtx_client_pool_list **out,
+                          struct rtx_client_err *err) {
+    if (!out) return rtx__client_err(err, RTX_CLIENT_EINVAL, -1, "no output pointer");
+    *out = NULL;
+    Rtx__V1__PoolsRequest req = RTX__V1__POOLS_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    int rc = rtx__client_unary(c, RTX__CLIENT_M_POOLS, &req.base, &msg, err);
+    if (rc < 0) return rc;
+    struct pools_box *b = calloc(1, sizeof *b);
+    if (!b) {
+        protobuf_c_message_free_unpacked(msg, NULL);
+        return oom(err);
+    }
+    Rtx__V1__PoolsResponse *pb = b->pb = (Rtx__V1__PoolsResponse *)msg;
+    b->pools = calloc(pb->n_pools ? pb->n_pools : 1, sizeof *b->pools);
+    if (!b->pools) {
+        pools_box_free(b);
+        return oom(err);
+    }
+    for (size_t i = 0; i < pb->n_pools; i++) {
+        const Rtx__V1__PoolStats *s = pb->pools[i];
+        struct rtx_client_pool *p = &b->pools[i];
+        p->device = rtx__client_str(s->device);
+        p->kind = rtx__client_str(s->kind);
+        p->pools = s->pools;
+        p->allocated_bytes = s->allocated_bytes;
+        p->reserved_bytes = s->reserved_bytes;
+        p->active_bytes = s->active_bytes;
+        p->allocated_peak_bytes = s->allocated_peak_bytes;
+        p->reserved_peak_bytes = s->reserved_peak_bytes;
+        p->fragmentation = s->fragmentation;
+        p->alloc_retries = s->alloc_retries;
+        p->ooms = s->ooms;
+        p->cap_bytes = s->cap_bytes;
+        p->free_bytes = s->free_bytes;
+        p->allocs = s->allocs;
+        p->cache_hits = s->cache_hits;
+        p->segments = s->segments;
+        p->healthy = s->healthy;
+        p->detail = rtx__client_str(s->detail);
+    }
+    b->list.n_pools = (int)pb->n_pools;
+    b->list.pools = b->pools;
+    *out = &b->list;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Lanes
+ * ---------------------------------------------------------------------------------------- */
+
+struct lanes_box {
+    Rtx__V1__LanesResponse *pb;
+    struct rtx_client_lane *lanes;
+    struct rtx_client_lane_scheduler *scheds;
+    struct rtx_client_lane_list list;
+};
+
+static void lanes_box_free(struct lanes_box *b) {
+    if (!b) return;
+    if (b->pb) rtx__v1__lanes_response__free_unpacked(b->pb, NULL);
+    free(b->lanes);
+    free(b->scheds);
+    free(b);
+}
+
+void rtx_client_lane_list_free(struct rtx_client_lane_list *list) {
+    if (list) lanes_box_free(BOX_OF(list, struct lanes_box, list));
+}
+
+int rtx_client_list_lanes(struct rtx_client *c, struct rtx_client_lane_list **out,
+                          struct rtx_client_err *err) {
+    if (!out) return rtx__client_err(err, RTX_CLIENT_EINVAL, -1, "no output pointer");
+    *out = NULL;
+    Rtx__V1__LanesRequest req = RTX__V1__LANES_REQUEST__INIT;
+    ProtobufCMessage *msg = NULL;
+    int rc = rtx__client_unary(c, RTX__CLIENT_M_LANES, &req.base, &msg, err);
+    if (rc < 0) return rc;
+    struct lanes_box *b = calloc(1, sizeof *b);
+    if (!b) {
+        protobuf_c_message_free_unpacked(msg, NULL);
+        return oom(err);
+    }
+    Rtx__V1__LanesResponse *pb = b->pb = (Rtx__V1__LanesResponse *)msg;
+    b->lanes = calloc(pb->n_lanes ? pb->n_lanes : 1, sizeof *b->lanes);
+    b->scheds = calloc(pb->n_schedulers ? pb->n_schedulers : 1, sizeof *b->scheds);
+    if (!b->lanes || !b->scheds) {
+        lanes_box_free(b);
+        return oom(err);
+    }
+    for (size_t i = 0; i < pb->n_schedulers; i++) {
+        const Rtx__V1__LaneScheduler *s = pb->schedulers[i];
+        struct rtx_client_lane_scheduler *o = &b->scheds[i];
+        o->device = rtx__client_str(s->device);
+        o->executors = s->executors;
+        o->healthy = s->healthy;
+        o->running = s->running;
+        o->brownout_level = s->brownout_level;
+        o->brownout_entries = s->brownout_entries;
+        o->brownout_exits = s->brownout_exits;
+        o->batch_delay_factor = s->batch_delay_factor;
+        o->cost_keys = s->cost_keys;
+    }
+    for (size_t i = 0; i < pb->n_lanes; i++) {
+        const Rtx__V1__LaneStats *s = pb->lanes[i];
+        struct rtx_client_lane *o = &b->lanes[i];
+        o->device = rtx__client_str(s->device);
+        o->lane = rtx__client_str(s->lane);
+        o->priority = s->priority;
+        o->target_p99_us = s->target_p99_us;
+        o->weight = s->weight;
+        o->max_queued = s->max_queued;
+        o->on_timeout = rtx__client_str(s->on_timeout);
+        o->preemptible = s->preemptible;
+        o->queued = s->queued;
+        o->delayed = s->delayed;
+        o->running = s->running;
+        o->queued_work_us = s->queued_work_us;
+        o->est_delay_us = s->est_delay_us;
+        o->pressure = s->pressure;
+        o->shed = s->shed;
+        o->wait_samples = s->wait_samples;
+        o->wait_p50_us = s->wait_p50_us;
+        o->wait_p90_us = s->wait_p90_us;
+        o->wait_p99_us = s->wait_p99_us;
+        o->wait_max_us = s->wait_max_us;
+        o->admitted = s->admitted;
+        o->rejected_full = s->rejected_full;
+        o->rejected_deadline = s->rejected_deadline;
+        o->rejected_shed = s->rejected_shed;
+        o->expired = s->expired;
+        o->dispatched = s->dispatched;
+        o->completed = s->completed;
+        o->failed = s->failed;
+        o->cancelled = s->cancelled;
+        o->preempted = s->preempted;
+    }
+    b->list.default_lane = rtx__client_str(pb->default_lane);
+    b->list.n_schedulers = (int)pb->n_schedulers;
+    b->list.schedulers = b->scheds;
+    b->list.n_lanes = (int)pb->n_lanes;
+    b->list.lanes = b->lanes;
+    *out = &b->list;
     return 0;
 }
 

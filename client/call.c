@@ -42,6 +42,11 @@ static const struct method_info {
                               &rtx__v1__##resp##__descriptor, stream},
     RTX__CLIENT_METHOD_MAP(RTX__CLIENT_METHOD_ROW)
 #undef RTX__CLIENT_METHOD_ROW
+#define RTX__CLIENT_INFER_METHOD_ROW(name, path, req, resp, stream)                              \
+    [RTX__CLIENT_M_##name] = {path, &inference__##req##__descriptor,                             \
+                              &inference__##resp##__descriptor, stream},
+    RTX__CLIENT_INFER_METHOD_MAP(RTX__CLIENT_INFER_METHOD_ROW)
+#undef RTX__CLIENT_INFER_METHOD_ROW
 };
 
 /* ------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 #include "rtx/v1/admin.pb-c.h"
 #include "rtx/v1/graph.pb-c.h"
 #include "rtx/v1/jobs.pb-c.h"
+#include "inference/grpc_service.pb-c.h"
 
 /* The RPC methods librtx calls: {enum name, path, request type, response type, streaming}. */
 #define RTX__CLIENT_METHOD_MAP(X)                                                               \
@@ -34,11 +35,32 @@
     X(DEVICES, "/rtx.v1.Admin/Devices", devices_request, devices_response, false)               \
     X(HEALTH, "/rtx.v1.Admin/Health", health_request, health_response, false)                   \
     X(CONFIG, "/rtx.v1.Admin/Config", config_request, config_response, false)                   \
+    X(POOLS, "/rtx.v1.Admin/Pools", pools_request, pools_response, false)                       \
+    X(LANES, "/rtx.v1.Admin/Lanes", lanes_request, lanes_response, false)                       \
     X(DRAIN, "/rtx.v1.Admin/Drain", drain_request, drain_response, false)
+
+/* The inference.GRPCInferenceService methods librtx calls (models.c), same columns. */
+#define RTX__CLIENT_INFER_PATH(m) "/inference.GRPCInferenceService/" #m
+#define RTX__CLIENT_INFER_METHOD_MAP(X)                                                         \
+    X(REPOSITORY_INDEX, RTX__CLIENT_INFER_PATH(RepositoryIndex), repository_index_request,      \
+      repository_index_response, false)                                                         \
+    X(MODEL_LOAD, RTX__CLIENT_INFER_PATH(RepositoryModelLoad), repository_model_load_request,   \
+      repository_model_load_response, false)                                                    \
+    X(MODEL_UNLOAD, RTX__CLIENT_INFER_PATH(RepositoryModelUnload),                              \
+      repository_model_unload_request, repository_model_unload_response, false)                 \
+    X(MODEL_READY, RTX__CLIENT_INFER_PATH(ModelReady), model_ready_request,                     \
+      model_ready_response, false)                                                              \
+    X(MODEL_METADATA, RTX__CLIENT_INFER_PATH(ModelMetadata), model_metadata_request,            \
+      model_metadata_response, false)                                                           \
+    X(MODEL_CONFIG, RTX__CLIENT_INFER_PATH(ModelConfig), model_config_request,                  \
+      model_config_response, false)                                                             \
+    X(MODEL_STATISTICS, RTX__CLIENT_INFER_PATH(ModelStatistics), model_statistics_request,      \
+      model_statistics_response, false)
 
 enum rtx__client_method {
 #define RTX__CLIENT_METHOD_ENUM(name, path, req, resp, stream) RTX__CLIENT_M_##name,
     RTX__CLIENT_METHOD_MAP(RTX__CLIENT_METHOD_ENUM)
+    RTX__CLIENT_INFER_METHOD_MAP(RTX__CLIENT_METHOD_ENUM)
 #undef RTX__CLIENT_METHOD_ENUM
     RTX__CLIENT_M_COUNT
 };

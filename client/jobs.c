@@ -101,6 +101,8 @@ int rtx__client_job_fill(struct rtx_client_job *dst, const Rtx__V1__Job *src,
     dst->run_ms = src->run_ms;
     dst->peak_bytes = src->peak_bytes;
     dst->outputs_available = src->outputs_available;
+    dst->device = rtx__client_str(src->device);
+    dst->requested_device = rtx__client_str(src->requested_device);
     for (size_t i = 0; i < src->n_labels; i++) {
         labels[i].key = rtx__client_str(src->labels[i]->key);
         labels[i].value = rtx__client_str(src->labels[i]->value);
@@ -270,6 +272,7 @@ int rtx_client_submit(struct rtx_client *c, const struct rtx_client_graph *g,
     req.labels = label_ptrs;
     req.idempotency_key = (char *)(opt->idempotency_key ? opt->idempotency_key : "");
     req.restart_policy = (Rtx__V1__RestartPolicy)opt->restart_policy;
+    req.device = (char *)(opt->device ? opt->device : "");
     ProtobufCMessage *msg = NULL;
     rc = rtx__client_unary(c, RTX__CLIENT_M_SUBMIT, &req.base, &msg, err);
     if (rc < 0) goto out;

@@ -1,11 +1,12 @@
 /*
  * rtx.h - librtx, the C client of rtxd: connect to a daemon, build graphs, submit them as
- * jobs, wait for jobs, fetch their outputs, and ask the daemon's admin service for its
- * status, devices, health and settings.
+ * jobs, wait for jobs, fetch their outputs, ask the daemon's admin service for its status,
+ * devices, health and settings, and list, load, unload and describe its served models.
  *
  * DESIGN
- * librtx speaks the rtx.v1 protocol (proto/rtx/v1/{graph,jobs,admin}.proto) over gRPC and
- * depends only on gRPC core and protobuf-c, never on rtxd's runtime. This header includes
+ * librtx speaks the rtx.v1 protocol (proto/rtx/v1/{graph,jobs,admin}.proto) and, for models,
+ * the KServe v2 inference protocol (proto/inference/) over gRPC, and depends only on gRPC
+ * core and protobuf-c, never on rtxd's runtime. This header includes
  * nothing of either: the protocol messages stay inside the library.
  *
  * Threads. One struct rtx_client may be used by any number of threads at once. It holds one
@@ -385,6 +386,9 @@ struct rtx_client_submit_options {
     int n_labels;
     const char *idempotency_key;        /* NULL or "": none */
     enum rtx_client_restart_policy restart_policy;
+    const char *device;                 /* NULL or "": the daemon's setting jobs.device; "auto"
+                                           (a healthy GPU, else the CPU), "cpu", "cuda" (any
+                                           healthy GPU), "cuda:N" */
 };
 
 /* Longest job id, including the terminating NUL. */
@@ -435,6 +439,9 @@ struct rtx_client_job {
     int n_outputs;                      /* set once succeeded */
     const struct rtx_client_output_info *outputs;
     bool outputs_available;             /* false once retention deleted them */
+    const char *device;                 /* where it runs or ran: "cpu", "cuda:0"; "" before */
+    const char *requested_device;       /* as submitted, the default applied: "auto", "cpu",
+                                           "cuda", "cuda:N" ("" from an older daemon) */
 };
 
 /* Fetches job `job_id`. *out is freed with rtx_client_job_free. Returns 0,
@@ -520,8 +527,9 @@ struct rtx_client_device {
     int sm_count;                       /* multiprocessors (cuda) */
     int64_t memory_bytes;               /* bytes */
     const char *compute_capability;     /* "9.0" (cuda); "" otherwise */
-    bool healthy;
+    bool healthy;                       /* cuda: false after a sticky device error */
     const char *detail;                 /* why not healthy; "" otherwise */
+    int workers;                        /* job workers running on it */
 };
 
 /* Jobs in one scheduling lane. */
@@ -573,6 +581,90 @@ int rtx_client_list_devices(struct rtx_client *c, struct rtx_client_device_list 
                             struct rtx_client_err *err);
 void rtx_client_device_list_free(struct rtx_client_device_list *list); /* NULL: no-op */
 
+/* The memory pools of one device, as rtx.v1.PoolStats: the sums over the caching pools of the
+ * device's job workers (see docs/daemon.md). */
+struct rtx_client_pool {
+    const char *device;                 /* "cuda:0", "cuda:0/pinned", "cpu" */
+    const char *kind;                   /* "cuda", "pinned", "cpu" */
+    int pools;                          /* caching pools summed; 0 for the CPU (none) */
+    int64_t allocated_bytes;            /* bytes in blocks held by callers */
+    int64_t reserved_bytes;             /* bytes obtained from the device */
+    int64_t active_bytes;               /* allocated + held back for stream events */
+    int64_t allocated_peak_bytes;       /* the CPU: the largest peak of a job run on it */
+    int64_t reserved_peak_bytes;
+    double fragmentation;               /* 1 - largest free block / free bytes */
+    int64_t alloc_retries;              /* allocations retried after releasing the cache */
+    int64_t ooms;                       /* allocations failed for lack of memory */
+    int64_t cap_bytes;                  /* per pool; 0 = no cap */
+    int64_t free_bytes;                 /* cached in free blocks */
+    int64_t allocs;
+    int64_t cache_hits;                 /* allocations served without a new segment */
+    int64_t segments;
+    bool healthy;
+    const char *detail;                 /* why not healthy; for the CPU, what the row means */
+};
+
+struct rtx_client_pool_list {
+    int n_pools;
+    const struct rtx_client_pool *pools;
+};
+
+/* Lists the memory pools of the daemon's devices (each CUDA device jobs run on, its pinned
+ * host pool, the CPU); free *out with rtx_client_pool_list_free. Returns 0 or an error code
+ * (RTX_CLIENT_EUNIMPLEMENTED from a daemon without Admin.Pools). */
+int rtx_client_list_pools(struct rtx_client *c, struct rtx_client_pool_list **out,
+                          struct rtx_client_err *err);
+void rtx_client_pool_list_free(struct rtx_client_pool_list *list); /* NULL: no-op */
+
+/* One lane of one device's SLA scheduler, as rtx.v1.LaneStats (times in µs; see
+ * docs/scheduler.md). */
+struct rtx_client_lane {
+    const char *device;                 /* the scheduler: "cpu", "cuda:0" */
+    const char *lane;
+    int priority;                       /* 0 = the highest lane */
+    int64_t target_p99_us;              /* latency target (wait + run) */
+    int weight;                         /* share across lanes */
+    int64_t max_queued;                 /* queue bound */
+    const char *on_timeout;             /* "reject" or "delay" */
+    bool preemptible;
+    int64_t queued, delayed, running;   /* depth now */
+    int64_t queued_work_us;             /* estimated run time of the queued jobs */
+    int64_t est_delay_us;               /* estimated queueing delay of a job arriving now */
+    double pressure;                    /* est_delay / target */
+    bool shed;                          /* refused by brownout now */
+    int64_t wait_samples;               /* dispatched jobs the wait figures cover */
+    int64_t wait_p50_us, wait_p90_us, wait_p99_us, wait_max_us; /* enqueue to dispatch */
+    int64_t admitted, rejected_full, rejected_deadline, rejected_shed; /* since start */
+    int64_t expired, dispatched, completed, failed, cancelled, preempted;
+};
+
+/* The scheduler of one device that runs jobs, as rtx.v1.LaneScheduler. */
+struct rtx_client_lane_scheduler {
+    const char *device;
+    int executors;                      /* its job workers */
+    bool healthy;
+    int64_t running;
+    int brownout_level;                 /* lanes shed now; 0 = not in brownout */
+    int64_t brownout_entries, brownout_exits;
+    double batch_delay_factor;
+    int64_t cost_keys;                  /* graphs whose run time it has learned */
+};
+
+struct rtx_client_lane_list {
+    const char *default_lane;
+    int n_schedulers;
+    const struct rtx_client_lane_scheduler *schedulers;
+    int n_lanes;                        /* per scheduler, in lane order */
+    const struct rtx_client_lane *lanes;
+};
+
+/* Lists the SLA lanes of the daemon's device schedulers; free *out with
+ * rtx_client_lane_list_free. Returns 0 or an error code (RTX_CLIENT_EUNIMPLEMENTED from a
+ * daemon without Admin.Lanes). */
+int rtx_client_list_lanes(struct rtx_client *c, struct rtx_client_lane_list **out,
+                          struct rtx_client_err *err);
+void rtx_client_lane_list_free(struct rtx_client_lane_list *list); /* NULL: no-op */
+
 enum rtx_client_serving_status {
     RTX_CLIENT_SERVING_UNSPECIFIED = 0,
     RTX_CLIENT_SERVING = 1,
@@ -623,6 +715,81 @@ struct rtx_client_drain_result {
  * error code. */
 int rtx_client_drain(struct rtx_client *c, int grace_ms, struct rtx_client_drain_result *out,
                      struct rtx_client_err *err);
+
+/* ------------------------------------------------------------------------------------------
+ * Served models (inference.GRPCInferenceService, the KServe v2 protocol: RepositoryIndex,
+ * RepositoryModelLoad/Unload, ModelReady, ModelMetadata, ModelConfig, ModelStatistics)
+ * ---------------------------------------------------------------------------------------- */
+
+/* One model of the daemon's repository. */
+struct rtx_client_model {
+    const char *name;
+    int64_t version;   /* the loaded (or failed) version; 0 when none */
+    const char *state; /* "UNKNOWN", "LOADING", "READY", "UNLOADING", "UNAVAILABLE" */
+    const char *reason; /* why UNAVAILABLE; "" otherwise */
+};
+
+struct rtx_client_model_list {
+    int n_models;
+    const struct rtx_client_model *models; /* sorted by name */
+};
+
+/* Lists the models of the daemon's repository (ready_only: only READY ones); free *out with
+ * rtx_client_model_list_free. Returns 0 or an error code (RTX_CLIENT_EUNAVAILABLE when the
+ * daemon serves no model repository). */
+int rtx_client_list_models(struct rtx_client *c, bool ready_only,
+                           struct rtx_client_model_list **out, struct rtx_client_err *err);
+void rtx_client_model_list_free(struct rtx_client_model_list *list); /* NULL is a no-op */
+
+/* Loads (or reloads) model `name` from the repository and returns once it is ready or failed;
+ * config_json (may be NULL) replaces its config.json. The daemon must run with
+ * models.control=explicit (else RTX_CLIENT_EUNIMPLEMENTED). Returns 0 or an error code
+ * (RTX_CLIENT_ENOTFOUND: no such model; RTX_CLIENT_EINVAL: the model failed to load, the
+ * message says why). The timeout given to rtx_client_connect applies. */
+int rtx_client_load_model(struct rtx_client *c, const char *name, const char *config_json,
+                          struct rtx_client_err *err);
+/* Unloads model `name` (requests in flight finish first). Returns 0 or an error code. */
+int rtx_client_unload_model(struct rtx_client *c, const char *name,
+                            struct rtx_client_err *err);
+
+/* A model input or output: KServe datatype ("FP32", ...) and shape, -1 for any size
+ * (including the batch dimension when the model batches). */
+struct rtx_client_model_tensor {
+    const char *name;
+    const char *datatype;
+    int ndim;
+    const int64_t *dims;
+};
+
+/* A model version as the daemon describes it: metadata, configuration and statistics. */
+struct rtx_client_model_info {
+    const char *name;
+    int64_t version;
+    const char *platform;               /* "rtx_graph" */
+    bool ready;
+    int max_batch_size;                 /* 0: no batch dimension */
+    int n_inputs, n_outputs;
+    const struct rtx_client_model_tensor *inputs, *outputs;
+    bool dynamic_batching;
+    int n_preferred_batch_sizes;
+    const int32_t *preferred_batch_sizes;
+    int64_t max_queue_delay_us;         /* microseconds */
+    int instances;
+    const char *instance_kind;          /* "KIND_CPU", "KIND_GPU" */
+    /* statistics since the version was loaded */
+    int64_t last_inference_ms;          /* unix ms; 0: none yet */
+    int64_t inference_count;            /* requests answered (batch elements) */
+    int64_t execution_count;            /* batches run */
+    int64_t success_count, fail_count;
+    int64_t success_ns, queue_ns, compute_infer_ns; /* totals, nanoseconds */
+};
+
+/* Describes model `name` (version 0: the newest ready one); free *out with
+ * rtx_client_model_info_free. Returns 0 or an error code (RTX_CLIENT_ENOTFOUND for a model
+ * the daemon does not know, RTX_CLIENT_EUNAVAILABLE for one that is not ready). */
+int rtx_client_get_model(struct rtx_client *c, const char *name, int64_t version,
+                         struct rtx_client_model_info **out, struct rtx_client_err *err);
+void rtx_client_model_info_free(struct rtx_client_model_info *info); /* NULL is a no-op */
 
 #ifdef __cplusplus
 }

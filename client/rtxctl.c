@@ -1,7 +1,8 @@
 /*
- * rtxctl.c - the operator CLI of rtxd: status, devices, health, config and drain of a
- * daemon; listing, showing, waiting for and cancelling jobs; submitting graph files with
- * .npy or random inputs; writing job outputs as .npy files. Human tables by default, one
+ * rtxctl.c - the operator CLI of rtxd: status, devices, pools, lanes, health, config and drain
+ * of a daemon; listing, showing, waiting for and cancelling jobs; submitting graph files with
+ * .npy or random inputs; writing job outputs as .npy files; listing, loading, unloading and
+ * describing served models. Human tables by default, one
  * JSON object or array per command with --json.
  *
  * DESIGN
@@ -580,6 +581,8 @@ static void j_job(struct json *j, const struct rtx_client_job *job) {
     }
     j_close(j, ']');
     j_kbool(j, "outputs_available", job->outputs_available);
+    j_kstr(j, "device", job->device);
+    j_kstr(j, "requested_device", job->requested_device);
     j_close(j, '}');
 }
 
@@ -600,6 +603,8 @@ static void print_job(const struct rtx_client_job *job) {
     if (*job->reason) printf("%-16s %s\n", "reason:", job->reason);
     printf("%-16s %s\n", "graph:", dash(job->graph_name));
     printf("%-16s %s\n", "lane:", dash(job->lane));
+    printf("%-16s %s (asked for %s)\n", "device:", dash(job->device),
+           dash(job->requested_device));
     printf("%-16s %s\n", "labels:", fmt_labels(job, l, sizeof l));
     printf("%-16s %s\n", "idempotency key:", dash(job->idempotency_key));
     printf("%-16s %s\n", "restart policy:", rtx_client_restart_policy_name(job->restart_policy));
@@ -800,6 +805,7 @@ static void j_device(struct json *j, const struct rtx_client_device *d) {
     j_kstr(j, "compute_capability", d->compute_capability);
     j_kbool(j, "healthy", d->healthy);
     j_kstr(j, "detail", d->detail);
+    j_kint(j, "workers", d->workers);
     j_close(j, '}');
 }
 
@@ -913,6 +919,190 @@ static int cmd_devices(struct ctl *ctl, int argc, char **argv) {
         print_devices(l->devices, l->n_devices, 0);
     }
     rtx_client_device_list_free(l);
+    return EXIT_OK;
+}
+
+static int cmd_pools(struct ctl *ctl, int argc, char **argv) {
+    int rc = no_args("pools ", argc, argv);
+    if (rc != EXIT_OK || (rc = ctl_connect(ctl)) != EXIT_OK) return rc;
+    struct rtx_client_pool_list *l = NULL;
+    struct rtx_client_err err;
+    if (rtx_client_list_pools(ctl->client, &l, &err) < 0) return call_failed(ctl, "pools", &err);
+    if (ctl->json) {
+        struct json j = {0};
+        j_open(&j, '[');
+        for (int i = 0; i < l->n_pools; i++) {
+            const struct rtx_client_pool *p = &l->pools[i];
+            j_open(&j, '{');
+            j_kstr(&j, "device", p->device);
+            j_kstr(&j, "kind", p->kind);
+            j_kint(&j, "pools", p->pools);
+            j_kint(&j, "allocated_bytes", p->allocated_bytes);
+            j_kint(&j, "reserved_bytes", p->reserved_bytes);
+            j_kint(&j, "active_bytes", p->active_bytes);
+            j_kint(&j, "allocated_peak_bytes", p->allocated_peak_bytes);
+            j_kint(&j, "reserved_peak_bytes", p->reserved_peak_bytes);
+            j_key(&j, "fragmentation");
+            j_num(&j, p->fragmentation);
+            j_kint(&j, "alloc_retries", p->alloc_retries);
+            j_kint(&j, "ooms", p->ooms);
+            j_kint(&j, "cap_bytes", p->cap_bytes);
+            j_kint(&j, "free_bytes", p->free_bytes);
+            j_kint(&j, "allocs", p->allocs);
+            j_kint(&j, "cache_hits", p->cache_hits);
+            j_kint(&j, "segments", p->segments);
+            j_kbool(&j, "healthy", p->healthy);
+            j_kstr(&j, "detail", p->detail);
+            j_close(&j, '}');
+        }
+        j_close(&j, ']');
+    } else {
+        static const char *const headers[] = {"DEVICE", "ALLOCATED", "RESERVED", "ACTIVE",
+                                              "PEAK",   "FRAG",      "RETRIES",  "OOMS",
+                                              "CAP",    "HEALTHY"};
+        struct table t = {.ncols = 10, .headers = headers};
+        for (int i = 0; i < l->n_pools; i++) {
+            const struct rtx_client_pool *p = &l->pools[i];
+            char b1[64], b2[64], b3[64], b4[64], b5[64];
+            bool pooled = p->pools > 0;
+            table_add(&t, "%s", dash(p->device));
+            table_add(&t, "%s", pooled ? fmt_bytes(p->allocated_bytes, b1, sizeof b1) : "-");
+            table_add(&t, "%s", pooled ? fmt_bytes(p->reserved_bytes, b2, sizeof b2) : "-");
+            table_add(&t, "%s", pooled ? fmt_bytes(p->active_bytes, b3, sizeof b3) : "-");
+            table_add(&t, "%s", fmt_bytes(p->allocated_peak_bytes, b4, sizeof b4));
+            table_add(&t, pooled ? "%.3f" : "-", p->fragmentation);
+            table_add(&t, pooled ? "%" PRId64 : "-", p->alloc_retries);
+            table_add(&t, pooled ? "%" PRId64 : "-", p->ooms);
+            table_add(&t, "%s", p->cap_bytes ? fmt_bytes(p->cap_bytes, b5, sizeof b5) : "-");
+            table_add(&t, "%s", p->healthy ? "yes" : "no");
+        }
+        table_print(&t, 0);
+        table_free(&t);
+        for (int i = 0; i < l->n_pools; i++)
+            if (*l->pools[i].detail)
+                printf("%s: %s\n", l->pools[i].device, l->pools[i].detail);
+    }
+    rtx_client_pool_list_free(l);
+    return EXIT_OK;
+}
+
+/* A duration in µs as "850us", "12.5ms", "3.20s". */
+static const char *fmt_us(int64_t us, char *buf, size_t len) {
+    if (us < 1000)
+        snprintf(buf, len, "%" PRId64 "us", us);
+    else if (us < 1000000)
+        snprintf(buf, len, "%.1fms", (double)us / 1e3);
+    else
+        snprintf(buf, len, "%.2fs", (double)us / 1e6);
+    return buf;
+}
+
+static void j_lane(struct json *j, const struct rtx_client_lane *l) {
+    j_open(j, '{');
+    j_kstr(j, "device", l->device);
+    j_kstr(j, "lane", l->lane);
+    j_kint(j, "priority", l->priority);
+    j_kint(j, "target_p99_us", l->target_p99_us);
+    j_kint(j, "weight", l->weight);
+    j_kint(j, "max_queued", l->max_queued);
+    j_kstr(j, "on_timeout", l->on_timeout);
+    j_kbool(j, "preemptible", l->preemptible);
+    j_kint(j, "queued", l->queued);
+    j_kint(j, "delayed", l->delayed);
+    j_kint(j, "running", l->running);
+    j_kint(j, "queued_work_us", l->queued_work_us);
+    j_kint(j, "est_delay_us", l->est_delay_us);
+    j_key(j, "pressure");
+    j_num(j, l->pressure);
+    j_kbool(j, "shed", l->shed);
+    j_kint(j, "wait_samples", l->wait_samples);
+    j_kint(j, "wait_p50_us", l->wait_p50_us);
+    j_kint(j, "wait_p90_us", l->wait_p90_us);
+    j_kint(j, "wait_p99_us", l->wait_p99_us);
+    j_kint(j, "wait_max_us", l->wait_max_us);
+    j_kint(j, "admitted", l->admitted);
+    j_kint(j, "rejected_full", l->rejected_full);
+    j_kint(j, "rejected_deadline", l->rejected_deadline);
+    j_kint(j, "rejected_shed", l->rejected_shed);
+    j_kint(j, "expired", l->expired);
+    j_kint(j, "dispatched", l->dispatched);
+    j_kint(j, "completed", l->completed);
+    j_kint(j, "failed", l->failed);
+    j_kint(j, "cancelled", l->cancelled);
+    j_kint(j, "preempted", l->preempted);
+    j_close(j, '}');
+}
+
+static int cmd_lanes(struct ctl *ctl, int argc, char **argv) {
+    int rc = no_args("lanes ", argc, argv);
+    if (rc != EXIT_OK || (rc = ctl_connect(ctl)) != EXIT_OK) return rc;
+    struct rtx_client_lane_list *l = NULL;
+    struct rtx_client_err err;
+    if (rtx_client_list_lanes(ctl->client, &l, &err) < 0) return call_failed(ctl, "lanes", &err);
+    if (ctl->json) {
+        struct json j = {0};
+        j_open(&j, '{');
+        j_kstr(&j, "default_lane", l->default_lane);
+        j_key(&j, "schedulers");
+        j_open(&j, '[');
+        for (int i = 0; i < l->n_schedulers; i++) {
+            const struct rtx_client_lane_scheduler *s = &l->schedulers[i];
+            j_open(&j, '{');
+            j_kstr(&j, "device", s->device);
+            j_kint(&j, "executors", s->executors);
+            j_kbool(&j, "healthy", s->healthy);
+            j_kint(&j, "running", s->running);
+            j_kint(&j, "brownout_level", s->brownout_level);
+            j_kint(&j, "brownout_entries", s->brownout_entries);
+            j_kint(&j, "brownout_exits", s->brownout_exits);
+            j_key(&j, "batch_delay_factor");
+            j_num(&j, s->batch_delay_factor);
+            j_kint(&j, "cost_keys", s->cost_keys);
+            j_close(&j, '}');
+        }
+        j_close(&j, ']');
+        j_key(&j, "lanes");
+        j_open(&j, '[');
+        for (int i = 0; i < l->n_lanes; i++)
+            j_lane(&j, &l->lanes[i]);
+        j_close(&j, ']');
+        j_close(&j, '}');
+    } else {
+        static const char *const headers[] = {
+            "DEVICE",   "LANE",     "TARGET", "WEIGHT", "QUEUED",    "RUNNING", "WAIT_P50",
+            "WAIT_P99", "ADMITTED", "REJECTED", "SHED", "EXPIRED", "COMPLETED", "STATE"};
+        struct table t = {.ncols = 14, .headers = headers};
+        for (int i = 0; i < l->n_lanes; i++) {
+            const struct rtx_client_lane *x = &l->lanes[i];
+            char b1[32], b2[32], b3[32];
+            table_add(&t, "%s", dash(x->device));
+            table_add(&t, "%s", dash(x->lane));
+            table_add(&t, "%s", fmt_us(x->target_p99_us, b1, sizeof b1));
+            table_add(&t, "%d", x->weight);
+            table_add(&t, "%" PRId64 "/%" PRId64, x->queued + x->delayed, x->max_queued);
+            table_add(&t, "%" PRId64, x->running);
+            table_add(&t, "%s", x->wait_samples ? fmt_us(x->wait_p50_us, b2, sizeof b2) : "-");
+            table_add(&t, "%s", x->wait_samples ? fmt_us(x->wait_p99_us, b3, sizeof b3) : "-");
+            table_add(&t, "%" PRId64, x->admitted);
+            table_add(&t, "%" PRId64, x->rejected_full + x->rejected_deadline);
+            table_add(&t, "%" PRId64, x->rejected_shed);
+            table_add(&t, "%" PRId64, x->expired);
+            table_add(&t, "%" PRId64, x->completed);
+            table_add(&t, "%s", x->shed ? "shed" : "open");
+        }
+        table_print(&t, 0);
+        table_free(&t);
+        for (int i = 0; i < l->n_schedulers; i++) {
+            const struct rtx_client_lane_scheduler *s = &l->schedulers[i];
+            printf("%s: %d executor%s, %" PRId64 " running, brownout %s (level %d; %" PRId64
+                   " entries, %" PRId64 " exits), %" PRId64 " learned cost%s\n",
+                   s->device, s->executors, s->executors == 1 ? "" : "s", s->running,
+                   s->brownout_level ? "on" : "off", s->brownout_level, s->brownout_entries,
+                   s->brownout_exits, s->cost_keys, s->cost_keys == 1 ? "" : "s");
+        }
+        printf("default lane: %s\n", l->default_lane);
+    }
+    rtx_client_lane_list_free(l);
     return EXIT_OK;
 }
 
@@ -1294,6 +1484,7 @@ struct submit_args {
     int64_t deadline_ms;                /* relative; 0: none */
     const char *idempotency_key;
     enum rtx_client_restart_policy policy;
+    const char *device;
     bool wait;
     const char *output_dir;
 };
@@ -1347,6 +1538,10 @@ static int parse_submit(int argc, char **argv, struct submit_args *a) {
                 a->policy = RTX_CLIENT_RESTART_FAIL;
             else
                 return usage_error(cmd, "--restart-policy wants rerun or fail, got '%s'", v);
+        } else if ((m = opt_value(cmd, "--device", argc, argv, &i, &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            if (!*v) return usage_error(cmd, "--device needs auto, cpu, cuda or cuda:N");
+            a->device = v;
         } else if ((m = opt_value(cmd, "--output-dir", argc, argv, &i, &v)) != 0) {
             if (m < 0) return EXIT_USAGE;
             if (!*v) return usage_error(cmd, "--output-dir needs a directory");
@@ -1502,6 +1697,7 @@ static int cmd_submit(struct ctl *ctl, int argc, char **argv) {
             .n_labels = a.labels.n,
             .idempotency_key = a.idempotency_key,
             .restart_policy = a.policy,
+            .device = a.device,
         };
         if (rtx_client_submit(ctl->client, g, b.views, b.n, &opt, job_id, &dedup, &err) < 0) {
             char what[512];
@@ -1557,6 +1753,270 @@ static int cmd_submit(struct ctl *ctl, int argc, char **argv) {
  * The command table and help
  * ---------------------------------------------------------------------------------------- */
 
+/* ------------------------------------------------------------------------------------------
+ * Models (inference.GRPCInferenceService)
+ * ---------------------------------------------------------------------------------------- */
+
+static int cmd_models_list(struct ctl *ctl, int argc, char **argv) {
+    bool ready = false;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--ready") == 0)
+            ready = true;
+        else
+            return usage_error("models list ", "unknown argument '%s'", argv[i]);
+    }
+    int rc = ctl_connect(ctl);
+    if (rc != EXIT_OK) return rc;
+    struct rtx_client_model_list *l = NULL;
+    struct rtx_client_err err;
+    if (rtx_client_list_models(ctl->client, ready, &l, &err) < 0)
+        return call_failed(ctl, "models list", &err);
+    if (ctl->json) {
+        struct json j = {0};
+        j_open(&j, '[');
+        for (int i = 0; i < l->n_models; i++) {
+            const struct rtx_client_model *m = &l->models[i];
+            j_open(&j, '{');
+            j_kstr(&j, "name", m->name);
+            j_kint(&j, "version", m->version);
+            j_kstr(&j, "state", m->state);
+            j_kstr(&j, "reason", m->reason);
+            j_close(&j, '}');
+        }
+        j_close(&j, ']');
+    } else {
+        static const char *const headers[] = {"MODEL", "VERSION", "STATE", "REASON"};
+        struct table t = {.ncols = 4, .headers = headers};
+        for (int i = 0; i < l->n_models; i++) {
+            const struct rtx_client_model *m = &l->models[i];
+            table_add(&t, "%s", m->name);
+            if (m->version > 0)
+                table_add(&t, "%" PRId64, m->version);
+            else
+                table_add(&t, "-");
+            table_add(&t, "%s", m->state);
+            table_add(&t, "%s", dash(m->reason));
+        }
+        table_print(&t, 0);
+        table_free(&t);
+    }
+    rtx_client_model_list_free(l);
+    return EXIT_OK;
+}
+
+/* The MODEL argument of models show/load/unload, with the options the command takes. */
+struct model_args {
+    const char *name;
+    int64_t version;     /* show --version */
+    const char *config;  /* load --config FILE */
+};
+
+static int model_args_parse(const char *cmd, int argc, char **argv, bool show,
+                            struct model_args *a) {
+    for (int i = 0; i < argc; i++) {
+        const char *v = NULL;
+        int m;
+        if (show && (m = opt_value(cmd, "--version", argc, argv, &i, &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            if (!parse_i64(v, 1, INT64_MAX, &a->version))
+                return usage_error(cmd, "--version wants a positive integer, got '%s'", v);
+            continue;
+        }
+        if (!show && strcmp(cmd, "models load ") == 0 &&
+            (m = opt_value(cmd, "--config", argc, argv, &i, &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            a->config = v;
+            continue;
+        }
+        int p = positional(cmd, argv[i], &a->name, "model name");
+        if (p < 0) return EXIT_USAGE;
+        if (p == 0) return usage_error(cmd, "unknown option '%s'", argv[i]);
+    }
+    if (!a->name) return usage_error(cmd, "no model name given");
+    return EXIT_OK;
+}
+
+static void j_model_tensors(struct json *j, const char *key,
+                            const struct rtx_client_model_tensor *ts, int n) {
+    j_key(j, key);
+    j_open(j, '[');
+    for (int i = 0; i < n; i++) {
+        j_open(j, '{');
+        j_kstr(j, "name", ts[i].name);
+        j_kstr(j, "datatype", ts[i].datatype);
+        j_shape(j, "shape", ts[i].ndim, ts[i].dims);
+        j_close(j, '}');
+    }
+    j_close(j, ']');
+}
+
+static void print_model_tensors(const char *kind, const struct rtx_client_model_tensor *ts,
+                                int n) {
+    for (int i = 0; i < n; i++) {
+        char shape[160] = "[";
+        size_t k = 1;
+        for (int d = 0; d < ts[i].ndim && k < sizeof shape - 24; d++)
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%" PRId64, d ? "," : "",
+                                  ts[i].dims[d]);
+        snprintf(shape + k, sizeof shape - k, "]");
+        printf("  %-7s %s %s%s\n", kind, ts[i].name, ts[i].datatype, shape);
+    }
+}
+
+static int cmd_models_show(struct ctl *ctl, int argc, char **argv) {
+    struct model_args a = {0};
+    int rc = model_args_parse("models show ", argc, argv, true, &a);
+    if (rc != EXIT_OK || (rc = ctl_connect(ctl)) != EXIT_OK) return rc;
+    struct rtx_client_model_info *m = NULL;
+    struct rtx_client_err err;
+    if (rtx_client_get_model(ctl->client, a.name, a.version, &m, &err) < 0) {
+        char what[200];
+        snprintf(what, sizeof what, "model %s", a.name);
+        return call_failed(ctl, what, &err);
+    }
+    if (ctl->json) {
+        struct json j = {0};
+        j_open(&j, '{');
+        j_kstr(&j, "name", m->name);
+        j_kint(&j, "version", m->version);
+        j_kstr(&j, "platform", m->platform);
+        j_kbool(&j, "ready", m->ready);
+        j_kint(&j, "max_batch_size", m->max_batch_size);
+        j_model_tensors(&j, "inputs", m->inputs, m->n_inputs);
+        j_model_tensors(&j, "outputs", m->outputs, m->n_outputs);
+        j_kbool(&j, "dynamic_batching", m->dynamic_batching);
+        j_key(&j, "preferred_batch_sizes");
+        j_open(&j, '[');
+        for (int i = 0; i < m->n_preferred_batch_sizes; i++)
+            j_int(&j, m->preferred_batch_sizes[i]);
+        j_close(&j, ']');
+        j_kint(&j, "max_queue_delay_us", m->max_queue_delay_us);
+        j_kint(&j, "instances", m->instances);
+        j_kstr(&j, "instance_kind", m->instance_kind);
+        j_kint(&j, "last_inference_unix_ms", m->last_inference_ms);
+        j_kint(&j, "inference_count", m->inference_count);
+        j_kint(&j, "execution_count", m->execution_count);
+        j_kint(&j, "success_count", m->success_count);
+        j_kint(&j, "fail_count", m->fail_count);
+        j_kint(&j, "success_ns", m->success_ns);
+        j_kint(&j, "queue_ns", m->queue_ns);
+        j_kint(&j, "compute_infer_ns", m->compute_infer_ns);
+        j_close(&j, '}');
+    } else {
+        char t[64];
+        printf("model     %s (version %" PRId64 ", %s)\n", m->name, m->version,
+               m->ready ? "ready" : "not ready");
+        printf("platform  %s\n", m->platform);
+        printf("instances %d %s\n", m->instances, m->instance_kind);
+        if (m->max_batch_size > 0)
+            printf("batching  max batch size %d, dynamic batching %s", m->max_batch_size,
+                   m->dynamic_batching ? "on" : "off");
+        else
+            printf("batching  none (no batch dimension)");
+        if (m->dynamic_batching) {
+            printf(" (preferred");
+            for (int i = 0; i < m->n_preferred_batch_sizes; i++)
+                printf(" %d", m->preferred_batch_sizes[i]);
+            printf("%s, max queue delay %" PRId64 " us)", m->n_preferred_batch_sizes ? "" : " -",
+                   m->max_queue_delay_us);
+        }
+        printf("\n");
+        print_model_tensors("input", m->inputs, m->n_inputs);
+        print_model_tensors("output", m->outputs, m->n_outputs);
+        printf("requests  %" PRId64 " succeeded, %" PRId64 " failed, %" PRId64
+               " inferences in %" PRId64 " executions\n",
+               m->success_count, m->fail_count, m->inference_count, m->execution_count);
+        if (m->success_count > 0)
+            printf("latency   %.1f us mean (queue %.1f us, compute %.1f us)\n",
+                   (double)m->success_ns / 1e3 / (double)m->success_count,
+                   (double)m->queue_ns / 1e3 / (double)m->success_count,
+                   (double)m->compute_infer_ns / 1e3 / (double)m->success_count);
+        printf("last      %s\n",
+               m->last_inference_ms ? fmt_time(m->last_inference_ms, true, t, sizeof t) : "-");
+    }
+    rtx_client_model_info_free(m);
+    return EXIT_OK;
+}
+
+/* Reads a whole text file (for load --config); NULL with a message on failure. */
+static char *read_text_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        msg("cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = xcalloc(cap, 1);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            buf = xrealloc(buf, cap * 2);
+            cap *= 2;
+        }
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        msg("cannot read %s", path);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+static int cmd_models_load(struct ctl *ctl, int argc, char **argv) {
+    struct model_args a = {0};
+    int rc = model_args_parse("models load ", argc, argv, false, &a);
+    if (rc != EXIT_OK) return rc;
+    char *config = NULL;
+    if (a.config && !(config = read_text_file(a.config))) return EXIT_LOCAL;
+    if ((rc = ctl_connect(ctl)) != EXIT_OK) {
+        free(config);
+        return rc;
+    }
+    struct rtx_client_err err;
+    char what[200];
+    snprintf(what, sizeof what, "load %s", a.name);
+    if (rtx_client_load_model(ctl->client, a.name, config, &err) < 0) {
+        free(config);
+        return call_failed(ctl, what, &err);
+    }
+    free(config);
+    if (ctl->json) {
+        struct json j = {0};
+        j_open(&j, '{');
+        j_kstr(&j, "model", a.name);
+        j_kstr(&j, "state", "READY");
+        j_close(&j, '}');
+    } else {
+        printf("%s loaded\n", a.name);
+    }
+    return EXIT_OK;
+}
+
+static int cmd_models_unload(struct ctl *ctl, int argc, char **argv) {
+    struct model_args a = {0};
+    int rc = model_args_parse("models unload ", argc, argv, false, &a);
+    if (rc != EXIT_OK || (rc = ctl_connect(ctl)) != EXIT_OK) return rc;
+    struct rtx_client_err err;
+    char what[200];
+    snprintf(what, sizeof what, "unload %s", a.name);
+    if (rtx_client_unload_model(ctl->client, a.name, &err) < 0)
+        return call_failed(ctl, what, &err);
+    if (ctl->json) {
+        struct json j = {0};
+        j_open(&j, '{');
+        j_kstr(&j, "model", a.name);
+        j_kstr(&j, "state", "UNAVAILABLE");
+        j_close(&j, '}');
+    } else {
+        printf("%s unloaded\n", a.name);
+    }
+    return EXIT_OK;
+}
+
 static const char exit_help[] =
     "Exit status: 0 ok, 1 the daemon answered with an error, 2 usage error, 6 daemon\n"
     "unreachable or unavailable, 7 timeout, 8 local file error.\n";
@@ -1567,7 +2027,7 @@ static const char wait_exit_help[] =
     "unreachable or unavailable, 7 timeout, 8 local file error.\n";
 
 struct command {
-    const char *group;                  /* "jobs" or NULL */
+    const char *group;                  /* "jobs", "models" or NULL */
     const char *name;
     const char *synopsis;               /* arguments after the command words */
     const char *summary;
@@ -1585,8 +2045,36 @@ static const struct command commands[] = {
      exit_help, cmd_status},
     {NULL, "devices", "", "the daemon's compute devices",
      "Lists the daemon's devices: index, kind (cpu, cuda), name, CPU threads or CUDA\n"
-     "multiprocessors, memory, compute capability, health. With --json: an array of objects.\n",
+     "multiprocessors, memory, compute capability, health. A GPU that hit a sticky error\n"
+     "while running a job is unhealthy, with the error as detail. With --json: an array of\n"
+     "objects (also with workers: the job workers on the device).\n",
      exit_help, cmd_devices},
+    {NULL, "pools", "", "memory pool statistics per device",
+     "Lists the memory pools of each device jobs run on: a CUDA device's caching pool, its\n"
+     "pinned host staging pool (DEVICE/pinned), and the CPU (no caching pool: only the\n"
+     "largest job's peak). Columns: bytes allocated to callers, reserved from the device,\n"
+     "active (allocated + held back for stream events), peak allocated, fragmentation\n"
+     "(1 - largest free block / free bytes), allocation retries after freeing the cache,\n"
+     "out-of-memory failures, the cap per pool, health. A row sums the pools of the\n"
+     "device's workers. With --json: an array of objects with device, kind, pools,\n"
+     "allocated_bytes, reserved_bytes, active_bytes, allocated_peak_bytes,\n"
+     "reserved_peak_bytes, fragmentation, alloc_retries, ooms, cap_bytes, free_bytes,\n"
+     "allocs, cache_hits, segments, healthy, detail.\n",
+     exit_help, cmd_pools},
+    {NULL, "lanes", "", "SLA lanes of the job schedulers",
+     "Lists the SLA lanes of each device's job scheduler (the CPU, then each CUDA device\n"
+     "with workers): latency target, weight, depth (queued/bound), running jobs, wait\n"
+     "(enqueue to dispatch) p50 and p99, and since start: jobs admitted, rejected (lane\n"
+     "full or deadline unmeetable), shed by brownout, expired before running, completed;\n"
+     "and whether brownout sheds the lane now. Then each scheduler's executors and brownout\n"
+     "state, and the default lane. With --json: {default_lane, schedulers: [{device,\n"
+     "executors, healthy, running, brownout_level, brownout_entries, brownout_exits,\n"
+     "batch_delay_factor, cost_keys}], lanes: [{device, lane, priority, target_p99_us,\n"
+     "weight, max_queued, on_timeout, preemptible, queued, delayed, running, queued_work_us,\n"
+     "est_delay_us, pressure, shed, wait_samples, wait_p50_us, wait_p90_us, wait_p99_us,\n"
+     "wait_max_us, admitted, rejected_full, rejected_deadline, rejected_shed, expired,\n"
+     "dispatched, completed, failed, cancelled, preempted}]}.\n",
+     exit_help, cmd_lanes},
     {NULL, "health", "", "whether the daemon serves",
      "Asks whether the daemon serves. Prints serving or not_serving (draining, or a failing\n"
      "store) with a detail. With --json: {\"status\": ..., \"detail\": ...}.\n",
@@ -1634,10 +2122,34 @@ static const struct command commands[] = {
      "(follow it with `rtxctl jobs wait JOB`); a job that has ended is left as it is.\n"
      "With --json: the job after the call, as `jobs show --json` prints it.\n",
      exit_help, cmd_jobs_cancel},
+    {"models", "list", "[--ready]", "the models of the daemon's repository",
+     "Lists the models of the daemon's model repository (KServe v2 RepositoryIndex): name,\n"
+     "the version loaded (or that failed), its state (UNKNOWN, LOADING, READY, UNLOADING,\n"
+     "UNAVAILABLE) and why it is unavailable.\n"
+     "  --ready            only models that are ready\n"
+     "With --json: an array of {name, version (0: none), state, reason}.\n",
+     exit_help, cmd_models_list},
+    {"models", "show", "MODEL [--version N]", "one model: inputs, outputs, batching, stats",
+     "Describes a ready model version: platform, instances, max batch size and dynamic\n"
+     "batching, inputs and outputs (KServe datatype and shape, -1 for any size), and its\n"
+     "statistics (requests, inferences, executions, mean latency).\n"
+     "  --version N        that version (default: the newest ready one)\n"
+     "With --json: one object with those fields (durations in ns).\n",
+     exit_help, cmd_models_show},
+    {"models", "load", "MODEL [--config FILE]", "load or reload a model",
+     "Loads (or reloads) a model from the daemon's repository and returns once it is ready;\n"
+     "a failed reload keeps the version that was serving. Needs models.control=explicit.\n"
+     "  --config FILE      use this config.json instead of the repository's\n"
+     "With --json: {\"model\", \"state\"}.\n",
+     exit_help, cmd_models_load},
+    {"models", "unload", "MODEL", "unload a model",
+     "Unloads a model: new requests fail at once, requests in flight finish, then its\n"
+     "memory is freed. Needs models.control=explicit. With --json: {\"model\", \"state\"}.\n",
+     exit_help, cmd_models_unload},
     {NULL, "submit",
      "GRAPH.rtxg [--input NAME=FILE.npy]... [--random-inputs] [--seed N]\n"
      "       [--lane L] [--label K=V]... [--deadline-ms N] [--idempotency-key K]\n"
-     "       [--restart-policy rerun|fail] [--wait] [--output-dir DIR]",
+     "       [--restart-policy rerun|fail] [--device D] [--wait] [--output-dir DIR]",
      "submit a graph file with .npy or random inputs",
      "Submits a graph file (a serialized rtx.v1.Graph) as a job and prints its id. Every\n"
      "graph input needs a value: from an .npy file, or random.\n"
@@ -1651,6 +2163,8 @@ static const struct command commands[] = {
      "  --deadline-ms N         the job expires unless it starts within N ms from now\n"
      "  --idempotency-key K     a second submit with the same key returns the first job\n"
      "  --restart-policy P      rerun or fail: what a daemon restart does if the job runs\n"
+     "  --device D              auto (a healthy GPU, else the CPU), cpu, cuda (any healthy\n"
+     "                          GPU) or cuda:N (default: the daemon's setting jobs.device)\n"
      "  --wait                  follow the job until it ends (as jobs wait)\n"
      "  --output-dir DIR        wait, then write each output to DIR/NAME.npy\n"
      "With --json: {\"job_id\", \"deduplicated\", \"job\" (the final job, with --wait),\n"
@@ -1680,7 +2194,8 @@ static const char global_usage[] =
 
 static void print_top_help(FILE *f) {
     fputs(global_usage, f);
-    fputs("Operates an rtxd daemon through its gRPC API (rtx.v1.Jobs, rtx.v1.Admin).\n\n"
+    fputs("Operates an rtxd daemon through its gRPC API (rtx.v1.Jobs, rtx.v1.Admin and, for\n"
+          "models, inference.GRPCInferenceService).\n\n"
           "Commands:\n", f);
     for (int i = 0; i < N_COMMANDS; i++) {
         char name[64];
@@ -1722,8 +2237,9 @@ static void print_group_help(const char *group) {
             printf("  %s %s %s\n      %s\n", group, commands[i].name, commands[i].synopsis,
                    commands[i].summary);
     fputs(exit_help, stdout);
-    fputs("jobs wait exits 0 when the job succeeded, 3 failed, 4 cancelled, 5 expired.\n",
-          stdout);
+    if (strcmp(group, "jobs") == 0)
+        fputs("jobs wait exits 0 when the job succeeded, 3 failed, 4 cancelled, 5 expired.\n",
+              stdout);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -1786,7 +2302,9 @@ static int run(struct ctl *ctl, int n, char **rest) {
             print_group_help(rest[0]);
             return EXIT_OK;
         }
-        return usage_error(NULL, "%s needs a subcommand (list, show, wait, cancel)", rest[0]);
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "%s ", rest[0]);
+        return usage_error(cmd, "%s needs a subcommand", rest[0]);
     }
     for (int i = 0; i < N_COMMANDS; i++) {
         const struct command *c = &commands[i];
@@ -1801,9 +2319,11 @@ static int run(struct ctl *ctl, int n, char **rest) {
         int skip = is_group ? 2 : 1;
         return c->run(ctl, n - skip, rest + skip);
     }
-    if (is_group)
-        return usage_error(NULL, "unknown subcommand '%s %s' (list, show, wait, cancel)",
-                           rest[0], rest[1]);
+    if (is_group) {
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "%s ", rest[0]);
+        return usage_error(cmd, "unknown subcommand '%s %s'", rest[0], rest[1]);
+    }
     if (rest[0][0] == '-') return usage_error(NULL, "unknown option '%s'", rest[0]);
     return usage_error(NULL, "unknown command '%s'", rest[0]);
 }

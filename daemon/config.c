@@ -84,7 +84,9 @@ static void apply_log(const struct rtx_config *cfg) {
 static const char *const restart_policies[] = {"rerun", "fail", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const store_syncs[] = {"full", "normal", NULL};
+static const char *const job_devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
+static const char *const model_controls[] = {"none", "explicit", "poll", NULL};
 
 #define F(field) offsetof(struct rtx_config, field)
 #define KIB ((int64_t)1024)
@@ -101,6 +103,13 @@ static const struct setting settings[] = {
     {.name = "server.max_message_bytes", .type = TYPE_SIZE, .offset = F(max_message_bytes),
      .def = "64m", .min = 4 * KIB, .max = INT_MAX,
      .description = "largest gRPC message received or sent, bytes"},
+    {.name = "http.listen", .type = TYPE_STRING, .offset = F(http_listen),
+     .def = "127.0.0.1:8000", .min = 0, .max = 255,
+     .description = "KServe v2 HTTP/REST and Prometheus /metrics address (host:port); "
+                    "empty = no HTTP server"},
+    {.name = "http.max_body_bytes", .type = TYPE_SIZE, .offset = F(http_max_body_bytes),
+     .def = "64m", .min = 4 * KIB, .max = INT_MAX,
+     .description = "largest HTTP request body, bytes (larger: 413)"},
     {.name = "store.path", .type = TYPE_STRING, .offset = F(store_path),
      .def = "./var/rtxd.db", .min = 1, .max = 4095, .description = "SQLite job store file"},
     {.name = "store.retention_max_age_s", .type = TYPE_INT64, .offset = F(retention_max_age_s),
@@ -120,8 +129,9 @@ static const struct setting settings[] = {
      .description = "CPU backend threads per worker; 0 = online CPUs / workers (at least 1)"},
     {.name = "jobs.lanes", .type = TYPE_LANES, .offset = F(lanes),
      .def = "realtime,interactive,batch", .min = 1, .max = 1023,
-     .description = "lane names, comma-separated (at most 16, each [a-z0-9_-], up to 32 "
-                    "characters)"},
+     .description = "lanes, highest first, comma-separated (at most 16, each [a-z0-9_-], up "
+                    "to 32 characters); [lane.NAME] sections set each lane's target, weight, "
+                    "bound; by default also every lane such a section adds"},
     {.name = "jobs.default_lane", .type = TYPE_LANE, .offset = F(default_lane), .def = "batch",
      .min = 1, .max = MAX_LANE_NAME,
      .description = "lane of a job submitted without one; must be in jobs.lanes"},
@@ -137,6 +147,38 @@ static const struct setting settings[] = {
     {.name = "jobs.max_queued", .type = TYPE_INT64, .offset = F(max_queued), .def = "100000",
      .min = 1, .max = 100000000,
      .description = "jobs waiting at most before Submit is refused"},
+    {.name = "jobs.device", .type = TYPE_ENUM, .offset = F(device), .def = "auto",
+     .choices = job_devices,
+     .description = "device of a job that names none: auto (a healthy GPU when there is one, "
+                    "else the CPU), cpu, or cuda (any healthy GPU)"},
+    {.name = "jobs.gpu_workers_per_device", .type = TYPE_INT,
+     .offset = F(gpu_workers_per_device), .def = "1", .min = 0, .max = 64,
+     .description = "job workers per healthy CUDA device, each with its own stream and memory "
+                    "pools; 0 runs no job on a GPU"},
+    {.name = "jobs.gpu_pool_cap_bytes", .type = TYPE_SIZE, .offset = F(gpu_pool_cap_bytes),
+     .def = "0", .min = 0, .max = INT64_MAX,
+     .description = "bytes each GPU worker's device memory pool may reserve; 0 = no cap"},
+    {.name = "models.repository", .type = TYPE_STRING, .offset = F(models_repository),
+     .def = "", .min = 0, .max = 4095,
+     .description = "model repository directory served over KServe v2 (docs/serving.md); "
+                    "empty = serve no models"},
+    {.name = "models.control", .type = TYPE_ENUM, .offset = F(models_control), .def = "none",
+     .choices = model_controls,
+     .description = "none: load every model at start; explicit: load models.startup at start, "
+                    "then load/unload on request; poll: as none, and rescan the repository"},
+    {.name = "models.poll_ms", .type = TYPE_INT, .offset = F(models_poll_ms), .def = "5000",
+     .min = 10, .max = 3600000,
+     .description = "milliseconds between repository scans in models.control=poll"},
+    {.name = "models.startup", .type = TYPE_STRING, .offset = F(models_startup), .def = "",
+     .min = 0, .max = 4095,
+     .description = "models loaded at start in models.control=explicit, comma-separated; "
+                    "* = all"},
+    {.name = "models.max_queue", .type = TYPE_INT64, .offset = F(models_max_queue),
+     .def = "10000", .min = 1, .max = 100000000,
+     .description = "inference requests waiting per model version before new ones are refused"},
+    {.name = "models.cpu_threads", .type = TYPE_INT, .offset = F(models_cpu_threads),
+     .def = "0", .min = 0, .max = 1024,
+     .description = "CPU backend threads per model instance; 0 = online CPUs"},
     {.name = "drain.grace_ms", .type = TYPE_INT, .offset = F(drain_grace_ms), .def = "30000",
      .min = 0, .max = 3600000, .is_mutable = true,
      .description = "milliseconds a drain waits for running jobs before interrupting them"},
@@ -414,6 +456,7 @@ void rtx_config_free(struct rtx_config *cfg) {
 
 static int set_defaults(struct rtx_config *c, struct rtx_err *err) {
     memset(c, 0, sizeof *c);
+    rtx_sched_config_init(&c->sched);
     for (int i = 0; i < N_SETTINGS; i++) {
         int rc = set_value(c, i, settings[i].def, ORIGIN_DEFAULT, err);
         if (rc) return rtx_err_prefix(err, "default");
@@ -438,13 +481,78 @@ static int copy_setting(struct rtx_config *dst, const struct rtx_config *src, in
     return 0;
 }
 
-/* Resolves jobs.cpu_threads = 0 and runs the checks that span settings. */
+/* Reconciles jobs.lanes with the lanes of the [lane.NAME] sections (config.h): the default
+ * jobs.lanes becomes every defined lane; an explicit one selects and orders them and must
+ * list every lane a section added. Then checks the scheduler's settings as a whole. */
+static int resolve_lanes(struct rtx_config *c, struct rtx_err *err) {
+    int ln = find_setting("jobs.lanes");
+    struct rtx_sched_config defaults;
+    rtx_sched_config_init(&defaults);
+    int rc;
+    if (c->origin[ln] == ORIGIN_DEFAULT) {
+        char names[MAX_LANES * (MAX_LANE_NAME + 1) + 1] = "";
+        for (int i = 0; i < c->sched.n_lanes; i++) {
+            size_t used = strlen(names);
+            snprintf(names + used, sizeof names - used, "%s%s", i ? "," : "",
+                     c->sched.lanes[i].name);
+        }
+        char *copy = rtx_strdup(names);
+        if (!copy) return rtx_err_set(err, RTX_ENOMEM, "jobs.lanes: out of memory");
+        rtx_free(c->lanes);
+        c->lanes = copy;
+    } else {
+        for (int i = defaults.n_lanes; i < c->sched.n_lanes; i++) {
+            const char *name = c->sched.lanes[i].name;
+            size_t n = strlen(name);
+            bool listed = false;
+            for (const char *p = c->lanes; p && !listed; p = strchr(p, ',')) {
+                if (*p == ',') p++;
+                listed = strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0');
+            }
+            if (!listed)
+                return rtx_err_set(err, RTX_EINVAL,
+                                   "[lane.%s] defines a lane that jobs.lanes (%s: %s) does not "
+                                   "list",
+                                   name, origin_names[c->origin[ln]], c->lanes);
+        }
+        if ((rc = rtx_sched_config_select_lanes(&c->sched, c->lanes, err)) < 0)
+            return rtx_err_prefix(err, "jobs.lanes");
+    }
+    if ((rc = rtx_sched_config_check(&c->sched, err)) < 0)
+        return rtx_err_prefix(err, "lanes and [scheduler]");
+    return 0;
+}
+
+/* Whether two scheduler configs differ in a setting (a reload cannot apply it). */
+static bool sched_differs(const struct rtx_sched_config *a, const struct rtx_sched_config *b) {
+    if (a->n_lanes != b->n_lanes || a->executors != b->executors ||
+        a->max_running != b->max_running || a->default_cost_ns != b->default_cost_ns ||
+        a->cost_ema_alpha != b->cost_ema_alpha || a->cost_keys != b->cost_keys ||
+        a->brownout_window_ns != b->brownout_window_ns ||
+        a->brownout_exit_window_ns != b->brownout_exit_window_ns ||
+        a->brownout_enter_pressure != b->brownout_enter_pressure ||
+        a->brownout_exit_pressure != b->brownout_exit_pressure ||
+        a->brownout_delay_factor != b->brownout_delay_factor)
+        return true;
+    for (int i = 0; i < a->n_lanes; i++) {
+        const struct rtx_sched_lane_config *x = &a->lanes[i], *y = &b->lanes[i];
+        if (strcmp(x->name, y->name) != 0 || x->target_ns != y->target_ns ||
+            x->weight != y->weight || x->max_queued != y->max_queued ||
+            x->on_timeout != y->on_timeout || x->preemptible != y->preemptible)
+            return true;
+    }
+    return false;
+}
+
+/* Resolves jobs.cpu_threads = 0 and the lanes, and runs the checks that span settings. */
 static int finish(struct rtx_config *c, struct rtx_err *err) {
     if (c->cpu_threads == 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         long per = cpus > 0 ? cpus / (c->workers > 0 ? c->workers : 1) : 1;
         c->cpu_threads = per >= 1 ? (int)(per > 1024 ? 1024 : per) : 1;
     }
+    int rc = resolve_lanes(c, err);
+    if (rc < 0) return rc;
     /* jobs.lanes is normalized ("a,b,c"), so a match is a comma-bounded substring */
     size_t n = strlen(c->default_lane);
     for (const char *p = c->lanes; p; p = strchr(p, ',')) {
@@ -499,7 +607,10 @@ static int on_ini_value(void *user, const char *section, const char *key, const 
     int rc;
     if ((size_t)snprintf(name, sizeof name, "%s.%s", section, key) < sizeof name)
         idx = find_setting(name);
-    if (idx < 0) {
+    if (idx < 0 && (strcmp(section, "scheduler") == 0 || strncmp(section, "lane.", 5) == 0)) {
+        /* the scheduler's sections: it checks and applies them (docs/scheduler.md) */
+        rc = rtx_sched_config_set(&fc->c->sched, section, key, value, fc->err);
+    } else if (idx < 0) {
         if (!*section)
             rc = rtx_err_set(fc->err, RTX_EINVAL, "unknown setting \"%s\" (outside a [section])",
                              key);
@@ -749,12 +860,15 @@ int rtx_config_reload(struct rtx_config *cfg, int *changed, struct rtx_err *err)
         rc = copy_setting(&merged, take[i] ? &next : cfg, i, err);
         if (take[i]) merged.origin[i] = ORIGIN_RELOAD;
     }
+    merged.sched = cfg->sched; /* lanes and [scheduler] change only at restart */
     if (rc == 0) rc = finish(&merged, err);
     if (rc) {
         rtx_config_free(&next);
         rtx_config_free(&merged);
         return rc;
     }
+    if (sched_differs(&cfg->sched, &next.sched))
+        rtx_log(RTX_LOG_WARN, "lane and [scheduler] settings change only at restart", NULL);
 
     int n_changed = 0;
     for (int i = 0; i < N_SETTINGS; i++) {

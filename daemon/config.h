@@ -7,6 +7,12 @@
  * Setting names are "section.key"; the INI file uses [section] key = value, the environment
  * RTXD_SECTION_KEY (upper case, '.' -> '_'), the command line --section.key=value or
  * --section.key value.
+ *
+ * Lanes and the scheduler's knobs are not in the table: the file's [lane.NAME] and
+ * [scheduler] sections go to rtx_sched_config_set (docs/scheduler.md), and jobs.lanes selects
+ * and orders the lanes. jobs.lanes left at its default lists realtime, interactive, batch and
+ * then every lane a [lane.NAME] section adds; set explicitly, it must list every lane a
+ * section adds.
  */
 #ifndef RTX_DAEMON_CONFIG_H
 #define RTX_DAEMON_CONFIG_H
@@ -14,9 +20,10 @@
 #include <stdio.h>
 
 #include "runtime/runtime.h"
+#include "scheduler/sched.h"
 
 /* Settings in the table (daemon/config.c), one origin slot each in struct rtx_config. */
-#define RTX_CONFIG_N_SETTINGS 18
+#define RTX_CONFIG_N_SETTINGS 29
 
 /* The effective settings. Strings are owned by the struct. */
 struct rtx_config {
@@ -24,6 +31,10 @@ struct rtx_config {
     char *listen;                  /* gRPC address, default "127.0.0.1:8001" */
     int cq_threads;                /* completion-queue threads, default 2 */
     int64_t max_message_bytes;     /* gRPC receive/send limit, default 64 MiB */
+    /* [http] */
+    char *http_listen;             /* KServe v2 HTTP and /metrics address, default
+                                    * "127.0.0.1:8000"; "" = no HTTP server */
+    int64_t http_max_body_bytes;   /* largest HTTP request body, default 64 MiB */
     /* [store] */
     char *store_path;              /* default "./var/rtxd.db" */
     int64_t retention_max_age_s;   /* default 7 days; 0 keeps outputs forever (mutable) */
@@ -40,11 +51,27 @@ struct rtx_config {
     int64_t max_graph_nodes;       /* default 100000 */
     int64_t max_tensor_bytes;      /* default 1 GiB */
     int64_t max_queued;            /* jobs queued at most before Submit is refused, 100000 */
+    char *device;                  /* device of a job that names none: "auto" (default: a
+                                    * healthy GPU when there is one, else the CPU), "cpu" or
+                                    * "cuda" */
+    int gpu_workers_per_device;    /* job workers per healthy CUDA device, default 1; 0: none */
+    int64_t gpu_pool_cap_bytes;    /* cap of each GPU worker's device pool, 0 = none (default) */
+    /* [models] */
+    char *models_repository;       /* model repository directory, default "" (none) */
+    char *models_control;          /* "none" (default), "explicit" or "poll" */
+    int models_poll_ms;            /* repository scan period in poll mode, default 5000 */
+    char *models_startup;          /* explicit mode: models loaded at start, "a,b" or "*" */
+    int64_t models_max_queue;      /* requests waiting per model version, default 10000 */
+    int models_cpu_threads;        /* CPU backend threads per instance, 0 = online CPUs */
     /* [drain] */
     int drain_grace_ms;            /* default 30000 (mutable) */
     /* [log] */
     char *log_format;              /* "text" or "json" (mutable) */
     char *log_level;               /* "debug", "info", "warn", "error" (mutable) */
+    /* [scheduler] and [lane.NAME] sections of the file (scheduler/sched.h parses them): the
+     * lanes of jobs.lanes in its order with their settings, and the scheduler's knobs; read
+     * at start only (a reload that changes them logs a warning) */
+    struct rtx_sched_config sched;
     /* where the file came from: --config PATH, RTXD_CONFIG, or none */
     char *config_path;
     /* where each setting's value came from, in table order (rtx_config_list shows it as a

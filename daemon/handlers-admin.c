@@ -1,7 +1,8 @@
 /*
- * handlers-admin.c - the rtx.v1.Admin methods (Status, Devices, Health, Config, Drain) and the
- * daemon state they read: start time, the CPU device description and the drain entry point
- * shared by Admin.Drain and SIGTERM.
+ * handlers-admin.c - the rtx.v1.Admin methods (Status, Devices, Health, Config, Pools, Lanes,
+ * Drain),
+ * and the daemon state they read: start time, the CPU device description and the drain entry
+ * point shared by Admin.Drain and SIGTERM.
  *
  * DESIGN
  * A drain begins exactly once, whoever asks first (a signal on the loop thread or Admin.Drain on
@@ -10,8 +11,11 @@
  * answers with the same numbers. What follows the drain (waiting for running jobs, stopping the
  * server, exiting) belongs to main.c's loop; Admin.Drain reaches it through d->on_drain, which
  * main.c implements with uv_async_send. Status and Devices list the CPU, then the CUDA devices
- * main.c found at start (d->gpus, read-only while serving); jobs run on the CPU until the CUDA
- * backend joins.
+ * main.c found at start (d->gpus, read-only while serving) with their health and worker count
+ * as the job manager has them now: a device that hit a sticky error while running a job is
+ * unhealthy with the error as detail. Pools lists the memory pools of the devices jobs run on
+ * (rtx_jobs_get_pools). Lanes lists each device scheduler's lanes (rtx_jobs_get_lanes), times
+ * in microseconds.
  */
 #include <stdio.h>
 #include <string.h>
@@ -111,6 +115,7 @@ static void cpu_device(struct rtx_daemon *d, const struct rtx_jobs_stats *st, Rt
     m->threads = st->workers * st->cpu_threads;
     m->memory_bytes = d->memory_bytes;
     m->healthy = true;
+    m->workers = st->workers;
 }
 
 /* A device list to reply with: the CPU, then every CUDA device. */
@@ -145,6 +150,15 @@ static bool device_list_make(struct rtx_daemon *d, const struct rtx_jobs_stats *
         m->compute_capability = l->cc[i];
         m->healthy = g->healthy;
         m->detail = (char *)g->detail;
+        /* the job manager's view: its slot i is CUDA device i - 1 (the first 16 devices) */
+        if ((int)i < st->n_devices && st->devices[i].cuda_index == g->index) {
+            const struct rtx_jobs_device *jd = &st->devices[i];
+            m->workers = jd->workers;
+            if (!jd->healthy) {
+                m->healthy = false;
+                m->detail = (char *)jd->detail;
+            }
+        }
         l->ptrs[i] = m;
     }
     return true;
@@ -315,6 +329,143 @@ void rtx__daemon_admin_config(struct rtx_daemon *d, const uint8_t *req, size_t l
     rtx_free(sp);
     rtx_free(s);
     rtx_free(views);
+}
+
+void rtx__daemon_admin_pools(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                             struct rtx_server_reply *rep) {
+    if (!check_empty_request(&rtx__v1__pools_request__descriptor, req, len, rep)) return;
+    struct rtx_jobs_pool_row *rows = rtx_calloc(RTX_JOBS_MAX_POOL_ROWS, sizeof *rows);
+    Rtx__V1__PoolStats *ms = rtx_calloc(RTX_JOBS_MAX_POOL_ROWS, sizeof *ms);
+    Rtx__V1__PoolStats **mp = rtx_calloc(RTX_JOBS_MAX_POOL_ROWS, sizeof *mp);
+    struct rtx_err err = {0};
+    int n = 0;
+    if (!rows || !ms || !mp) {
+        rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory listing pools");
+    } else if (rtx_jobs_get_pools(d->jobs, rows, RTX_JOBS_MAX_POOL_ROWS, &n, &err) < 0) {
+        rtx_server_reply_err(rep, &err);
+    } else {
+        for (int i = 0; i < n; i++) {
+            const struct rtx_jobs_pool_row *r = &rows[i];
+            Rtx__V1__PoolStats *m = &ms[i];
+            rtx__v1__pool_stats__init(m);
+            m->device = (char *)r->device;
+            m->kind = (char *)r->kind;
+            m->pools = r->pools;
+            m->allocated_bytes = (int64_t)r->total.bytes_allocated;
+            m->reserved_bytes = (int64_t)r->total.bytes_reserved;
+            m->active_bytes = (int64_t)r->total.bytes_active;
+            m->allocated_peak_bytes = (int64_t)r->total.bytes_allocated_peak;
+            m->reserved_peak_bytes = (int64_t)r->total.bytes_reserved_peak;
+            m->fragmentation = r->total.fragmentation;
+            m->alloc_retries = (int64_t)r->total.n_retries;
+            m->ooms = (int64_t)r->total.n_ooms;
+            m->cap_bytes = (int64_t)r->cap_bytes;
+            m->free_bytes = (int64_t)r->total.bytes_free;
+            m->allocs = (int64_t)r->total.n_allocs;
+            m->cache_hits = (int64_t)r->total.n_cache_hits;
+            m->segments = (int64_t)r->total.n_segments;
+            m->healthy = r->healthy;
+            m->detail = (char *)r->detail;
+            mp[i] = m;
+        }
+        Rtx__V1__PoolsResponse m = RTX__V1__POOLS_RESPONSE__INIT;
+        m.n_pools = (size_t)n;
+        m.pools = mp;
+        rtx_server_reply_pack(rep, &m.base, 0);
+    }
+    rtx_free(mp);
+    rtx_free(ms);
+    rtx_free(rows);
+}
+
+/* ns to whole µs, rounded up (a nonzero wait never shows as 0). */
+static int64_t us_of(int64_t ns) {
+    return ns > 0 ? (ns + 999) / 1000 : 0;
+}
+
+static void lane_to_msg(const char *device, int priority, const struct rtx_sched_lane_stats *l,
+                        Rtx__V1__LaneStats *m) {
+    rtx__v1__lane_stats__init(m);
+    m->device = (char *)device;
+    m->lane = (char *)l->config.name;
+    m->priority = priority;
+    m->target_p99_us = us_of(l->config.target_ns);
+    m->weight = l->config.weight;
+    m->max_queued = l->config.max_queued;
+    m->on_timeout = (char *)rtx_sched_timeout_name(l->config.on_timeout);
+    m->preemptible = l->config.preemptible;
+    m->queued = l->queued;
+    m->delayed = l->delayed;
+    m->running = l->running;
+    m->queued_work_us = us_of(l->queued_work_ns);
+    m->est_delay_us = us_of(l->est_delay_ns);
+    m->pressure = l->pressure;
+    m->shed = l->shed;
+    m->wait_samples = l->wait_samples;
+    m->wait_p50_us = us_of(l->wait_p50_ns);
+    m->wait_p90_us = us_of(l->wait_p90_ns);
+    m->wait_p99_us = us_of(l->wait_p99_ns);
+    m->wait_max_us = us_of(l->wait_max_ns);
+    const int64_t *c = l->counters;
+    m->admitted = c[RTX_SCHED_CTR_ADMITTED];
+    m->rejected_full = c[RTX_SCHED_CTR_REJECTED_FULL];
+    m->rejected_deadline = c[RTX_SCHED_CTR_REJECTED_DEADLINE];
+    m->rejected_shed = c[RTX_SCHED_CTR_SHED];
+    m->expired = c[RTX_SCHED_CTR_EXPIRED];
+    m->dispatched = c[RTX_SCHED_CTR_DISPATCHED];
+    m->completed = c[RTX_SCHED_CTR_COMPLETED];
+    m->failed = c[RTX_SCHED_CTR_FAILED];
+    m->cancelled = c[RTX_SCHED_CTR_CANCELLED];
+    m->preempted = c[RTX_SCHED_CTR_PREEMPTED];
+}
+
+void rtx__daemon_admin_lanes(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                             struct rtx_server_reply *rep) {
+    if (!check_empty_request(&rtx__v1__lanes_request__descriptor, req, len, rep)) return;
+    enum { MAX_ROWS = (1 + RTX_JOBS_MAX_GPUS) * RTX_SCHED_MAX_LANES };
+    struct rtx_jobs_lanes *st = rtx_malloc(sizeof *st);
+    Rtx__V1__LaneStats *ls = rtx_calloc(MAX_ROWS, sizeof *ls);
+    Rtx__V1__LaneStats **lp = rtx_calloc(MAX_ROWS, sizeof *lp);
+    Rtx__V1__LaneScheduler *ss = rtx_calloc(1 + RTX_JOBS_MAX_GPUS, sizeof *ss);
+    Rtx__V1__LaneScheduler **sp = rtx_calloc(1 + RTX_JOBS_MAX_GPUS, sizeof *sp);
+    if (!st || !ls || !lp || !ss || !sp) {
+        rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory listing lanes");
+    } else {
+        rtx_jobs_get_lanes(d->jobs, st);
+        size_t n = 0;
+        for (int i = 0; i < st->n_devices; i++) {
+            const struct rtx_jobs_lane_device *dv = &st->devices[i];
+            Rtx__V1__LaneScheduler *m = &ss[i];
+            rtx__v1__lane_scheduler__init(m);
+            m->device = (char *)dv->device;
+            m->executors = dv->workers;
+            m->healthy = dv->healthy;
+            m->running = dv->stats.running;
+            m->brownout_level = dv->stats.brownout_level;
+            m->brownout_entries = dv->stats.brownout_entries;
+            m->brownout_exits = dv->stats.brownout_exits;
+            m->batch_delay_factor = dv->stats.batch_delay_factor;
+            m->cost_keys = dv->stats.cost_keys;
+            sp[i] = m;
+            for (int l = 0; l < dv->stats.n_lanes && n < MAX_ROWS; l++) {
+                lane_to_msg(dv->device, l, &dv->stats.lanes[l], &ls[n]);
+                lp[n] = &ls[n];
+                n++;
+            }
+        }
+        Rtx__V1__LanesResponse m = RTX__V1__LANES_RESPONSE__INIT;
+        m.default_lane = st->default_lane;
+        m.n_schedulers = (size_t)st->n_devices;
+        m.schedulers = sp;
+        m.n_lanes = n;
+        m.lanes = lp;
+        rtx_server_reply_pack(rep, &m.base, 0);
+    }
+    rtx_free(sp);
+    rtx_free(ss);
+    rtx_free(lp);
+    rtx_free(ls);
+    rtx_free(st);
 }
 
 void rtx__daemon_admin_drain(struct rtx_daemon *d, const uint8_t *req, size_t len,

@@ -82,6 +82,8 @@ static bool job_to_msg(struct scratch *sc, const struct rtx_job_info *j, Rtx__V1
     m->run_ms = j->run_ms;
     m->peak_bytes = j->peak_bytes;
     m->outputs_available = j->outputs_available;
+    m->device = str(j->device);
+    m->requested_device = str(j->requested_device);
 
     size_t nl = j->n_labels > 0 ? (size_t)j->n_labels : 0;
     Rtx__V1__Label **lp = scratch_alloc(sc, nl, sizeof *lp, &failed);

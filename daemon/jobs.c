@@ -3,27 +3,59 @@
  * watchers, recovery at start and drain (the contract is daemon/jobs.h).
  *
  * DESIGN
- * One mutex (mu) guards the in-memory state: a FIFO per lane (a doubly linked list, so a
- * cancel unlinks a queued job in O(1)), an index of every job this process holds in memory
- * (being admitted, queued or running) keyed by id, the counters and the drain/stop flags.
- * Workers wait on work_cv and take the head of the next non-empty lane after the one served
- * last (round robin). The store is never called with mu held: every journal write is a
- * synchronous commit, and holding mu across it would stall every other submitter and worker.
+ * One mutex (mu) guards the in-memory state: one SLA scheduler (scheduler/sched.h) per device
+ * slot that runs jobs, an index of every job this process holds in memory (being admitted,
+ * queued or running) keyed by id, the counters and the drain/stop flags. The schedulers are
+ * not thread-safe by contract; every call on them is made under mu (they never allocate or
+ * block, so the hold stays short). The store is never called with mu held: every journal
+ * write is a synchronous commit, and holding mu across it would stall every other submitter
+ * and worker.
  *
- * A job is "pending" in the index while its journal insert runs, so a cancel that races the
- * insert (a client that learnt the id from an idempotent repeat) is remembered and applied by
- * the submitter once the job is durable. A worker moves a job out of its lane under mu, then
- * journals it running, executes it with a per-job cancel flag that the executor reads between
- * ops, and journals the result. rtx_jobs_cancel sets that flag for a running job; drain past
- * its grace and stop set it too but mark the job "interrupted", and an interrupted job is left
- * as the journal says (running, or queued if it had not started), for recovery to handle at
- * the next start by the job's restart policy. Jobs run at most once per start; recovery is
- * the only place that re-queues a job that was running. A deadline is checked when a worker
- * takes the job (there is no timer): a job reached after its deadline is journaled expired.
+ * Queues. A job is bound to one device slot when it is admitted, and each slot's scheduler
+ * holds exactly the jobs that slot's workers may run: a worker only ever dispatches from its
+ * own device's scheduler, so placement holds by construction and a dispatch costs what the
+ * scheduler's costs (EDF inside a lane, stride fair share across lanes). "cpu" jobs go to the
+ * CPU's scheduler, "cuda:N" jobs to device N's, "cuda" and "auto" jobs to the usable GPU with
+ * the fewest jobs per worker whose scheduler admits them ("auto" goes to the CPU while no GPU
+ * is usable). The price of binding at admission: two GPUs do not steal each other's queued
+ * work. The schedulers share one lane configuration (lane indices are the same everywhere);
+ * each has executors = max_running = its device's worker count, its own admission estimate,
+ * brownout state and learned costs (a graph runs at different speeds on a CPU and a GPU).
+ *
+ * Admission runs before the journal insert, so a refused job (RTX_EOVERLOAD, with the
+ * scheduler's reason and retry-after hint in the message) is never journaled and leaves no
+ * trace but the scheduler's counters; only an admitted job is journaled and acknowledged.
+ * Because the job is in its scheduler while its submitter journals it ("pending"), a worker
+ * may dispatch it before the insert commits: the worker then marks it claimed and waits on
+ * pending_cv until the submitter says whether the insert succeeded (queued: run it) or not
+ * (dropped: the worker finishes the scheduler item as cancelled and frees the job; a drain
+ * that began meanwhile puts it back in its queue). A cancel that races the insert (a client
+ * that learnt the id from an idempotent repeat) is remembered and applied by the submitter
+ * once the job is durable; so is an expiry.
+ *
+ * Deadlines: a job's deadline_unix_ms becomes a deadline on the scheduler's clock
+ * (CLOCK_MONOTONIC; rtx__jobs_clock_hook in tests) at admission. The scheduler refuses a job
+ * that cannot meet it, a worker's dispatch hands back an expired job instead of running it,
+ * and a housekeeping thread sweeps expired jobs every HOUSEKEEP_MS so that their clients hear
+ * of it while every worker is busy; all of them are journaled expired. The housekeeper also
+ * ticks brownout and saves the learned costs (sched_costs in the store) every COST_SAVE_MS
+ * when they changed, and rtx_jobs_stop saves them once more; rtx_jobs_start loads them.
+ *
+ * A worker journals a job running before it executes it, so after a crash the journal tells
+ * which jobs were interrupted; recovery then re-queues them or fails them by the job's restart
+ * policy. A worker executes a job with a per-job cancel flag that the executor reads between
+ * ops, journals the result and reports the run time to its scheduler (the cost's moving
+ * average). rtx_jobs_cancel removes a queued job from its scheduler, or sets that flag for a
+ * running job; drain past its grace and stop set it too but mark the job "interrupted", and an
+ * interrupted job is left as the journal says (running, or queued if it had not started), for
+ * recovery to handle at the next start by the job's restart policy. Jobs run at most once per
+ * start; recovery is the only place that re-queues a job that was running.
  *
  * Decoded graphs, inputs and plans made for validation at admission are kept with the queued
  * job (up to CACHE_MAX_BYTES of request bytes in all) so a worker does not decode them again;
- * beyond that, and for recovered jobs, the worker decodes the journaled request.
+ * beyond that, and for recovered jobs, the worker decodes the journaled request. A job's cost
+ * key is a hash of its graph's wire bytes and its inputs' dtypes and shapes; recovered jobs
+ * have none (the scheduler's default cost).
  *
  * Watchers live in their own table (wmu, hashed by job id) so that publishing never holds mu.
  * A publisher reads the job back from the store (only when someone watches it) and calls each
@@ -36,10 +68,27 @@
  * twice.
  *
  * Admission limits: zero fields of rtx_jobs_options.limits take rtx_limits_default()'s value.
+ *
+ * Placement. Devices are slots: 0 the CPU, 1 + N CUDA device N. Every job has a class: CPU,
+ * AUTO, GPU_ANY or GPU_N (CLS_GPU0 + N). Admission asks a usable GPU worker's backend whether
+ * it supports every node (supports_node is a pure function of the node, so calling it beside
+ * the worker's own use is safe); a job the GPU cannot run becomes CPU when it asked for "auto"
+ * and is refused when it asked for a GPU. A worker checks again before it journals the job
+ * running (recovered jobs and jobs whose decoded form was not cached arrive unchecked): an
+ * "auto" job moves to the CPU's scheduler as CPU. After a failed job on a GPU, the worker
+ * synchronizes its backend: the CUDA backend answers RTX_EGPU from then on when the failure
+ * was a sticky error (it has kept the fault), so the device is marked unhealthy before the job
+ * is journaled failed (a client that sees the failure sees the device unhealthy too); an
+ * out-of-memory or other ordinary error leaves the backend usable. Devices never become
+ * healthy again in a process: a sticky error poisons the CUDA context until the process
+ * exits. The workers of a lost device keep dispatching from its scheduler, but move each job
+ * to another device ("auto" and "cuda" jobs, when one can take them) or journal it failed
+ * with the reason it cannot be placed.
  */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -48,6 +97,7 @@
 #include "daemon/jobs.h"
 
 void (*rtx__jobs_after_enqueue_hook)(void);
+int64_t (*rtx__jobs_clock_hook)(void);
 #include "daemon/log.h"
 #include "kernels/backend.h"
 #include "rtx/v1/jobs.pb-c.h"
@@ -57,6 +107,11 @@ void (*rtx__jobs_after_enqueue_hook)(void);
 #define CACHE_MAX_BYTES ((size_t)256 << 20) /* request bytes of decoded jobs kept in memory */
 #define WATCH_BUCKETS 256                   /* a watch handle's low 8 bits: its bucket */
 #define INDEX_MIN_BUCKETS 1024
+#define HOUSEKEEP_MS 20    /* ms between sweeps of expired jobs (and brownout ticks) */
+#define COST_SAVE_MS 10000 /* ms between saves of changed learned costs */
+#define EXPIRE_BATCH 64    /* expired items taken per rtx_sched_expire call */
+
+static_assert(RTX_SCHED_MAX_LANES == 16, "struct rtx_jobs_stats holds 16 lanes");
 
 static const char REASON_CANCELLED[] = "cancelled by request";
 static const char REASON_EXPIRED[] = "deadline passed before the job started";
@@ -72,38 +127,82 @@ struct prepared {
     int n_inputs;
     struct rtx_tensor **inputs;
     struct rtx_plan *plan;
+    uint64_t cost_key; /* the graph's wire bytes and the inputs' dtypes and shapes, hashed */
 };
 
-/* Where an in-memory job is: being journaled by its submitter, in a lane, being journaled as
- * cancelled by rtx_jobs_cancel, or with a worker. */
-enum job_where { JOB_PENDING, JOB_QUEUED, JOB_CANCELLING, JOB_RUNNING };
+/* Where an in-memory job is: being journaled by its submitter, queued in a scheduler, being
+ * journaled as cancelled, expired or failed by the thread that took it out, with a worker;
+ * or, for a job a worker dispatched while it was pending: journaled and about to be run by
+ * that worker (claimed), or given up by its submitter to that worker (dropped: the journal
+ * insert failed, or the job was cancelled or repeated meanwhile). */
+enum job_where {
+    JOB_PENDING,
+    JOB_QUEUED,
+    JOB_CANCELLING,
+    JOB_RUNNING,
+    JOB_CLAIMED,
+    JOB_DROPPED,
+};
+
+/* Which workers may take a job (see DESIGN): CLS_GPU0 + N is CUDA device N only. */
+enum job_class {
+    CLS_CPU,
+    CLS_AUTO,
+    CLS_GPU_ANY,
+    CLS_GPU0,
+    CLS_COUNT = CLS_GPU0 + RTX_JOBS_MAX_GPUS,
+};
+#define DEV_CPU 0 /* device slot of the CPU; CUDA device N is slot 1 + N */
+#define MAX_DEVS (1 + RTX_JOBS_MAX_GPUS)
 
 struct job {
     char id[RTX_JOB_ID_LEN];
-    int lane;                /* index into rtx_jobs.lanes */
+    int lane;                /* lane index, the same in every scheduler */
+    enum job_class cls;      /* who may take it now (under mu once queued) */
+    enum job_class asked;    /* what the submitter asked for (journaled as requested_device) */
+    int dev;                 /* under mu: the device slot whose scheduler holds it */
+    uint64_t handle;         /* under mu: its scheduler handle while in_sched */
+    bool in_sched;           /* under mu: queued or running in devs[dev].sched */
+    bool claimed;            /* under mu: dispatched while pending; a worker waits for it */
+    bool expired;            /* under mu: expired while pending; its submitter journals it */
+    uint64_t cost_key;       /* 0: none (the scheduler's default cost) */
     int64_t deadline_ms;     /* unix ms; 0 = none */
+    int64_t deadline_ns;     /* the same on the scheduler's clock; 0 = none */
     enum job_where where;    /* under mu */
     struct prepared *prep;   /* NULL: decode the journaled request when it runs */
     size_t cached_bytes;     /* bytes charged to rtx_jobs.cache_bytes */
     volatile int cancel;     /* the executor's flag; set with __atomic_store_n */
     bool cancel_requested;   /* rtx_jobs_cancel asked (under mu) */
     bool interrupted;        /* drain past grace or stop (under mu) */
-    struct job *prev, *next; /* lane FIFO */
+    struct job *next;        /* a list of expired jobs being journaled */
     struct job *hnext;       /* index chain */
 };
 
 struct lane {
     char *name;
-    struct job *head, *tail;
-    int queued, running;
+    int queued, running; /* over every device */
 };
 
 struct worker {
     struct rtx_jobs *j;
     pthread_t thread;
     bool started;
+    int dev;             /* device slot */
     struct rtx_backend *be;
     struct job *current; /* under mu */
+};
+
+/* A device slot: the CPU or one CUDA device listed at start. */
+struct dev {
+    char name[24];         /* "cpu", "cuda:N" */
+    int cuda;              /* CUDA index; -1 for the CPU */
+    bool healthy;          /* under mu; never true again once false */
+    char detail[256];      /* under mu: why not healthy */
+    int n_workers;         /* workers on it (fixed after start) */
+    int64_t jobs_started;  /* under mu */
+    size_t peak_bytes;     /* under mu: largest job peak (reported for the CPU) */
+    struct rtx_sched *sched; /* under mu: its queue; NULL when it has no workers */
+    int queued, running;   /* under mu: jobs in sched */
 };
 
 struct watch {
@@ -126,20 +225,35 @@ struct rtx_jobs {
     int n_lanes;
     struct lane lanes[MAX_LANES];
     int default_lane;
+    struct rtx_sched_config sched_cfg; /* the lanes' settings every scheduler starts from */
 
     pthread_mutex_t mu;
-    pthread_cond_t work_cv; /* a job was queued, or stop */
-    pthread_cond_t idle_cv; /* a worker finished a job */
+    pthread_cond_t work_cv;    /* a job was queued, or stop */
+    pthread_cond_t idle_cv;    /* a worker finished a job */
+    pthread_cond_t pending_cv; /* a submitter settled a pending job that a worker claimed */
+    pthread_cond_t hk_cv;      /* wakes the housekeeper (stop) */
     enum rtx_restart_policy default_policy;
     bool draining, stopping;
-    int rr; /* next lane to serve */
-    int n_pending, n_queued, n_running;
+    int n_queued;  /* jobs in the schedulers' queues (pending ones included) */
+    int n_running; /* jobs with a worker */
     size_t cache_bytes; /* bytes */
     struct job **index;
     size_t index_cap, index_n;
     int64_t succeeded, failed, cancelled, expired;
     int n_workers;
     struct worker *workers;
+    int n_cpu_workers; /* workers[0..n_cpu_workers) are the CPU's */
+    pthread_t hk_thread;
+    bool hk_started;
+    bool costs_dirty; /* under mu: a run time was learned since the last save */
+
+    int n_devs; /* slots in devs: the CPU and every listed CUDA device up to the maximum */
+    struct dev devs[MAX_DEVS];
+    char no_gpu_why[256];    /* why no CUDA device is listed ("" when one is) */
+    enum job_class default_cls; /* class of a job that names no device */
+    size_t gpu_pool_cap;     /* bytes */
+    const struct rtx_jobs_gpu_i *gpu_iface;
+    void *gpu_ctx;
 
     pthread_mutex_t wmu;
     pthread_cond_t wcv; /* a callback returned */
@@ -150,6 +264,34 @@ struct rtx_jobs {
 /* ------------------------------------------------------------------------------------------
  * Small helpers
  * ---------------------------------------------------------------------------------------- */
+
+/* The scheduler's clock, ns: CLOCK_MONOTONIC, or the test hook. */
+static int64_t sched_now(void) {
+    if (rtx__jobs_clock_hook) return rtx__jobs_clock_hook();
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* CLOCK_MONOTONIC in ns (run times are measured on it, whatever the scheduler's clock). */
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* An absolute CLOCK_MONOTONIC time ms from now, for pthread_cond_timedwait. */
+static struct timespec mono_after(int64_t ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    return ts;
+}
 
 static int64_t now_ms(void) {
     struct timespec ts;
@@ -196,6 +338,144 @@ static void list_append(char *buf, size_t len, const char *name) {
     size_t used = strlen(buf);
     if (used + 1 >= len) return;
     snprintf(buf + used, len - used, "%s%s", used ? ", " : "", name);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Devices and job classes
+ * ---------------------------------------------------------------------------------------- */
+
+/* The requested_device text of a class: "cpu", "auto", "cuda", "cuda:N". */
+static void class_text(enum job_class c, char *buf, size_t len) {
+    if (c == CLS_CPU)
+        snprintf(buf, len, "cpu");
+    else if (c == CLS_AUTO)
+        snprintf(buf, len, "auto");
+    else if (c == CLS_GPU_ANY)
+        snprintf(buf, len, "cuda");
+    else
+        snprintf(buf, len, "cuda:%d", (int)(c - CLS_GPU0));
+}
+
+/* "this host has no CUDA device (why)" or "this host lists N CUDA device(s)". */
+static void host_gpus_text(const struct rtx_jobs *j, char *buf, size_t len) {
+    int n = j->n_devs - 1;
+    if (n == 0)
+        snprintf(buf, len, "this host has no CUDA device (%.150s)", j->no_gpu_why);
+    else if (n == 1)
+        snprintf(buf, len, "this host lists 1 CUDA device, cuda:0");
+    else
+        snprintf(buf, len, "this host lists %d CUDA devices, cuda:0 to cuda:%d", n, n - 1);
+}
+
+/* Parses a device name ("auto", "cpu", "cuda", "cuda:N"); whether the device can take jobs is
+ * placement_error's business. RTX_EINVAL naming the problem. */
+static int class_parse(const struct rtx_jobs *j, const char *s, enum job_class *out,
+                       struct rtx_err *err) {
+    if (strcmp(s, "auto") == 0) {
+        *out = CLS_AUTO;
+    } else if (strcmp(s, "cpu") == 0) {
+        *out = CLS_CPU;
+    } else if (strcmp(s, "cuda") == 0) {
+        *out = CLS_GPU_ANY;
+    } else if (strncmp(s, "cuda:", 5) == 0) {
+        const char *num = s + 5;
+        size_t len = strlen(num);
+        if (len == 0 || len > 6 || strspn(num, "0123456789") != len)
+            return rtx_err_set(err, RTX_EINVAL,
+                               "device '%.40s': 'cuda:' must be followed by a device index", s);
+        long n = strtol(num, NULL, 10);
+        if (n >= RTX_JOBS_MAX_GPUS || 1 + n >= j->n_devs) {
+            char host[200];
+            host_gpus_text(j, host, sizeof host);
+            return rtx_err_set(err, RTX_EINVAL, "device '%s' does not exist: %s", s, host);
+        }
+        *out = (enum job_class)(CLS_GPU0 + n);
+    } else {
+        return rtx_err_set(err, RTX_EINVAL,
+                           "unknown device '%.40s' (devices: auto, cpu, cuda, cuda:N)", s);
+    }
+    return 0;
+}
+
+static bool dev_usable(const struct dev *d) {
+    return d->healthy && d->n_workers > 0;
+}
+
+/* Whether some GPU can take jobs (under mu). */
+static bool any_gpu_usable(const struct rtx_jobs *j) {
+    for (int d = 1; d < j->n_devs; d++)
+        if (dev_usable(&j->devs[d])) return true;
+    return false;
+}
+
+/* Why a job of class c cannot be placed now (under mu): 0, RTX_EINVAL when the host has no
+ * such device, RTX_EUNAVAILABLE when it is unhealthy or runs no jobs. */
+static int placement_error(const struct rtx_jobs *j, enum job_class c, struct rtx_err *err) {
+    char host[200];
+    if (c == CLS_CPU || c == CLS_AUTO) return 0;
+    if (c == CLS_GPU_ANY) {
+        if (j->n_devs == 1) {
+            host_gpus_text(j, host, sizeof host);
+            return rtx_err_set(err, RTX_EINVAL, "device 'cuda': %s", host);
+        }
+        if (any_gpu_usable(j)) return 0;
+        char why[200] = "";
+        for (int d = 1; d < j->n_devs; d++) {
+            char one[120];
+            const struct dev *dv = &j->devs[d];
+            snprintf(one, sizeof one, "%s %s", dv->name,
+                     dv->healthy ? "runs no jobs" : "is unhealthy");
+            list_append(why, sizeof why, one);
+        }
+        return rtx_err_set(err, RTX_EUNAVAILABLE, "device 'cuda': no usable CUDA device (%s)",
+                           why);
+    }
+    int slot = 1 + (int)(c - CLS_GPU0);
+    if (slot >= j->n_devs) {
+        host_gpus_text(j, host, sizeof host);
+        return rtx_err_set(err, RTX_EINVAL, "device 'cuda:%d' does not exist: %s", slot - 1,
+                           host);
+    }
+    const struct dev *dv = &j->devs[slot];
+    if (!dv->healthy)
+        return rtx_err_set(err, RTX_EUNAVAILABLE, "device %s is unhealthy: %s", dv->name,
+                           dv->detail);
+    if (dv->n_workers == 0)
+        return rtx_err_set(err, RTX_EUNAVAILABLE,
+                           "device %s runs no jobs (jobs.gpu_workers_per_device is 0)", dv->name);
+    return 0;
+}
+
+/* A backend of a usable GPU that jobs of class c may run on, to ask supports_node (under mu):
+ * device N's first worker for GPU_N, the first usable GPU's for AUTO and GPU_ANY; NULL for
+ * the CPU class and when no GPU is usable. */
+static struct rtx_backend *gpu_backend_for(const struct rtx_jobs *j, enum job_class c) {
+    if (c == CLS_CPU) return NULL;
+    for (int i = j->n_cpu_workers; i < j->n_workers; i++) {
+        const struct worker *w = &j->workers[i];
+        const struct dev *d = &j->devs[w->dev];
+        if (!dev_usable(d)) continue;
+        if (c == CLS_AUTO || c == CLS_GPU_ANY || c == (enum job_class)(CLS_GPU0 + d->cuda))
+            return w->be;
+    }
+    return NULL;
+}
+
+/* The first node of g that be cannot run, or -1 when it runs them all. */
+static int first_unsupported(struct rtx_backend *be, const struct rtx_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!rtx_backend_supports_node(be, g, &g->nodes[i])) return i;
+    return -1;
+}
+
+/* The reason a GPU refuses node `ni` of g. */
+static void unsupported_text(struct rtx_backend *be, const struct rtx_graph *g, int ni,
+                             char *buf, size_t len) {
+    const struct rtx_node *n = &g->nodes[ni];
+    snprintf(buf, len,
+             "node %d '%.60s' (%s) cannot run on %s: its backend has no kernel for it with "
+             "these dtypes; submit the job with device cpu or auto",
+             ni, n->name ? n->name : "", rtx_op_name(n->op), rtx_backend_name(be));
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -312,6 +592,29 @@ out:
 
 /* Decodes the graph of a request (through runtime's wire decoder), binds its inputs and plans
  * it: every graph, input and limit problem shows here, naming the node or input. */
+/* FNV-1a over len bytes, continuing from h. */
+static uint64_t fnv1a(uint64_t h, const void *data, size_t len) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The cost key of a job: its graph's wire bytes and its inputs' dtypes and shapes (what
+ * decides its run time on a device), never 0. */
+static uint64_t cost_key_of(const uint8_t *gbytes, size_t glen, const struct prepared *p) {
+    uint64_t h = fnv1a(1469598103934665603ull, gbytes, glen);
+    for (int i = 0; i < p->n_inputs; i++) {
+        const struct rtx_tensor *t = p->inputs[i];
+        int32_t head[2] = {(int32_t)t->dtype, t->ndim};
+        h = fnv1a(h, head, sizeof head);
+        h = fnv1a(h, t->dims, (size_t)t->ndim * sizeof t->dims[0]);
+    }
+    return h ? h : 1;
+}
+
+/* Decodes the graph of a request (through runtime's wire decoder), binds its inputs and plans
+ * it: every graph, input and limit problem shows here, naming the node or input. */
 static int prepare(const Rtx__V1__SubmitRequest *m, const struct rtx_limits *lim,
                    struct prepared **out, struct rtx_err *err) {
     *out = NULL;
@@ -327,7 +630,6 @@ static int prepare(const Rtx__V1__SubmitRequest *m, const struct rtx_limits *lim
     }
     rtx__v1__graph__pack(m->graph, gbytes);
     rc = rtx_graph_decode(gbytes, glen, lim, &p->graph, err);
-    rtx_free(gbytes);
     if (rc < 0) goto fail;
     p->inputs = rtx_calloc((size_t)p->graph->n_inputs + 1, sizeof *p->inputs);
     if (!p->inputs) {
@@ -339,12 +641,16 @@ static int prepare(const Rtx__V1__SubmitRequest *m, const struct rtx_limits *lim
     rc = rtx_plan_new(p->graph, (const struct rtx_tensor *const *)p->inputs, p->n_inputs, lim,
                       &p->plan, err);
     if (rc < 0) goto fail;
+    p->cost_key = cost_key_of(gbytes, glen, p);
+    rtx_free(gbytes);
     *out = p;
     return 0;
 fail:
+    rtx_free(gbytes);
     prepared_free(p);
     return rc;
 }
+
 
 /* The journaled request of a job, decoded and planned (for recovered jobs and jobs whose
  * decoded form was not cached). */
@@ -409,59 +715,121 @@ static void index_remove(struct rtx_jobs *j, struct job *job) {
     }
 }
 
-/* Appends to the tail (at_head: to the head) of the job's lane. */
-static void enqueue(struct rtx_jobs *j, struct job *job, bool at_head) {
-    struct lane *l = &j->lanes[job->lane];
-    job->where = JOB_QUEUED;
-    if (at_head) {
-        job->prev = NULL;
-        job->next = l->head;
-        if (l->head)
-            l->head->prev = job;
-        else
-            l->tail = job;
-        l->head = job;
-    } else {
-        job->next = NULL;
-        job->prev = l->tail;
-        if (l->tail)
-            l->tail->next = job;
-        else
-            l->head = job;
-        l->tail = job;
-    }
-    l->queued++;
-    j->n_queued++;
-    pthread_cond_signal(&j->work_cv);
+/* Jobs per worker queued or running on device slot d, x1000 (under mu): the load that
+ * spreads "cuda" and "auto" jobs over the GPUs. */
+static int64_t dev_load(const struct rtx_jobs *j, int d) {
+    const struct dev *dv = &j->devs[d];
+    return (int64_t)(dv->queued + dv->running) * 1000 / (dv->n_workers > 0 ? dv->n_workers : 1);
 }
 
-static void unqueue(struct rtx_jobs *j, struct job *job) {
-    struct lane *l = &j->lanes[job->lane];
-    if (job->prev)
-        job->prev->next = job->next;
-    else
-        l->head = job->next;
-    if (job->next)
-        job->next->prev = job->prev;
-    else
-        l->tail = job->prev;
-    job->prev = job->next = NULL;
-    l->queued--;
+/* The device slots a job of class c may be queued on now, least loaded first (under mu);
+ * returns how many. */
+static int candidates(const struct rtx_jobs *j, enum job_class c, int out[MAX_DEVS]) {
+    int n = 0;
+    if (c == CLS_CPU || (c == CLS_AUTO && !any_gpu_usable(j))) {
+        out[n++] = DEV_CPU;
+        return n;
+    }
+    if (c >= CLS_GPU0) {
+        int d = 1 + (int)(c - CLS_GPU0);
+        if (d < j->n_devs && dev_usable(&j->devs[d]) && j->devs[d].sched) out[n++] = d;
+        return n;
+    }
+    for (int d = 1; d < j->n_devs; d++)
+        if (dev_usable(&j->devs[d]) && j->devs[d].sched) out[n++] = d;
+    for (int a = 1; a < n; a++) { /* insertion sort by load: 16 devices at most */
+        int x = out[a], b = a;
+        int64_t lx = dev_load(j, x);
+        while (b > 0 && dev_load(j, out[b - 1]) > lx) {
+            out[b] = out[b - 1];
+            b--;
+        }
+        out[b] = x;
+    }
+    return n;
+}
+
+/* Admits a job into the scheduler of a device its class allows (under mu), trying the
+ * candidates least loaded first. 0: queued there (in_sched, dev and handle set, counted,
+ * workers woken); job->where is the caller's to set. The placement error when no device can
+ * take the class; RTX_EOVERLOAD naming the device, the scheduler's reason and its retry-after
+ * hint when every candidate refused (the last refusal is reported). */
+static int sched_place(struct rtx_jobs *j, struct job *job, struct rtx_err *err) {
+    int rc = placement_error(j, job->cls, err);
+    if (rc < 0) return rc;
+    int cand[MAX_DEVS];
+    int n = candidates(j, job->cls, cand);
+    if (n == 0) return rtx_err_set(err, RTX_EUNAVAILABLE, "no device can take the job now");
+    struct rtx_sched_reject rej = {0};
+    const char *last = "";
+    int64_t now = sched_now();
+    for (int k = 0; k < n; k++) {
+        struct dev *dv = &j->devs[cand[k]];
+        struct rtx_sched_request req = {
+            .data = job,
+            .lane = job->lane,
+            .deadline_ns = job->deadline_ns,
+            .cost_key = job->cost_key,
+        };
+        uint64_t handle = 0;
+        rc = rtx_sched_enqueue(dv->sched, &req, now, &handle, &rej);
+        if (rc == 0) {
+            job->dev = cand[k];
+            job->handle = handle;
+            job->in_sched = true;
+            dv->queued++;
+            j->lanes[job->lane].queued++;
+            j->n_queued++;
+            pthread_cond_broadcast(&j->work_cv);
+            return 0;
+        }
+        if (rc != RTX_EUNAVAILABLE)
+            return rtx_err_set(err, rc, "the scheduler of %s refused lane %d: %s", dv->name,
+                               job->lane, rtx_strerror(rc));
+        last = dv->name;
+    }
+    int64_t retry_ms = (rej.retry_after_ns + 999999) / 1000000;
+    return rtx_err_set(err, RTX_EOVERLOAD, "overloaded on %s (%s): %s; retry after %" PRId64 " ms",
+                       last, rtx_sched_reject_name(rej.reason), rej.msg, retry_ms);
+}
+
+/* Counts a job out of its scheduler's queue (dispatched, expired or cancelled; under mu). */
+static void unqueued(struct rtx_jobs *j, struct job *job) {
+    j->devs[job->dev].queued--;
+    j->lanes[job->lane].queued--;
     j->n_queued--;
 }
 
-/* The head of the next non-empty lane after the last one served; NULL when none. */
-static struct job *take_next(struct rtx_jobs *j) {
-    for (int k = 0; k < j->n_lanes; k++) {
-        int l = (j->rr + k) % j->n_lanes;
-        struct job *job = j->lanes[l].head;
-        if (job) {
-            unqueue(j, job);
-            j->rr = (l + 1) % j->n_lanes;
-            return job;
-        }
-    }
-    return NULL;
+/* Removes a queued job from its scheduler (under mu), counted there as cancelled. */
+static void sched_remove(struct rtx_jobs *j, struct job *job) {
+    int rc = rtx_sched_cancel(j->devs[job->dev].sched, job->handle, sched_now(), NULL, NULL);
+    if (rc < 0)
+        rtx_log(RTX_LOG_ERROR, "scheduler lost a queued job", "job", job->id, "error",
+                rtx_strerror(rc), NULL);
+    unqueued(j, job);
+    job->in_sched = false;
+}
+
+/* Ends a dispatched job's scheduler item (under mu): outcome and, for RTX_SCHED_OK, its run
+ * time (ns) for the cost's moving average. */
+static void finish_item(struct rtx_jobs *j, struct job *job, enum rtx_sched_outcome outcome,
+                        int64_t run_ns) {
+    struct dev *dv = &j->devs[job->dev];
+    if (outcome == RTX_SCHED_OK && run_ns <= 0) run_ns = 1;
+    int rc = rtx_sched_finish(dv->sched, job->handle, outcome, run_ns, sched_now());
+    if (rc < 0)
+        rtx_log(RTX_LOG_ERROR, "scheduler lost a running job", "job", job->id, "error",
+                rtx_strerror(rc), NULL);
+    dv->running--;
+    job->in_sched = false;
+    if (outcome == RTX_SCHED_OK) j->costs_dirty = true;
+}
+
+/* Drops a job that is in no queue from the index (under mu); the caller frees it. */
+static void forget(struct rtx_jobs *j, struct job *job) {
+    index_remove(j, job);
+    j->cache_bytes -= job->cached_bytes;
+    job->cached_bytes = 0;
 }
 
 static void job_free(struct job *job) {
@@ -617,6 +985,40 @@ static void fail_job(struct rtx_jobs *j, struct job *job, const char *reason) {
 }
 
 /* ------------------------------------------------------------------------------------------
+ * Device health
+ * ---------------------------------------------------------------------------------------- */
+
+/* Marks a device unhealthy (once) with why and wakes the workers: the device's own workers
+ * then move its queued jobs to other devices or fail them (worker_main). */
+static void device_fault(struct rtx_jobs *j, struct dev *d, const char *why) {
+    pthread_mutex_lock(&j->mu);
+    bool first = d->healthy;
+    if (first) {
+        d->healthy = false;
+        snprintf(d->detail, sizeof d->detail, "%s", why);
+        pthread_cond_broadcast(&j->work_cv);
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (!first) return;
+    rtx_log(RTX_LOG_ERROR, "device unhealthy: it takes no more jobs", "device", d->name, "error",
+            why, NULL);
+}
+
+/* After a job failed on a GPU worker: a backend that no longer synchronizes with RTX_EGPU
+ * kept a sticky error, so its device is marked unhealthy and reason (a failure reason of
+ * `len` bytes) says so. Other failures (out of memory, a bad argument) leave it usable. */
+static void check_device(struct worker *w, char *reason, size_t len) {
+    struct rtx_err herr = {0};
+    if (rtx_backend_synchronize(w->be, &herr) == 0 || herr.code != RTX_EGPU) return;
+    struct dev *d = &w->j->devs[w->dev];
+    device_fault(w->j, d, herr.msg);
+    size_t used = strlen(reason);
+    if (used + 1 < len)
+        snprintf(reason + used, len - used, " [%s is now unhealthy and takes no more jobs]",
+                 d->name);
+}
+
+/* ------------------------------------------------------------------------------------------
  * Workers
  * ---------------------------------------------------------------------------------------- */
 
@@ -667,80 +1069,336 @@ static void stop_job(struct rtx_jobs *j, struct job *job, bool started) {
             "state", started ? "running" : "queued", NULL);
 }
 
-static void run_job(struct worker *w, struct job *job) {
+/* How a worker's run of a job ended, for its scheduler. */
+enum run_result {
+    RUN_OK,      /* ran to the end (its outputs may still have failed to store) */
+    RUN_FAILED,  /* ran, or tried to, and failed */
+    RUN_STOPPED, /* cancelled, interrupted, or expired before it started */
+    RUN_BACK,    /* an "auto" job this GPU cannot run: to the CPU */
+};
+
+/* Runs a job on worker w; *run_ns gets the execution's duration (ns) when it ran. */
+static enum run_result run_job(struct worker *w, struct job *job, int64_t *run_ns) {
     struct rtx_jobs *j = w->j;
+    struct dev *dv = &j->devs[w->dev];
     struct rtx_err err = {0};
+    /* the scheduler expires jobs by its deadline; a recovered job admitted without one (it
+     * could not be met after the restart) is checked here */
     if (job->deadline_ms > 0 && now_ms() >= job->deadline_ms) {
         change_state(j, job->id, job->lane, RTX_JOB_EXPIRED, REASON_EXPIRED, &err);
-        return;
+        return RUN_STOPPED;
     }
     if (__atomic_load_n(&job->cancel, __ATOMIC_SEQ_CST)) {
         stop_job(j, job, false);
-        return;
+        return RUN_STOPPED;
     }
-    int rc = rtx_store_job_set_state(j->store, job->id, RTX_JOB_RUNNING, "", now_ms(), &err);
+    int rc;
+    if (!job->prep && (rc = load_prepared(j, job->id, &job->prep, &err)) < 0) {
+        fail_job(j, job, err.msg);
+        return RUN_FAILED;
+    }
+    struct prepared *p = job->prep;
+    if (w->dev != DEV_CPU) {
+        int bad = first_unsupported(w->be, p->graph);
+        if (bad >= 0 && job->asked == CLS_AUTO) return RUN_BACK;
+        if (bad >= 0) {
+            char reason[300];
+            unsupported_text(w->be, p->graph, bad, reason, sizeof reason);
+            fail_job(j, job, reason);
+            return RUN_FAILED;
+        }
+    }
+    rc = rtx_store_job_start(j->store, job->id, dv->name, now_ms(), &err);
     if (rc < 0) {
         char reason[300];
         snprintf(reason, sizeof reason, "cannot journal the job as running: %s", err.msg);
         rtx_log(RTX_LOG_ERROR, "cannot journal a job state", "job", job->id, "state", "running",
                 "error", err.msg, NULL);
         fail_job(j, job, reason);
-        return;
+        return RUN_FAILED;
     }
+    pthread_mutex_lock(&j->mu);
+    dv->jobs_started++;
+    pthread_mutex_unlock(&j->mu);
     log_state(j, job->id, job->lane, RTX_JOB_RUNNING, "", 0);
     publish(j, job->id);
 
-    if (!job->prep && (rc = load_prepared(j, job->id, &job->prep, &err)) < 0) {
-        fail_job(j, job, err.msg);
-        return;
-    }
-    struct prepared *p = job->prep;
     int n_out = p->graph->n_outputs;
     struct rtx_tensor **outs = rtx_calloc((size_t)n_out + 1, sizeof *outs);
     if (!outs) {
         fail_job(j, job, "out of memory running the job");
-        return;
+        return RUN_FAILED;
     }
     struct rtx_exec_stats st = {0};
+    int64_t t0 = mono_ns();
     rc = rtx_plan_execute(p->plan, w->be, p->inputs, p->n_inputs, outs, n_out, &job->cancel, &st,
                           &err);
-    if (rc == 0)
+    *run_ns = mono_ns() - t0;
+    enum run_result res = RUN_OK;
+    if (rc == 0) {
+        pthread_mutex_lock(&j->mu);
+        if (st.peak_bytes > dv->peak_bytes) dv->peak_bytes = st.peak_bytes;
+        pthread_mutex_unlock(&j->mu);
         succeed_job(j, job, outs, &st);
-    else if (rc == RTX_ECANCELED)
+    } else if (rc == RTX_ECANCELED) {
         stop_job(j, job, true);
-    else
-        fail_job(j, job, err.msg);
+        res = RUN_STOPPED;
+    } else {
+        char reason[sizeof err.msg + 80];
+        snprintf(reason, sizeof reason, "%s", err.msg);
+        if (!rtx_backend_is_host(w->be)) check_device(w, reason, sizeof reason);
+        fail_job(j, job, reason);
+        res = RUN_FAILED;
+    }
     for (int i = 0; i < n_out; i++)
         rtx_tensor_unref(outs[i]);
     rtx_free(outs);
+    return res;
+}
+
+/* Journals a job that left its scheduler without running as `st` with `reason`, then forgets
+ * and frees it. Called and returns with mu held (released meanwhile). */
+static void settle_job(struct rtx_jobs *j, struct job *job, enum rtx_job_state st,
+                       const char *reason) {
+    pthread_mutex_unlock(&j->mu);
+    struct rtx_err err = {0};
+    change_state(j, job->id, job->lane, st, reason, &err);
+    pthread_mutex_lock(&j->mu);
+    forget(j, job);
+    pthread_mutex_unlock(&j->mu);
+    job_free(job);
+    pthread_mutex_lock(&j->mu);
+}
+
+/* Queues a job that left its device's scheduler on another device (under mu): a lost
+ * device's jobs, and an "auto" job a GPU cannot run (now CPU). A job no device can take now
+ * is journaled failed with the reason (mu is released meanwhile). */
+static void move_job(struct rtx_jobs *j, struct job *job) {
+    struct rtx_err err = {0};
+    if (sched_place(j, job, &err) == 0) {
+        job->where = JOB_QUEUED;
+        return;
+    }
+    char reason[300];
+    snprintf(reason, sizeof reason, "cannot be placed: %s", err.msg);
+    job->where = JOB_CANCELLING;
+    settle_job(j, job, RTX_JOB_FAILED, reason);
 }
 
 static void *worker_main(void *arg) {
     struct worker *w = arg;
     struct rtx_jobs *j = w->j;
+    struct dev *dv = &j->devs[w->dev];
     pthread_mutex_lock(&j->mu);
-    for (;;) {
-        while (!j->stopping && (j->draining || j->n_queued == 0))
+    while (!j->stopping) {
+        struct rtx_sched_item it;
+        enum rtx_sched_pick pick = RTX_SCHED_NONE;
+        if (!j->draining && dv->sched) pick = rtx_sched_dispatch(dv->sched, sched_now(), &it);
+        if (pick == RTX_SCHED_NONE) {
             pthread_cond_wait(&j->work_cv, &j->mu);
-        if (j->stopping) break;
-        struct job *job = take_next(j);
+            continue;
+        }
+        struct job *job = it.data;
+        unqueued(j, job);
+        if (pick == RTX_SCHED_EXPIRED) {
+            job->in_sched = false;
+            if (job->where == JOB_PENDING) { /* its submitter journals it */
+                job->expired = true;
+                continue;
+            }
+            job->where = JOB_CANCELLING;
+            settle_job(j, job, RTX_JOB_EXPIRED, REASON_EXPIRED);
+            continue;
+        }
+        dv->running++;
+        while (job->where == JOB_PENDING) { /* dispatched before its journal insert ended */
+            job->claimed = true;
+            pthread_cond_wait(&j->pending_cv, &j->mu);
+        }
+        if (job->where == JOB_DROPPED) { /* not journaled, or cancelled meanwhile */
+            finish_item(j, job, RTX_SCHED_CANCELLED, 0);
+            pthread_mutex_unlock(&j->mu);
+            job_free(job);
+            pthread_mutex_lock(&j->mu);
+            continue;
+        }
+        if (j->draining) { /* a drain began while it was pending: it stays queued */
+            rtx_sched_requeue(dv->sched, job->handle, it.cost_ns > 0 ? it.cost_ns : 1,
+                              sched_now());
+            dv->running--;
+            dv->queued++;
+            j->lanes[job->lane].queued++;
+            j->n_queued++;
+            job->where = JOB_QUEUED;
+            continue;
+        }
+        if (!dev_usable(dv)) { /* the device was lost: the job goes elsewhere or fails */
+            finish_item(j, job, RTX_SCHED_CANCELLED, 0);
+            move_job(j, job);
+            continue;
+        }
         job->where = JOB_RUNNING;
         j->lanes[job->lane].running++;
         j->n_running++;
         w->current = job;
         pthread_mutex_unlock(&j->mu);
 
-        run_job(w, job);
+        int64_t run_ns = 0;
+        enum run_result res = run_job(w, job, &run_ns);
 
         pthread_mutex_lock(&j->mu);
         w->current = NULL;
         j->lanes[job->lane].running--;
         j->n_running--;
-        j->cache_bytes -= job->cached_bytes;
-        index_remove(j, job);
+        finish_item(j, job,
+                    res == RUN_OK       ? RTX_SCHED_OK
+                    : res == RUN_FAILED ? RTX_SCHED_FAILED
+                                        : RTX_SCHED_CANCELLED,
+                    run_ns);
         pthread_cond_broadcast(&j->idle_cv);
+        if (res == RUN_BACK) {
+            job->cls = CLS_CPU;
+            move_job(j, job);
+            continue;
+        }
+        forget(j, job);
         pthread_mutex_unlock(&j->mu);
         job_free(job);
+        pthread_mutex_lock(&j->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Housekeeping: expiry sweeps, brownout ticks, learned costs
+ * ---------------------------------------------------------------------------------------- */
+
+struct cost_buf {
+    struct rtx_store_cost *rows;
+    int n, cap;
+    const char *device;
+    bool oom;
+};
+
+static int cost_collect(void *ctx, uint64_t key, int64_t ema_ns, int64_t samples) {
+    struct cost_buf *b = ctx;
+    if (b->n == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 64;
+        void *p = rtx_realloc(b->rows, (size_t)cap * sizeof *b->rows);
+        if (!p) {
+            b->oom = true;
+            return 1;
+        }
+        b->rows = p;
+        b->cap = cap;
+    }
+    struct rtx_store_cost *r = &b->rows[b->n++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->device, sizeof r->device, "%s", b->device);
+    r->key = key;
+    r->ema_ns = ema_ns;
+    r->samples = samples;
+    return 0;
+}
+
+/* Writes every scheduler's learned costs to the store (a failure is logged). */
+static void save_costs(struct rtx_jobs *j) {
+    struct cost_buf b = {0};
+    pthread_mutex_lock(&j->mu);
+    for (int d = 0; d < j->n_devs && !b.oom; d++) {
+        if (!j->devs[d].sched) continue;
+        b.device = j->devs[d].name;
+        rtx_sched_cost_save(j->devs[d].sched, cost_collect, &b);
+    }
+    if (!b.oom) j->costs_dirty = false;
+    pthread_mutex_unlock(&j->mu);
+    struct rtx_err err = {0};
+    if (b.oom)
+        rtx_log(RTX_LOG_ERROR, "cannot save learned costs", "error", "out of memory", NULL);
+    else if (rtx_store_cost_put(j->store, b.rows, b.n, now_ms(), &err) < 0)
+        rtx_log(RTX_LOG_ERROR, "cannot save learned costs", "error", err.msg, NULL);
+    rtx_free(b.rows);
+}
+
+/* Loads the saved costs of this host's devices into their schedulers (before the workers
+ * start). A read error is logged: the costs are then learned again. */
+static void load_costs(struct rtx_jobs *j) {
+    struct rtx_store_cost *rows = NULL;
+    int n = 0, loaded = 0;
+    struct rtx_err err = {0};
+    if (rtx_store_cost_list(j->store, &rows, &n, &err) < 0) {
+        rtx_log(RTX_LOG_WARN, "cannot load learned costs", "error", err.msg, NULL);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        for (int d = 0; d < j->n_devs; d++) {
+            if (!j->devs[d].sched || strcmp(j->devs[d].name, rows[i].device) != 0) continue;
+            struct rtx_err lerr = {0};
+            if (rtx_sched_cost_load(j->devs[d].sched, rows[i].key, rows[i].ema_ns,
+                                    rows[i].samples, &lerr) == 0)
+                loaded++;
+        }
+    }
+    rtx_free(rows);
+    if (n > 0) {
+        char ls[24], ns[24];
+        snprintf(ls, sizeof ls, "%d", loaded);
+        snprintf(ns, sizeof ns, "%d", n);
+        rtx_log(RTX_LOG_INFO, "learned costs loaded", "loaded", ls, "saved", ns, NULL);
+    }
+}
+
+/* Every HOUSEKEEP_MS: journals the jobs whose deadline passed while queued (so their clients
+ * hear of it while the workers are busy), ticks brownout, and saves changed costs every
+ * COST_SAVE_MS. */
+static void *housekeeper_main(void *arg) {
+    struct rtx_jobs *j = arg;
+    int64_t last_save = mono_ms();
+    pthread_mutex_lock(&j->mu);
+    while (!j->stopping) {
+        struct timespec ts = mono_after(HOUSEKEEP_MS);
+        pthread_cond_timedwait(&j->hk_cv, &j->mu, &ts);
+        if (j->stopping) break;
+        struct job *list = NULL;
+        int64_t now = sched_now();
+        for (int d = 0; d < j->n_devs; d++) {
+            struct rtx_sched *s = j->devs[d].sched;
+            if (!s) continue;
+            struct rtx_sched_item items[EXPIRE_BATCH];
+            int n;
+            do {
+                n = rtx_sched_expire(s, now, items, EXPIRE_BATCH);
+                for (int i = 0; i < n; i++) {
+                    struct job *job = items[i].data;
+                    unqueued(j, job);
+                    job->in_sched = false;
+                    if (job->where == JOB_PENDING) { /* its submitter journals it */
+                        job->expired = true;
+                        continue;
+                    }
+                    job->where = JOB_CANCELLING;
+                    job->next = list;
+                    list = job;
+                }
+            } while (n == EXPIRE_BATCH);
+            rtx_sched_tick(s, now);
+        }
+        bool save = j->costs_dirty && mono_ms() - last_save >= COST_SAVE_MS;
+        pthread_mutex_unlock(&j->mu);
+        for (struct job *job = list, *nx; job; job = nx) {
+            nx = job->next;
+            struct rtx_err err = {0};
+            change_state(j, job->id, job->lane, RTX_JOB_EXPIRED, REASON_EXPIRED, &err);
+            pthread_mutex_lock(&j->mu);
+            forget(j, job);
+            pthread_mutex_unlock(&j->mu);
+            job_free(job);
+        }
+        if (save) {
+            save_costs(j);
+            last_save = mono_ms();
+        }
         pthread_mutex_lock(&j->mu);
     }
     pthread_mutex_unlock(&j->mu);
@@ -756,6 +1414,8 @@ static int check_options(const struct rtx_jobs_options *o, struct rtx_err *err) 
     if (o->workers < 1) return rtx_err_set(err, RTX_EINVAL, "jobs: workers must be >= 1");
     if (o->cpu_threads < 1) return rtx_err_set(err, RTX_EINVAL, "jobs: cpu_threads must be >= 1");
     if (o->max_queued < 1) return rtx_err_set(err, RTX_EINVAL, "jobs: max_queued must be >= 1");
+    if (o->gpu_workers_per_device < 0 || o->gpu_workers_per_device > 64)
+        return rtx_err_set(err, RTX_EINVAL, "jobs: gpu_workers_per_device must be in [0, 64]");
     if (o->default_restart_policy != RTX_RESTART_RERUN &&
         o->default_restart_policy != RTX_RESTART_FAIL)
         return rtx_err_set(err, RTX_EINVAL, "jobs: invalid default restart policy %d",
@@ -780,17 +1440,51 @@ static int check_options(const struct rtx_jobs_options *o, struct rtx_err *err) 
     return 0;
 }
 
+/* The scheduler configuration of the options: their sched (or the defaults) with exactly
+ * their lanes, in their order. */
+static int sched_config(const struct rtx_jobs_options *o, struct rtx_sched_config *cfg,
+                        struct rtx_err *err) {
+    if (o->sched)
+        *cfg = *o->sched;
+    else
+        rtx_sched_config_init(cfg);
+    char names[MAX_LANES * (RTX_SCHED_LANE_NAME_MAX + 2)] = "";
+    for (int i = 0; i < o->n_lanes; i++) {
+        size_t used = strlen(names);
+        snprintf(names + used, sizeof names - used, "%s%.*s", i ? "," : "",
+                 RTX_SCHED_LANE_NAME_MAX + 1, o->lanes[i]);
+    }
+    int rc = rtx_sched_config_select_lanes(cfg, names, err);
+    if (rc == 0) rc = rtx_sched_config_check(cfg, err);
+    return rc < 0 ? rtx_err_prefix(err, "jobs: lanes") : 0;
+}
+
 static int find_lane(const struct rtx_jobs *j, const char *name) {
     for (int i = 0; i < j->n_lanes; i++)
         if (strcmp(j->lanes[i].name, name) == 0) return i;
     return -1;
 }
 
+/* Journals a recovered job terminal (state with reason) and counts it. */
+static int recover_end(struct rtx_jobs *j, const char *id, int lane, enum rtx_job_state st,
+                       const char *reason, int *n, struct rtx_err *err) {
+    int rc = rtx_store_job_set_state(j->store, id, st, reason, now_ms(), err);
+    if (rc < 0) return rc;
+    if (st == RTX_JOB_FAILED) j->failed++;
+    if (st == RTX_JOB_EXPIRED) j->expired++;
+    (*n)++;
+    log_state(j, id, lane, st, reason, 0);
+    return 0;
+}
+
 /* Re-queues unfinished jobs from the journal: queued ones as they are, running ones by their
- * restart policy. Runs before the workers exist. */
+ * restart policy. A job whose deadline passed is journaled expired; one no device can take,
+ * or that its lane has no room for, failed with the reason. A job whose deadline cannot be
+ * met any more is queued without a scheduler deadline (the worker expires it when it comes
+ * to it). Runs before the workers exist. */
 static int recover(struct rtx_jobs *j, struct rtx_err *err) {
     struct rtx_job_info *jobs = NULL;
-    int n = 0, n_queued = 0, n_rerun = 0, n_failed = 0;
+    int n = 0, n_queued = 0, n_rerun = 0, n_failed = 0, n_expired = 0;
     int rc = rtx_store_job_unfinished(j->store, &jobs, &n, err);
     if (rc < 0) return rtx_err_prefix(err, "recovering jobs");
     for (int i = 0; i < n && rc == 0; i++) {
@@ -801,17 +1495,21 @@ static int recover(struct rtx_jobs *j, struct rtx_err *err) {
                     info->id, "lane", info->lane ? info->lane : "", NULL);
             lane = j->default_lane;
         }
+        enum job_class asked = CLS_AUTO;
+        struct rtx_err derr = {0};
+        const char *dev = info->requested_device ? info->requested_device : "";
+        if (dev[0] && class_parse(j, dev, &asked, &derr) < 0) {
+            char reason[300];
+            snprintf(reason, sizeof reason, "cannot be placed: %s", derr.msg);
+            rc = recover_end(j, info->id, lane, RTX_JOB_FAILED, reason, &n_failed, err);
+            continue;
+        }
         if (info->state == RTX_JOB_RUNNING) {
             enum rtx_restart_policy pol = info->restart_policy;
             if (pol != RTX_RESTART_RERUN && pol != RTX_RESTART_FAIL) pol = j->default_policy;
             if (pol == RTX_RESTART_FAIL) {
-                rc = rtx_store_job_set_state(j->store, info->id, RTX_JOB_FAILED, REASON_RESTART,
-                                             now_ms(), err);
-                if (rc == 0) {
-                    j->failed++;
-                    n_failed++;
-                    log_state(j, info->id, lane, RTX_JOB_FAILED, REASON_RESTART, 0);
-                }
+                rc = recover_end(j, info->id, lane, RTX_JOB_FAILED, REASON_RESTART, &n_failed,
+                                 err);
                 continue;
             }
             rc = rtx_store_job_set_state(j->store, info->id, RTX_JOB_QUEUED, "", now_ms(), err);
@@ -819,6 +1517,11 @@ static int recover(struct rtx_jobs *j, struct rtx_err *err) {
             n_rerun++;
         } else {
             n_queued++;
+        }
+        int64_t wall = now_ms();
+        if (info->deadline_ms > 0 && info->deadline_ms <= wall) {
+            rc = recover_end(j, info->id, lane, RTX_JOB_EXPIRED, REASON_EXPIRED, &n_expired, err);
+            continue;
         }
         struct job *job = rtx_calloc(1, sizeof *job);
         if (!job) {
@@ -828,32 +1531,50 @@ static int recover(struct rtx_jobs *j, struct rtx_err *err) {
         memcpy(job->id, info->id, sizeof job->id);
         job->id[RTX_JOB_ID_LEN - 1] = '\0';
         job->lane = lane;
+        job->asked = job->cls = asked;
         job->deadline_ms = info->deadline_ms;
+        if (job->deadline_ms > 0)
+            job->deadline_ns = sched_now() + (job->deadline_ms - wall) * 1000000;
+        struct rtx_err perr = {0};
+        int prc = sched_place(j, job, &perr);
+        if (prc == RTX_EOVERLOAD && job->deadline_ns > 0) {
+            job->deadline_ns = 0;
+            prc = sched_place(j, job, &perr);
+        }
+        if (prc < 0) {
+            char reason[300];
+            snprintf(reason, sizeof reason, "cannot be placed: %s", perr.msg);
+            rtx_free(job);
+            rc = recover_end(j, info->id, lane, RTX_JOB_FAILED, reason, &n_failed, err);
+            continue;
+        }
+        job->where = JOB_QUEUED;
         index_add(j, job);
-        enqueue(j, job, false);
     }
     rtx_job_info_free_array(jobs, n);
     if (rc < 0) return rtx_err_prefix(err, "recovering jobs");
     if (n > 0) {
-        char q[24], r[24], f[24];
+        char q[24], r[24], f[24], x[24];
         snprintf(q, sizeof q, "%d", n_queued);
         snprintf(r, sizeof r, "%d", n_rerun);
         snprintf(f, sizeof f, "%d", n_failed);
+        snprintf(x, sizeof x, "%d", n_expired);
         rtx_log(RTX_LOG_INFO, "recovered unfinished jobs", "queued", q, "rerun", r, "failed", f,
-                NULL);
+                "expired", x, NULL);
     }
     return 0;
 }
 
-/* Frees what start built; the workers must have been joined. */
+/* Frees what start built; the workers and the housekeeper must have been joined. */
 static void destroy(struct rtx_jobs *j) {
-    for (int l = 0; l < j->n_lanes; l++) {
-        for (struct job *job = j->lanes[l].head, *nx; job; job = nx) {
-            nx = job->next;
+    for (size_t b = 0; j->index && b < j->index_cap; b++) {
+        for (struct job *job = j->index[b], *nx; job; job = nx) {
+            nx = job->hnext;
             job_free(job);
         }
-        rtx_free(j->lanes[l].name);
     }
+    for (int l = 0; l < j->n_lanes; l++)
+        rtx_free(j->lanes[l].name);
     for (size_t b = 0; b < WATCH_BUCKETS; b++) {
         for (struct watch *w = j->watches[b], *nx; w; w = nx) {
             nx = w->next;
@@ -862,26 +1583,126 @@ static void destroy(struct rtx_jobs *j) {
     }
     for (int i = 0; i < j->n_workers; i++)
         rtx_backend_free(j->workers[i].be);
+    for (int d = 0; d < j->n_devs; d++)
+        rtx_sched_free(j->devs[d].sched);
     rtx_free(j->workers);
     rtx_free(j->index);
     pthread_cond_destroy(&j->work_cv);
     pthread_cond_destroy(&j->idle_cv);
+    pthread_cond_destroy(&j->pending_cv);
+    pthread_cond_destroy(&j->hk_cv);
     pthread_cond_destroy(&j->wcv);
     pthread_mutex_destroy(&j->mu);
     pthread_mutex_destroy(&j->wmu);
     rtx_free(j);
 }
 
-/* Stops and joins the started workers (interrupting their jobs). */
+/* Stops and joins the started workers (interrupting their jobs) and the housekeeper. */
 static void join_workers(struct rtx_jobs *j) {
     pthread_mutex_lock(&j->mu);
     j->stopping = true;
     j->draining = true;
     interrupt_running(j);
     pthread_cond_broadcast(&j->work_cv);
+    pthread_cond_broadcast(&j->hk_cv);
     pthread_mutex_unlock(&j->mu);
     for (int i = 0; i < j->n_workers; i++)
         if (j->workers[i].started) pthread_join(j->workers[i].thread, NULL);
+    if (j->hk_started) pthread_join(j->hk_thread, NULL);
+}
+
+static int cuda_gpu_backend_new(void *ctx, int device, struct rtx_backend **out,
+                                struct rtx_err *err) {
+    struct rtx_jobs *j = ctx;
+    struct rtx_cuda_options co = {.device = device, .memory_cap_bytes = j->gpu_pool_cap};
+    return rtx_backend_cuda_new(&co, out, err);
+}
+
+static int cuda_gpu_pool_stats(void *ctx, struct rtx_backend *be, struct rtx_mem_pool_stats *dev,
+                               struct rtx_mem_pool_stats *pinned, struct rtx_err *err) {
+    return rtx_backend_cuda_pool_stats(be, dev, pinned, err);
+}
+
+static const struct rtx_jobs_gpu_i cuda_gpu_iface = {
+    .backend_new = cuda_gpu_backend_new,
+    .pool_stats = cuda_gpu_pool_stats,
+};
+
+/* Fills the device slots (the CPU, then each listed CUDA device up to the maximum) and the
+ * GPU interface; returns how many GPU workers the healthy devices get. */
+static int devices_init(struct rtx_jobs *j, const struct rtx_jobs_options *o) {
+    j->gpu_iface = o->gpu_iface ? o->gpu_iface : &cuda_gpu_iface;
+    j->gpu_ctx = o->gpu_iface ? o->gpu_ctx : j;
+    j->gpu_pool_cap = o->gpu_pool_cap_bytes;
+    struct dev *cpu = &j->devs[DEV_CPU];
+    snprintf(cpu->name, sizeof cpu->name, "cpu");
+    cpu->cuda = -1;
+    cpu->healthy = true;
+    cpu->n_workers = o->workers;
+    j->n_devs = 1;
+    const struct rtx_cuda_devices *g = o->gpus;
+    if (!g || g->n <= 0)
+        snprintf(j->no_gpu_why, sizeof j->no_gpu_why, "%s",
+                 g && g->absent[0] ? g->absent : "none was listed at start");
+    int n_workers = 0;
+    for (int i = 0; g && i < g->n && j->n_devs < MAX_DEVS; i++) {
+        struct dev *d = &j->devs[j->n_devs++];
+        snprintf(d->name, sizeof d->name, "cuda:%d", i);
+        d->cuda = i;
+        d->healthy = g->devs[i].healthy;
+        snprintf(d->detail, sizeof d->detail, "%s", g->devs[i].detail);
+        d->n_workers = d->healthy ? o->gpu_workers_per_device : 0;
+        n_workers += d->n_workers;
+    }
+    if (g && g->n > RTX_JOBS_MAX_GPUS) {
+        char n[16];
+        snprintf(n, sizeof n, "%d", g->n);
+        rtx_log(RTX_LOG_WARN, "more CUDA devices than the job manager uses", "devices", n,
+                "used", "16", NULL);
+    }
+    return n_workers;
+}
+
+/* Creates the workers of device slot d (appended to j->workers). When a backend cannot be
+ * made, the device's workers are dropped and it is marked unhealthy with the error. */
+static void gpu_workers_new(struct rtx_jobs *j, int d) {
+    struct dev *dv = &j->devs[d];
+    int first = j->n_workers;
+    for (int k = 0; k < dv->n_workers; k++) {
+        struct worker *w = &j->workers[first + k];
+        struct rtx_err berr = {0};
+        w->j = j;
+        w->dev = d;
+        if (j->gpu_iface->backend_new(j->gpu_ctx, dv->cuda, &w->be, &berr) == 0) continue;
+        for (int q = 0; q < k; q++) {
+            rtx_backend_free(j->workers[first + q].be);
+            j->workers[first + q].be = NULL;
+        }
+        w->be = NULL;
+        dv->healthy = false;
+        dv->n_workers = 0;
+        snprintf(dv->detail, sizeof dv->detail, "cannot create its backend: %.220s", berr.msg);
+        rtx_log(RTX_LOG_WARN, "device unhealthy: no jobs run on it", "device", dv->name, "error",
+                dv->detail, NULL);
+        return;
+    }
+    j->n_workers += dv->n_workers;
+}
+
+
+/* Creates the scheduler of every device slot with workers: the shared lane configuration,
+ * with executors and max_running set to the slot's worker count. */
+static int scheds_new(struct rtx_jobs *j, struct rtx_err *err) {
+    for (int d = 0; d < j->n_devs; d++) {
+        struct dev *dv = &j->devs[d];
+        if (dv->n_workers <= 0) continue;
+        struct rtx_sched_config c = j->sched_cfg;
+        c.executors = dv->n_workers;
+        c.max_running = dv->n_workers;
+        int rc = rtx_sched_new(&c, sched_now(), &dv->sched, err);
+        if (rc < 0) return rtx_err_prefix(err, "jobs: the scheduler of %s", dv->name);
+    }
+    return 0;
 }
 
 static int init_sync(struct rtx_jobs *j) {
@@ -892,6 +1713,8 @@ static int init_sync(struct rtx_jobs *j) {
     pthread_mutex_init(&j->wmu, NULL);
     pthread_cond_init(&j->work_cv, NULL);
     pthread_cond_init(&j->idle_cv, &ca);
+    pthread_cond_init(&j->pending_cv, NULL);
+    pthread_cond_init(&j->hk_cv, &ca);
     pthread_cond_init(&j->wcv, NULL);
     pthread_condattr_destroy(&ca);
     return 0;
@@ -911,6 +1734,7 @@ int rtx_jobs_start(const struct rtx_jobs_options *opt, struct rtx_jobs **out,
         rtx_free(j);
         return rtx_err_set(err, RTX_ENOMEM, "jobs: out of memory");
     }
+    if ((rc = sched_config(opt, &j->sched_cfg, err)) < 0) goto fail;
     j->store = opt->store;
     struct rtx_limits dl = rtx_limits_default(), lim = opt->limits;
     if (lim.max_nodes <= 0) lim.max_nodes = dl.max_nodes;
@@ -926,21 +1750,31 @@ int rtx_jobs_start(const struct rtx_jobs_options *opt, struct rtx_jobs **out,
     j->n_lanes = opt->n_lanes;
     j->index_cap = INDEX_MIN_BUCKETS;
     j->index = rtx_calloc(j->index_cap, sizeof *j->index);
-    j->workers = rtx_calloc((size_t)opt->workers, sizeof *j->workers);
+    int n_gpu_workers = devices_init(j, opt);
+    j->workers = rtx_calloc((size_t)(opt->workers + n_gpu_workers), sizeof *j->workers);
     if (!j->index || !j->workers) goto oom;
     for (int i = 0; i < opt->n_lanes; i++) {
         if (!(j->lanes[i].name = rtx_strdup(opt->lanes[i]))) goto oom;
         if (strcmp(opt->lanes[i], opt->default_lane) == 0) j->default_lane = i;
     }
-    j->n_workers = opt->workers;
+    rc = class_parse(j, opt->default_device ? opt->default_device : "auto", &j->default_cls, err);
+    if (rc < 0) {
+        rtx_err_prefix(err, "jobs: default device");
+        goto fail;
+    }
+    j->n_workers = j->n_cpu_workers = opt->workers;
     for (int i = 0; i < j->n_workers; i++) {
         j->workers[i].j = j;
+        j->workers[i].dev = DEV_CPU;
         struct rtx_cpu_options co = {.n_threads = opt->cpu_threads};
         if ((rc = rtx_backend_cpu_new(&co, &j->workers[i].be, err)) < 0) {
             rtx_err_prefix(err, "jobs: worker %d backend", i);
             goto fail;
         }
     }
+    for (int d = 1; d < j->n_devs; d++) gpu_workers_new(j, d);
+    if ((rc = scheds_new(j, err)) < 0) goto fail;
+    load_costs(j);
     if ((rc = recover(j, err)) < 0) goto fail;
     for (int i = 0; i < j->n_workers; i++) {
         if (pthread_create(&j->workers[i].thread, NULL, worker_main, &j->workers[i]) != 0) {
@@ -950,10 +1784,19 @@ int rtx_jobs_start(const struct rtx_jobs_options *opt, struct rtx_jobs **out,
         }
         j->workers[i].started = true;
     }
-    char nw[16], nt[16];
-    snprintf(nw, sizeof nw, "%d", j->n_workers);
+    if (pthread_create(&j->hk_thread, NULL, housekeeper_main, j) != 0) {
+        rc = rtx_err_set(err, RTX_ENOMEM, "jobs: cannot start the housekeeping thread");
+        join_workers(j);
+        goto fail;
+    }
+    j->hk_started = true;
+    char nw[16], nt[16], ng[16], dd[24];
+    snprintf(nw, sizeof nw, "%d", j->n_cpu_workers);
     snprintf(nt, sizeof nt, "%d", j->cpu_threads);
-    rtx_log(RTX_LOG_INFO, "job workers started", "workers", nw, "cpu_threads", nt, NULL);
+    snprintf(ng, sizeof ng, "%d", j->n_workers - j->n_cpu_workers);
+    class_text(j->default_cls, dd, sizeof dd);
+    rtx_log(RTX_LOG_INFO, "job workers started", "workers", nw, "cpu_threads", nt, "gpu_workers",
+            ng, "default_device", dd, NULL);
     *out = j;
     return 0;
 oom:
@@ -966,6 +1809,7 @@ fail:
 void rtx_jobs_stop(struct rtx_jobs *j) {
     if (!j) return;
     join_workers(j);
+    if (j->costs_dirty) save_costs(j);
     char q[24];
     snprintf(q, sizeof q, "%d", j->n_queued);
     rtx_log(RTX_LOG_INFO, "job workers stopped", "queued", q, NULL);
@@ -979,9 +1823,9 @@ void rtx_jobs_stop(struct rtx_jobs *j) {
 /* Whether a new job may be admitted (under mu). */
 static int admission_open(struct rtx_jobs *j, struct rtx_err *err) {
     if (j->draining) return rtx_err_set(err, RTX_EUNAVAILABLE, "draining: not accepting jobs");
-    if ((int64_t)j->n_queued + j->n_pending >= j->max_queued)
+    if ((int64_t)j->n_queued >= j->max_queued) /* pending jobs are in their queue already */
         return rtx_err_set(err, RTX_EUNAVAILABLE, "queue full: %d jobs queued (limit %" PRId64 ")",
-                           j->n_queued + j->n_pending, j->max_queued);
+                           j->n_queued, j->max_queued);
     return 0;
 }
 
@@ -1024,6 +1868,31 @@ static int check_fields(struct rtx_jobs *j, const Rtx__V1__SubmitRequest *m, int
     return 0;
 }
 
+/* Places a validated job: the class it asked for (device "" takes the default) and the class
+ * it runs as, CPU for an "auto" job with a node the GPU cannot run. Errors as
+ * rtx_jobs_submit documents them. */
+static int place(struct rtx_jobs *j, const char *device, const struct prepared *p,
+                 enum job_class *asked, enum job_class *cls, struct rtx_err *err) {
+    enum job_class c = j->default_cls;
+    int rc = device[0] ? class_parse(j, device, &c, err) : 0;
+    if (rc < 0) return rc;
+    pthread_mutex_lock(&j->mu);
+    rc = placement_error(j, c, err);
+    struct rtx_backend *be = rc == 0 ? gpu_backend_for(j, c) : NULL;
+    pthread_mutex_unlock(&j->mu);
+    if (rc < 0) return rc;
+    *asked = *cls = c;
+    int bad = be ? first_unsupported(be, p->graph) : -1;
+    if (bad < 0) return 0;
+    if (c == CLS_AUTO) {
+        *cls = CLS_CPU;
+        return 0;
+    }
+    char why[300];
+    unsupported_text(be, p->graph, bad, why, sizeof why);
+    return rtx_err_set(err, RTX_EINVAL, "%s", why);
+}
+
 /* Journals a validated job (pending in the index). Returns 0 with existing_id set to the
  * first job's id on an idempotent repeat. */
 static int journal_new(struct rtx_jobs *j, const struct job *job, const Rtx__V1__SubmitRequest *m,
@@ -1036,7 +1905,10 @@ static int journal_new(struct rtx_jobs *j, const struct job *job, const Rtx__V1_
         labels[i].key = m->labels[i]->key;
         labels[i].value = m->labels[i]->value;
     }
+    char requested[24];
+    class_text(job->asked, requested, sizeof requested);
     struct rtx_job_info info = {
+        .requested_device = requested,
         .state = RTX_JOB_QUEUED,
         .reason = (char *)"",
         .lane = j->lanes[job->lane].name,
@@ -1053,6 +1925,7 @@ static int journal_new(struct rtx_jobs *j, const struct job *job, const Rtx__V1_
     rtx_free(labels);
     return rc;
 }
+
 
 int rtx_jobs_submit(struct rtx_jobs *j, const void *request, size_t len,
                     char job_id[RTX_JOB_ID_LEN], bool *deduplicated, struct rtx_err *err) {
@@ -1074,22 +1947,30 @@ int rtx_jobs_submit(struct rtx_jobs *j, const void *request, size_t len,
     struct job *job = NULL;
     int lane = 0;
     enum rtx_restart_policy policy = RTX_RESTART_RERUN;
+    enum job_class asked = CLS_AUTO, cls = CLS_AUTO;
     if ((rc = unpack_request(request, len, &m, err)) < 0) return rc;
     if ((rc = check_fields(j, m, now, &lane, &policy, err)) < 0) goto out;
     if ((rc = prepare(m, &j->limits, &p, err)) < 0) goto out;
+    if ((rc = place(j, m->device, p, &asked, &cls, err)) < 0) goto out;
     if (!(job = rtx_calloc(1, sizeof *job))) {
         rc = rtx_err_set(err, RTX_ENOMEM, "out of memory queueing the job");
         goto out;
     }
     rtx_store_new_job_id(job->id);
     job->lane = lane;
+    job->asked = asked;
+    job->cls = cls;
+    job->cost_key = p->cost_key;
     job->deadline_ms = m->deadline_unix_ms;
     job->where = JOB_PENDING;
 
+    /* admission control: queued in a scheduler before the journal insert, so that a refused
+     * job is never journaled (a worker that dispatches it meanwhile waits for the insert) */
     pthread_mutex_lock(&j->mu);
-    if ((rc = admission_open(j, err)) == 0) {
+    if (job->deadline_ms > 0) /* on the scheduler's clock; one that passed meanwhile is refused */
+        job->deadline_ns = sched_now() + (job->deadline_ms - now_ms()) * 1000000;
+    if ((rc = admission_open(j, err)) == 0 && (rc = sched_place(j, job, err)) == 0) {
         index_add(j, job);
-        j->n_pending++;
     }
     pthread_mutex_unlock(&j->mu);
     if (rc < 0) goto out;
@@ -1097,16 +1978,21 @@ int rtx_jobs_submit(struct rtx_jobs *j, const void *request, size_t len,
     char existing[RTX_JOB_ID_LEN] = "";
     rc = journal_new(j, job, m, p, policy, now, request, len, existing, err);
     bool dup = rc == 0 && existing[0] != '\0';
-    bool cancel = false;
-    /* the id is copied before the job is queued: from then on a worker may run and free it */
+    bool cancel = false, expired = false;
+    /* the id is copied before the job is released: from then on a worker may run and free it */
     if (rc == 0 && !dup) memcpy(job_id, job->id, RTX_JOB_ID_LEN);
     pthread_mutex_lock(&j->mu);
-    j->n_pending--;
-    if (rc < 0 || dup) {
+    if (rc < 0 || dup || job->cancel_requested || job->expired) {
         index_remove(j, job);
-    } else if (job->cancel_requested) {
-        index_remove(j, job);
-        cancel = true;
+        cancel = rc == 0 && !dup && job->cancel_requested;
+        expired = rc == 0 && !dup && !cancel && job->expired;
+        if (job->claimed) { /* its worker finishes the scheduler item and frees it */
+            job->where = JOB_DROPPED;
+            pthread_cond_broadcast(&j->pending_cv);
+            job = NULL;
+        } else if (job->in_sched) {
+            sched_remove(j, job);
+        }
     } else {
         if (j->cache_bytes + len <= CACHE_MAX_BYTES) { /* keep the decoded job for the worker */
             job->prep = p;
@@ -1114,10 +2000,17 @@ int rtx_jobs_submit(struct rtx_jobs *j, const void *request, size_t len,
             j->cache_bytes += len;
             p = NULL;
         }
-        enqueue(j, job, false);
+        if (job->claimed) { /* its worker runs it: out of any queue, so cancel stops it */
+            job->where = JOB_CLAIMED;
+            pthread_cond_broadcast(&j->pending_cv);
+        } else {
+            job->where = JOB_QUEUED;
+        }
+        job = NULL; /* owned by its scheduler (or worker) now */
     }
     pthread_mutex_unlock(&j->mu);
-    if (rtx__jobs_after_enqueue_hook && rc == 0 && !dup && !cancel) rtx__jobs_after_enqueue_hook();
+    bool queued = rc == 0 && !dup && !cancel && !expired;
+    if (rtx__jobs_after_enqueue_hook && queued) rtx__jobs_after_enqueue_hook();
     if (rc < 0) goto out;
     if (dup) {
         memcpy(job_id, existing, RTX_JOB_ID_LEN);
@@ -1129,8 +2022,9 @@ int rtx_jobs_submit(struct rtx_jobs *j, const void *request, size_t len,
     if (cancel) {
         struct rtx_err cerr = {0};
         cancel_journaled(j, job_id, lane, &cerr);
-    } else {
-        job = NULL; /* owned by the queue now */
+    } else if (expired) {
+        struct rtx_err xerr = {0};
+        change_state(j, job_id, lane, RTX_JOB_EXPIRED, REASON_EXPIRED, &xerr);
     }
 out:
     job_free(job);
@@ -1154,27 +2048,34 @@ int rtx_jobs_cancel(struct rtx_jobs *j, const char *id, struct rtx_job_info *out
     struct job *job = strlen(id) < RTX_JOB_ID_LEN ? index_find(j, id) : NULL;
     struct job *taken = NULL;
     if (job && job->where == JOB_QUEUED) {
-        unqueue(j, job);
+        sched_remove(j, job);
         job->where = JOB_CANCELLING;
         taken = job;
-    } else if (job) { /* pending: its submitter cancels it; running: its worker does */
+    } else if (job) { /* pending: its submitter cancels it; claimed, running: its worker */
         job->cancel_requested = true;
-        if (job->where == JOB_RUNNING) raise_cancel(job);
+        if (job->where == JOB_RUNNING || job->where == JOB_CLAIMED) raise_cancel(job);
     }
     pthread_mutex_unlock(&j->mu);
 
     if (taken) {
         rc = cancel_journaled(j, taken->id, taken->lane, err);
         pthread_mutex_lock(&j->mu);
-        if (rc < 0) { /* still queued in the journal: queued here too, at the lane's head */
-            enqueue(j, taken, true);
+        if (rc < 0) { /* still queued in the journal: queued here too, if a scheduler admits it */
+            struct rtx_err qerr = {0};
+            if (sched_place(j, taken, &qerr) == 0) {
+                taken->where = JOB_QUEUED;
+                taken = NULL;
+            } else {
+                forget(j, taken);
+                rtx_log(RTX_LOG_ERROR, "job left queued in the journal until the next start",
+                        "job", taken->id, "error", qerr.msg, NULL);
+            }
         } else {
-            index_remove(j, taken);
-            j->cache_bytes -= taken->cached_bytes;
+            forget(j, taken);
         }
         pthread_mutex_unlock(&j->mu);
+        job_free(taken); /* NULL when it is queued again */
         if (rc < 0) return rc;
-        job_free(taken);
     } else if (!job) {
         /* Not in memory: terminal, unknown, or left running by an interrupted drain. */
         struct rtx_job_info info = {0};
@@ -1250,7 +2151,7 @@ void rtx_jobs_drain(struct rtx_jobs *j, int *running, int *queued) {
     if (!j) return;
     pthread_mutex_lock(&j->mu);
     j->draining = true;
-    int r = j->n_running, q = j->n_queued + j->n_pending;
+    int r = j->n_running, q = j->n_queued; /* pending jobs are counted queued */
     pthread_mutex_unlock(&j->mu);
     if (running) *running = r;
     if (queued) *queued = q;
@@ -1317,7 +2218,115 @@ void rtx_jobs_get_stats(struct rtx_jobs *j, struct rtx_jobs_stats *st) {
     st->cancelled = j->cancelled;
     st->expired = j->expired;
     st->draining = j->draining;
-    st->workers = j->n_workers;
+    st->workers = j->n_cpu_workers;
     st->cpu_threads = j->cpu_threads;
+    st->n_devices = j->n_devs;
+    for (int d = 0; d < j->n_devs; d++) {
+        const struct dev *dv = &j->devs[d];
+        struct rtx_jobs_device *o = &st->devices[d];
+        snprintf(o->name, sizeof o->name, "%s", dv->name);
+        o->cuda_index = dv->cuda;
+        o->workers = dv->n_workers;
+        o->healthy = dv->healthy;
+        snprintf(o->detail, sizeof o->detail, "%s", dv->detail);
+        o->jobs_started = dv->jobs_started;
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Adds pool totals b into a (fragmentation is left for pool_finish). */
+static void pool_add(struct rtx_mem_pool_kind_stats *a, const struct rtx_mem_pool_kind_stats *b) {
+    a->bytes_requested += b->bytes_requested;
+    a->bytes_allocated += b->bytes_allocated;
+    a->bytes_allocated_peak += b->bytes_allocated_peak;
+    a->bytes_active += b->bytes_active;
+    a->bytes_reserved += b->bytes_reserved;
+    a->bytes_reserved_peak += b->bytes_reserved_peak;
+    a->bytes_free += b->bytes_free;
+    if (b->bytes_free_largest > a->bytes_free_largest)
+        a->bytes_free_largest = b->bytes_free_largest;
+    a->n_active_blocks += b->n_active_blocks;
+    a->n_free_blocks += b->n_free_blocks;
+    a->n_segments += b->n_segments;
+    a->n_allocs += b->n_allocs;
+    a->n_frees += b->n_frees;
+    a->n_cache_hits += b->n_cache_hits;
+    a->n_segment_allocs += b->n_segment_allocs;
+    a->n_segment_frees += b->n_segment_frees;
+    a->n_retries += b->n_retries;
+    a->n_ooms += b->n_ooms;
+}
+
+static void pool_finish(struct rtx_mem_pool_kind_stats *a) {
+    a->fragmentation =
+        a->bytes_free ? 1.0 - (double)a->bytes_free_largest / (double)a->bytes_free : 0.0;
+}
+
+int rtx_jobs_get_pools(struct rtx_jobs *j, struct rtx_jobs_pool_row *rows, int max, int *n,
+                       struct rtx_err *err) {
+    if (!j || !rows || !n || max < 0)
+        return rtx_err_set(err, RTX_EINVAL, "pools: invalid argument");
+    *n = 0;
+    for (int d = 1; d < j->n_devs; d++) {
+        const struct dev *dv = &j->devs[d];
+        if (dv->n_workers == 0) continue;
+        if (*n + 2 > max) return rtx_err_set(err, RTX_ELIMIT, "pools: more than %d rows", max);
+        struct rtx_jobs_pool_row *dr = &rows[*n], *pr = &rows[*n + 1];
+        memset(dr, 0, sizeof *dr);
+        memset(pr, 0, sizeof *pr);
+        snprintf(dr->device, sizeof dr->device, "%s", dv->name);
+        snprintf(pr->device, sizeof pr->device, "%s/pinned", dv->name);
+        dr->kind = "cuda";
+        pr->kind = "pinned";
+        for (int i = j->n_cpu_workers; i < j->n_workers; i++) {
+            if (j->workers[i].dev != d) continue;
+            struct rtx_mem_pool_stats ds, ps;
+            int rc = j->gpu_iface->pool_stats(j->gpu_ctx, j->workers[i].be, &ds, &ps, err);
+            if (rc < 0) return rtx_err_prefix(err, "pools of %s", dv->name);
+            pool_add(&dr->total, &ds.total);
+            pool_add(&pr->total, &ps.total);
+            dr->cap_bytes = ds.cap_bytes;
+            pr->cap_bytes = ps.cap_bytes;
+            dr->pools++;
+            pr->pools++;
+        }
+        pool_finish(&dr->total);
+        pool_finish(&pr->total);
+        pthread_mutex_lock(&j->mu);
+        dr->healthy = pr->healthy = dv->healthy;
+        snprintf(dr->detail, sizeof dr->detail, "%s", dv->detail);
+        snprintf(pr->detail, sizeof pr->detail, "%s", dv->detail);
+        pthread_mutex_unlock(&j->mu);
+        *n += 2;
+    }
+    if (*n + 1 > max) return rtx_err_set(err, RTX_ELIMIT, "pools: more than %d rows", max);
+    struct rtx_jobs_pool_row *cr = &rows[(*n)++];
+    memset(cr, 0, sizeof *cr);
+    snprintf(cr->device, sizeof cr->device, "cpu");
+    cr->kind = "cpu";
+    cr->healthy = true;
+    snprintf(cr->detail, sizeof cr->detail,
+             "host memory comes from malloc, not from a caching pool; allocated_peak_bytes is "
+             "the largest peak of a job run on the CPU");
+    pthread_mutex_lock(&j->mu);
+    cr->total.bytes_allocated_peak = j->devs[DEV_CPU].peak_bytes;
+    pthread_mutex_unlock(&j->mu);
+    return 0;
+}
+
+void rtx_jobs_get_lanes(struct rtx_jobs *j, struct rtx_jobs_lanes *out) {
+    if (!j || !out) return;
+    memset(out, 0, sizeof *out);
+    int64_t now = sched_now();
+    pthread_mutex_lock(&j->mu);
+    snprintf(out->default_lane, sizeof out->default_lane, "%s", j->lanes[j->default_lane].name);
+    for (int d = 0; d < j->n_devs; d++) {
+        if (!j->devs[d].sched) continue;
+        struct rtx_jobs_lane_device *o = &out->devices[out->n_devices++];
+        snprintf(o->device, sizeof o->device, "%s", j->devs[d].name);
+        o->workers = j->devs[d].n_workers;
+        o->healthy = j->devs[d].healthy;
+        rtx_sched_get_stats(j->devs[d].sched, now, &o->stats);
+    }
     pthread_mutex_unlock(&j->mu);
 }

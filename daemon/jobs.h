@@ -1,21 +1,59 @@
 /*
  * jobs.h - the job manager: admission of Submit requests (decode, validate, journal, queue),
  * worker threads that run jobs on their own backends, cancellation, watchers for Wait,
- * recovery of unfinished jobs at start, and drain.
+ * recovery of unfinished jobs at start, drain, placement of jobs on the CPU or on CUDA devices,
+ * device health, and the memory pool statistics of the devices.
  *
  * DESIGN
- * A job is acknowledged only after rtx_store_job_insert returned (it is durable). The queue is
- * FIFO per lane with lanes served round robin (the SLA scheduler replaces this later). A
+ * A job is acknowledged only after rtx_store_job_insert returned (it is durable). Queueing is
+ * the SLA scheduler's (scheduler/sched.h), one scheduler per device that runs jobs: a job is
+ * admitted into a lane (its request's lane, else default_lane) of the scheduler of the device
+ * it is placed on, with its deadline and a cost key (a hash of its graph and input shapes)
+ * whose learned run time feeds admission control. A job the scheduler refuses (the lane is
+ * full or shed by brownout, or its deadline cannot be met) is refused at once with
+ * RTX_EOVERLOAD and a retry-after hint in the message, and is never journaled. Workers
+ * dispatch from their device's scheduler (earliest deadline first in a lane, weighted fair
+ * share across lanes); a job whose deadline passes while queued is journaled expired without
+ * running. Learned run times are kept in the store (sched_costs) and loaded at start. A
  * worker marks a job running in the journal before it executes it, so after a crash the
  * journal tells which jobs were interrupted; recovery then re-queues them or fails them by the
  * job's restart policy. Each state change is journaled first and then published to watchers.
+ *
+ * Placement. The CPU has jobs.workers workers; every CUDA device healthy at start has
+ * gpu_workers_per_device more, each with its own CUDA backend (and so its own stream and
+ * pools). A job asks for "auto" (a healthy GPU when there is one, else the CPU), "cpu",
+ * "cuda" (any healthy GPU) or "cuda:N"; "" takes default_device. A job is journaled with what
+ * it asked for and, when it starts, with the device it runs on. A job whose graph has a node
+ * the CUDA backend cannot run goes to the CPU when it asked for "auto" and is refused at
+ * Submit when it asked for a GPU. A failed job whose device then answers with a sticky error
+ * (the backend stays unusable) marks the device unhealthy: its workers take no more jobs,
+ * "auto" jobs go to the other GPUs or the CPU, and queued jobs that can no longer be placed
+ * (asked for that device, or for "cuda" with no healthy GPU left) fail with the reason.
  */
 #ifndef RTX_DAEMON_JOBS_H
 #define RTX_DAEMON_JOBS_H
 
+#include "kernels/backend.h"
+#include "runtime/mem-pool.h"
+#include "scheduler/sched.h"
 #include "store/store.h"
 
 struct rtx_jobs;
+
+#define RTX_JOBS_MAX_GPUS 16 /* CUDA devices the job manager runs jobs on (the first ones) */
+
+/* How the job manager makes GPU workers' backends and reads their pools. The default (NULL in
+ * rtx_jobs_options) is the CUDA backend (rtx_backend_cuda_new with gpu_pool_cap_bytes, and
+ * rtx_backend_cuda_pool_stats); unit tests pass a fake device. Both slots get the options'
+ * gpu_ctx. */
+struct rtx_jobs_gpu_i {
+    /* Creates the backend of one worker on CUDA device `device`. */
+    int (*backend_new)(void *ctx, int device, struct rtx_backend **out, struct rtx_err *err);
+    /* The statistics of a backend's device pool (*dev) and pinned host pool (*pinned). Called
+     * from any thread while the backend's worker may be running a job on it. */
+    int (*pool_stats)(void *ctx, struct rtx_backend *be, struct rtx_mem_pool_stats *dev,
+                      struct rtx_mem_pool_stats *pinned, struct rtx_err *err);
+};
 
 struct rtx_jobs_options {
     struct rtx_store *store;
@@ -25,8 +63,23 @@ struct rtx_jobs_options {
     int64_t max_queued;                 /* Submit fails with RTX_EUNAVAILABLE beyond this */
     enum rtx_restart_policy default_restart_policy;
     int n_lanes;
-    const char *const *lanes;           /* known lane names */
+    const char *const *lanes;           /* the lanes, highest first (brownout sheds the last) */
     const char *default_lane;
+    /* The lanes' settings and the scheduler's knobs (NULL: rtx_sched_config_init's); exactly
+     * the lanes named above are kept, in that order (rtx_sched_config_select_lanes: a lane it
+     * does not define gets a new lane's settings). Each device's scheduler overrides executors
+     * and max_running with the device's worker count. */
+    const struct rtx_sched_config *sched;
+    /* Placement (all zero: CPU only, as on a host without a GPU). */
+    const struct rtx_cuda_devices *gpus; /* devices found at start (NULL: none); read during
+                                            rtx_jobs_start only; the first RTX_JOBS_MAX_GPUS
+                                            healthy ones get workers */
+    int gpu_workers_per_device;         /* workers per healthy GPU, 0: run nothing on GPUs */
+    const char *default_device;         /* for jobs that name none: "auto" (also NULL),
+                                           "cpu", "cuda" or "cuda:N" */
+    size_t gpu_pool_cap_bytes;          /* bytes: cap of each GPU worker's device pool, 0: none */
+    const struct rtx_jobs_gpu_i *gpu_iface; /* NULL: the CUDA backend */
+    void *gpu_ctx;                      /* passed to gpu_iface's slots */
 };
 
 /* Recovers unfinished jobs from the store (queued: queued again; running: by policy) and
@@ -40,8 +93,13 @@ void rtx_jobs_stop(struct rtx_jobs *j);
 
 /* Admits a serialized rtx.v1.SubmitRequest: decode (RTX_EFORMAT), graph + inputs validation
  * with a plan (RTX_EGRAPH / RTX_EINVAL / RTX_ELIMIT naming the problem), unknown lane
- * (RTX_EINVAL), draining or queue full (RTX_EUNAVAILABLE), journal (store errors). On 0 the
- * job is durable and queued; job_id is set, *deduplicated tells an idempotent repeat. */
+ * (RTX_EINVAL), the device: a malformed name, a CUDA device this host does not have or a graph
+ * the asked-for GPU cannot run (RTX_EINVAL), a device that is unhealthy or has no workers
+ * (RTX_EUNAVAILABLE); draining or jobs.max_queued reached (RTX_EUNAVAILABLE); admission
+ * control (RTX_EOVERLOAD: "overloaded on DEVICE (REASON): ...; retry after N ms", REASON being
+ * lane_full, deadline, shed or full), journal (store errors). Refused jobs are not journaled.
+ * On 0 the job is durable and queued; job_id is set, *deduplicated tells an idempotent repeat
+ * (which the scheduler counted admitted and then cancelled). */
 int rtx_jobs_submit(struct rtx_jobs *j, const void *request, size_t len,
                     char job_id[RTX_JOB_ID_LEN], bool *deduplicated, struct rtx_err *err);
 
@@ -75,18 +133,71 @@ struct rtx_lane_depth {
     const char *lane;
     int queued, running;
 };
+/* A device jobs run on, as the job manager sees it now. */
+struct rtx_jobs_device {
+    char name[24];                      /* "cpu", "cuda:0" */
+    int cuda_index;                     /* CUDA device index; -1 for the CPU */
+    int workers;                        /* job workers on it */
+    bool healthy;                       /* false after a sticky device error */
+    char detail[256];                   /* why not healthy; "" when healthy */
+    int64_t jobs_started;               /* jobs started on it since start */
+};
+
 struct rtx_jobs_stats {
     int n_lanes;
     struct rtx_lane_depth lanes[16];
     int64_t succeeded, failed, cancelled, expired; /* since start */
     bool draining;
-    int workers;
-    int cpu_threads;                    /* per worker */
+    int workers;                        /* CPU workers */
+    int cpu_threads;                    /* per CPU worker */
+    int n_devices;                      /* the CPU, then each CUDA device listed at start */
+    struct rtx_jobs_device devices[1 + RTX_JOBS_MAX_GPUS];
 };
 void rtx_jobs_get_stats(struct rtx_jobs *j, struct rtx_jobs_stats *st);
+
+/* Pool statistics of one device (rows of Admin.Pools). */
+struct rtx_jobs_pool_row {
+    char device[32];                    /* "cuda:0", "cuda:0/pinned", "cpu" */
+    const char *kind;                   /* "cuda", "pinned", "cpu" (static strings) */
+    int pools;                          /* caching pools summed (one per worker); 0: the CPU */
+    /* Sums over those pools of their totals. Peaks add up the pools' own peaks (exact with
+     * one worker per device, an upper bound with more); fragmentation is recomputed from
+     * the summed free bytes and the largest free block of any of them. The CPU row has no
+     * pool: only bytes_allocated_peak is set, to the largest peak of a job run on the CPU. */
+    struct rtx_mem_pool_kind_stats total;
+    size_t cap_bytes;                   /* bytes: the cap of each pool, 0 = none */
+    bool healthy;
+    char detail[256];                   /* why not healthy; for the CPU, what the row means */
+};
+#define RTX_JOBS_MAX_POOL_ROWS (1 + 2 * RTX_JOBS_MAX_GPUS)
+
+/* Fills rows[0..*n) (at most max rows): for each CUDA device with workers its device pool and
+ * its pinned pool, then the CPU. RTX_EINVAL for bad arguments, or the error of reading a pool. */
+int rtx_jobs_get_pools(struct rtx_jobs *j, struct rtx_jobs_pool_row *rows, int max, int *n,
+                       struct rtx_err *err);
+
+/* The schedulers of the devices that run jobs (rows of Admin.Lanes). */
+struct rtx_jobs_lane_device {
+    char device[24];              /* "cpu", "cuda:0" */
+    int workers;                  /* its executors */
+    bool healthy;
+    struct rtx_sched_stats stats; /* its lanes, in lane order, and brownout state */
+};
+struct rtx_jobs_lanes {
+    char default_lane[RTX_SCHED_LANE_NAME_MAX + 1];
+    int n_devices;
+    struct rtx_jobs_lane_device devices[1 + RTX_JOBS_MAX_GPUS];
+};
+/* A snapshot of every device scheduler (the CPU first, then each CUDA device with workers);
+ * also ticks their brownout state. *out is large (about 80 KiB): allocate it. */
+void rtx_jobs_get_lanes(struct rtx_jobs *j, struct rtx_jobs_lanes *out);
 
 /* Test hook: when set, rtx_jobs_submit calls it after queuing a new job and before returning
  * (tests use it to let a worker finish the job first). NULL in production. */
 extern void (*rtx__jobs_after_enqueue_hook)(void);
+/* Test hook: the schedulers' clock in ns (deadlines, waits, expiry, brownout); NULL (the
+ * default): CLOCK_MONOTONIC. Set it before rtx_jobs_start; run times are always measured on
+ * CLOCK_MONOTONIC. */
+extern int64_t (*rtx__jobs_clock_hook)(void);
 
 #endif /* RTX_DAEMON_JOBS_H */

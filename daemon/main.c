@@ -15,7 +15,9 @@
  * Retention runs once before serving, then hourly and after each SIGHUP, on the thread pool.
  * SIGHUP re-reads the settings (rtx_config_reload logs each change) and applies the mutable
  * ones to the modules holding copies (logs, retention, restart policy); the drain grace is
- * read when a drain begins.
+ * read when a drain begins. The HTTP server (daemon/http.c) lives on this loop too; the drain
+ * work stops it first (rtx_http_shutdown blocks that pool thread while the loop finishes its
+ * requests and closes its connections and handles), then the gRPC server.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -26,6 +28,7 @@
 #include <uv.h>
 
 #include "daemon/config.h"
+#include "daemon/http.h"
 #include "daemon/jobs.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
@@ -52,6 +55,7 @@ struct app {
     struct rtx_store *store;
     struct rtx_jobs *jobs;
     struct rtx_server *srv;
+    struct rtx_http *http; /* NULL when http.listen is empty */
     int n_lanes;
     char *lanes[MAX_LANES];
 
@@ -202,6 +206,10 @@ static void close_handles(struct app *a) {
 static void drain_work_cb(uv_work_t *w) {
     struct app *a = w->data;
     rtx_jobs_wait_idle(a->jobs, a->drain_grace_ms);
+    if (a->http) {
+        rtx_log(RTX_LOG_INFO, "stopping the HTTP server", NULL);
+        rtx_http_shutdown(a->http, SERVER_GRACE_MS);
+    }
     rtx_log(RTX_LOG_INFO, "stopping the server", NULL);
     rtx_server_shutdown(a->srv, SERVER_GRACE_MS);
 }
@@ -373,6 +381,55 @@ static int gpus_probe(struct app *a, struct rtx_err *err) {
     return 0;
 }
 
+/* Starts inference serving when models.repository is set (d.serving stays NULL otherwise):
+ * models.startup is split at commas, models.cpu_threads 0 becomes the online CPU count. */
+static int serving_start(struct app *a, const struct rtx_limits *limits, struct rtx_err *err) {
+    const struct rtx_config *c = &a->cfg;
+    if (!c->models_repository || !c->models_repository[0]) return 0;
+    struct rtx_serving_options so = {
+        .repository = c->models_repository,
+        .poll_ms = c->models_poll_ms,
+        .limits = *limits,
+        .cpu_threads = c->models_cpu_threads,
+        .gpus = &a->d.gpus,
+        .max_queue = c->models_max_queue,
+    };
+    if (rtx_model_control_from_name(c->models_control, &so.control) != 0)
+        return rtx_err_set(err, RTX_EINVAL, "models.control: '%s'", c->models_control);
+    if (so.cpu_threads <= 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        so.cpu_threads = ncpu > 0 ? (int)ncpu : 1;
+    }
+    char *list = rtx_strdup(c->models_startup ? c->models_startup : "");
+    const char *names[256];
+    if (!list) return rtx_err_set(err, RTX_ENOMEM, "out of memory");
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ') t++;
+        size_t n = strlen(t);
+        while (n > 0 && t[n - 1] == ' ') t[--n] = '\0';
+        if (n == 0) continue;
+        if (so.n_startup_models == (int)(sizeof names / sizeof names[0])) {
+            rtx_free(list);
+            return rtx_err_set(err, RTX_EINVAL, "models.startup: more than 256 models");
+        }
+        names[so.n_startup_models++] = t;
+    }
+    so.startup_models = names;
+    int rc = rtx_serving_start(&so, &a->d.serving, err);
+    rtx_free(list);
+    if (rc != 0) return rc;
+    struct rtx_model_index_entry *idx = NULL;
+    int n = 0;
+    if (rtx_serving_index(a->d.serving, true, &idx, &n, err) == 0) {
+        char ns[16];
+        snprintf(ns, sizeof ns, "%d", n);
+        rtx_log(RTX_LOG_INFO, "serving models", "repository", c->models_repository, "control",
+                c->models_control, "ready", ns, NULL);
+        rtx_free(idx);
+    }
+    return 0;
+}
+
 /* Everything after the settings; returns the exit status. */
 static int run(struct app *a) {
     struct rtx_err err = {0};
@@ -430,6 +487,11 @@ static int run(struct app *a) {
         .n_lanes = a->n_lanes,
         .lanes = (const char *const *)a->lanes,
         .default_lane = a->cfg.default_lane,
+        .sched = &a->cfg.sched,
+        .gpus = &a->d.gpus,
+        .gpu_workers_per_device = a->cfg.gpu_workers_per_device,
+        .default_device = a->cfg.device,
+        .gpu_pool_cap_bytes = (size_t)a->cfg.gpu_pool_cap_bytes,
     };
     if (rtx_jobs_start(&jo, &a->jobs, &err) != 0) {
         rtx_log(RTX_LOG_ERROR, "cannot start the job manager", "error", err.msg, NULL);
@@ -441,6 +503,18 @@ static int run(struct app *a) {
     a->d.jobs = a->jobs;
     a->d.on_drain = on_drain_request;
     a->d.on_drain_ctx = a;
+    /* clients' shared-memory regions (KServe v2), shared by the gRPC and HTTP servers */
+    if (rtx_shm_new(&a->d.shm, &err) != 0) {
+        rtx_log(RTX_LOG_ERROR, "cannot create the shared-memory registry", "error", err.msg,
+                NULL);
+        goto out;
+    }
+    /* serving before the servers that use it (stopped after them) */
+    if (serving_start(a, &limits, &err) != 0) {
+        rtx_log(RTX_LOG_ERROR, "cannot start serving", "repository", a->cfg.models_repository,
+                "error", err.msg, NULL);
+        goto out;
+    }
     int rc = loop_setup(a);
     loop_ready = true;
     if (rc != 0) {
@@ -468,12 +542,36 @@ static int run(struct app *a) {
         rtx_log(RTX_LOG_INFO, "listening", "address", a->cfg.listen, "port", ports, "version",
                 RTX_VERSION, "build", RTX_BUILD_ID, "store", a->cfg.store_path, NULL);
 
+    /* HTTP after gRPC, so that a gRPC address in use is the error reported first */
+    if (a->cfg.http_listen && a->cfg.http_listen[0]) {
+        struct rtx_http_options ho = {
+            .listen = a->cfg.http_listen,
+            .max_body_bytes = a->cfg.http_max_body_bytes,
+            .daemon = &a->d,
+            .loop = &a->loop, /* the main thread: h2o's per-thread caches live to the end */
+        };
+        int http_port = 0;
+        if (rtx_http_start(&ho, &a->http, &http_port, &err) != 0) {
+            rtx_log(RTX_LOG_ERROR, "cannot start the HTTP server", "error", err.msg, NULL);
+            goto out;
+        }
+        char hport[16];
+        snprintf(hport, sizeof hport, "%d", http_port);
+        rtx_log(RTX_LOG_INFO, "http listening", "address", a->cfg.http_listen, "port", hport,
+                NULL);
+    }
+
     uv_run(&a->loop, UV_RUN_DEFAULT);
     status = 0;
 
 out:
     if (loop_ready && loop_finish(a) != 0) status = 1;
+    rtx_http_free(a->http);
     rtx_server_free(a->srv);
+    rtx_serving_stop(a->d.serving); /* after both servers: every callback has run */
+    a->d.serving = NULL;
+    rtx_shm_free(a->d.shm); /* after both servers: no request maps a region any more */
+    a->d.shm = NULL;
     rtx_jobs_stop(a->jobs);
     rtx_store_close(a->store);
     rtx__daemon_close(&a->d);

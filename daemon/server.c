@@ -1,7 +1,8 @@
 /*
  * server.c - rtxd's gRPC server on the gRPC C core API: completion-queue threads, the method
- * table of rtx.v1.Jobs and rtx.v1.Admin, the call state machines, request ids, deadlines and
- * an orderly shutdown. Handlers live in handlers-jobs.c and handlers-admin.c.
+ * table of rtx.v1.Jobs, rtx.v1.Admin and inference.GRPCInferenceService, the call state
+ * machines, request ids, deadlines and an orderly shutdown. Handlers live in handlers-jobs.c,
+ * handlers-admin.c and handlers-infer.c.
  *
  * DESIGN
  * Each of the cq_threads threads owns one completion queue and loops on
@@ -28,6 +29,18 @@
  *   no callback runs. The call is reference counted: one reference for the close batch, one
  *   for the source until it is done or stopped, one per batch in flight; the last one frees
  *   it and unrefs the grpc_call.
+ * - Async unary (ModelInfer): RECV_CLOSE_ON_SERVER is posted first, then the handler runs and
+ *   returns; rtx_server_async_finish, from any thread (an inference worker), starts the reply
+ *   batch. The close completion sets the call's cancel flag when the call ended before its
+ *   answer (client cancel, deadline, shutdown), which the inference core polls. References:
+ *   the close batch, the handler until finish, the reply batch.
+ * - Bidirectional streaming (ModelStreamInfer, registered without an initial payload): the
+ *   close batch, then one RECV_MESSAGE at a time; each message goes to the handler and counts
+ *   as pending until its rtx_server_bidi_reply, which queues the reply on the same write
+ *   queue as server streaming (completion order). When the client half-closes and nothing is
+ *   pending, the stream ends with OK. References: the close batch, the read in flight, one
+ *   per pending reply, one per write or status batch. Such streams are on the server's list
+ *   of live streams, so shutdown ends them like Wait streams.
  * The request id is the client's x-request-id when it is usable, else a random one; it is set
  * as the thread's log request id around the handler and echoed in the initial metadata.
  *
@@ -63,6 +76,8 @@
 enum method_flags {
     METHOD_UNARY = 1u << 0,            /* one request, one reply */
     METHOD_SERVER_STREAMING = 1u << 1, /* one request, a stream of replies */
+    METHOD_ASYNC = 1u << 2,            /* one request, one reply given later from any thread */
+    METHOD_BIDI_STREAMING = 1u << 3,   /* a stream of requests, one reply each */
 };
 
 struct method {
@@ -70,25 +85,38 @@ struct method {
     rtx_server_unary_fn unary;   /* METHOD_UNARY */
     rtx_server_stream_fn stream; /* METHOD_SERVER_STREAMING */
     unsigned flags;
-    int requests; /* outstanding requests per completion queue */
+    int requests;                /* outstanding requests per completion queue */
+    rtx_server_async_fn async;   /* METHOD_ASYNC */
+    rtx_server_bidi_fn bidi;     /* METHOD_BIDI_STREAMING */
 };
 
+#define INFER_PATH(m) "/inference.GRPCInferenceService/" #m
+#define INFER_METHOD(m, fn) {INFER_PATH(m), rtx__infer_##fn, NULL, METHOD_UNARY, 1, NULL, NULL},
+
 static const struct method methods[] = {
-    {"/rtx.v1.Jobs/Submit", rtx__daemon_jobs_submit, NULL, METHOD_UNARY, 4},
-    {"/rtx.v1.Jobs/Get", rtx__daemon_jobs_get, NULL, METHOD_UNARY, 4},
-    {"/rtx.v1.Jobs/Wait", NULL, rtx__daemon_jobs_wait, METHOD_SERVER_STREAMING, 4},
-    {"/rtx.v1.Jobs/Cancel", rtx__daemon_jobs_cancel, NULL, METHOD_UNARY, 2},
-    {"/rtx.v1.Jobs/List", rtx__daemon_jobs_list, NULL, METHOD_UNARY, 2},
-    {"/rtx.v1.Jobs/GetOutputs", rtx__daemon_jobs_get_outputs, NULL, METHOD_UNARY, 2},
-    {"/rtx.v1.Admin/Status", rtx__daemon_admin_status, NULL, METHOD_UNARY, 2},
-    {"/rtx.v1.Admin/Devices", rtx__daemon_admin_devices, NULL, METHOD_UNARY, 1},
-    {"/rtx.v1.Admin/Health", rtx__daemon_admin_health, NULL, METHOD_UNARY, 2},
-    {"/rtx.v1.Admin/Config", rtx__daemon_admin_config, NULL, METHOD_UNARY, 1},
-    {"/rtx.v1.Admin/Drain", rtx__daemon_admin_drain, NULL, METHOD_UNARY, 1},
+    {"/rtx.v1.Jobs/Submit", rtx__daemon_jobs_submit, NULL, METHOD_UNARY, 4, NULL, NULL},
+    {"/rtx.v1.Jobs/Get", rtx__daemon_jobs_get, NULL, METHOD_UNARY, 4, NULL, NULL},
+    {"/rtx.v1.Jobs/Wait", NULL, rtx__daemon_jobs_wait, METHOD_SERVER_STREAMING, 4, NULL, NULL},
+    {"/rtx.v1.Jobs/Cancel", rtx__daemon_jobs_cancel, NULL, METHOD_UNARY, 2, NULL, NULL},
+    {"/rtx.v1.Jobs/List", rtx__daemon_jobs_list, NULL, METHOD_UNARY, 2, NULL, NULL},
+    {"/rtx.v1.Jobs/GetOutputs", rtx__daemon_jobs_get_outputs, NULL, METHOD_UNARY, 2, NULL,
+     NULL},
+    {"/rtx.v1.Admin/Status", rtx__daemon_admin_status, NULL, METHOD_UNARY, 2, NULL, NULL},
+    {"/rtx.v1.Admin/Devices", rtx__daemon_admin_devices, NULL, METHOD_UNARY, 1, NULL, NULL},
+    {"/rtx.v1.Admin/Health", rtx__daemon_admin_health, NULL, METHOD_UNARY, 2, NULL, NULL},
+    {"/rtx.v1.Admin/Config", rtx__daemon_admin_config, NULL, METHOD_UNARY, 1, NULL, NULL},
+    {"/rtx.v1.Admin/Pools", rtx__daemon_admin_pools, NULL, METHOD_UNARY, 1, NULL, NULL},
+    {"/rtx.v1.Admin/Lanes", rtx__daemon_admin_lanes, NULL, METHOD_UNARY, 1, NULL, NULL},
+    {"/rtx.v1.Admin/Drain", rtx__daemon_admin_drain, NULL, METHOD_UNARY, 1, NULL, NULL},
+    {INFER_PATH(ModelInfer), NULL, NULL, METHOD_ASYNC, 8, rtx__infer_model_infer, NULL},
+    {INFER_PATH(ModelStreamInfer), NULL, NULL, METHOD_BIDI_STREAMING, 2, NULL,
+     rtx__infer_model_stream_infer},
+    RTX_INFER_UNARY(INFER_METHOD)
 };
 #define N_METHODS ((int)(sizeof methods / sizeof methods[0]))
-static_assert(sizeof methods / sizeof methods[0] == 11,
-              "one entry per rpc of proto/rtx/v1/jobs.proto and admin.proto");
+static_assert(sizeof methods / sizeof methods[0] == 33,
+              "one entry per rpc of proto/rtx/v1/jobs.proto, admin.proto and "
+              "proto/inference/grpc_service.proto");
 
 #define REQUEST_ID_KEY "x-request-id"
 #define UNKNOWN_METHOD (-1) /* call.method of a call to a method not in the table */
@@ -105,6 +133,7 @@ enum tag_kind {
     TAG_STREAM_WRITE,  /* one SEND_MESSAGE finished */
     TAG_STREAM_STATUS, /* SEND_STATUS_FROM_SERVER finished */
     TAG_SHUTDOWN,      /* grpc_server_shutdown_and_notify finished */
+    TAG_READ,          /* RECV_MESSAGE of a bidirectional stream finished */
 };
 
 struct call;
@@ -114,8 +143,14 @@ struct tag {
     struct call *call; /* NULL for TAG_SHUTDOWN */
 };
 
-/* The face of a call that the streaming handler sees. */
+/* The faces of a call that the streaming, async and bidi handlers see. */
 struct rtx_server_stream {
+    struct call *call;
+};
+struct rtx_server_async {
+    struct call *call;
+};
+struct rtx_server_bidi {
     struct call *call;
 };
 
@@ -128,7 +163,7 @@ struct call {
     struct rtx_server *srv;
     int cq;     /* index of the queue it is bound to */
     int method; /* index into methods[], or UNKNOWN_METHOD */
-    struct tag t_request, t_done, t_close, t_write, t_status;
+    struct tag t_request, t_done, t_close, t_write, t_status, t_read;
 
     /* filled by grpc_server_request_registered_call */
     grpc_call *call;
@@ -166,6 +201,17 @@ struct call {
     uint64_t stop_handle;
     struct call *prev, *next; /* server's list of live streams (under srv->mu) */
     bool listed;
+
+    /* async and bidi calls */
+    struct rtx_server_async as;
+    struct rtx_server_bidi bd;
+    volatile int cancel_flag; /* set once the call is over for the client */
+    int64_t deadline_ns;      /* CLOCK_MONOTONIC; 0: none */
+    bool finished;            /* async: rtx_server_async_finish ran */
+    grpc_byte_buffer *recv;   /* bidi: the message being read */
+    int pending;              /* bidi: messages handed to the handler without a reply */
+    bool read_done;           /* bidi: no more reads (half-close, error or ending) */
+    bool counted;             /* async or bidi: counted in srv->live_calls */
 };
 
 struct cq_thread {
@@ -187,6 +233,9 @@ struct rtx_server {
     pthread_cond_t cond; /* CLOCK_MONOTONIC */
     bool shutdown_begun, notified, shutdown_done;
     struct call *streams; /* live streaming calls */
+    /* async and bidi calls that arrived and are not freed: their answers come from other
+     * threads, so shutdown waits for them before it destroys the server and its queues */
+    int live_calls;
     struct tag t_shutdown;
 };
 
@@ -201,7 +250,8 @@ grpc_status_code rtx_server_status_from_err(int code) {
     case RTX_EGRAPH:
     case RTX_EFORMAT: return GRPC_STATUS_INVALID_ARGUMENT;
     case RTX_ENOTFOUND: return GRPC_STATUS_NOT_FOUND;
-    case RTX_ELIMIT: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case RTX_ELIMIT:
+    case RTX_EOVERLOAD: return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case RTX_EUNAVAILABLE: return GRPC_STATUS_UNAVAILABLE;
     case RTX_ECANCELED: return GRPC_STATUS_CANCELLED;
     case RTX_EEXPIRED: return GRPC_STATUS_DEADLINE_EXCEEDED;
@@ -361,7 +411,10 @@ static struct call *call_new(struct rtx_server *s, int method, int cq) {
     c->t_close = (struct tag){TAG_STREAM_CLOSE, c};
     c->t_write = (struct tag){TAG_STREAM_WRITE, c};
     c->t_status = (struct tag){TAG_STREAM_STATUS, c};
+    c->t_read = (struct tag){TAG_READ, c};
     c->st.call = c;
+    c->as.call = c;
+    c->bd.call = c;
     grpc_metadata_array_init(&c->md);
     if (method == UNKNOWN_METHOD) grpc_call_details_init(&c->details);
     return c;
@@ -371,8 +424,13 @@ static const char *call_path(const struct call *c) {
     return c->method == UNKNOWN_METHOD ? c->path : methods[c->method].path;
 }
 
+static bool call_has(const struct call *c, unsigned flag) {
+    return c->method != UNKNOWN_METHOD && (methods[c->method].flags & flag);
+}
+
+/* Calls whose end call_free logs: those with a stream of replies. */
 static bool call_is_stream(const struct call *c) {
-    return c->method != UNKNOWN_METHOD && (methods[c->method].flags & METHOD_SERVER_STREAMING);
+    return call_has(c, METHOD_SERVER_STREAMING | METHOD_BIDI_STREAMING);
 }
 
 /* Logs the end of a call: failures at info, successes at debug. */
@@ -426,13 +484,20 @@ static void call_free(struct call *c) {
     if (c->writing) grpc_byte_buffer_destroy(c->writing);
     if (c->reply) grpc_byte_buffer_destroy(c->reply);
     if (c->payload) grpc_byte_buffer_destroy(c->payload);
+    if (c->recv) grpc_byte_buffer_destroy(c->recv);
     if (c->details_set) grpc_slice_unref(c->status_details);
     if (c->out_md_set) grpc_slice_unref(c->out_md.value);
     grpc_metadata_array_destroy(&c->md);
     if (c->method == UNKNOWN_METHOD) grpc_call_details_destroy(&c->details);
     if (c->call) grpc_call_unref(c->call);
+    bool counted = c->counted;
     pthread_mutex_destroy(&c->mu);
     rtx_free(c);
+    if (counted) {
+        pthread_mutex_lock(&s->mu);
+        if (--s->live_calls == 0) pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->mu);
+    }
 }
 
 static void call_unref(struct call *c) {
@@ -453,9 +518,10 @@ static int post_request(struct rtx_server *s, int method, int cq, struct rtx_err
         e = grpc_server_request_call(s->server, &c->call, &c->details, &c->md, q, q,
                                      &c->t_request);
     else
-        e = grpc_server_request_registered_call(s->server, s->registered[method], &c->call,
-                                                &c->deadline, &c->md, &c->payload, q, q,
-                                                &c->t_request);
+        e = grpc_server_request_registered_call(
+            s->server, s->registered[method], &c->call, &c->deadline, &c->md,
+            (methods[method].flags & METHOD_BIDI_STREAMING) ? NULL : &c->payload, q, q,
+            &c->t_request);
     if (e != GRPC_CALL_OK) {
         call_free(c);
         return rtx_err_set(err, RTX_EINTERNAL, "requesting a call for %s: %s",
@@ -763,6 +829,264 @@ static void stream_on_write(struct call *c, bool ok) {
     call_unref(c);
 }
 
+/* --- deadlines and cancellation of async and bidi calls ---------------------------------- */
+
+/* The call's deadline as CLOCK_MONOTONIC nanoseconds (0: none). gRPC's clocks need not share
+ * CLOCK_MONOTONIC's origin, so the time left is measured on the deadline's own clock. */
+static int64_t deadline_to_ns(gpr_timespec deadline) {
+    gpr_clock_type clock =
+        deadline.clock_type == GPR_TIMESPAN ? GPR_CLOCK_MONOTONIC : deadline.clock_type;
+    gpr_timespec inf = gpr_inf_future(clock);
+    if (gpr_time_cmp(deadline, inf) >= 0) return 0;
+    gpr_timespec left = gpr_time_sub(deadline, gpr_now(clock));
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    int64_t left_ns = left.tv_sec > INT64_MAX / 2000000000
+                          ? INT64_MAX / 2
+                          : left.tv_sec * 1000000000 + left.tv_nsec;
+    if (left_ns < 1) left_ns = 1; /* already passed: still a deadline, not "none" */
+    return now_ns + left_ns;
+}
+
+/* Posts RECV_CLOSE_ON_SERVER, whose completion reports a client that goes away. Takes a
+ * reference. Returns false (and logs) when the batch cannot start. */
+static bool post_close(struct call *c) {
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->cancelled;
+    c->refs++;
+    grpc_call_error e = grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL);
+    if (e != GRPC_CALL_OK) {
+        c->refs--;
+        rtx_log(RTX_LOG_ERROR, "cannot watch a call", "method", call_path(c), "error",
+                grpc_call_error_to_string(e), NULL);
+        return false;
+    }
+    return true;
+}
+
+/* --- asynchronous unary calls ------------------------------------------------------------ */
+
+/* Counts a call whose answer comes from another thread (see rtx_server_shutdown). */
+static void call_count(struct call *c) {
+    pthread_mutex_lock(&c->srv->mu);
+    c->srv->live_calls++;
+    pthread_mutex_unlock(&c->srv->mu);
+    c->counted = true;
+}
+
+/* References: the close batch, the handler until finish, the reply batch. */
+static void async_run(struct call *c, const uint8_t *req, size_t len) {
+    call_count(c);
+    c->deadline_ns = deadline_to_ns(c->deadline);
+    c->refs = 0;
+    if (!post_close(c)) {
+        call_free(c);
+        return;
+    }
+    c->refs++; /* the handler's, until finish */
+    struct rtx_server_reply rep = {.code = GRPC_STATUS_OK};
+    if (!req) {
+        rtx_server_reply_status(&rep, GRPC_STATUS_INVALID_ARGUMENT, "missing request message");
+        rtx_server_async_finish(&c->as, &rep);
+    } else if (deadline_passed(c->deadline)) {
+        rtx_server_reply_status(&rep, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                "the deadline passed before the request was handled");
+        rtx_server_async_finish(&c->as, &rep);
+    } else {
+        rtx_log_set_request_id(c->request_id);
+        methods[c->method].async(c->srv->daemon, req, len, &c->as);
+        rtx_log_set_request_id(NULL);
+    }
+}
+
+void rtx_server_async_finish(struct rtx_server_async *a, struct rtx_server_reply *rep) {
+    struct call *c = a->call;
+    pthread_mutex_lock(&c->mu);
+    assert(!c->finished);
+    c->finished = true;
+    c->status = rep->code;
+    snprintf(c->status_msg, sizeof c->status_msg, "%s", rep->code ? rep->msg : "");
+    grpc_op ops[3];
+    size_t n = 0;
+    op_initial_metadata(c, &ops[n++]);
+    if (rep->code == GRPC_STATUS_OK) {
+        c->reply = byte_buffer_take(rep->data, rep->len);
+        memset(&ops[n], 0, sizeof ops[n]);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->reply;
+    } else {
+        rtx_free(rep->data);
+    }
+    rep->data = NULL;
+    op_status(c, &ops[n++]);
+    c->refs++; /* the reply batch */
+    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_done, NULL);
+    if (e != GRPC_CALL_OK) {
+        rtx_log(RTX_LOG_ERROR, "cannot answer a call", "method", call_path(c), "error",
+                grpc_call_error_to_string(e), NULL);
+        c->refs--;
+        grpc_call_cancel(c->call, NULL);
+    }
+    int left = --c->refs; /* the handler's */
+    pthread_mutex_unlock(&c->mu);
+    if (left == 0) call_free(c);
+}
+
+const volatile int *rtx_server_async_cancel_flag(const struct rtx_server_async *a) {
+    return &a->call->cancel_flag;
+}
+
+int64_t rtx_server_async_deadline_ns(const struct rtx_server_async *a) {
+    return a->call->deadline_ns;
+}
+
+/* Completion of RECV_CLOSE_ON_SERVER of an async or bidi call. */
+static void watched_on_close(struct call *c) {
+    pthread_mutex_lock(&c->mu);
+    c->closed = true;
+    /* over before its answer went out: cancelled by the client, the deadline or shutdown */
+    bool answered = call_has(c, METHOD_ASYNC) ? c->finished : c->status_started;
+    if (c->cancelled || !answered) c->cancel_flag = 1;
+    drop_queue_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    call_unref(c);
+}
+
+/* --- bidirectional streams --------------------------------------------------------------- */
+
+/* Ends the stream with OK once the client half-closed and every message has its reply. */
+static void bidi_maybe_end_locked(struct call *c) {
+    if (c->read_done && c->pending == 0 && !c->want_status && !c->closed) {
+        c->want_status = true;
+        c->status = GRPC_STATUS_OK;
+        c->status_msg[0] = '\0';
+        stream_pump_locked(c);
+    }
+}
+
+/* Posts the next RECV_MESSAGE (caller holds c->mu); takes a reference. */
+static void bidi_read_locked(struct call *c) {
+    if (c->closed || c->want_status) {
+        c->read_done = true;
+        return;
+    }
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &c->recv;
+    c->refs++;
+    grpc_call_error e = grpc_call_start_batch(c->call, &op, 1, &c->t_read, NULL);
+    if (e != GRPC_CALL_OK) {
+        rtx_log(RTX_LOG_ERROR, "cannot read from a stream", "method", call_path(c), "error",
+                grpc_call_error_to_string(e), NULL);
+        c->refs--;
+        c->read_done = true;
+        stream_end_locked(c, GRPC_STATUS_INTERNAL, "cannot read the next message");
+    }
+}
+
+static void bidi_run(struct call *c) {
+    struct rtx_server *s = c->srv;
+    call_count(c);
+    c->deadline_ns = deadline_to_ns(c->deadline);
+    c->refs = 1; /* held while setting up */
+    if (!post_close(c)) {
+        call_free(c);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    bool stopping = s->shutdown_begun;
+    c->next = s->streams;
+    if (s->streams) s->streams->prev = c;
+    s->streams = c;
+    c->listed = true;
+    pthread_mutex_unlock(&s->mu);
+
+    pthread_mutex_lock(&c->mu);
+    if (stopping)
+        stream_end_locked(c, GRPC_STATUS_UNAVAILABLE, "rtxd is shutting down");
+    else
+        bidi_read_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    call_unref(c);
+}
+
+static void bidi_on_read(struct call *c, bool ok) {
+    pthread_mutex_lock(&c->mu);
+    grpc_byte_buffer *bb = c->recv;
+    c->recv = NULL;
+    bool take = ok && bb && !c->closed && !c->want_status;
+    if (!take) {
+        c->read_done = true;
+        bidi_maybe_end_locked(c);
+    } else {
+        c->pending++;
+        c->refs++; /* the reply to come */
+    }
+    pthread_mutex_unlock(&c->mu);
+
+    if (take) {
+        grpc_byte_buffer_reader reader;
+        grpc_slice sl = grpc_empty_slice();
+        if (grpc_byte_buffer_reader_init(&reader, bb)) {
+            sl = grpc_byte_buffer_reader_readall(&reader);
+            grpc_byte_buffer_reader_destroy(&reader);
+        }
+        static const uint8_t empty;
+        const uint8_t *req = GRPC_SLICE_START_PTR(sl);
+        rtx_log_set_request_id(c->request_id);
+        methods[c->method].bidi(c->srv->daemon, req ? req : &empty, GRPC_SLICE_LENGTH(sl),
+                                &c->bd);
+        rtx_log_set_request_id(NULL);
+        grpc_slice_unref(sl);
+        pthread_mutex_lock(&c->mu);
+        bidi_read_locked(c);
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (bb) grpc_byte_buffer_destroy(bb);
+    call_unref(c); /* the read's */
+}
+
+void rtx_server_bidi_reply(struct rtx_server_bidi *st, void *data, size_t len) {
+    struct call *c = st->call;
+    struct msg *m = data ? rtx_malloc(sizeof *m) : NULL;
+    grpc_byte_buffer *bb = m ? byte_buffer_take(data, len) : NULL;
+    if (data && !m) rtx_free(data);
+    pthread_mutex_lock(&c->mu);
+    assert(c->pending > 0);
+    c->pending--;
+    if (c->closed || c->want_status || c->status_started) {
+        if (bb) grpc_byte_buffer_destroy(bb);
+        rtx_free(m);
+    } else if (!m) {
+        stream_end_locked(c, GRPC_STATUS_INTERNAL, "out of memory queueing a reply");
+    } else {
+        m->bb = bb;
+        m->next = NULL;
+        if (c->tail)
+            c->tail->next = m;
+        else
+            c->head = m;
+        c->tail = m;
+        stream_pump_locked(c);
+    }
+    bidi_maybe_end_locked(c);
+    int left = --c->refs; /* the reply's */
+    pthread_mutex_unlock(&c->mu);
+    if (left == 0) call_free(c);
+}
+
+const volatile int *rtx_server_bidi_cancel_flag(const struct rtx_server_bidi *st) {
+    return &st->call->cancel_flag;
+}
+
+int64_t rtx_server_bidi_deadline_ns(const struct rtx_server_bidi *st) {
+    return st->call->deadline_ns;
+}
+
 /* --- arrival ----------------------------------------------------------------------------- */
 
 static void call_arrived(struct call *c, bool ok) {
@@ -801,8 +1125,12 @@ static void call_arrived(struct call *c, bool ok) {
         static const uint8_t empty;
         if (!req) req = &empty; /* an empty message */
     }
-    if (call_is_stream(c))
+    if (call_has(c, METHOD_BIDI_STREAMING))
+        bidi_run(c);
+    else if (call_has(c, METHOD_SERVER_STREAMING))
         stream_run(c, req, len);
+    else if (call_has(c, METHOD_ASYNC))
+        async_run(c, req, len);
     else
         unary_run(c, req, len);
     grpc_slice_unref(sl);
@@ -813,10 +1141,21 @@ static void dispatch(struct rtx_server *s, struct tag *t, bool ok) {
     switch (t->kind) {
     case TAG_REQUEST: call_arrived(c, ok); break;
     case TAG_UNARY_DONE:
+        if (call_has(c, METHOD_ASYNC)) {
+            call_log(c, ok ? rtx_server_status_name(c->status) : "CANCELLED");
+            call_unref(c);
+            break;
+        }
         call_log(c, c->cancelled ? "CANCELLED" : rtx_server_status_name(c->status));
         call_free(c);
         break;
-    case TAG_STREAM_CLOSE: stream_on_close(c); break;
+    case TAG_STREAM_CLOSE:
+        if (call_has(c, METHOD_ASYNC | METHOD_BIDI_STREAMING))
+            watched_on_close(c);
+        else
+            stream_on_close(c);
+        break;
+    case TAG_READ: bidi_on_read(c, ok); break;
     case TAG_STREAM_WRITE: stream_on_write(c, ok); break;
     case TAG_STREAM_STATUS: call_unref(c); break;
     case TAG_SHUTDOWN:
@@ -936,7 +1275,11 @@ int rtx_server_start(const struct rtx_server_options *opt, struct rtx_server **o
     }
     for (int m = 0; m < N_METHODS; m++)
         s->registered[m] = grpc_server_register_method(
-            s->server, methods[m].path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+            s->server, methods[m].path, NULL,
+            (methods[m].flags & METHOD_BIDI_STREAMING)
+                ? GRPC_SRM_PAYLOAD_NONE
+                : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+            0);
 
     /* the threads poll before the server starts; a failure up to the port leaves no listener,
      * so the server can be destroyed without a shutdown */
@@ -1046,6 +1389,17 @@ void rtx_server_shutdown(struct rtx_server *s, int grace_ms) {
         grpc_server_cancel_all_calls(s->server);
         wait_notified(s, -1);
     }
+    /* gRPC's notification does not wait for calls the application still holds: async and
+     * bidi calls whose answers are still to come from the inference core (cancelled calls
+     * have their cancel flag set, so the core drops them when it can). Their batches must
+     * complete on the queues, which still run. */
+    pthread_mutex_lock(&s->mu);
+    if (s->live_calls > 0)
+        rtx_logf(RTX_LOG_INFO, "server shutdown: waiting for %d calls to be answered",
+                 s->live_calls);
+    while (s->live_calls > 0)
+        pthread_cond_wait(&s->cond, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     grpc_server_destroy(s->server);
     s->server = NULL;
     queues_destroy(s);

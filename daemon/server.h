@@ -1,14 +1,18 @@
 /*
  * server.h - internal header of rtxd's RPC layer: the gRPC C core server (server.c), the
- * rtx.v1.Jobs and rtx.v1.Admin handlers (handlers-jobs.c, handlers-admin.c) and the daemon
- * state they share with main.c. Only daemon/ and the unit tests include it.
+ * rtx.v1.Jobs and rtx.v1.Admin handlers (handlers-jobs.c, handlers-admin.c), the
+ * inference.GRPCInferenceService handlers (handlers-infer.c) and the daemon state they share
+ * with main.c. Only daemon/ and the unit tests include it.
  *
  * DESIGN
  * server.c owns everything gRPC: completion-queue threads, the static method table, call
  * state machines, request ids, deadlines and shutdown. Handlers never see a grpc_call: a unary
  * handler gets the request bytes and fills a struct rtx_server_reply (a status, a message and,
  * on success, a serialized reply); the streaming handler (Jobs.Wait) gets a stream it feeds
- * with rtx_server_stream_send from any thread. Error codes become gRPC status codes in one
+ * with rtx_server_stream_send from any thread; an async handler (ModelInfer) returns at once
+ * and answers later, from any thread, with rtx_server_async_finish; a bidi handler
+ * (ModelStreamInfer) is called per stream message and answers each with
+ * rtx_server_bidi_reply, from any thread. Error codes become gRPC status codes in one
  * function, rtx_server_status_from_err.
  */
 #ifndef RTX_DAEMON_SERVER_H
@@ -48,7 +52,7 @@ struct rtx_daemon {
     char cpu_name[128];   /* /proc/cpuinfo "model name" */
     int64_t memory_bytes; /* physical memory, bytes */
     /* CUDA devices found at start (main.c fills it before the server starts; read-only after;
-     * rtx__daemon_close frees it). Jobs run on the CPU until the CUDA backend joins. */
+     * rtx__daemon_close frees it). Their health while serving comes from the job manager. */
     struct rtx_cuda_devices gpus;
     /* Inference serving (models/serving.h) and the clients' shared-memory regions
      * (daemon/shm.h), shared by the KServe v2 gRPC service and the HTTP server; serving is
@@ -97,10 +101,12 @@ struct rtx_server_options {
  * NULL) gets the port bound. */
 int rtx_server_start(const struct rtx_server_options *opt, struct rtx_server **out,
                      int *bound_port, struct rtx_err *err);
-/* Stops accepting calls, ends every Jobs.Wait stream with UNAVAILABLE, waits up to grace_ms for
- * calls in flight, then cancels what is left; returns when every call is finished and the
- * completion queues are drained. Blocking; call it from a thread that handlers do not need.
- * Idempotent. */
+/* Stops accepting calls, ends every Jobs.Wait and ModelStreamInfer stream with UNAVAILABLE,
+ * waits up to grace_ms for calls in flight, then cancels what is left (setting the cancel
+ * flags of async and bidi calls); returns when every call is finished, including async and
+ * bidi calls whose answers were still to come (so whatever answers them, the inference core,
+ * must still run), and the completion queues are drained. Blocking; call it from a thread that
+ * handlers do not need. Idempotent. */
 void rtx_server_shutdown(struct rtx_server *s, int grace_ms);
 /* Shuts down (grace 0) if needed, frees everything and calls grpc_shutdown. NULL: no-op. */
 void rtx_server_free(struct rtx_server *s);
@@ -166,6 +172,42 @@ void rtx_server_stream_end(struct rtx_server_stream *st, grpc_status_code code, 
 void rtx_server_stream_set_stop(struct rtx_server_stream *st, void (*stop)(void *, uint64_t),
                                 void *ctx, uint64_t handle);
 
+/* An asynchronous unary call as its handler sees it: the handler returns at once and the
+ * answer comes later from any thread (ModelInfer: a completion of the inference core), so no
+ * completion-queue thread waits while the request runs. */
+struct rtx_server_async;
+
+/* Decodes the request (valid only during the call) and arranges for exactly one
+ * rtx_server_async_finish, from any thread, possibly before it returns. */
+typedef void (*rtx_server_async_fn)(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                                    struct rtx_server_async *call);
+/* Answers the call with rep (its data is taken). Exactly once per call; after it the call
+ * must not be touched. */
+void rtx_server_async_finish(struct rtx_server_async *call, struct rtx_server_reply *rep);
+/* Set to nonzero (and never back) when the client cancels the call, its deadline passes or
+ * the server cancels it at shutdown; valid until finish. */
+const volatile int *rtx_server_async_cancel_flag(const struct rtx_server_async *call);
+/* The call's deadline on CLOCK_MONOTONIC, nanoseconds; 0 when it has none. */
+int64_t rtx_server_async_deadline_ns(const struct rtx_server_async *call);
+
+/* A bidirectional stream (ModelStreamInfer) as its handler sees it: the handler is called
+ * for each request message, in arrival order, on a completion-queue thread, and must arrange
+ * for exactly one rtx_server_bidi_reply per message, from any thread. Replies are written
+ * in the order they are given (completion order). After the client half-closes and every
+ * message has its reply, the stream ends with OK; a client that goes away or the server
+ * shutting down drops the replies still to come (their calls are still required). */
+struct rtx_server_bidi;
+
+typedef void (*rtx_server_bidi_fn)(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                                   struct rtx_server_bidi *st);
+/* The reply to one message: data (rtx_malloc'ed, taken) and len. data NULL ends the stream
+ * with INTERNAL "out of memory" (for a handler that could not build a reply). */
+void rtx_server_bidi_reply(struct rtx_server_bidi *st, void *data, size_t len);
+/* As for async calls: set once the stream is over for the client; valid until the last reply
+ * was given. */
+const volatile int *rtx_server_bidi_cancel_flag(const struct rtx_server_bidi *st);
+int64_t rtx_server_bidi_deadline_ns(const struct rtx_server_bidi *st);
+
 /* The handlers (handlers-jobs.c, handlers-admin.c), one per method of the .proto files. */
 void rtx__daemon_jobs_submit(struct rtx_daemon *d, const uint8_t *req, size_t len,
                              struct rtx_server_reply *rep);
@@ -189,5 +231,39 @@ void rtx__daemon_admin_config(struct rtx_daemon *d, const uint8_t *req, size_t l
                               struct rtx_server_reply *rep);
 void rtx__daemon_admin_drain(struct rtx_daemon *d, const uint8_t *req, size_t len,
                              struct rtx_server_reply *rep);
+void rtx__daemon_admin_pools(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                             struct rtx_server_reply *rep);
+void rtx__daemon_admin_lanes(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                             struct rtx_server_reply *rep);
+
+/* inference.GRPCInferenceService (handlers-infer.c): the KServe v2 / Triton gRPC service. */
+#define RTX_INFER_UNARY(X)                                                                      \
+    X(ServerLive, server_live)                                                                  \
+    X(ServerReady, server_ready)                                                                \
+    X(ModelReady, model_ready)                                                                  \
+    X(ServerMetadata, server_metadata)                                                          \
+    X(ModelMetadata, model_metadata)                                                            \
+    X(ModelConfig, model_config)                                                                \
+    X(ModelStatistics, model_statistics)                                                        \
+    X(RepositoryIndex, repository_index)                                                        \
+    X(RepositoryModelLoad, repository_model_load)                                               \
+    X(RepositoryModelUnload, repository_model_unload)                                           \
+    X(SystemSharedMemoryStatus, system_shm_status)                                              \
+    X(SystemSharedMemoryRegister, system_shm_register)                                          \
+    X(SystemSharedMemoryUnregister, system_shm_unregister)                                      \
+    X(CudaSharedMemoryStatus, cuda_shm_status)                                                  \
+    X(CudaSharedMemoryRegister, cuda_shm_register)                                              \
+    X(CudaSharedMemoryUnregister, cuda_shm_unregister)                                          \
+    X(TraceSetting, trace_setting)                                                              \
+    X(LogSettings, log_settings)
+#define RTX_INFER_DECLARE(method, fn)                                                           \
+    void rtx__infer_##fn(struct rtx_daemon *d, const uint8_t *req, size_t len,                  \
+                         struct rtx_server_reply *rep);
+RTX_INFER_UNARY(RTX_INFER_DECLARE)
+#undef RTX_INFER_DECLARE
+void rtx__infer_model_infer(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                            struct rtx_server_async *call);
+void rtx__infer_model_stream_infer(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                                   struct rtx_server_bidi *st);
 
 #endif /* RTX_DAEMON_SERVER_H */

@@ -6,7 +6,9 @@
 set -euo pipefail
 pkgs=(build-essential pkg-config protobuf-c-compiler libprotobuf-c-dev check libsubunit-dev
       libopenblas-dev libgrpc-dev libsqlite3-dev libssl-dev libinih-dev libuv1-dev
-      python3 python3-venv python3-pip)
+      libh2o-dev libjansson-dev libb64-0d
+      python3 python3-venv python3-pip
+      valgrind)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

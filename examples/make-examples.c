@@ -1,7 +1,10 @@
 /*
  * make-examples.c - writes the example graphs OUTDIR/mlp.rtxg and
  * OUTDIR/transformer_block.rtxg (see examples/README.md), built with the graph builder API
- * and weights from a fixed-seed xorshift generator, so every build writes the same bytes.
+ * and weights from a fixed-seed xorshift generator, so every build writes the same bytes;
+ * and the example model repository OUTDIR/models (simple, mlp, mlp_nobatch,
+ * transformer_block, mlp_wide, mlp_wide_nobatch; docs/serving.md), where the same graphs keep
+ * their weights in model.safetensors beside a model.rtxg that declares them as inputs.
  *
  * Usage: make-examples OUTDIR
  *
@@ -11,12 +14,19 @@
  * (the first) is reported at the end, after everything is freed.
  * The Python interop tests re-implement both graphs in NumPy from the weights stored in the
  * files; the README documents the exact structure, so change both together.
+ * Models that share a graph (mlp and mlp_nobatch; mlp_wide and mlp_wide_nobatch) store their
+ * weights once: the second model's model.safetensors is a hard link to the first one's (a
+ * copy where the file system refuses links), so mlp_wide's 32 MiB do not count twice. Every
+ * weight file is written under a temporary name and renamed into place, so rebuilding never
+ * rewrites a file that a running rtxd has mapped.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "runtime/runtime.h"
 
@@ -105,17 +115,147 @@ static void output(struct builder *b, const char *name) {
     b->rc = rtx_graph_add_output(b->g, name, &b->err);
 }
 
-/* Validates (structure only: the batch dimension is -1), saves and frees; returns 0 or 1. */
-static int finish(struct builder *b, const char *dir, const char *file) {
+/* ---- the model repository ---- */
+
+static void make_dir(struct builder *b, const char *path) {
+    if (b->rc) return;
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+        b->rc = rtx_err_set(&b->err, RTX_EIO, "%s: %s", path, strerror(errno));
+}
+
+static void write_text(struct builder *b, const char *path, const char *text) {
+    if (b->rc) return;
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0) b->rc = rtx_err_set(&b->err, RTX_EIO, "%s: %s", path,
+                                                     strerror(errno));
+    if (f && fclose(f) != 0 && !b->rc)
+        b->rc = rtx_err_set(&b->err, RTX_EIO, "%s: %s", path, strerror(errno));
+}
+
+/* Writes the f32 tensors as a safetensors file: an 8-byte little-endian header length, the
+ * JSON header (padded with spaces to a multiple of 8 bytes, so every tensor is aligned), the
+ * tensors back to back in the order given. */
+static void write_safetensors(struct builder *b, const char *path, char *const *names,
+                              struct rtx_tensor *const *ts, int n) {
+    if (b->rc) return;
+    size_t cap = 256 + (size_t)n * 256, len = 0;
+    char *h = malloc(cap);
+    if (!h) {
+        b->rc = rtx_err_set(&b->err, RTX_ENOMEM, "out of memory");
+        return;
+    }
+    uint64_t off = 0;
+    len += (size_t)snprintf(h + len, cap - len, "{\"__metadata__\":{\"format\":\"rtx\"}");
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes = rtx_tensor_nbytes(ts[i]);
+        len += (size_t)snprintf(h + len, cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[",
+                                names[i]);
+        for (int d = 0; d < ts[i]->ndim; d++)
+            len += (size_t)snprintf(h + len, cap - len, "%s%lld", d ? "," : "",
+                                    (long long)ts[i]->dims[d]);
+        len += (size_t)snprintf(h + len, cap - len, "],\"data_offsets\":[%llu,%llu]}",
+                                (unsigned long long)off, (unsigned long long)(off + bytes));
+        off += bytes;
+    }
+    len += (size_t)snprintf(h + len, cap - len, "}");
+    while ((len + 8) % 8) h[len++] = ' ';
+    uint8_t hl[8];
+    for (int i = 0; i < 8; i++) hl[i] = (uint8_t)((uint64_t)len >> (8 * i));
+    char tmp[4096 + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(hl, 1, 8, f) == 8 && fwrite(h, 1, len, f) == len;
+    for (int i = 0; ok && i < n; i++)
+        ok = fwrite(rtx_tensor_data(ts[i]), 1, rtx_tensor_nbytes(ts[i]), f) ==
+             rtx_tensor_nbytes(ts[i]);
+    if (f && fclose(f) != 0) ok = false;
+    if (ok && rename(tmp, path) != 0) ok = false;
+    if (!ok) {
+        b->rc = rtx_err_set(&b->err, RTX_EIO, "%s: %s", path, strerror(errno));
+        if (f) unlink(tmp);
+    }
+    free(h);
+}
+
+/* Makes path the same file as first (a hard link; a copy written from the tensors where the
+ * file system refuses links), replacing whatever path was. */
+static void share_safetensors(struct builder *b, const char *first, const char *path,
+                              char *const *names, struct rtx_tensor *const *ts, int n) {
+    if (b->rc) return;
+    if (unlink(path) != 0 && errno != ENOENT) {
+        b->rc = rtx_err_set(&b->err, RTX_EIO, "%s: %s", path, strerror(errno));
+        return;
+    }
+    if (link(first, path) != 0) write_safetensors(b, path, names, ts, n);
+}
+
+/* Moves every initializer of the graph out into model.safetensors: the value becomes a graph
+ * input of the same dtype and shape (rtxd binds it back by name when it loads the model), so
+ * model.rtxg carries no weight bytes. Writes REPO/NAME/1/{model.rtxg,model.safetensors} for
+ * every name in models[] (the models after the first share the first one's weight file) and
+ * REPO/NAME/config.json from configs[]. */
+static void publish(struct builder *b, const char *repo, const char *const *models,
+                    const char *const *configs, int n_models) {
+    if (b->rc) return;
+    struct rtx_graph *g = b->g;
+    int n = 0;
+    char **names = calloc((size_t)g->n_values + 1, sizeof *names);
+    struct rtx_tensor **ts = calloc((size_t)g->n_values + 1, sizeof *ts);
+    int *ins = rtx_realloc(g->inputs, sizeof *ins * (size_t)(g->n_inputs + g->n_values));
+    if (!names || !ts || !ins) {
+        b->rc = rtx_err_set(&b->err, RTX_ENOMEM, "out of memory");
+        goto out;
+    }
+    g->inputs = ins;
+    for (int v = 0; v < g->n_values; v++) {
+        struct rtx_value *val = &g->values[v];
+        if (!val->constant) continue;
+        names[n] = val->name;
+        ts[n++] = val->constant;
+        val->constant = NULL;
+        val->is_input = true;
+        g->inputs[g->n_inputs++] = v;
+    }
+    char path[4096], first[4096];
+    for (int i = 0; i < n_models && !b->rc; i++) {
+        snprintf(path, sizeof path, "%s/%s", repo, models[i]);
+        make_dir(b, path);
+        snprintf(path, sizeof path, "%s/%s/config.json", repo, models[i]);
+        write_text(b, path, configs[i]);
+        snprintf(path, sizeof path, "%s/%s/1", repo, models[i]);
+        make_dir(b, path);
+        snprintf(path, sizeof path, "%s/%s/1/model.safetensors", repo, models[i]);
+        if (n > 0 && i == 0) {
+            write_safetensors(b, path, names, ts, n);
+            snprintf(first, sizeof first, "%s", path);
+        } else if (n > 0) {
+            share_safetensors(b, first, path, names, ts, n);
+        }
+        snprintf(path, sizeof path, "%s/%s/1/model.rtxg", repo, models[i]);
+        if (!b->rc) b->rc = rtx_graph_save_file(g, path, &b->err);
+    }
+out:
+    for (int i = 0; ts && i < n; i++)
+        rtx_tensor_unref(ts[i]);
+    free(names);
+    free(ts);
+}
+
+/* Validates (structure only: the batch dimension is -1), saves to DIR/FILE, then, when
+ * repo is not NULL, publishes the graph into the model repository; frees the graph and
+ * returns 0 or 1. */
+static int finish_models(struct builder *b, const char *dir, const char *file, const char *repo,
+                         const char *const *models, const char *const *configs, int n_models) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
+    snprintf(path, sizeof path, "%s/%s", dir, file ? file : "");
     struct rtx_limits lim = rtx_limits_default();
     if (b->rc == 0) b->rc = rtx_graph_validate(b->g, &lim, &b->err);
-    if (b->rc == 0) b->rc = rtx_graph_save_file(b->g, path, &b->err);
+    if (b->rc == 0 && file) b->rc = rtx_graph_save_file(b->g, path, &b->err);
+    if (repo) publish(b, repo, models, configs, n_models);
     rtx_graph_free(b->g);
     b->g = NULL;
     if (b->rc) {
-        fprintf(stderr, "make-examples: %s: %s\n", path, b->err.msg);
+        fprintf(stderr, "make-examples: %s: %s\n", file ? path : repo, b->err.msg);
         return 1;
     }
     return 0;
@@ -125,8 +265,107 @@ static int finish(struct builder *b, const char *dir, const char *file) {
     (const char *const[]){__VA_ARGS__},                                                           \
         (int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *))
 
+/* The example repository's config.json files (docs/serving.md). */
+static const char simple_config[] =
+    "{\n"
+    "  \"name\": \"simple\",\n"
+    "  \"platform\": \"rtx_graph\",\n"
+    "  \"max_batch_size\": 8,\n"
+    "  \"input\": [\n"
+    "    {\"name\": \"INPUT0\", \"data_type\": \"TYPE_INT32\", \"dims\": [16]},\n"
+    "    {\"name\": \"INPUT1\", \"data_type\": \"TYPE_INT32\", \"dims\": [16]}\n"
+    "  ],\n"
+    "  \"output\": [\n"
+    "    {\"name\": \"OUTPUT0\", \"data_type\": \"TYPE_INT32\", \"dims\": [16]},\n"
+    "    {\"name\": \"OUTPUT1\", \"data_type\": \"TYPE_INT32\", \"dims\": [16]}\n"
+    "  ],\n"
+    "  \"instance_group\": [{\"count\": 1, \"kind\": \"KIND_CPU\"}]\n"
+    "}\n";
+
+#define MLP_IO                                                                                    \
+    "  \"input\": [{\"name\": \"x\", \"data_type\": \"TYPE_FP32\", \"dims\": [64]}],\n"           \
+    "  \"output\": [{\"name\": \"probs\", \"data_type\": \"TYPE_FP32\", "                         \
+    "\"dims\": [10]}],\n"
+
+static const char mlp_config[] =
+    "{\n"
+    "  \"name\": \"mlp\",\n"
+    "  \"platform\": \"rtx_graph\",\n"
+    "  \"max_batch_size\": 64,\n" MLP_IO
+    "  \"dynamic_batching\": {\n"
+    "    \"preferred_batch_size\": [16, 32],\n"
+    "    \"max_queue_delay_microseconds\": 500\n"
+    "  },\n"
+    "  \"instance_group\": [{\"count\": 1, \"kind\": \"KIND_GPU\"}]\n"
+    "}\n";
+
+static const char mlp_nobatch_config[] =
+    "{\n"
+    "  \"name\": \"mlp_nobatch\",\n"
+    "  \"platform\": \"rtx_graph\",\n"
+    "  \"max_batch_size\": 64,\n" MLP_IO
+    "  \"instance_group\": [{\"count\": 1, \"kind\": \"KIND_GPU\"}]\n"
+    "}\n";
+
+#define MLP_WIDE_IO                                                                               \
+    "  \"input\": [{\"name\": \"x\", \"data_type\": \"TYPE_FP32\", \"dims\": [1024]}],\n"         \
+    "  \"output\": [{\"name\": \"y\", \"data_type\": \"TYPE_FP32\", \"dims\": [1024]}],\n"
+
+/* The wide MLP's batch of 1 takes about 2 ms on a 2-core CPU (its 32 MiB of weights are read
+ * once per batch), so a queue delay of 1 ms adds at most half a batch-1 run to a lone
+ * request while giving concurrent clients time to join a batch. */
+static const char mlp_wide_config[] =
+    "{\n"
+    "  \"name\": \"mlp_wide\",\n"
+    "  \"platform\": \"rtx_graph\",\n"
+    "  \"max_batch_size\": 64,\n" MLP_WIDE_IO
+    "  \"dynamic_batching\": {\n"
+    "    \"preferred_batch_size\": [16, 32],\n"
+    "    \"max_queue_delay_microseconds\": 1000\n"
+    "  },\n"
+    "  \"instance_group\": [{\"count\": 1, \"kind\": \"KIND_GPU\"}]\n"
+    "}\n";
+
+static const char mlp_wide_nobatch_config[] =
+    "{\n"
+    "  \"name\": \"mlp_wide_nobatch\",\n"
+    "  \"platform\": \"rtx_graph\",\n"
+    "  \"max_batch_size\": 64,\n" MLP_WIDE_IO
+    "  \"instance_group\": [{\"count\": 1, \"kind\": \"KIND_GPU\"}]\n"
+    "}\n";
+
+static const char transformer_block_config[] =
+    "{\n"
+    "  \"name\": \"transformer_block\",\n"
+    "  \"platform\": \"rtx_graph\",\n"
+    "  \"max_batch_size\": 8,\n"
+    "  \"input\": [{\"name\": \"x\", \"data_type\": \"TYPE_FP32\", \"dims\": [128, 256]}],\n"
+    "  \"output\": [{\"name\": \"y\", \"data_type\": \"TYPE_FP32\", \"dims\": [128, 256]}],\n"
+    "  \"instance_group\": [{\"count\": 1, \"kind\": \"KIND_GPU\"}]\n"
+    "}\n";
+
+/* simple (Triton's classic example): OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1,
+ * int32 [batch, 16]; no weights. */
+static int make_simple(const char *repo) {
+    struct builder b;
+    begin(&b, "simple", 1);
+    if (!b.rc) {
+        for (int i = 0; i < 2 && !b.rc; i++) {
+            int rc = rtx_graph_add_input(b.g, i ? "INPUT1" : "INPUT0", RTX_I32, 2,
+                                         (const int64_t[]){-1, 16}, &b.err);
+            if (rc < 0) b.rc = rc;
+        }
+    }
+    node(&b, "add", "sum", IN("INPUT0", "INPUT1"), "OUTPUT0");
+    node(&b, "sub", "difference", IN("INPUT0", "INPUT1"), "OUTPUT1");
+    output(&b, "OUTPUT0");
+    output(&b, "OUTPUT1");
+    return finish_models(&b, repo, NULL, repo, (const char *const[]){"simple"},
+                         (const char *const[]){simple_config}, 1);
+}
+
 /* mlp: probs = softmax(relu(x @ w1 + b1) @ w2 + b2). */
-static int make_mlp(const char *dir) {
+static int make_mlp(const char *dir, const char *repo) {
     struct builder b;
     begin(&b, "mlp", 0x9e3779b97f4a7c15ull);
     input(&b, "x", 2, (const int64_t[]){-1, 64});
@@ -138,7 +377,30 @@ static int make_mlp(const char *dir) {
     int sm = node(&b, "softmax", "softmax", IN("logits"), "probs");
     attr_int(&b, sm, "axis", -1);
     output(&b, "probs");
-    return finish(&b, dir, "mlp.rtxg");
+    return finish_models(&b, dir, "mlp.rtxg", repo, (const char *const[]){"mlp", "mlp_nobatch"},
+                         (const char *const[]){mlp_config, mlp_nobatch_config}, 2);
+}
+
+enum { WIDE_IO = 1024, WIDE_HIDDEN = 4096 };
+
+/* mlp_wide: y = gelu_tanh(x @ w1 + b1) @ w2 + b2 with x [B, 1024], w1 [1024, 4096],
+ * w2 [4096, 1024]: 32 MiB of f32 weights, a memory-bound GEMV per row at batch 1 and a
+ * compute-bound GEMM at batch 32, the case dynamic batching pays for (docs/benchmarks.md).
+ * Only in the repository (no standalone .rtxg, to keep the build's files small). */
+static int make_mlp_wide(const char *repo) {
+    struct builder b;
+    begin(&b, "mlp_wide", 0x2545f4914f6cdd1dull);
+    input(&b, "x", 2, (const int64_t[]){-1, WIDE_IO});
+    linear(&b, "w1", "b1", WIDE_IO, WIDE_HIDDEN);
+    linear(&b, "w2", "b2", WIDE_HIDDEN, WIDE_IO);
+    node(&b, "gemm", "fc1", IN("x", "w1", "b1"), "fc1_out");
+    int n = node(&b, "gelu", "gelu", IN("fc1_out"), "act");
+    attr_string(&b, n, "approximate", "tanh");
+    node(&b, "gemm", "fc2", IN("act", "w2", "b2"), "y");
+    output(&b, "y");
+    return finish_models(&b, repo, NULL, repo,
+                         (const char *const[]){"mlp_wide", "mlp_wide_nobatch"},
+                         (const char *const[]){mlp_wide_config, mlp_wide_nobatch_config}, 2);
 }
 
 enum { SEQ = 128, MODEL = 256, HEADS = 4, HEAD_DIM = 64, FF = 1024 };
@@ -163,7 +425,7 @@ static void project_heads(struct builder *b, const char *name) {
 }
 
 /* transformer_block: a pre-LayerNorm block (see README.md for the exact formula). */
-static int make_transformer_block(const char *dir) {
+static int make_transformer_block(const char *dir, const char *repo) {
     struct builder b;
     begin(&b, "transformer_block", 0xd1b54a32d192ed03ull);
     input(&b, "x", 3, (const int64_t[]){-1, SEQ, MODEL});
@@ -209,7 +471,9 @@ static int make_transformer_block(const char *dir) {
     node(&b, "add", "down_bias", IN("down_mm", "b_down"), "down");
     node(&b, "add", "residual2", IN("res1", "down"), "y");
     output(&b, "y");
-    return finish(&b, dir, "transformer_block.rtxg");
+    return finish_models(&b, dir, "transformer_block.rtxg", repo,
+                         (const char *const[]){"transformer_block"},
+                         (const char *const[]){transformer_block_config}, 1);
 }
 
 int main(int argc, char **argv) {
@@ -222,7 +486,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "make-examples: %s: %s\n", dir, strerror(errno));
         return 1;
     }
-    int rc = make_mlp(dir);
-    rc |= make_transformer_block(dir);
+    char repo[4096];
+    snprintf(repo, sizeof repo, "%s/models", dir);
+    if (mkdir(repo, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "make-examples: %s: %s\n", repo, strerror(errno));
+        return 1;
+    }
+    int rc = make_mlp(dir, repo);
+    rc |= make_transformer_block(dir, repo);
+    rc |= make_simple(repo);
+    rc |= make_mlp_wide(repo);
     return rc;
 }

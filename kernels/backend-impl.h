@@ -30,6 +30,34 @@ struct rtx_backend_i {
      * for the work queued before it. */
     int (*download)(struct rtx_backend *be, const struct rtx_tensor *dev,
                     struct rtx_tensor **host, struct rtx_err *err);
+    /* Optional (NULL: memcpy, for host backends): copies src, a contiguous host tensor or a
+     * tensor in this backend's memory, into dst, a contiguous tensor in this backend's memory
+     * of the same byte size, ordered before later run_node calls; a host src may be reused
+     * as soon as the call returns. */
+    int (*copy_into)(struct rtx_backend *be, const struct rtx_tensor *src,
+                     struct rtx_tensor *dst, struct rtx_err *err);
+    /* Optional (NULL: no fusion): how many nodes, order[0] .. order[n - 1] at most, the
+     * backend runs as one group with run_fused; 1 for none. uses[v] counts the live nodes
+     * reading value v, plus one when v is a graph output: a value a group produces and only
+     * the group reads may be left unwritten. */
+    int (*fused_span)(struct rtx_backend *be, const struct rtx_graph *g, const int *order,
+                      int n, const int *uses);
+    /* Runs a group fused_span accepted: the args of its n nodes, in order. */
+    int (*run_fused)(struct rtx_backend *be, const struct rtx_node_args *args, int n,
+                     struct rtx_err *err);
+    /* Optional, all four or none: graph capture (CUDA graphs). capture_begin: until
+     * capture_end, run_node records the work it would queue instead of running it. */
+    int (*capture_begin)(struct rtx_backend *be, struct rtx_err *err);
+    /* Ends a capture. keep: turns what was recorded into a replayable *graph; !keep (a node
+     * failed): discards it. Either way nothing recorded has run. Fails, keeping nothing, when
+     * the device could not record some call. */
+    int (*capture_end)(struct rtx_backend *be, bool keep, struct rtx_backend_graph **graph,
+                       struct rtx_err *err);
+    /* Queues one run of a captured graph: the recorded work on the recorded memory. */
+    int (*graph_launch)(struct rtx_backend *be, struct rtx_backend_graph *graph,
+                        struct rtx_err *err);
+    /* Frees a graph and the scratch memory its work uses (after queued launches). */
+    void (*graph_free)(struct rtx_backend *be, struct rtx_backend_graph *graph);
 };
 
 struct rtx_backend {
@@ -87,5 +115,53 @@ int rtx__gemm_geometry(const struct rtx_node *node, const struct rtx_tensor *A,
                        const struct rtx_tensor *B, const struct rtx_tensor *C,
                        const struct rtx_tensor *Y, struct rtx__gemm_geom *g, char *why,
                        size_t why_len);
+
+/* The window of a conv2d or 2-D pool over NCHW planes, as docs/ops.md defines it. Plain
+ * int64 fields only: the CUDA kernels (conv.cu) take it by value. */
+struct rtx__window_geom {
+    int64_t N, C, H, W, Ho, Wo;  /* images, channels, input and output plane sizes */
+    int64_t kh, kw;              /* kernel */
+    int64_t sh, sw;              /* strides */
+    int64_t pt, pl, pb, pr;      /* pads: top, left, bottom, right */
+    int64_t dh, dw;              /* dilations */
+};
+/* Fills w from x [N, C, H, W], y and the node's strides (default 1, or the kernel when pool),
+ * pads (default 0) and dilations (default 1; read only when dilated, else 1); the caller has
+ * set w->kh and w->kw. Checks the window and that y's plane is the one it gives (floor, or
+ * with ceil_mode rounded up while the last window starts inside the input or its top / left
+ * padding) and y's N is x's. RTX_EINVAL for ranks and attributes, RTX_EINTERNAL when y's
+ * shape (inferred by validation) disagrees. */
+int rtx__window_geometry(const struct rtx_node *node, const struct rtx_tensor *x,
+                         const struct rtx_tensor *y, bool pool, bool dilated, bool ceil_mode,
+                         struct rtx__window_geom *w, char *why, size_t why_len);
+
+/* A conv2d of x [N, C, H, W] by w [O, C / G, kH, kW] (+ b [O]) into y [N, O, Ho, Wo] as
+ * im2col + GEMM: per image and group, y [Og, P] = w_g [Og, K] x columns [K, P]. */
+struct rtx__conv2d_geom {
+    struct rtx__window_geom w;
+    int64_t G, O;                /* groups, output channels */
+    int64_t Cg, Og;              /* input and output channels per group */
+    int64_t K, P;                /* Cg * kh * kw, Ho * Wo */
+    bool direct;                 /* 1x1, unit strides, no pads: the columns are x itself */
+};
+/* Reads groups and the window (kh, kw from w's dims) and checks w's rank, the channels
+ * against the groups and b's shape (RTX_EINVAL), then y (as rtx__window_geometry). B may be
+ * NULL. */
+int rtx__conv2d_geometry(const struct rtx_node *node, const struct rtx_tensor *X,
+                         const struct rtx_tensor *Wt, const struct rtx_tensor *B,
+                         const struct rtx_tensor *Y, struct rtx__conv2d_geom *g, char *why,
+                         size_t why_len);
+
+/* A max_pool2d (is_max) or avg_pool2d of x into y: kernel_shape (2 ints, required), strides
+ * (default: the kernel), pads, dilations (max_pool2d only), ceil_mode, count_include_pad
+ * (avg_pool2d: divide by the padded window instead of the in-bounds count). */
+struct rtx__pool2d_geom {
+    struct rtx__window_geom w;
+    bool ceil_mode, count_include_pad;
+};
+/* RTX_EINVAL for a bad kernel_shape or window, RTX_EINTERNAL when y's shape disagrees. */
+int rtx__pool2d_geometry(const struct rtx_node *node, const struct rtx_tensor *X,
+                         const struct rtx_tensor *Y, bool is_max, struct rtx__pool2d_geom *g,
+                         char *why, size_t why_len);
 
 #endif /* RTX_BACKEND_IMPL_H */

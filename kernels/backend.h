@@ -16,6 +16,7 @@ extern "C" {
 #endif
 
 struct rtx_backend;
+struct rtx_backend_graph; /* a captured graph of a backend (rtx_backend_capture_end) */
 
 /* Inputs and outputs of one node as the executor hands them to a backend. Inputs are
  * contiguous and already hold data; an omitted optional input is NULL. Outputs are contiguous,
@@ -41,12 +42,22 @@ struct rtx_cuda_options {
     int device;                  /* CUDA device index */
     size_t memory_cap_bytes;     /* device pool cap, 0: no cap beyond the device */
     bool allow_tf32;             /* f32 GEMM may use TF32 tensor cores */
+    bool disable_graphs;         /* no CUDA graph capture: plans launch kernel by kernel */
 };
 
 /* The CUDA backend on one device (kernels/cuda/backend-cuda.c). RTX_EGPU with the CUDA error
  * when the device cannot be used. */
 int rtx_backend_cuda_new(const struct rtx_cuda_options *opt, struct rtx_backend **out,
                          struct rtx_err *err);
+
+struct rtx_mem_pool_stats; /* runtime/mem-pool.h */
+
+/* Statistics of a CUDA backend's two caching pools: device memory (*device) and pinned host
+ * staging memory (*pinned); either pointer may be NULL. Thread-safe: it may run while another
+ * thread computes on the backend (each pool takes its own lock). RTX_EINVAL when be is not a
+ * CUDA backend. */
+int rtx_backend_cuda_pool_stats(struct rtx_backend *be, struct rtx_mem_pool_stats *device,
+                                struct rtx_mem_pool_stats *pinned, struct rtx_err *err);
 
 const char *rtx_backend_name(struct rtx_backend *be);
 void rtx_backend_free(struct rtx_backend *be); /* NULL is a no-op */
@@ -70,6 +81,49 @@ int rtx_backend_upload(struct rtx_backend *be, const struct rtx_tensor *host,
  * on host backends). */
 int rtx_backend_download(struct rtx_backend *be, const struct rtx_tensor *dev,
                          struct rtx_tensor **host, struct rtx_err *err);
+/* Copies src (a contiguous host tensor, or a tensor in the backend's memory) into dst (a
+ * contiguous tensor in the backend's memory with the same byte size), ordered before later
+ * work of the backend; src, when on the host, may be changed as soon as the call returns.
+ * RTX_EINVAL when the sizes differ or a tensor is not contiguous. */
+int rtx_backend_copy_into(struct rtx_backend *be, const struct rtx_tensor *src,
+                          struct rtx_tensor *dst, struct rtx_err *err);
+
+/* Most nodes one fused group may hold. */
+#define RTX_BACKEND_FUSE_MAX 4
+
+/* How many of the nodes order[0] .. order[n - 1] (a run of the executor's order) the backend
+ * runs as one fused group, from 1 (no fusion: always on backends without it) to
+ * min(n, RTX_BACKEND_FUSE_MAX). uses[v] is the number of live nodes reading value v plus one
+ * when v is a graph output; values produced and read only inside a group may stay unwritten,
+ * so a backend only fuses across values with one reader. */
+int rtx_backend_fused_span(struct rtx_backend *be, const struct rtx_graph *g, const int *order,
+                           int n, const int *uses);
+/* Runs a group of n nodes that rtx_backend_fused_span accepted; args in order. */
+int rtx_backend_run_fused(struct rtx_backend *be, const struct rtx_node_args *args, int n,
+                          struct rtx_err *err);
+
+/* Graph capture (CUDA graphs on the CUDA backend; other backends have none). Between
+ * rtx_backend_capture_begin and rtx_backend_capture_end the backend records the work of
+ * rtx_backend_run_node instead of running it; the recorded graph is replayed with
+ * rtx_backend_graph_launch on the same memory, so every tensor the recorded nodes touch must
+ * keep its address (and its contents where the nodes read them) for the graph's lifetime.
+ * One capture per backend at a time, on the thread that began it. */
+/* Whether the backend can capture graphs (false for NULL). */
+bool rtx_backend_can_capture(struct rtx_backend *be);
+/* Starts recording. RTX_EUNSUPPORTED on a backend without capture; RTX_EGPU, RTX_EINVAL
+ * (a capture is already open) otherwise. */
+int rtx_backend_capture_begin(struct rtx_backend *be, struct rtx_err *err);
+/* Ends the recording: with keep, *graph gets the replayable graph; without (after a failed
+ * node), the recording is discarded and *graph is NULL. Nothing recorded has run. Fails
+ * (RTX_EGPU naming the cause, *graph NULL) when some recorded call could not be captured, e.g.
+ * a kernel that waits for the device inside run_node. */
+int rtx_backend_capture_end(struct rtx_backend *be, bool keep, struct rtx_backend_graph **graph,
+                            struct rtx_err *err);
+/* Queues one replay of graph (ordered like run_node; rtx_backend_synchronize waits for it). */
+int rtx_backend_graph_launch(struct rtx_backend *be, struct rtx_backend_graph *graph,
+                             struct rtx_err *err);
+/* Frees a graph from rtx_backend_capture_end of the same backend; NULL is a no-op. */
+void rtx_backend_graph_free(struct rtx_backend *be, struct rtx_backend_graph *graph);
 
 /* ------------------------------------------------------------------------------------------
  * CUDA devices (kernels/cuda/device.c)

@@ -1,7 +1,8 @@
 /*
  * geometry.c - index arithmetic that every backend needs in the same form: which view of the
- * input a slice node selects, and how a batched matmul's operands map onto its output
- * batches. One implementation, so the CPU reference and the device backends cannot drift.
+ * input a slice node selects, how a batched matmul's operands map onto its output batches,
+ * and the window of a conv2d or 2-D pool. One implementation, so the CPU reference and the
+ * device backends cannot drift.
  */
 #include <string.h>
 
@@ -198,6 +199,133 @@ int rtx__gemm_geometry(const struct rtx_node *node, const struct rtx_tensor *A,
                      (long long)g->N);
             return RTX_EINVAL;
         }
+    }
+    return 0;
+}
+
+/* Reads an optional attribute of `count` ints into v (dflt when absent); false when it is
+ * present with another length. */
+static bool attr_ints_n(const struct rtx_node *n, const char *name, int count,
+                        const int64_t *dflt, int64_t *v) {
+    const int64_t *p;
+    int k = rtx_node_attr_ints(n, name, &p);
+    for (int i = 0; i < count; i++) v[i] = k == count ? p[i] : dflt[i];
+    return k < 0 || k == count;
+}
+
+static int64_t floor_div(int64_t a, int64_t b) { /* b > 0 */
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+int rtx__window_geometry(const struct rtx_node *node, const struct rtx_tensor *x,
+                         const struct rtx_tensor *y, bool pool, bool dilated, bool ceil_mode,
+                         struct rtx__window_geom *w, char *why, size_t why_len) {
+    if (x->ndim != 4 || y->ndim != 4) {
+        snprintf(why, why_len, "x and y must be 4-D (NCHW)");
+        return RTX_EINVAL;
+    }
+    w->N = x->dims[0];
+    w->C = x->dims[1];
+    w->H = x->dims[2];
+    w->W = x->dims[3];
+    const int64_t s0[2] = {pool ? w->kh : 1, pool ? w->kw : 1}, p0[4] = {0}, d0[2] = {1, 1};
+    int64_t s[2], p[4], d[2];
+    if (!attr_ints_n(node, "strides", 2, s0, s) || !attr_ints_n(node, "pads", 4, p0, p) ||
+        !attr_ints_n(node, "dilations", 2, d0, d)) {
+        snprintf(why, why_len, "strides and dilations need 2 ints, pads 4");
+        return RTX_EINVAL;
+    }
+    if (!dilated) memcpy(d, d0, sizeof d);
+    w->sh = s[0];
+    w->sw = s[1];
+    w->pt = p[0];
+    w->pl = p[1];
+    w->pb = p[2];
+    w->pr = p[3];
+    w->dh = d[0];
+    w->dw = d[1];
+    if (w->kh < 1 || w->kw < 1 || w->dh < 1 || w->dw < 1 || w->sh < 1 || w->sw < 1 ||
+        w->pt < 0 || w->pl < 0 || w->pb < 0 || w->pr < 0) {
+        snprintf(why, why_len, "bad kernel, stride, pad or dilation");
+        return RTX_EINVAL;
+    }
+    int64_t nh = w->H + w->pt + w->pb - w->dh * (w->kh - 1) - 1;
+    int64_t nw = w->W + w->pl + w->pr - w->dw * (w->kw - 1) - 1;
+    int64_t ho = floor_div(nh, w->sh) + 1, wo = floor_div(nw, w->sw) + 1;
+    if (ceil_mode) {
+        ho = floor_div(nh + w->sh - 1, w->sh) + 1;
+        wo = floor_div(nw + w->sw - 1, w->sw) + 1;
+        if ((ho - 1) * w->sh >= w->H + w->pt) ho--; /* the last window must start inside */
+        if ((wo - 1) * w->sw >= w->W + w->pl) wo--;
+    }
+    w->Ho = y->dims[2];
+    w->Wo = y->dims[3];
+    if (ho != w->Ho || wo != w->Wo) {
+        snprintf(why, why_len, "output is %lldx%lld, the window gives %lldx%lld",
+                 (long long)w->Ho, (long long)w->Wo, (long long)ho, (long long)wo);
+        return RTX_EINTERNAL;
+    }
+    if (y->dims[0] != w->N) {
+        snprintf(why, why_len, "output has %lld images, x %lld", (long long)y->dims[0],
+                 (long long)w->N);
+        return RTX_EINTERNAL;
+    }
+    return 0;
+}
+
+int rtx__conv2d_geometry(const struct rtx_node *node, const struct rtx_tensor *X,
+                         const struct rtx_tensor *Wt, const struct rtx_tensor *B,
+                         const struct rtx_tensor *Y, struct rtx__conv2d_geom *g, char *why,
+                         size_t why_len) {
+    memset(g, 0, sizeof *g);
+    g->G = rtx_node_attr_int(node, "groups", 1);
+    if (Wt->ndim != 4) {
+        snprintf(why, why_len, "w must be 4-D [O, C/groups, kH, kW]");
+        return RTX_EINVAL;
+    }
+    struct rtx__window_geom *w = &g->w;
+    w->kh = Wt->dims[2];
+    w->kw = Wt->dims[3];
+    int rc = rtx__window_geometry(node, X, Y, false, true, false, w, why, why_len);
+    if (rc) return rc;
+    g->O = Wt->dims[0];
+    if (g->G < 1 || w->C % g->G || g->O % g->G || Wt->dims[1] != w->C / g->G ||
+        Y->dims[1] != g->O) {
+        snprintf(why, why_len, "channels (x %lld, w %lldx%lld) do not fit groups %lld",
+                 (long long)w->C, (long long)g->O, (long long)Wt->dims[1], (long long)g->G);
+        return RTX_EINVAL;
+    }
+    if (B && (B->ndim != 1 || B->dims[0] != g->O)) {
+        snprintf(why, why_len, "b must be [%lld]", (long long)g->O);
+        return RTX_EINVAL;
+    }
+    g->Cg = w->C / g->G;
+    g->Og = g->O / g->G;
+    g->K = g->Cg * w->kh * w->kw;
+    g->P = w->Ho * w->Wo;
+    g->direct = w->kh == 1 && w->kw == 1 && w->sh == 1 && w->sw == 1 && w->pt == 0 &&
+                w->pl == 0 && w->pb == 0 && w->pr == 0;
+    return 0;
+}
+
+int rtx__pool2d_geometry(const struct rtx_node *node, const struct rtx_tensor *X,
+                         const struct rtx_tensor *Y, bool is_max, struct rtx__pool2d_geom *g,
+                         char *why, size_t why_len) {
+    memset(g, 0, sizeof *g);
+    g->count_include_pad = rtx_node_attr_int(node, "count_include_pad", 0) != 0;
+    const int64_t *ks;
+    if (rtx_node_attr_ints(node, "kernel_shape", &ks) != 2) {
+        snprintf(why, why_len, "kernel_shape needs 2 ints");
+        return RTX_EINVAL;
+    }
+    g->w.kh = ks[0];
+    g->w.kw = ks[1];
+    g->ceil_mode = rtx_node_attr_int(node, "ceil_mode", 0) != 0;
+    int rc = rtx__window_geometry(node, X, Y, true, is_max, g->ceil_mode, &g->w, why, why_len);
+    if (rc) return rc;
+    if (Y->dims[1] != g->w.C) {
+        snprintf(why, why_len, "output channels differ from input");
+        return RTX_EINTERNAL;
     }
     return 0;
 }

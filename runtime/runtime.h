@@ -43,7 +43,8 @@ extern "C" {
     X(ECANCELED, "canceled")                                                                    \
     X(EUNAVAILABLE, "unavailable")                                                              \
     X(EEXPIRED, "deadline expired")                                                             \
-    X(EINTERNAL, "internal error")
+    X(EINTERNAL, "internal error")                                                              \
+    X(EOVERLOAD, "overloaded") /* refused by admission control: retry later */
 
 enum rtx_errno {
     RTX_OK = 0,
@@ -417,10 +418,20 @@ size_t rtx_plan_unplanned_bytes(const struct rtx_plan *p);
 int rtx_plan_value_shape(const struct rtx_plan *p, int value, enum rtx_dtype *dt, int *ndim,
                          int64_t *dims);
 
+/* How an execution ran its nodes. */
+enum rtx_exec_mode {
+    RTX_EXEC_PLAIN,    /* node by node into buffers allocated for this run */
+    RTX_EXEC_FIXED,    /* node by node into the plan's fixed buffers (the run before a
+                        * capture, or every run once a capture failed) */
+    RTX_EXEC_CAPTURED, /* captured into a graph (CUDA graph), then the graph launched */
+    RTX_EXEC_REPLAYED, /* the plan's captured graph launched again */
+};
+
 struct rtx_exec_stats {
     double wall_ms;              /* whole execution, milliseconds */
     size_t peak_bytes;           /* arena + outputs + converted inputs, bytes */
     int nodes_run;
+    enum rtx_exec_mode mode;
 };
 
 /* Runs the plan on a backend. inputs (host tensors) must match the shapes the plan was made
@@ -432,6 +443,31 @@ int rtx_plan_execute(struct rtx_plan *p, struct rtx_backend *be,
                      struct rtx_tensor *const *inputs, int n_inputs, struct rtx_tensor **outputs,
                      int n_outputs, const volatile int *cancel, struct rtx_exec_stats *stats,
                      struct rtx_err *err);
+
+/* Graph replay. On a backend that captures graphs (rtx_backend_can_capture: the CUDA backend)
+ * a plan keeps fixed buffers for that backend: its inputs (copied in on every run), its
+ * intermediates (one arena) and its node-produced outputs. The first execution runs node by
+ * node into them, the second captures the node sequence into a graph and launches it, every
+ * later one only copies the inputs in and launches the graph (RTX_EXEC_REPLAYED). Results are
+ * the same bits as node-by-node execution. Cancellation: *cancel is read before the launch;
+ * a launched graph runs to its end. A capture that fails (an op that waits for the device
+ * inside its kernel, for one) is discarded and the run, and every later run of the plan, goes
+ * node by node; rtx_plan_capture_note then says why. A plan binds its input shapes, so a new
+ * shape means a new plan and a new capture; running the plan on another backend drops the
+ * fixed buffers and the graph of the previous one. */
+
+/* As rtx_plan_execute, with inputs and outputs in the backend's memory: inputs are contiguous
+ * tensors of the backend (rtx_backend_upload, or outputs of an earlier execution), and
+ * outputs receives references to the output tensors without downloading them. On a backend
+ * that captures graphs those tensors are the plan's fixed buffers: the next execution of the
+ * plan on that backend overwrites them (take a copy to keep one). */
+int rtx_plan_execute_device(struct rtx_plan *p, struct rtx_backend *be,
+                            struct rtx_tensor *const *inputs, int n_inputs,
+                            struct rtx_tensor **outputs, int n_outputs,
+                            const volatile int *cancel, struct rtx_exec_stats *stats,
+                            struct rtx_err *err);
+/* Why graph capture is off for this plan ("" while it is not): the failed capture's error. */
+const char *rtx_plan_capture_note(const struct rtx_plan *p);
 
 /* ------------------------------------------------------------------------------------------
  * NumPy .npy files (format 1.0-3.0, little-endian, C or Fortran order)

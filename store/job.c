@@ -39,6 +39,8 @@ void rtx_job_info_clear(struct rtx_job_info *job) {
     rtx_free(job->lane);
     rtx_free(job->graph_name);
     rtx_free(job->idempotency_key);
+    rtx_free(job->device);
+    rtx_free(job->requested_device);
     for (int i = 0; i < job->n_labels; i++) {
         rtx_free(job->labels[i].key);
         rtx_free(job->labels[i].value);

@@ -118,6 +118,8 @@ static int exec_insert(struct rtx__store_conn *c, void *p, struct rtx_err *err) 
     sqlite3_bind_int(st, 12, job->attempts);
     sqlite3_bind_double(st, 13, job->run_ms);
     sqlite3_bind_int64(st, 14, job->peak_bytes);
+    rtx__store_bind_text(st, 15, job->device);
+    rtx__store_bind_text(st, 16, job->requested_device);
     rc = step_done(c, st, id, "insert", err);
     if (rc) return rc;
 
@@ -178,6 +180,7 @@ struct state_args {
     enum rtx_job_state state;
     const char *reason;
     int64_t now_ms;
+    const char *device; /* NULL: leave the device column as it is */
 };
 
 static int exec_set_state(struct rtx__store_conn *c, void *p, struct rtx_err *err) {
@@ -207,7 +210,13 @@ static int exec_set_state(struct rtx__store_conn *c, void *p, struct rtx_err *er
     sqlite3_bind_int64(st, 4, started);
     sqlite3_bind_int64(st, 5, finished);
     sqlite3_bind_int64(st, 6, attempts);
-    return step_done(c, st, a->id, "set state", err);
+    rc = step_done(c, st, a->id, "set state", err);
+    if (rc || !a->device) return rc;
+    st = rtx__store_stmt(c, RTX__SQL_JOB_SET_DEVICE, err);
+    if (!st) return rtx_err_prefix(err, "job %s", a->id);
+    rtx__store_bind_text(st, 1, a->id);
+    rtx__store_bind_text(st, 2, a->device);
+    return step_done(c, st, a->id, "set device", err);
 }
 
 int rtx_store_job_set_state(struct rtx_store *s, const char *id, enum rtx_job_state state,
@@ -218,9 +227,24 @@ int rtx_store_job_set_state(struct rtx_store *s, const char *id, enum rtx_job_st
     if (rc) return rc;
     if (!valid_state(state))
         return rtx_err_set(err, RTX_EINVAL, "job %s: invalid state %d", id, state);
-    struct state_args a = {id, state, reason, now_ms};
+    struct state_args a = {id, state, reason, now_ms, NULL};
     struct rtx__store_wreq r = {.exec = exec_set_state, .args = &a};
     snprintf(r.what, sizeof r.what, "job %.31s: set state %s", id, rtx_job_state_name(state));
+    return rtx__store_submit(s, &r, err);
+}
+
+int rtx_store_job_start(struct rtx_store *s, const char *id, const char *device, int64_t now_ms,
+                        struct rtx_err *err) {
+    struct rtx_err local_err;
+    if (!err) err = &local_err; /* internal code always has an rtx_err to fill */
+    int rc = check_id(id, err);
+    if (rc) return rc;
+    if (!device || !device[0] || strlen(device) >= RTX_JOB_ID_LEN)
+        return rtx_err_set(err, RTX_EINVAL, "job %s: a device name of 1..%d characters is needed",
+                           id, RTX_JOB_ID_LEN - 1);
+    struct state_args a = {id, RTX_JOB_RUNNING, "", now_ms, device};
+    struct rtx__store_wreq r = {.exec = exec_set_state, .args = &a};
+    snprintf(r.what, sizeof r.what, "job %.31s: start on %.31s", id, device);
     return rtx__store_submit(s, &r, err);
 }
 

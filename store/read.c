@@ -45,7 +45,10 @@ int rtx__store_job_from_row(sqlite3_stmt *st, struct rtx_job_info *out, struct r
     out->run_ms = sqlite3_column_double(st, 12);
     out->peak_bytes = sqlite3_column_int64(st, 13);
     out->outputs_available = sqlite3_column_int(st, 14) != 0;
-    if (!out->reason || !out->lane || !out->graph_name || !out->idempotency_key) {
+    out->device = column_dup(st, 15);
+    out->requested_device = column_dup(st, 16);
+    if (!out->reason || !out->lane || !out->graph_name || !out->idempotency_key ||
+        !out->device || !out->requested_device) {
         rtx_job_info_clear(out);
         return rtx_err_set(err, RTX_ENOMEM, "job %s: out of memory", id ? id : "");
     }

@@ -15,7 +15,9 @@
  * pairs, indexed for filtering), job_requests (the serialized SubmitRequest, apart from the
  * row so lists and gets never read it), blobs (output bytes keyed by their SHA-256) and
  * job_outputs (per job and position: name, dtype, dims, bytes, digest, and `blob`, the
- * reference to blobs that retention clears).
+ * reference to blobs that retention clears). Step 3 adds the placement columns: jobs.device
+ * (where the job runs or ran, "" until it starts) and jobs.requested_device (what the submitter
+ * asked for, the default applied; "" for jobs journaled before step 3, read as "auto").
  */
 #include <assert.h>
 #include <string.h>
@@ -79,6 +81,17 @@ static const struct migration migrations[] = {
      "  blob TEXT REFERENCES blobs(sha256),"
      "  PRIMARY KEY (job_id, position)) WITHOUT ROWID;"
      "CREATE INDEX job_outputs_blob ON job_outputs(blob) WHERE blob IS NOT NULL;"},
+    {3, "placement: the device a job asked for and the device it ran on",
+     "ALTER TABLE jobs ADD COLUMN device TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE jobs ADD COLUMN requested_device TEXT NOT NULL DEFAULT '';"},
+    {4, "scheduler: learned run-time averages per device and cost key",
+     "CREATE TABLE sched_costs ("
+     "  device TEXT NOT NULL,"
+     "  cost_key INTEGER NOT NULL,"
+     "  ema_ns INTEGER NOT NULL CHECK (ema_ns > 0),"
+     "  samples INTEGER NOT NULL,"
+     "  updated_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (device, cost_key)) WITHOUT ROWID;"},
 };
 static_assert(sizeof migrations / sizeof migrations[0] == RTX__STORE_SCHEMA_VERSION,
               "one migration step per schema version");

@@ -22,12 +22,13 @@
 #include "store/store.h"
 
 /* Schema version this build creates and reads (schema.c holds one step per version). */
-#define RTX__STORE_SCHEMA_VERSION 2
+#define RTX__STORE_SCHEMA_VERSION 4
 
 /* The columns of a job row, in the order rtx__store_job_from_row reads them. */
 #define RTX__STORE_JOB_COLS                                                                     \
     "id, state, reason, lane, graph_name, idempotency_key, restart_policy, created_ms, "        \
-    "started_ms, finished_ms, deadline_ms, attempts, run_ms, peak_bytes, outputs_available"
+    "started_ms, finished_ms, deadline_ms, attempts, run_ms, peak_bytes, outputs_available, "   \
+    "device, requested_device"
 
 /* Retention visits candidate jobs in chunks of this many rows. */
 #define RTX__STORE_RETENTION_CHUNK 64
@@ -44,14 +45,16 @@
     X(JOB_BY_KEY, "SELECT id FROM jobs WHERE idempotency_key = ?1 AND idempotency_key != ''")  \
     X(JOB_INSERT,                                                                               \
       "INSERT INTO jobs(id, state, reason, lane, graph_name, idempotency_key, restart_policy, " \
-      "created_ms, started_ms, finished_ms, deadline_ms, attempts, run_ms, peak_bytes) "        \
-      "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)")                    \
+      "created_ms, started_ms, finished_ms, deadline_ms, attempts, run_ms, peak_bytes, "        \
+      "device, requested_device) "                                                              \
+      "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)")          \
     X(LABEL_INSERT, "INSERT INTO job_labels(job_id, position, key, value) VALUES(?1,?2,?3,?4)") \
     X(REQUEST_INSERT, "INSERT INTO job_requests(job_id, data) VALUES(?1, ?2)")                  \
     X(JOB_STATE, "SELECT state, started_ms, finished_ms, attempts FROM jobs WHERE id = ?1")     \
     X(JOB_SET_STATE,                                                                            \
       "UPDATE jobs SET state = ?2, reason = COALESCE(?3, reason), started_ms = ?4, "            \
       "finished_ms = ?5, attempts = ?6 WHERE id = ?1")                                          \
+    X(JOB_SET_DEVICE, "UPDATE jobs SET device = ?2 WHERE id = ?1")                              \
     X(JOB_SUCCEED,                                                                              \
       "UPDATE jobs SET state = 3, finished_ms = ?2, run_ms = ?3, peak_bytes = ?4, "             \
       "outputs_available = 1 WHERE id = ?1")                                                    \
@@ -89,7 +92,13 @@
     X(JOB_REQUEST, "SELECT data FROM job_requests WHERE job_id = ?1")                           \
     X(JOB_UNFINISHED,                                                                           \
       "SELECT " RTX__STORE_JOB_COLS " FROM jobs WHERE state IN (1, 2) "                         \
-      "ORDER BY created_ms, id")
+      "ORDER BY created_ms, id")                                                                \
+    X(COST_PUT,                                                                                 \
+      "INSERT INTO sched_costs(device, cost_key, ema_ns, samples, updated_ms) "                 \
+      "VALUES(?1, ?2, ?3, ?4, ?5) ON CONFLICT(device, cost_key) DO UPDATE SET "                 \
+      "ema_ns = ?3, samples = ?4, updated_ms = ?5")                                             \
+    X(COST_LIST, "SELECT device, cost_key, ema_ns, samples FROM sched_costs "                   \
+                 "ORDER BY device, cost_key")
 
 enum rtx__store_sql {
 #define RTX__STORE_SQL_ENUM(name, sql) RTX__SQL_##name,

@@ -67,6 +67,9 @@ struct rtx_job_info {
     int n_outputs;
     struct rtx_job_output *outputs;
     bool outputs_available;        /* false once retention deleted them */
+    char *device;                  /* where it runs or ran ("cpu", "cuda:0"); "" until it starts */
+    char *requested_device;        /* what the submitter asked for, the default applied ("auto",
+                                      "cpu", "cuda", "cuda:N"); "" for jobs of older stores */
 };
 void rtx_job_info_clear(struct rtx_job_info *job); /* frees members; the struct is reusable */
 void rtx_job_info_free_array(struct rtx_job_info *jobs, int n);
@@ -93,7 +96,8 @@ void rtx_store_set_retention(struct rtx_store *s, int64_t max_age_ms, int64_t ma
 void rtx_store_new_job_id(char id[RTX_JOB_ID_LEN]);
 
 /* Journals a new job: `job` (id, state queued, lane, labels, times, policy, ...) and its
- * serialized request (the rtx.v1.SubmitRequest bytes). Durable when it returns 0. When
+ * serialized request (the rtx.v1.SubmitRequest bytes). Durable when it returns 0. job->device
+ * and job->requested_device may be NULL (stored as ""). When
  * job->idempotency_key is not empty and a job with that key exists, nothing is written and
  * `existing_id` receives that job's id (otherwise it is set to ""). The id is 1..31 characters
  * of [A-Za-z0-9._-]; an id that exists already gives RTX_EINVAL. */
@@ -110,6 +114,11 @@ int rtx_store_job_request(struct rtx_store *s, const char *id, void **request, s
  * finish into two terminal states). */
 int rtx_store_job_set_state(struct rtx_store *s, const char *id, enum rtx_job_state state,
                             const char *reason, int64_t now_ms, struct rtx_err *err);
+
+/* Moves a queued job to RUNNING as rtx_store_job_set_state does and records the device it
+ * runs on ("cpu", "cuda:0"; 1..31 characters) in the same transaction. */
+int rtx_store_job_start(struct rtx_store *s, const char *id, const char *device, int64_t now_ms,
+                        struct rtx_err *err);
 
 /* Marks a running job succeeded and stores its outputs in one transaction (RTX_EINVAL when
  * the job is not running). */
@@ -164,5 +173,23 @@ struct rtx_store_stats {
     int64_t blob_bytes, blobs;      /* stored output data */
 };
 int rtx_store_stats(struct rtx_store *s, struct rtx_store_stats *st, struct rtx_err *err);
+
+/* A learned run-time average of the scheduler (scheduler/sched.h's cost table), per device:
+ * the job manager loads them at start and saves them periodically and at stop. */
+struct rtx_store_cost {
+    char device[24];  /* "cpu", "cuda:0" */
+    uint64_t key;     /* the cost key (a graph's content key), never 0 */
+    int64_t ema_ns;   /* ns: moving average of measured run times, > 0 */
+    int64_t samples;  /* run times averaged, >= 0 */
+};
+/* Every saved cost, in (device, key) order; *rows is rtx_malloc'ed (rtx_free it; non-NULL
+ * even when *n is 0). Store errors as the other reads. */
+int rtx_store_cost_list(struct rtx_store *s, struct rtx_store_cost **rows, int *n,
+                        struct rtx_err *err);
+/* Inserts or replaces n costs in one transaction (now_ms is recorded as their update time).
+ * RTX_EINVAL for a row with key 0, ema_ns <= 0, samples < 0 or an empty device name; nothing
+ * is written then. */
+int rtx_store_cost_put(struct rtx_store *s, const struct rtx_store_cost *rows, int n,
+                       int64_t now_ms, struct rtx_err *err);
 
 #endif /* RTX_STORE_H */

@@ -2,12 +2,21 @@
  * rtxrun.c - runs one rtx.v1 graph file on the CPU backend or a CUDA device (--device) from
  * the command line: binds inputs from .npy files (or random data), plans, executes (with
  * warm-up and repeats for timing), prints or saves the outputs and reports time and memory,
- * as text or one JSON object.
+ * as text or one JSON object. --batch-dir runs every case directory of a folder (a graph, its
+ * inputs, its outputs written beside them) in one process, on one backend.
  *
  * Exit codes: 0 success, 1 execution (or output writing) error, 2 usage error, 3 graph load,
  * validation or planning error, 4 input file or binding error. Errors go to stderr as
- * "rtxrun: <message>".
+ * "rtxrun: <message>" ("rtxrun: case NAME: <message>" in a batch).
+ *
+ * DESIGN: one struct run holds what one graph needs (graph, tensors, plan) and is freed after
+ * it; the backend lives outside it, in main, opened when the first graph reaches execution
+ * (so a graph error is reported as such on a host without the device) and kept for every
+ * later graph: a batch of hundreds of small graphs initialises CUDA once. A case of a batch
+ * that fails is reported (with the message fail() also keeps) and the batch goes on; only a
+ * backend that cannot be opened ends it.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -47,10 +56,14 @@ static const char usage_text[] =
     "  --warmup N             untimed runs first (default 0)\n"
     "  --repeat N             timed runs (default 1); outputs come from the last\n"
     "  --json                 print one JSON object instead of text\n"
+    "  --batch-dir DIR        run every case directory DIR/CASE (CASE/graph.rtxg, inputs\n"
+    "                         CASE/inputs/NAME.npy, outputs to CASE/out/) in one process;\n"
+    "                         no GRAPH, --input or --output-dir (see docs/rtxrun.md)\n"
     "  --quiet                do not list the outputs (timing and memory still print)\n"
     "  --help                 show this help\n"
     "\n"
-    "Exit status: 0 ok, 1 execution error, 2 usage error, 3 graph error, 4 input error.\n";
+    "Exit status: 0 ok, 1 execution error, 2 usage error, 3 graph error, 4 input error;\n"
+    "with --batch-dir: 0 when every case ran, 1 when one failed, 4 when DIR is unreadable.\n";
 
 struct input_arg {
     const char *name;
@@ -62,6 +75,7 @@ struct options {
     struct input_arg *inputs;
     int n_inputs;
     const char *output_dir;
+    const char *batch_dir; /* --batch-dir, or NULL */
     bool random_inputs;
     uint64_t seed;
     int threads;
@@ -81,20 +95,28 @@ struct run {
     struct rtx_tensor **outputs; /* g->n_outputs */
     char **files;                /* g->n_outputs output paths, or NULL entries */
     struct rtx_plan *plan;
-    struct rtx_backend *be;
-    double *times_ms;  /* opt.repeat */
-    size_t peak_bytes; /* bytes */
+    struct rtx_backend **be; /* main's backend slot: opened on first use, freed by main */
+    bool be_failed;          /* the backend could not be opened */
+    const char *case_name;   /* the batch case being run, or NULL */
+    double *times_ms;        /* opt.repeat */
+    size_t peak_bytes;       /* bytes */
 };
+
+static const char *current_case; /* prefixes messages during a batch case */
+static char last_error[512];     /* the last message fail() printed */
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Prints "rtxrun: [case NAME: ]<message>" to stderr and keeps the message in last_error. */
 static void fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("rtxrun: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    if (current_case)
+        fprintf(stderr, "rtxrun: case %s: %s\n", current_case, last_error);
+    else
+        fprintf(stderr, "rtxrun: %s\n", last_error);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -161,7 +183,7 @@ static int parse_args(int argc, char **argv, struct options *opt) {
 #define IS(opt_name) (len == strlen(opt_name) && strncmp(arg, opt_name, len) == 0)
         bool takes_value = IS("--input") || IS("--output-dir") || IS("--seed") ||
                            IS("--threads") || IS("--repeat") || IS("--warmup") ||
-                           IS("--device");
+                           IS("--device") || IS("--batch-dir");
         const char *val = NULL;
         if (takes_value) {
             val = option_value(argc, argv, &i, eq);
@@ -213,6 +235,12 @@ static int parse_args(int argc, char **argv, struct options *opt) {
                 return EXIT_USAGE;
             }
             opt->output_dir = val;
+        } else if (IS("--batch-dir")) {
+            if (!*val) {
+                fail("--batch-dir needs a directory");
+                return EXIT_USAGE;
+            }
+            opt->batch_dir = val;
         } else if (IS("--seed")) {
             if (!parse_u64(val, &opt->seed)) {
                 fail("--seed wants a non-negative integer, got '%s'", val);
@@ -253,7 +281,19 @@ static int parse_args(int argc, char **argv, struct options *opt) {
         }
 #undef IS
     }
-    if (!opt->help && !opt->graph_path) {
+    if (opt->help) return EXIT_OK;
+    if (opt->batch_dir) {
+        const char *clash = opt->graph_path     ? opt->graph_path
+                            : opt->n_inputs > 0 ? "--input"
+                            : opt->output_dir   ? "--output-dir"
+                                                : NULL;
+        if (clash) {
+            fail("--batch-dir runs the graphs and inputs of its case directories: '%s' cannot "
+                 "go with it",
+                 clash);
+            return EXIT_USAGE;
+        }
+    } else if (!opt->graph_path) {
         fail("no graph file given (see --help)");
         return EXIT_USAGE;
     }
@@ -456,7 +496,13 @@ static void json_string(const char *str) {
 
 static void report_json(const struct run *r, struct timing tm) {
     const struct rtx_graph *g = r->g;
-    fputs("{\"graph\": ", stdout);
+    if (r->case_name) {
+        fputs("{\"case\": ", stdout);
+        json_string(r->case_name);
+        fputs(", \"exit\": 0, \"graph\": ", stdout);
+    } else {
+        fputs("{\"graph\": ", stdout);
+    }
     json_string(g->name);
     fputs(", \"outputs\": [", stdout);
     for (int i = 0; i < g->n_outputs; i++) {
@@ -483,6 +529,7 @@ static void report_json(const struct run *r, struct timing tm) {
 
 static void report_text(const struct run *r, struct timing tm) {
     const struct rtx_graph *g = r->g;
+    if (r->case_name) printf("case %s: ok\n", r->case_name);
     if (!r->opt.quiet) {
         printf("graph %s: %d inputs, %d outputs, %d nodes\n", g->name, g->n_inputs, g->n_outputs,
                g->n_nodes);
@@ -527,8 +574,8 @@ static int execute(struct run *r) {
         unref_all(r->outputs, g->n_outputs);
         struct rtx_exec_stats stats = {0};
         double t0 = now_ms();
-        int rc = rtx_plan_execute(r->plan, r->be, r->inputs, g->n_inputs, r->outputs, g->n_outputs,
-                                  NULL, &stats, &err);
+        int rc = rtx_plan_execute(r->plan, *r->be, r->inputs, g->n_inputs, r->outputs,
+                                  g->n_outputs, NULL, &stats, &err);
         double t1 = now_ms();
         if (rc < 0) {
             fail("execution failed: %s", err.msg);
@@ -567,15 +614,17 @@ static int run_graph(struct run *r) {
         fail("%s: %s", r->opt.graph_path, err.msg);
         return EXIT_GRAPH;
     }
-    if (r->opt.device < 0) {
+    if (!*r->be && r->opt.device < 0) {
         struct rtx_cpu_options cpu = {.n_threads = r->opt.threads};
-        if (rtx_backend_cpu_new(&cpu, &r->be, &err) < 0) {
+        if (rtx_backend_cpu_new(&cpu, r->be, &err) < 0) {
+            r->be_failed = true;
             fail("CPU backend: %s", err.msg);
             return EXIT_EXEC;
         }
-    } else {
+    } else if (!*r->be) {
         struct rtx_cuda_options cuda = {.device = r->opt.device};
-        if (rtx_backend_cuda_new(&cuda, &r->be, &err) < 0) {
+        if (rtx_backend_cuda_new(&cuda, r->be, &err) < 0) {
+            r->be_failed = true;
             fail("CUDA backend: %s", err.msg);
             return EXIT_EXEC;
         }
@@ -606,20 +655,242 @@ static void run_free(struct run *r) {
     free(r->files);
     free(r->times_ms);
     rtx_plan_free(r->plan);
-    rtx_backend_free(r->be);
     rtx_graph_free(r->g);
     for (int i = 0; i < r->opt.n_inputs; i++)
         free((char *)r->opt.inputs[i].name);
     free(r->opt.inputs);
 }
 
+/* ------------------------------------------------------------------------------------------
+ * Batch mode
+ * ---------------------------------------------------------------------------------------- */
+
+/* A growable list of heap strings. */
+struct names {
+    char **v;
+    int n, cap;
+};
+
+static void names_free(struct names *l) {
+    for (int i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    *l = (struct names){0};
+}
+
+/* Appends a copy of the first len bytes of s; false when out of memory. */
+static bool names_add(struct names *l, const char *s, size_t len) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        char **v = realloc(l->v, sizeof *v * (size_t)cap);
+        if (!v) return false;
+        l->v = v;
+        l->cap = cap;
+    }
+    char *c = malloc(len + 1);
+    if (!c) return false;
+    memcpy(c, s, len);
+    c[len] = '\0';
+    l->v[l->n++] = c;
+    return true;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* "a/b" in a new heap string, or NULL when out of memory. */
+static char *path_join(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    char *p = malloc(la + lb + 2);
+    if (!p) return NULL;
+    memcpy(p, a, la);
+    p[la] = '/';
+    memcpy(p + la + 1, b, lb + 1);
+    return p;
+}
+
+static bool is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Lists dir's entries not starting with '.' into out, sorted; dirs_only keeps directories.
+ * Returns 0, or -errno (opendir/readdir) or -ENOMEM; out is emptied on failure. */
+static int list_dir(const char *dir, bool dirs_only, struct names *out) {
+    DIR *d = opendir(dir);
+    if (!d) return -errno;
+    int rc = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *e = readdir(d);
+        if (!e) {
+            rc = -errno;
+            break;
+        }
+        if (e->d_name[0] == '.') continue;
+        if (dirs_only) {
+            char *p = path_join(dir, e->d_name);
+            bool keep = p && is_dir(p);
+            free(p);
+            if (!p) {
+                rc = -ENOMEM;
+                break;
+            }
+            if (!keep) continue;
+        }
+        if (!names_add(out, e->d_name, strlen(e->d_name))) {
+            rc = -ENOMEM;
+            break;
+        }
+    }
+    closedir(d);
+    if (rc < 0) {
+        names_free(out);
+        return rc;
+    }
+    if (out->n > 1) qsort(out->v, (size_t)out->n, sizeof *out->v, cmp_str);
+    return 0;
+}
+
+/* Fills r->opt.inputs from case_dir/inputs/NAME.npy (no such folder: no inputs). Returns
+ * EXIT_OK, EXIT_INPUT or EXIT_EXEC (message printed); the paths are kept in paths. */
+static int batch_inputs(struct run *r, const char *case_dir, struct names *paths) {
+    char *in_dir = path_join(case_dir, "inputs");
+    if (!in_dir) {
+        fail("out of memory");
+        return EXIT_EXEC;
+    }
+    struct names files = {0};
+    int rc = is_dir(in_dir) ? list_dir(in_dir, false, &files) : 0;
+    if (rc < 0) {
+        fail("%s: %s", in_dir, strerror(-rc));
+        free(in_dir);
+        return rc == -ENOMEM ? EXIT_EXEC : EXIT_INPUT;
+    }
+    int out = EXIT_OK;
+    r->opt.inputs = calloc((size_t)files.n + 1, sizeof *r->opt.inputs);
+    if (!r->opt.inputs) out = EXIT_EXEC;
+    for (int i = 0; out == EXIT_OK && i < files.n; i++) {
+        const char *f = files.v[i];
+        size_t len = strlen(f);
+        if (len <= 4 || strcmp(f + len - 4, ".npy") != 0) {
+            fail("%s/%s: not an input file (inputs/ holds NAME.npy per graph input)", in_dir, f);
+            out = EXIT_INPUT;
+            break;
+        }
+        struct names name = {0};
+        char *path = path_join(in_dir, f);
+        if (!path || !names_add(&name, f, len - 4) || !names_add(paths, path, strlen(path))) {
+            free(path);
+            names_free(&name);
+            out = EXIT_EXEC;
+            break;
+        }
+        free(path);
+        r->opt.inputs[r->opt.n_inputs].name = name.v[0]; /* run_free frees it */
+        r->opt.inputs[r->opt.n_inputs].path = paths->v[paths->n - 1];
+        r->opt.n_inputs++;
+        free(name.v);
+    }
+    if (out == EXIT_EXEC) fail("out of memory");
+    names_free(&files);
+    free(in_dir);
+    return out;
+}
+
+/* Runs one case directory; returns its exit status (message printed). */
+static int batch_case(const struct options *opt, const char *name, struct rtx_backend **be,
+                      bool *be_failed) {
+    int rc = EXIT_EXEC;
+    struct run r = {.opt = *opt, .be = be, .case_name = name};
+    r.opt.inputs = NULL;
+    r.opt.n_inputs = 0;
+    r.opt.batch_dir = NULL;
+    struct names paths = {0};
+    char *case_dir = path_join(opt->batch_dir, name);
+    char *graph = case_dir ? path_join(case_dir, "graph.rtxg") : NULL;
+    char *out_dir = case_dir ? path_join(case_dir, "out") : NULL;
+    if (!case_dir || !graph || !out_dir) {
+        fail("out of memory");
+    } else if ((rc = batch_inputs(&r, case_dir, &paths)) == EXIT_OK) {
+        r.opt.graph_path = graph;
+        r.opt.output_dir = out_dir;
+        rc = run_graph(&r);
+    }
+    *be_failed = r.be_failed;
+    run_free(&r);
+    names_free(&paths);
+    free(out_dir);
+    free(graph);
+    free(case_dir);
+    return rc;
+}
+
+/* --batch-dir: every case directory in name order; returns the batch's exit status. */
+static int run_batch(const struct options *opt, struct rtx_backend **be) {
+    struct names cases = {0};
+    int rc = list_dir(opt->batch_dir, true, &cases);
+    if (rc < 0) {
+        fail("--batch-dir %s: %s", opt->batch_dir, strerror(-rc));
+        return rc == -ENOMEM ? EXIT_EXEC : EXIT_INPUT;
+    }
+    int n_ok = 0, n_failed = 0;
+    for (int i = 0; i < cases.n; i++) {
+        current_case = cases.v[i];
+        last_error[0] = '\0';
+        bool be_failed = false;
+        int crc = batch_case(opt, cases.v[i], be, &be_failed);
+        current_case = NULL;
+        if (crc == EXIT_OK) {
+            n_ok++;
+        } else {
+            n_failed++;
+            if (opt->json) {
+                fputs("{\"case\": ", stdout);
+                json_string(cases.v[i]);
+                printf(", \"exit\": %d, \"error\": ", crc);
+                json_string(last_error);
+                fputs("}\n", stdout);
+            } else {
+                printf("case %s: failed (exit %d): %s\n", cases.v[i], crc, last_error);
+            }
+        }
+        fflush(stdout);
+        if (be_failed) {
+            fail("--batch-dir %s: stopped after case %s: the backend could not be opened",
+                 opt->batch_dir, cases.v[i]);
+            break;
+        }
+    }
+    if (opt->json) {
+        fputs("{\"batch\": ", stdout);
+        json_string(opt->batch_dir);
+        printf(", \"cases\": %d, \"ok\": %d, \"failed\": %d}\n", cases.n, n_ok, n_failed);
+    } else {
+        printf("batch %s: %d cases, %d ok, %d failed\n", opt->batch_dir, cases.n, n_ok,
+               n_failed);
+    }
+    bool all_ran = n_ok == cases.n;
+    names_free(&cases);
+    if (fflush(stdout) != 0) {
+        fail("writing to stdout: %s", strerror(errno));
+        return EXIT_EXEC;
+    }
+    return all_ran ? EXIT_OK : EXIT_EXEC;
+}
+
 int main(int argc, char **argv) {
-    struct run r = {0};
+    struct rtx_backend *be = NULL;
+    struct run r = {.be = &be};
     int rc = parse_args(argc, argv, &r.opt);
     if (rc == EXIT_OK && r.opt.help)
         fputs(usage_text, stdout);
+    else if (rc == EXIT_OK && r.opt.batch_dir)
+        rc = run_batch(&r.opt, &be);
     else if (rc == EXIT_OK)
         rc = run_graph(&r);
     run_free(&r);
+    rtx_backend_free(be);
     return rc;
 }

@@ -15,15 +15,16 @@
 #define RTX_KERNELS_CUDA_IMPL_H
 
 #include <cuda_runtime_api.h>
+#include <library_types.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/runtime.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-struct rtx_err;
 
 /* Checks a CUDA runtime call; see the DESIGN note. */
 #define RTX_CUDA_CHECK(err, stmt)                                                                 \
@@ -48,8 +49,8 @@ struct rtx_node;
 
 struct rtx_cuda {
     int device;                    /* CUDA device index */
-    cudaStream_t stream;           /* the compute stream: every kernel and copy of a plan */
-    cudaStream_t copy_stream;      /* host<->device staging copies */
+    cudaStream_t stream;           /* the compute stream: every kernel of a plan */
+    cudaStream_t copy_stream;      /* staged host<->device copies, ordered by events */
     struct rtx_mem_pool *pool;     /* device memory (buffers and scratch) */
     struct rtx_mem_pool *pinned;   /* pinned host staging memory */
     void *blaslt;                  /* cublasLtHandle_t, created with the backend */
@@ -58,13 +59,49 @@ struct rtx_cuda {
     bool allow_tf32;               /* f32 GEMM may use TF32 tensor cores */
     int sm_count;
     int cc_major, cc_minor;
+    struct rtx_backend_graph *capture; /* the graph being captured on stream, else NULL */
 };
 
 /* Device scratch memory from the backend's pool, ordered on cu->stream; release with
  * rtx__cuda_scratch_release once the kernels using it are queued (stream order keeps it
- * alive until they ran). */
+ * alive until they ran). During a graph capture the release is deferred: the block stays
+ * with the captured graph, whose replays use it, until the graph is freed. */
 int rtx__cuda_scratch(struct rtx_cuda *cu, size_t bytes, void **ptr, struct rtx_err *err);
 void rtx__cuda_scratch_release(struct rtx_cuda *cu, void *ptr);
+/* One row-major product through cuBLASLt, the backend's only cuBLASLt path
+ * (kernels/cuda/gemm-lt.c): for b < batch, d[b] [M, N] = alpha op(a[b]) op(b[b]) + beta c[b]
+ * + bias, then GELU (tanh) when gelu is set, accumulated in f32 and rounded once to d's type.
+ * Strides are elements between batch matrices (0: one matrix shared); c may be NULL (then
+ * beta scales d's old contents: 0 ignores them, 1 adds to them) or a separate matrix shaped
+ * like d; bias (N elements of type, broadcast over rows) may be NULL. align: the alignment in
+ * bytes every pointer of every batch is known to have, for all four operands (0: each
+ * operand's base pointer's own). Uses the backend's fixed workspace, so the call can be
+ * captured into a CUDA graph; the algorithm is cached per shape. 0, or RTX_EGPU /
+ * RTX_EUNSUPPORTED / RTX_ELIMIT with the cuBLASLt status in err (not prefixed with a node). */
+struct rtx__cuda_lt {
+    cudaDataType_t type;           /* a, b, bias; c and d too unless d_f32 */
+    bool d_f32;                    /* c and d are f32 (attention's scores) */
+    bool ta, tb;                   /* transposes */
+    int64_t M, N, K;
+    int64_t lda, ldb, ldd;         /* row-major leading dims, elements (c shares ldd) */
+    int64_t batch, sa, sb, sc, sd; /* batch >= 1; strides, elements */
+    float alpha, beta;
+    const void *a, *b, *c, *bias;
+    void *d;
+    bool gelu;
+    uint32_t align;                /* bytes; 0: from the pointers */
+};
+int rtx__cuda_lt_gemm(struct rtx_cuda *cu, const struct rtx__cuda_lt *g, struct rtx_err *err);
+/* The largest power of two, at most 256, dividing bits (256 for 0): the alignment common to
+ * every address and byte offset ORed into bits (gemm-lt.c). */
+uint32_t rtx__cuda_lt_align(uintptr_t bits);
+/* cuBLASLt's storage type of f32, f16 and bf16 into *t; RTX_EUNSUPPORTED (t untouched) for
+ * every other dtype (gemm-lt.c). */
+int rtx__cuda_data_type(enum rtx_dtype dt, cudaDataType_t *t);
+/* For a call that failed with rc and filled err itself (rtx__cuda_lt_gemm, RTX_CUDA_CHECK):
+ * prefixes err's message with the node as rtx__cuda_node_err does; returns rc (gemm-lt.c). */
+int rtx__cuda_node_fail(const struct rtx_node_args *a, int rc, struct rtx_err *err);
+
 /* Error helper for kernels: prefixes "node N 'name' (op): " like the CPU backend's. */
 int rtx__cuda_node_err(struct rtx_err *err, const struct rtx_node_args *a, int code,
                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -83,6 +120,18 @@ bool rtx__cuda_linalg_supports(const struct rtx_graph *g, const struct rtx_node 
 int rtx__cuda_reduce(struct rtx_cuda *cu, const struct rtx_node_args *a,
                      struct rtx_err *err);             /* reduce_*, argmax, softmax, norms */
 bool rtx__cuda_reduce_supports(const struct rtx_graph *g, const struct rtx_node *n);
+/* Fused groups (fused.c): how many nodes from order[0] on run as one group (1: none); see
+ * rtx_backend_fused_span. */
+int rtx__cuda_fused_span(const struct rtx_graph *g, const int *order, int n, const int *uses);
+/* Runs a group that rtx__cuda_fused_span accepted (args of its n nodes, in order); nodes
+ * whose shapes do not fit the fused kernel go through run_node one by one. */
+int rtx__cuda_run_fused(struct rtx_cuda *cu, const struct rtx_node_args *args, int n,
+                        int (*run_node)(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                                        struct rtx_err *err),
+                        struct rtx_err *err);
+int rtx__cuda_conv(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                   struct rtx_err *err);               /* conv2d, max_pool2d, avg_pool2d */
+bool rtx__cuda_conv_supports(const struct rtx_graph *g, const struct rtx_node *n);
 
 /* Functions both the host and the device compile. */
 #ifdef __CUDACC__

@@ -6,34 +6,14 @@
 # docs/gpu.md), as many as nvidia-smi sees. Also checks that rtxd logged one line per GPU.
 # Without a GPU (no /dev/nvidia0 and RTX_REQUIRE_GPU unset) it says it skipped and exits 0.
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-build=${RTX_BUILD:-$repo/build}
+source "$(dirname "$0")/daemon-common.sh"
 expect_cc=${RTX_EXPECT_CC:-9.0}
-if [ ! -e /dev/nvidia0 ] && [ "${RTX_REQUIRE_GPU:-0}" != 1 ]; then
-    echo "daemon-devices: skipped: no GPU device node (/dev/nvidia0)"
-    exit 0
-fi
+gpu_skip_unless_gpu daemon-devices
 for b in rtxd rtxctl; do
     [ -x "$build/bin/$b" ] || { echo "daemon-devices: $build/bin/$b is missing" >&2; exit 2; }
 done
 
-work=$(mktemp -d)
-pid=
-cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])')
-"$build/bin/rtxd" --server.listen=127.0.0.1:$port --store.path="$work/rtxd.db" \
-    --log.format=json 2>"$work/rtxd.log" &
-pid=$!
+daemon_start
 ok=
 for _ in $(seq 300); do
     if "$build/bin/rtxctl" --address 127.0.0.1:$port --timeout 2000 --json devices \
@@ -88,9 +68,5 @@ check(not any(l.get("msg", "").startswith("no CUDA device") for l in logs),
 print(f"daemon-devices: {len(failed)} failed")
 sys.exit(1 if failed else 0)
 PY
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
-pid=
-[ $rc -eq 0 ] || { echo "daemon-devices: rtxd exited $rc after SIGTERM" >&2; exit 1; }
+daemon_stop daemon-devices
 echo "daemon-devices: passed"

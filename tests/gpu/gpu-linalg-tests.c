@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#include "tests/gpu/gpu-util.h"
 
 /* The case tables below leave a case's trailing fields (its attributes) out when it has none. */
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -56,28 +57,12 @@ struct tcase {
     struct tattr attrs[MAX_ATTRS];
 };
 
-static int n_passed, n_failed;
 static struct rtx_backend *cpu_be, *gpu_be, *tf32_be;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static double urand(void) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     return (double)(rng >> 11) / 9007199254740992.0;
-}
-
-static bool check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool check(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok)
-        n_passed++;
-    else
-        n_failed++;
-    return ok;
 }
 
 /* Random data for one input; masks have query row 1 (dim ndim-2) fully masked. */
@@ -183,21 +168,21 @@ static void run_case(const char *what, const struct tcase *c, struct rtx_backend
     for (int k = 0; k < c->n_in; k++) {
         if (c->in[k].fill == F_ABSENT) continue;
         if ((in[k] = make_input(&c->in[k])) == NULL) {
-            check(false, "%s: input %d", desc, k);
+            gpu_check(false, "%s: input %d", desc, k);
             goto done;
         }
     }
     struct rtx_err err = {0};
     if (run_on(cpu_be, c, in, &want, &err) < 0) {
-        check(false, "%s: cpu: %s", desc, err.msg);
+        gpu_check(false, "%s: cpu: %s", desc, err.msg);
         goto done;
     }
     if (run_on(be, c, in, &got, &err) < 0) {
-        check(false, "%s: cuda: %s", desc, err.msg);
+        gpu_check(false, "%s: cuda: %s", desc, err.msg);
         goto done;
     }
     double e = rel_err(want, got);
-    check(e <= tol, "%s: rel err %.3g (tol %.1g)", desc, e, tol);
+    gpu_check(e <= tol, "%s: rel err %.3g (tol %.1g)", desc, e, tol);
 done:
     rtx_tensor_unref(want);
     rtx_tensor_unref(got);
@@ -440,32 +425,17 @@ static void test_softmax_norms(void) {
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    char why[256];
-    bool fault = false;
-    int n = rtx_cuda_device_count(why, sizeof why, &fault);
-    const char *req = getenv("RTX_REQUIRE_GPU");
-    bool required = (req && strcmp(req, "1") == 0) || access("/dev/nvidia0", F_OK) == 0;
-    if (n == 0) {
-        if (!required) {
-            printf("rtx-gpu-linalg-tests: skipped: no CUDA device (%s)\n", why);
-            return 0;
-        }
-        check(false, "a CUDA device is listed (the runtime says: %s%s)", why,
-              fault ? ", a driver fault" : "");
-        printf("%d passed, %d failed\n", n_passed, n_failed);
-        return 1;
-    }
+    int n = gpu_device_count("rtx-gpu-linalg-tests");
+    if (n <= 0) return n == 0 ? 0 : gpu_check_summary();
     struct rtx_err err = {0};
     struct rtx_cpu_options co = {.n_threads = 0};
     struct rtx_cuda_options go = {.device = 0, .allow_tf32 = false};
     struct rtx_cuda_options to = {.device = 0, .allow_tf32 = true};
-    if (!check(rtx_backend_cpu_new(&co, &cpu_be, &err) == 0, "cpu backend %s", err.msg) ||
-        !check(rtx_backend_cuda_new(&go, &gpu_be, &err) == 0, "cuda backend %s", err.msg) ||
-        !check(rtx_backend_cuda_new(&to, &tf32_be, &err) == 0, "cuda tf32 backend %s",
-               err.msg)) {
-        printf("%d passed, %d failed\n", n_passed, n_failed);
-        return 1;
-    }
+    if (!gpu_check(rtx_backend_cpu_new(&co, &cpu_be, &err) == 0, "cpu backend %s", err.msg) ||
+        !gpu_check(rtx_backend_cuda_new(&go, &gpu_be, &err) == 0, "cuda backend %s", err.msg) ||
+        !gpu_check(rtx_backend_cuda_new(&to, &tf32_be, &err) == 0, "cuda tf32 backend %s",
+               err.msg))
+        return gpu_check_summary();
     test_matmul();
     test_gemm();
     test_attention();
@@ -474,6 +444,5 @@ int main(void) {
     rtx_backend_free(tf32_be);
     rtx_backend_free(gpu_be);
     rtx_backend_free(cpu_be);
-    printf("%d passed, %d failed\n", n_passed, n_failed);
-    return n_failed ? 1 : 0;
+    return gpu_check_summary();
 }

@@ -50,15 +50,11 @@ struct spec {
 };
 
 static struct rtx_backend *cpu_be, *gpu_be;
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+/* runtime's xorshift64* (rtx_rng_next), its state set directly so the data stay fixed */
+static struct rtx_rng rng = {.s = 0x2545f4914f6cdd1dull};
 
 static uint64_t rng_next(void) {
-    uint64_t x = rng_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    rng_state = x;
-    return x * 0x2545f4914f6cdd1dull;
+    return rtx_rng_next(&rng);
 }
 
 /* uniform in [0, 1) */
@@ -489,7 +485,7 @@ static void gather_error_test(void) {
 
 static int random_graph(uint64_t seed, int n_nodes, struct rtx_graph **out,
                         struct rtx_err *err) {
-    rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
+    rng.s = seed * 0x9e3779b97f4a7c15ull + 1;
     struct rtx_graph *g = NULL;
     int rc = rtx_graph_new("random", &g, err);
     const int64_t mat[] = {16, 33}, row[] = {33};

@@ -2,7 +2,8 @@
  * gpu-tests.c - rtx-gpu-tests, the GPU machine's test program (make test-gpu): CUDA device
  * discovery, properties, the self-test on every device, and the error paths (an index that is
  * not a device gives RTX_EGPU with a message, and the process keeps working afterwards); then
- * the CUDA backend's parity with the CPU reference on every healthy device (gpu-parity.c).
+ * the CUDA backend's parity with the CPU reference on every healthy device (gpu-parity.c,
+ * and gpu-attention.c for attention).
  * Prints one line per check and "N passed, M failed"; exits 1 when a check failed.
  *
  * DESIGN
@@ -19,27 +20,6 @@
 
 #include "kernels/backend.h"
 #include "tests/gpu/gpu-tests.h"
-
-static int n_passed, n_failed;
-
-static bool vcheck(bool ok, const char *fmt, va_list ap) {
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    if (ok)
-        n_passed++;
-    else
-        n_failed++;
-    return ok;
-}
-
-bool gpu_check(bool ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vcheck(ok, fmt, ap);
-    va_end(ap);
-    return ok;
-}
 
 static double gib(size_t bytes) {
     return (double)bytes / (1024.0 * 1024.0 * 1024.0);
@@ -114,23 +94,8 @@ static void test_bad_index(int n) {
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    char why[256];
-    bool fault = false;
-    int n = rtx_cuda_device_count(why, sizeof why, &fault);
-    const char *req = getenv("RTX_REQUIRE_GPU");
-    bool required = (req && strcmp(req, "1") == 0) || access("/dev/nvidia0", F_OK) == 0;
-    if (n == 0) {
-        if (!required) {
-            printf("rtx-gpu-tests: skipped: no CUDA device (%s)\n", why);
-            return 0;
-        }
-        gpu_check(false,
-                  "a CUDA device is listed (a GPU device node exists or RTX_REQUIRE_GPU=1; "
-                  "the runtime says: %s%s)",
-                  why, fault ? ", a driver fault" : "");
-        printf("%d passed, %d failed\n", n_passed, n_failed);
-        return 1;
-    }
+    int n = gpu_device_count("rtx-gpu-tests");
+    if (n <= 0) return n == 0 ? 0 : gpu_check_summary();
 
     struct rtx_cuda_devices l;
     struct rtx_err err = {0};
@@ -143,12 +108,19 @@ int main(void) {
         test_selftest(i);
     }
     test_bad_index(n);
+    /* RTX_GPU_ONLY=parity|attention|exec runs one group of backend tests */
+    const char *only = getenv("RTX_GPU_ONLY");
+#define GROUP(name) (only == NULL || only[0] == '\0' || strcmp(only, name) == 0)
     for (int i = 0; i < l.n; i++)
-        if (l.devs[i].healthy) gpu_parity_tests(i);
+        if (l.devs[i].healthy) {
+            if (GROUP("parity")) gpu_parity_tests(i);
+            if (GROUP("attention")) gpu_attention_tests(i);
+            if (GROUP("exec")) gpu_exec_tests(i);
+        }
+#undef GROUP
     gpu_check(rtx_cuda_device_count(NULL, 0, NULL) == n, "the count is unchanged after errors");
     rtx_cuda_devices_close(&l);
     rtx_cuda_devices_close(NULL);
 
-    printf("%d passed, %d failed\n", n_passed, n_failed);
-    return n_failed ? 1 : 0;
+    return gpu_check_summary();
 }

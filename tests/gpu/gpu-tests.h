@@ -1,16 +1,21 @@
 /*
- * gpu-tests.h - what the files of rtx-gpu-tests share: the one check function that counts
- * and prints results, and the parity suite's entry point.
+ * gpu-tests.h - what the files of rtx-gpu-tests share: the check function (gpu-util.h, common
+ * to every GPU test program) and the suites' entry points.
  */
 #ifndef RTX_TESTS_GPU_H
 #define RTX_TESTS_GPU_H
 
-#include <stdbool.h>
-
-/* Records one check; prints "ok" or "FAIL" with the formatted description; returns ok. */
-bool gpu_check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include "tests/gpu/gpu-util.h"
 
 /* CUDA backend against the CPU reference on device `index` (tests/gpu/gpu-parity.c). */
 void gpu_parity_tests(int index);
+
+/* conv2d and pools against the CPU, CUDA graph replay, device-resident execution and staged
+ * copies on device `index` (tests/gpu/gpu-exec.c). */
+void gpu_exec_tests(int index);
+
+/* The CUDA backend's attention (fused and unfused routes) against the CPU reference on device
+ * `index` (tests/gpu/gpu-attention.c). */
+void gpu_attention_tests(int index);
 
 #endif /* RTX_TESTS_GPU_H */

@@ -382,7 +382,8 @@ class Daemon:
     def argv(self, port):
         a = [need_binary("rtxd"), f"--server.listen=127.0.0.1:{port}",
              f"--store.path={self.store}", f"--log.format={self.log_format}",
-             f"--jobs.workers={self.workers}", f"--jobs.cpu_threads={self.cpu_threads}"]
+             f"--jobs.workers={self.workers}", f"--jobs.cpu_threads={self.cpu_threads}",
+             "--http.listen="]  # no HTTP server on the default port (tests/serving sets one)
         if self.config:
             a += ["--config", str(self.config)]
         return a + self.flags

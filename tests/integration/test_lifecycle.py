@@ -3,8 +3,10 @@ rtxd's lifecycle: SIGTERM with jobs running (exit 0; running jobs finish within 
 period, or are left for the restart to handle by their policy when it runs out; queued jobs
 are kept and run after the restart), SIGHUP reload of a mutable setting from the config file
 (Admin.Config shows the new value with origin "reload"), `rtxd --print-config` printing every
-setting, a bad flag refused with a message naming it, and a port already in use refused with
-a clear error.
+setting, every setting of `--print-config` in docs/daemon.md's settings table, a bad flag
+refused with a message naming it, and a port already in use refused with a clear error. Every
+rtxd started here has its HTTP server off (--http.listen=) or on a free port, so parallel tests
+never meet on the default port 8000.
 """
 
 import re
@@ -12,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -165,7 +168,7 @@ def parse_ini(text):
 DOCUMENTED = ["server.listen", "server.max_message_bytes", "store.path", "jobs.workers",
               "jobs.cpu_threads", "jobs.restart_policy", "jobs.max_graph_nodes",
               "jobs.max_tensor_bytes", "jobs.default_lane", "jobs.lanes", "drain.grace_ms",
-              "log.format", "log.level"]
+              "log.format", "log.level", "http.listen", "http.max_body_bytes"]
 
 
 def test_print_config_prints_every_setting(make_daemon):
@@ -191,6 +194,24 @@ def test_print_config_prints_every_setting(make_daemon):
     assert "flag" in out and "default" in out, "origins are not shown as comments"
 
 
+def test_daemon_md_lists_every_setting(tmp_path):
+    """docs/daemon.md's settings table names exactly the settings --print-config prints
+    (the [lane.NAME] and [scheduler] sections are documented in prose there, not as rows)."""
+    argv = [h.need_binary("rtxd"), "--http.listen=", f"--store.path={tmp_path}/rtxd.db",
+            "--print-config"]
+    p = subprocess.run(argv, capture_output=True, timeout=20 * h.SLOW, env=h.clean_env(),
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, f"--print-config exit {p.returncode}: {p.stderr[-2000:]!r}"
+    printed = {n for n in parse_ini(p.stdout.decode(errors="replace"))
+               if not n.startswith(("lane.", "scheduler."))}
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "daemon.md").read_text()
+    table = set(re.findall(r"^\| `([a-z_]+\.[a-z_0-9]+)` \|", doc, re.M))
+    assert printed - table == set(), f"settings missing from docs/daemon.md: " \
+                                     f"{sorted(printed - table)}"
+    assert table - printed == set(), f"docs/daemon.md lists settings rtxd does not have: " \
+                                     f"{sorted(table - printed)}"
+
+
 @pytest.mark.parametrize("flag,needle", [
     ("--no.such_setting=1", "no.such_setting"),
     ("--frobnicate", "frobnicate"),
@@ -200,7 +221,7 @@ def test_print_config_prints_every_setting(make_daemon):
 ], ids=["unknown-setting", "unknown-flag", "bad-number", "out-of-bounds", "bad-enum"])
 def test_bad_flag(tmp_path, flag, needle):
     argv = [h.need_binary("rtxd"), f"--server.listen=127.0.0.1:{h.free_port()}",
-            f"--store.path={tmp_path}/rtxd.db", flag]
+            "--http.listen=", f"--store.path={tmp_path}/rtxd.db", flag]
     p = h.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=h.clean_env(),
                 cwd=tmp_path)
     try:
@@ -219,7 +240,7 @@ def test_bad_flag(tmp_path, flag, needle):
 
 
 def _expect_bind_failure(tmp_path, port, name):
-    argv = [h.need_binary("rtxd"), f"--server.listen=127.0.0.1:{port}",
+    argv = [h.need_binary("rtxd"), f"--server.listen=127.0.0.1:{port}", "--http.listen=",
             f"--store.path={tmp_path}/{name}.db", "--log.format=json"]
     p = h.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=h.clean_env(),
                 cwd=tmp_path)

@@ -5,7 +5,9 @@ tests' harness (process handling, logs, sanitizer checks, teardown).
 
 The repository is a copy of the example repository the build writes
 ($RTX_BUILD/examples/models: mlp, simple, transformer_block, ...), so tests may add, break or
-remove models in it without touching the build.
+remove models in it without touching the build. The copy leaves out the wide MLPs (LARGE:
+32 MiB of weights) unless asked for by name; tests that only read them serve the build's
+repository itself (test_wide_models.py), so no test copies their weights.
 """
 
 import shutil
@@ -25,14 +27,19 @@ def example_repository():
     return rg.build_dir() / "examples" / "models"
 
 
+# example models with large weight files: copied only when named
+LARGE = ("mlp_wide", "mlp_wide_nobatch")
+
+
 def copy_repository(dest, models=None):
-    """Copies the example repository (or only `models`) into dest; returns dest."""
+    """Copies the example repository (every model but LARGE ones, or only `models`) into
+    dest; returns dest."""
     src = example_repository()
     assert src.is_dir(), f"{src} missing: run make"
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     for m in sorted(p.name for p in src.iterdir() if p.is_dir()):
-        if models is None or m in models:
+        if (m not in LARGE) if models is None else (m in models):
             shutil.copytree(src / m, dest / m)
     return dest
 

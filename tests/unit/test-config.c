@@ -438,6 +438,66 @@ START_TEST(config_lane_checks) {
 }
 END_TEST
 
+/* [lane.NAME] and [scheduler] sections go to the scheduler's parser; jobs.lanes left at its
+ * default lists every lane, set explicitly it selects and orders them. */
+START_TEST(config_lane_sections) {
+    struct args a;
+    struct rtx_config cfg;
+    struct rtx_err err;
+    write_file(ini_path, "[lane.realtime]\ntarget_p99_us = 20000\nweight = 16\n"
+                         "[lane.bulk]\nmax_queued = 50\non_timeout = delay\n"
+                         "[scheduler]\ndefault_cost_us = 5000\n");
+    ck_assert_int_eq(load(&cfg, args_of(&a, "--config", ini_path, NULL), &err), 0);
+    ck_assert_str_eq(cfg.lanes, "realtime,interactive,batch,bulk");
+    ck_assert_int_eq(cfg.sched.n_lanes, 4);
+    ck_assert_int_eq(cfg.sched.lanes[0].target_ns, 20000000);
+    ck_assert_int_eq(cfg.sched.lanes[0].weight, 16);
+    ck_assert_str_eq(cfg.sched.lanes[3].name, "bulk");
+    ck_assert_int_eq(cfg.sched.lanes[3].max_queued, 50);
+    ck_assert_int_eq(cfg.sched.lanes[3].on_timeout, RTX_SCHED_TIMEOUT_DELAY);
+    ck_assert_int_eq(cfg.sched.default_cost_ns, 5000000);
+    rtx_config_free(&cfg);
+
+    /* an explicit jobs.lanes orders them and keeps their settings */
+    ck_assert_int_eq(load(&cfg,
+                          args_of(&a, "--config", ini_path, "--jobs.lanes=bulk,realtime",
+                                  "--jobs.default_lane=bulk", NULL),
+                          &err),
+                     0);
+    ck_assert_int_eq(cfg.sched.n_lanes, 2);
+    ck_assert_str_eq(cfg.sched.lanes[0].name, "bulk");
+    ck_assert_int_eq(cfg.sched.lanes[0].max_queued, 50);
+    ck_assert_int_eq(cfg.sched.lanes[1].weight, 16);
+    rtx_config_free(&cfg);
+    /* ... and must list every lane a section adds */
+    ck_assert_int_eq(load(&cfg, args_of(&a, "--config", ini_path, "--jobs.lanes=realtime,batch",
+                                        NULL),
+                          &err),
+                     RTX_EINVAL);
+    ck_assert_str_eq(err.msg, "[lane.bulk] defines a lane that jobs.lanes (flag: "
+                              "realtime,batch) does not list");
+    rtx_config_free(&cfg);
+
+    /* errors name the file, the line, the section, the key and the value */
+    char want[sizeof ini_path + 16];
+    write_file(ini_path, "[jobs]\nworkers = 1\n[lane.batch]\nweight = 0\n");
+    ck_assert_int_eq(load(&cfg, args_of(&a, "--config", ini_path, NULL), &err), RTX_EINVAL);
+    snprintf(want, sizeof want, "%s:4: ", ini_path);
+    ck_assert_msg(strncmp(err.msg, want, strlen(want)) == 0 && strstr(err.msg, "weight") &&
+                      strstr(err.msg, "[lane.batch]"),
+                  "%s", err.msg);
+    rtx_config_free(&cfg);
+    write_file(ini_path, "[scheduler]\nbrownout_exit_pressure = 2.0\n");
+    ck_assert_int_eq(load(&cfg, args_of(&a, "--config", ini_path, NULL), &err), RTX_EINVAL);
+    ck_assert_msg(strstr(err.msg, "lanes and [scheduler]") && strstr(err.msg, "pressure"), "%s",
+                  err.msg);
+    rtx_config_free(&cfg);
+    write_file(ini_path, "[lane.Fast]\nweight = 2\n");
+    ck_assert_int_eq(load(&cfg, args_of(&a, "--config", ini_path, NULL), &err), RTX_EINVAL);
+    rtx_config_free(&cfg);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------
  * Errors, each naming its source
  * ---------------------------------------------------------------------------------------- */
@@ -800,6 +860,11 @@ START_TEST(config_print_load_round_trip) {
     }
     ck_assert_int_eq(back.max_message_bytes, 3 << 20);
     ck_assert_str_eq(back.store_path, "/var/lib/rtx d/j;obs#1.db");
+    /* the lanes jobs.lanes selected read back the same (the [lane.NAME] and [scheduler]
+     * sections are not printed: like Admin.Config, --print-config shows the table) */
+    ck_assert_int_eq(back.sched.n_lanes, 2);
+    ck_assert_str_eq(back.sched.lanes[0].name, "a");
+    ck_assert_str_eq(back.sched.lanes[1].name, "b");
     rtx_free(v1);
     rtx_free(v2);
     rtx_config_free(&back);
@@ -911,6 +976,7 @@ Suite *rtx_config_suite(void) {
     tcase_add_test(tc, config_enums);
     tcase_add_test(tc, config_strings);
     tcase_add_test(tc, config_lane_checks);
+    tcase_add_test(tc, config_lane_sections);
     tcase_add_test(tc, config_missing_file_names_path);
     tcase_add_test(tc, config_file_errors_name_file_and_line);
     tcase_add_test(tc, config_env_errors_name_variable_and_setting);

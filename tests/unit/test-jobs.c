@@ -2,8 +2,15 @@
  * test-jobs.c - the job manager (daemon/jobs.c) over a real store in a temporary directory:
  * admission and its errors (with nothing journaled), results compared with a direct run,
  * failing runs, idempotency, cancellation, deadlines, watchers and unwatch, recovery by restart
- * policy, drain, the queue bound, lane round robin, concurrent submitters, an out-of-memory
- * loop over admission, and the throughput of tiny jobs (printed).
+ * policy, drain, the queue bound, lane order, concurrent submitters, an out-of-memory
+ * loop over admission, and the throughput of tiny jobs (printed). The "scheduler" case covers
+ * the SLA scheduler inside the job manager: admission refusals (not journaled), lane
+ * selection, expiry on a simulated clock, cancellation and EDF order, learned costs kept in
+ * the store. The "devices" case runs the
+ * job manager over fake CUDA devices (a backend over host memory that is not a host backend,
+ * with faults triggered by node names): placement by the device field, validation of the
+ * field, the CPU fallback of "auto" jobs, sticky and ordinary device errors, the queued jobs a
+ * lost device strands, recovery of jobs for a device that is gone, pool statistics.
  */
 #include <check.h>
 #include <ftw.h>
@@ -15,6 +22,7 @@
 #include <unistd.h>
 
 #include "daemon/jobs.h"
+#include "kernels/backend-impl.h"
 #include "rtx/v1/jobs.pb-c.h"
 #include "tests/unit/test-util.h"
 
@@ -106,6 +114,7 @@ struct req_opts {
     int restart_policy;
     int n_labels;
     const char *const *labels; /* key, value, key, value, ... */
+    const char *device;        /* SubmitRequest.device */
 };
 
 /* Serializes a SubmitRequest for g with inputs named names[i]. *len receives its size; free
@@ -154,6 +163,7 @@ static void *make_request(const struct rtx_graph *g, int n_inputs, const char *c
         }
         req.n_labels = (size_t)o->n_labels;
         req.labels = lp;
+        if (o->device) req.device = (char *)o->device;
     }
     *len = rtx__v1__submit_request__get_packed_size(&req);
     void *out = malloc(*len ? *len : 1);
@@ -1037,7 +1047,7 @@ START_TEST(queue_bound_refuses) {
 }
 END_TEST
 
-START_TEST(lanes_served_round_robin) {
+START_TEST(lanes_served_by_priority_and_weight) {
     struct fx f;
     fx_open(&f);
     struct rtx_jobs_options o = jobs_opts(&f, 1);
@@ -1062,7 +1072,8 @@ START_TEST(lanes_served_round_robin) {
     ck_assert(rtx_jobs_cancel(j, busy, NULL, &err) == 0);
     for (int i = 0; i < 5; i++)
         rec_wait_last(&r[i], 10000);
-    /* after batch, the worker serves realtime, interactive, batch, then batch twice */
+    /* after batch, the scheduler serves realtime (the highest lane, weight 8), interactive
+     * (2), then batch (1); batch in arrival order (no deadlines: arrival + target) */
     int order[5];
     for (int i = 0; i < 5; i++) {
         ck_assert_int_eq(r[i].states[1], RTX_JOB_RUNNING);
@@ -1268,6 +1279,924 @@ START_TEST(start_rejects_bad_options) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------
+ * The SLA scheduler in the job manager (simulated clock where time matters)
+ * ---------------------------------------------------------------------------------------- */
+
+static int64_t sim_ns = 1000000000; /* atomic: the schedulers' clock in these tests */
+
+static int64_t sim_clock(void) {
+    return __atomic_load_n(&sim_ns, __ATOMIC_SEQ_CST);
+}
+
+static void sim_advance_ms(int64_t ms) {
+    __atomic_add_fetch(&sim_ns, ms * 1000000, __ATOMIC_SEQ_CST);
+}
+
+/* The default lanes with an unknown graph costing cost_ms. */
+static struct rtx_sched_config sched_cfg(int64_t cost_ms) {
+    struct rtx_sched_config c;
+    rtx_sched_config_init(&c);
+    c.default_cost_ns = cost_ms * 1000000;
+    return c;
+}
+
+/* Lane `lane` of the CPU's scheduler. */
+static struct rtx_sched_lane_stats cpu_lane(struct rtx_jobs *j, const char *lane) {
+    struct rtx_jobs_lanes *l = malloc(sizeof *l);
+    ck_assert_ptr_nonnull(l);
+    rtx_jobs_get_lanes(j, l);
+    ck_assert_int_ge(l->n_devices, 1);
+    ck_assert_str_eq(l->devices[0].device, "cpu");
+    struct rtx_sched_lane_stats out = {0};
+    bool found = false;
+    for (int i = 0; i < l->devices[0].stats.n_lanes; i++) {
+        if (strcmp(l->devices[0].stats.lanes[i].config.name, lane) == 0) {
+            out = l->devices[0].stats.lanes[i];
+            found = true;
+        }
+    }
+    free(l);
+    ck_assert_msg(found, "no lane %s", lane);
+    return out;
+}
+
+/* A refused job is refused at once with RTX_EOVERLOAD, the reason and a retry hint, and is
+ * not journaled: an unmeetable deadline, then a full lane. */
+START_TEST(admission_refuses_and_journals_nothing) {
+    rtx__jobs_clock_hook = sim_clock;
+    struct fx f;
+    fx_open(&f);
+    struct rtx_sched_config sc = sched_cfg(100);
+    sc.lanes[2].max_queued = 2; /* batch */
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    o.sched = &sc;
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *lg = long_graph(1000), *g = small_graph();
+    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    char busy[RTX_JOB_ID_LEN], id[RTX_JOB_ID_LEN], a[RTX_JOB_ID_LEN], b[RTX_JOB_ID_LEN];
+    submit_ok(j, lg, xl, NULL, busy);
+    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+
+    /* the running job is estimated at 100 ms, so is this one: 200 ms > a 50 ms deadline */
+    bool dedup = false;
+    struct rtx_err err = {0};
+    struct req_opts rt = {.lane = "realtime", .deadline_ms = wall_ms() + 50};
+    ck_assert_int_eq(submit_x(j, g, x, &rt, id, &dedup, &err), RTX_EOVERLOAD);
+    ck_assert_msg(strstr(err.msg, "overloaded on cpu (deadline)"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "retry after "), "%s", err.msg);
+    ck_assert_int_eq(count_jobs(f.store), 1);
+    struct rtx_sched_lane_stats ls = cpu_lane(j, "realtime");
+    ck_assert_int_eq(ls.counters[RTX_SCHED_CTR_REJECTED_DEADLINE], 1);
+    ck_assert_int_eq(ls.counters[RTX_SCHED_CTR_ADMITTED], 0);
+    /* a deadline it can meet is admitted */
+    rt.deadline_ms = wall_ms() + 60000;
+    submit_ok(j, g, x, &rt, id);
+
+    /* batch holds 2 queued jobs: the third is refused as lane_full */
+    submit_ok(j, g, x, NULL, a);
+    submit_ok(j, g, x, NULL, b);
+    ck_assert_int_eq(submit_x(j, g, x, NULL, id, &dedup, &err), RTX_EOVERLOAD);
+    ck_assert_msg(strstr(err.msg, "(lane_full)"), "%s", err.msg);
+    ck_assert_int_eq(count_jobs(f.store), 4);
+    ls = cpu_lane(j, "batch");
+    ck_assert_int_eq(ls.queued, 2);
+    ck_assert_int_eq(ls.running, 1);
+    ck_assert_int_eq(ls.counters[RTX_SCHED_CTR_REJECTED_FULL], 1);
+
+    ck_assert(rtx_jobs_cancel(j, busy, NULL, &err) == 0);
+    ck_assert_int_eq(wait_state(f.store, b, 0, 10000), RTX_JOB_SUCCEEDED);
+    rtx_tensor_unref(x);
+    rtx_tensor_unref(xl);
+    rtx_graph_free(g);
+    rtx_graph_free(lg);
+    rtx_jobs_stop(j);
+    rtx__jobs_clock_hook = NULL;
+    fx_close(&f);
+}
+END_TEST
+
+/* A job's lane is its request's, else the default; lanes come from the options' names with
+ * the scheduler's settings (a lane only named gets a new lane's settings). */
+START_TEST(lane_is_selected_from_request_or_default) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_sched_config sc = sched_cfg(10);
+    sc.lanes[0].weight = 20; /* realtime */
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    o.lanes = (const char *const[]){"realtime", "bulk"};
+    o.n_lanes = 2;
+    o.default_lane = "bulk";
+    o.sched = &sc;
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    char a[RTX_JOB_ID_LEN], b[RTX_JOB_ID_LEN], c[RTX_JOB_ID_LEN];
+    submit_ok(j, g, x, &(struct req_opts){.lane = "realtime"}, a);
+    submit_ok(j, g, x, NULL, b);
+    submit_ok(j, g, x, &(struct req_opts){.lane = "bulk"}, c);
+    const char *ids[] = {a, b, c}, *want[] = {"realtime", "bulk", "bulk"};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(wait_state(f.store, ids[i], 0, 10000), RTX_JOB_SUCCEEDED);
+        struct rtx_job_info info = get_job(f.store, ids[i]);
+        ck_assert_str_eq(info.lane, want[i]);
+        rtx_job_info_clear(&info);
+    }
+    settle(j);
+    struct rtx_jobs_lanes *l = malloc(sizeof *l);
+    ck_assert_ptr_nonnull(l);
+    rtx_jobs_get_lanes(j, l);
+    ck_assert_str_eq(l->default_lane, "bulk");
+    ck_assert_int_eq(l->n_devices, 1);
+    ck_assert_int_eq(l->devices[0].workers, 1);
+    const struct rtx_sched_stats *st = &l->devices[0].stats;
+    ck_assert_int_eq(st->n_lanes, 2);
+    ck_assert_str_eq(st->lanes[0].config.name, "realtime");
+    ck_assert_int_eq(st->lanes[0].config.weight, 20);
+    ck_assert_str_eq(st->lanes[1].config.name, "bulk");
+    ck_assert_int_eq(st->lanes[1].config.weight, 1); /* a new lane's settings */
+    ck_assert_int_eq(st->lanes[0].counters[RTX_SCHED_CTR_ADMITTED], 1);
+    ck_assert_int_eq(st->lanes[0].counters[RTX_SCHED_CTR_COMPLETED], 1);
+    ck_assert_int_eq(st->lanes[1].counters[RTX_SCHED_CTR_ADMITTED], 2);
+    ck_assert_int_eq(st->lanes[1].counters[RTX_SCHED_CTR_COMPLETED], 2);
+    ck_assert_int_eq(st->lanes[1].wait_samples, 2);
+    ck_assert_int_eq(st->cost_keys, 1); /* one graph with one input shape */
+    free(l);
+    /* a lane the options do not list is refused */
+    bool dedup;
+    struct rtx_err err = {0};
+    ck_assert_int_eq(submit_x(j, g, x, &(struct req_opts){.lane = "interactive"}, a, &dedup,
+                              &err),
+                     RTX_EINVAL);
+    ck_assert_str_eq(err.msg, "unknown lane 'interactive' (lanes: realtime, bulk)");
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+    rtx_jobs_stop(j);
+    fx_close(&f);
+}
+END_TEST
+
+/* A queued job whose deadline passes (on the simulated clock) is journaled expired by the
+ * housekeeper while the worker is still busy, without ever starting. */
+START_TEST(expiry_on_simulated_clock) {
+    rtx__jobs_clock_hook = sim_clock;
+    struct fx f;
+    fx_open(&f);
+    struct rtx_sched_config sc = sched_cfg(100);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    o.sched = &sc;
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *lg = long_graph(1000), *g = small_graph();
+    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    char busy[RTX_JOB_ID_LEN], id[RTX_JOB_ID_LEN], ok[RTX_JOB_ID_LEN];
+    submit_ok(j, lg, xl, NULL, busy);
+    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+    submit_ok(j, g, x, &(struct req_opts){.lane = "realtime", .deadline_ms = wall_ms() + 10000},
+              id);
+    submit_ok(j, g, x, &(struct req_opts){.lane = "realtime"}, ok);
+    usleep(100 * 1000); /* several housekeeping rounds: nothing expires yet */
+    struct rtx_job_info info = get_job(f.store, id);
+    ck_assert_int_eq(info.state, RTX_JOB_QUEUED);
+    rtx_job_info_clear(&info);
+    sim_advance_ms(11000);
+    ck_assert_int_eq(wait_state(f.store, id, 0, 5000), RTX_JOB_EXPIRED);
+    info = get_job(f.store, busy);
+    ck_assert_int_eq(info.state, RTX_JOB_RUNNING); /* the worker never got to it */
+    rtx_job_info_clear(&info);
+    info = get_job(f.store, id);
+    ck_assert_str_eq(info.reason, "deadline passed before the job started");
+    ck_assert_int_eq(info.started_ms, 0);
+    rtx_job_info_clear(&info);
+    struct rtx_sched_lane_stats ls = cpu_lane(j, "realtime");
+    ck_assert_int_eq(ls.counters[RTX_SCHED_CTR_EXPIRED], 1);
+    ck_assert_int_eq(ls.queued, 1);
+
+    struct rtx_err err = {0};
+    ck_assert(rtx_jobs_cancel(j, busy, NULL, &err) == 0);
+    ck_assert_int_eq(wait_state(f.store, ok, 0, 10000), RTX_JOB_SUCCEEDED);
+    settle(j);
+    struct rtx_jobs_stats st;
+    rtx_jobs_get_stats(j, &st);
+    ck_assert_int_eq(st.expired, 1);
+    rtx_tensor_unref(x);
+    rtx_tensor_unref(xl);
+    rtx_graph_free(g);
+    rtx_graph_free(lg);
+    rtx_jobs_stop(j);
+    rtx__jobs_clock_hook = NULL;
+    fx_close(&f);
+}
+END_TEST
+
+/* Cancel takes a queued job out of its scheduler (counted cancelled there, the lane's depth
+ * drops) and the jobs behind it still run in EDF order: the earlier deadline first. */
+START_TEST(cancel_goes_through_the_scheduler) {
+    struct fx f;
+    fx_open(&f);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *lg = long_graph(1000), *g = small_graph();
+    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    char busy[RTX_JOB_ID_LEN], late[RTX_JOB_ID_LEN], gone[RTX_JOB_ID_LEN], soon[RTX_JOB_ID_LEN];
+    submit_ok(j, lg, xl, NULL, busy);
+    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+    int64_t now = wall_ms();
+    submit_ok(j, g, x, &(struct req_opts){.deadline_ms = now + 600000}, late);
+    submit_ok(j, g, x, &(struct req_opts){.deadline_ms = now + 400000}, gone);
+    submit_ok(j, g, x, &(struct req_opts){.deadline_ms = now + 300000}, soon);
+    struct rtx_sched_lane_stats ls = cpu_lane(j, "batch");
+    ck_assert_int_eq(ls.queued, 3);
+    struct rtx_err err = {0};
+    struct rtx_job_info info = {0};
+    ck_assert_msg(rtx_jobs_cancel(j, gone, &info, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(info.state, RTX_JOB_CANCELLED);
+    rtx_job_info_clear(&info);
+    ls = cpu_lane(j, "batch");
+    ck_assert_int_eq(ls.queued, 2);
+    ck_assert_int_eq(ls.counters[RTX_SCHED_CTR_CANCELLED], 1);
+
+    struct rec r[2];
+    const char *ids[2] = {late, soon};
+    for (int i = 0; i < 2; i++) {
+        rec_init(&r[i]);
+        uint64_t w;
+        ck_assert(rtx_jobs_watch(j, ids[i], rec_cb, &r[i], &w, &err) == 0);
+    }
+    ck_assert(rtx_jobs_cancel(j, busy, NULL, &err) == 0);
+    for (int i = 0; i < 2; i++)
+        rec_wait_last(&r[i], 10000);
+    ck_assert_int_eq(r[0].states[1], RTX_JOB_RUNNING);
+    ck_assert_int_eq(r[1].states[1], RTX_JOB_RUNNING);
+    ck_assert_int_lt(r[1].seq[1], r[0].seq[1]); /* earliest deadline first */
+    for (int i = 0; i < 2; i++)
+        pthread_mutex_destroy(&r[i].mu);
+    info = get_job(f.store, gone);
+    ck_assert_int_eq(info.started_ms, 0);
+    rtx_job_info_clear(&info);
+    rtx_tensor_unref(x);
+    rtx_tensor_unref(xl);
+    rtx_graph_free(g);
+    rtx_graph_free(lg);
+    rtx_jobs_stop(j);
+    fx_close(&f);
+}
+END_TEST
+
+/* Learned run times are saved in the store at stop and loaded at the next start. */
+START_TEST(learned_costs_persist) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    char id[RTX_JOB_ID_LEN];
+    for (int i = 0; i < 3; i++) {
+        submit_ok(j, g, x, NULL, id);
+        ck_assert_int_eq(wait_state(f.store, id, 0, 10000), RTX_JOB_SUCCEEDED);
+    }
+    settle(j);
+    rtx_jobs_stop(j);
+    struct rtx_store_cost *rows = NULL;
+    int n = 0;
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_store_cost_list(f.store, &rows, &n, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(rows[0].device, "cpu");
+    ck_assert(rows[0].key != 0);
+    ck_assert_int_eq(rows[0].samples, 3);
+    ck_assert_int_gt(rows[0].ema_ns, 0);
+    struct rtx_store_cost saved = rows[0];
+    rtx_free(rows);
+    /* bad rows are refused whole */
+    struct rtx_store_cost bad = saved;
+    bad.ema_ns = 0;
+    ck_assert_int_eq(rtx_store_cost_put(f.store, &bad, 1, 0, &err), RTX_EINVAL);
+
+    j = start(&o);
+    struct rtx_jobs_lanes *l = malloc(sizeof *l);
+    ck_assert_ptr_nonnull(l);
+    rtx_jobs_get_lanes(j, l);
+    ck_assert_int_eq(l->devices[0].stats.cost_keys, 1);
+    free(l);
+    rtx_jobs_stop(j);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+    fx_close(&f);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------
+ * Devices: the job manager over fake CUDA devices
+ * ---------------------------------------------------------------------------------------- */
+
+/* A fake CUDA device: computes with a CPU backend on host memory but, having upload and
+ * download, is not a host backend, so the job manager treats it as a GPU. Node names trigger
+ * faults: "sticky*" fails with RTX_EGPU and leaves the backend faulted (every later call and
+ * synchronize fail with RTX_EGPU), as an illegal address does on a real device; "oom*" fails
+ * with RTX_ENOMEM and leaves it usable. fake_refuse_op is an op its supports_node refuses. */
+struct fake_gpu {
+    struct rtx_backend be;
+    struct rtx_backend *cpu;
+    char name[24];
+    int device;
+    bool faulted;          /* only its worker thread touches it */
+    int buffers;           /* atomic: buffers allocated */
+};
+
+static int fake_refuse_op = -1;    /* an RTX_OP_* the fake GPUs do not support; -1: none */
+static int fake_fail_device = -1;  /* a device whose backend cannot be created; -1: none */
+
+static const char *fake_gpu_name(struct rtx_backend *be) {
+    return ((struct fake_gpu *)be->ctx)->name;
+}
+static void fake_gpu_free(struct rtx_backend *be) {
+    struct fake_gpu *f = be->ctx;
+    rtx_backend_free(f->cpu);
+    free(f);
+}
+static bool fake_gpu_supports(struct rtx_backend *be, const struct rtx_graph *g,
+                              const struct rtx_node *n) {
+    if ((int)n->op == fake_refuse_op) return false;
+    return rtx_backend_supports_node(((struct fake_gpu *)be->ctx)->cpu, g, n);
+}
+static int fake_gpu_check(struct fake_gpu *f, struct rtx_err *err) {
+    if (f->faulted)
+        return rtx_err_set(err, RTX_EGPU, "%s is unusable after an earlier device error "
+                           "(cudaErrorIllegalAddress: fake)", f->name);
+    return 0;
+}
+static int fake_gpu_buffer(struct rtx_backend *be, size_t bytes, struct rtx_buffer **out,
+                           struct rtx_err *err) {
+    struct fake_gpu *f = be->ctx;
+    int rc = fake_gpu_check(f, err);
+    if (rc) return rc;
+    __atomic_fetch_add(&f->buffers, 1, __ATOMIC_SEQ_CST);
+    return rtx_backend_buffer_new(f->cpu, bytes, out, err);
+}
+static int fake_gpu_run(struct rtx_backend *be, const struct rtx_node_args *a,
+                        struct rtx_err *err) {
+    struct fake_gpu *f = be->ctx;
+    int rc = fake_gpu_check(f, err);
+    if (rc) return rc;
+    const char *name = a->node->name ? a->node->name : "";
+    if (strncmp(name, "sticky", 6) == 0) {
+        f->faulted = true;
+        return rtx_err_set(err, RTX_EGPU, "node '%s': cudaErrorIllegalAddress (fake)", name);
+    }
+    if (strncmp(name, "oom", 3) == 0)
+        return rtx_err_set(err, RTX_ENOMEM, "node '%s': out of device memory (fake)", name);
+    return rtx_backend_run_node(f->cpu, a, err);
+}
+static int fake_gpu_sync(struct rtx_backend *be, struct rtx_err *err) {
+    return fake_gpu_check(be->ctx, err);
+}
+static int fake_gpu_copy(struct fake_gpu *f, const struct rtx_tensor *src,
+                         struct rtx_tensor **dst, struct rtx_err *err) {
+    int rc = fake_gpu_check(f, err);
+    if (rc == 0) rc = rtx_tensor_new(src->dtype, src->ndim, src->dims, dst, err);
+    if (rc == 0) memcpy(rtx_tensor_data(*dst), rtx_tensor_data(src), rtx_tensor_nbytes(src));
+    return rc;
+}
+static int fake_gpu_upload(struct rtx_backend *be, const struct rtx_tensor *host,
+                           struct rtx_tensor **dev, struct rtx_err *err) {
+    return fake_gpu_copy(be->ctx, host, dev, err);
+}
+static int fake_gpu_download(struct rtx_backend *be, const struct rtx_tensor *dev,
+                             struct rtx_tensor **host, struct rtx_err *err) {
+    return fake_gpu_copy(be->ctx, dev, host, err);
+}
+static const struct rtx_backend_i fake_gpu_iface = {
+    .name = fake_gpu_name,
+    .free = fake_gpu_free,
+    .supports_node = fake_gpu_supports,
+    .buffer_new = fake_gpu_buffer,
+    .run_node = fake_gpu_run,
+    .synchronize = fake_gpu_sync,
+    .upload = fake_gpu_upload,
+    .download = fake_gpu_download,
+};
+
+static int fake_gpu_new(void *ctx, int device, struct rtx_backend **out, struct rtx_err *err) {
+    if (device == fake_fail_device)
+        return rtx_err_set(err, RTX_EGPU, "cuda:%d: cudaErrorDevicesUnavailable (fake)", device);
+    struct fake_gpu *f = calloc(1, sizeof *f);
+    ck_assert_ptr_nonnull(f);
+    struct rtx_cpu_options co = {.n_threads = 1};
+    ck_assert(rtx_backend_cpu_new(&co, &f->cpu, err) == 0);
+    snprintf(f->name, sizeof f->name, "cuda:%d", device);
+    f->device = device;
+    f->be.iface = &fake_gpu_iface;
+    f->be.ctx = f;
+    *out = &f->be;
+    return 0;
+}
+
+/* Device pool: the buffers allocated and 1 MiB reserved per backend; pinned: empty. */
+static int fake_gpu_pools(void *ctx, struct rtx_backend *be, struct rtx_mem_pool_stats *dev,
+                          struct rtx_mem_pool_stats *pinned, struct rtx_err *err) {
+    ck_assert_ptr_eq(be->iface, &fake_gpu_iface);
+    struct fake_gpu *f = be->ctx;
+    memset(dev, 0, sizeof *dev);
+    memset(pinned, 0, sizeof *pinned);
+    dev->total.n_allocs = (uint64_t)__atomic_load_n(&f->buffers, __ATOMIC_SEQ_CST);
+    dev->total.bytes_reserved = (size_t)1 << 20;
+    dev->total.bytes_free = (size_t)1 << 20;
+    dev->total.bytes_free_largest = (size_t)1 << 19;
+    dev->cap_bytes = (size_t)8 << 20;
+    return 0;
+}
+
+static const struct rtx_jobs_gpu_i fake_gpus = {
+    .backend_new = fake_gpu_new,
+    .pool_stats = fake_gpu_pools,
+};
+
+/* n healthy fake CUDA devices as device discovery lists them. */
+struct gpu_list {
+    struct rtx_cuda_device devs[4];
+    struct rtx_cuda_devices l;
+};
+
+static void gpu_list_init(struct gpu_list *g, int n) {
+    memset(g, 0, sizeof *g);
+    for (int i = 0; i < n; i++) {
+        g->devs[i].index = i;
+        snprintf(g->devs[i].name, sizeof g->devs[i].name, "Fake GPU %d", i);
+        g->devs[i].healthy = true;
+    }
+    g->l.n = n;
+    g->l.devs = n ? g->devs : NULL;
+    if (!n) snprintf(g->l.absent, sizeof g->l.absent, "no NVIDIA driver is installed");
+}
+
+static struct rtx_jobs_options gpu_opts(struct fx *f, struct gpu_list *g, int per_device) {
+    struct rtx_jobs_options o = jobs_opts(f, 1);
+    o.gpus = &g->l;
+    o.gpu_workers_per_device = per_device;
+    o.gpu_iface = &fake_gpus;
+    return o;
+}
+
+/* y = relu(x) with the node named `node` (its name triggers the fake device's faults). */
+static struct rtx_graph *named_graph(const char *node) {
+    struct rtx_graph *g = NULL;
+    struct rtx_err err = {0};
+    ck_assert(rtx_graph_new("named", &g, &err) == 0);
+    ck_assert(rtx_graph_add_input(g, "x", RTX_F32, 2, (const int64_t[]){-1, 3}, &err) >= 0);
+    ck_assert(rtx_graph_add_node(g, "relu", node, (const char *[]){"x"}, 1, (const char *[]){"y"},
+                                 1, &err) >= 0);
+    ck_assert(rtx_graph_add_output(g, "y", &err) == 0);
+    return g;
+}
+
+/* Submits g on `device` and waits for the end; returns the final journal row. */
+static struct rtx_job_info run_on(struct rtx_jobs *j, struct fx *f, const struct rtx_graph *g,
+                                  struct rtx_tensor *x, const char *device) {
+    struct req_opts ro = {.device = device};
+    char id[RTX_JOB_ID_LEN];
+    submit_ok(j, g, x, &ro, id);
+    wait_state(f->store, id, 0, 20000);
+    return get_job(f->store, id);
+}
+
+/* The rejection of a submission on `device`: its code, message in err. */
+static int refused_on(struct rtx_jobs *j, const struct rtx_graph *g, struct rtx_tensor *x,
+                      const char *device, struct rtx_err *err) {
+    struct req_opts ro = {.device = device};
+    char id[RTX_JOB_ID_LEN];
+    bool dedup = false;
+    int rc = submit_x(j, g, x, &ro, id, &dedup, err);
+    ck_assert_msg(rc < 0, "device '%s' was accepted", device);
+    return rc;
+}
+
+static struct rtx_jobs_device dev_stats(struct rtx_jobs *j, int slot) {
+    struct rtx_jobs_stats st;
+    rtx_jobs_get_stats(j, &st);
+    ck_assert_int_lt(slot, st.n_devices);
+    return st.devices[slot];
+}
+
+START_TEST(gpu_jobs_are_placed_by_device) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct gpu_list gl;
+    gpu_list_init(&gl, 2);
+    struct rtx_jobs_options o = gpu_opts(&f, &gl, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+
+    struct rtx_jobs_stats st;
+    rtx_jobs_get_stats(j, &st);
+    ck_assert_int_eq(st.n_devices, 3);
+    ck_assert_str_eq(st.devices[0].name, "cpu");
+    ck_assert_str_eq(st.devices[2].name, "cuda:1");
+    ck_assert_int_eq(st.devices[2].cuda_index, 1);
+    ck_assert_int_eq(st.devices[1].workers, 1);
+    ck_assert(st.devices[1].healthy && st.devices[2].healthy);
+
+    const char *asked[] = {NULL, "auto", "cpu", "cuda", "cuda:1", "cuda:0"};
+    const char *want_req[] = {"auto", "auto", "cpu", "cuda", "cuda:1", "cuda:0"};
+    char sha[65] = "";
+    for (int i = 0; i < 6; i++) {
+        struct rtx_job_info info = run_on(j, &f, g, x, asked[i]);
+        ck_assert_msg(info.state == RTX_JOB_SUCCEEDED, "%s: %s", want_req[i], info.reason);
+        ck_assert_str_eq(info.requested_device, want_req[i]);
+        if (i < 2 || i == 3)
+            ck_assert_msg(strncmp(info.device, "cuda:", 5) == 0, "%s ran on %s", want_req[i],
+                          info.device);
+        else
+            ck_assert_str_eq(info.device, i == 2 ? "cpu" : want_req[i]);
+        /* every device computes the same bytes (the fake GPU runs the CPU kernels) */
+        ck_assert_int_eq(info.n_outputs, 1);
+        if (!sha[0]) memcpy(sha, info.outputs[0].sha256, sizeof sha);
+        ck_assert_str_eq(info.outputs[0].sha256, sha);
+        rtx_job_info_clear(&info);
+    }
+    settle(j);
+    ck_assert_int_eq(dev_stats(j, 0).jobs_started, 1);
+    ck_assert_int_eq(dev_stats(j, 1).jobs_started + dev_stats(j, 2).jobs_started, 5);
+    ck_assert_int_ge(dev_stats(j, 2).jobs_started, 1);
+
+    /* default_device = cpu: a job that names none runs on the CPU */
+    rtx_jobs_stop(j);
+    o.default_device = "cpu";
+    j = start(&o);
+    struct rtx_job_info info = run_on(j, &f, g, x, NULL);
+    ck_assert_str_eq(info.device, "cpu");
+    ck_assert_str_eq(info.requested_device, "cpu");
+    rtx_job_info_clear(&info);
+
+    rtx_jobs_stop(j);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(device_field_is_validated) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_jobs_options o = jobs_opts(&f, 1); /* no GPU, as on CI */
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_err err = {0};
+
+    ck_assert_int_eq(refused_on(j, g, x, "cuda:7", &err), RTX_EINVAL);
+    ck_assert_str_eq(err.msg, "device 'cuda:7' does not exist: this host has no CUDA device "
+                              "(none was listed at start)");
+    ck_assert_int_eq(refused_on(j, g, x, "cuda", &err), RTX_EINVAL);
+    ck_assert_msg(strstr(err.msg, "no CUDA device"), "%s", err.msg);
+    ck_assert_int_eq(refused_on(j, g, x, "gpu", &err), RTX_EINVAL);
+    ck_assert_str_eq(err.msg, "unknown device 'gpu' (devices: auto, cpu, cuda, cuda:N)");
+    ck_assert_int_eq(refused_on(j, g, x, "cuda:", &err), RTX_EINVAL);
+    ck_assert_msg(strstr(err.msg, "must be followed by a device index"), "%s", err.msg);
+    ck_assert_int_eq(refused_on(j, g, x, "cuda:-1", &err), RTX_EINVAL);
+    ck_assert_int_eq(refused_on(j, g, x, "cuda:99999999", &err), RTX_EINVAL);
+    ck_assert_int_eq(refused_on(j, g, x, "CPU", &err), RTX_EINVAL);
+    ck_assert_int_eq(count_jobs(f.store), 0); /* nothing journaled */
+
+    /* auto without a GPU runs on the CPU */
+    struct rtx_job_info info = run_on(j, &f, g, x, "auto");
+    ck_assert_int_eq(info.state, RTX_JOB_SUCCEEDED);
+    ck_assert_str_eq(info.device, "cpu");
+    ck_assert_str_eq(info.requested_device, "auto");
+    rtx_job_info_clear(&info);
+    rtx_jobs_stop(j);
+
+    /* a bad default device is refused at start; one GPU listed: cuda:1 does not exist */
+    struct rtx_jobs *j2 = NULL;
+    o.default_device = "tpu";
+    ck_assert_int_eq(rtx_jobs_start(&o, &j2, &err), RTX_EINVAL);
+    ck_assert_msg(strstr(err.msg, "default device"), "%s", err.msg);
+    struct gpu_list gl;
+    gpu_list_init(&gl, 1);
+    o = gpu_opts(&f, &gl, 1);
+    j = start(&o);
+    ck_assert_int_eq(refused_on(j, g, x, "cuda:1", &err), RTX_EINVAL);
+    ck_assert_str_eq(err.msg,
+                     "device 'cuda:1' does not exist: this host lists 1 CUDA device, cuda:0");
+    rtx_jobs_stop(j);
+
+    /* a GPU with no workers: jobs asking for it are unavailable, auto ones use the CPU */
+    o = gpu_opts(&f, &gl, 0);
+    j = start(&o);
+    ck_assert_int_eq(refused_on(j, g, x, "cuda:0", &err), RTX_EUNAVAILABLE);
+    ck_assert_msg(strstr(err.msg, "runs no jobs"), "%s", err.msg);
+    info = run_on(j, &f, g, x, NULL);
+    ck_assert_str_eq(info.device, "cpu");
+    rtx_job_info_clear(&info);
+
+    rtx_jobs_stop(j);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(unsupported_node_goes_to_cpu_or_is_refused) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct gpu_list gl;
+    gpu_list_init(&gl, 1);
+    struct rtx_jobs_options o = gpu_opts(&f, &gl, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    fake_refuse_op = RTX_OP_RELU;
+
+    struct rtx_job_info info = run_on(j, &f, g, x, "auto");
+    ck_assert_msg(info.state == RTX_JOB_SUCCEEDED, "%s", info.reason);
+    ck_assert_str_eq(info.device, "cpu");
+    ck_assert_str_eq(info.requested_device, "auto");
+    rtx_job_info_clear(&info);
+    struct rtx_err err = {0};
+    ck_assert_int_eq(refused_on(j, g, x, "cuda", &err), RTX_EINVAL);
+    ck_assert_str_eq(err.msg, "node 2 'act' (relu) cannot run on cuda:0: its backend has no "
+                              "kernel for it with these dtypes; submit the job with device cpu "
+                              "or auto");
+    ck_assert_int_eq(refused_on(j, g, x, "cuda:0", &err), RTX_EINVAL);
+
+    /* a recovered "auto" job is checked by the GPU worker and goes back for the CPU */
+    rtx_jobs_stop(j);
+    fake_refuse_op = -1;
+    struct rtx_jobs_options drained = jobs_opts(&f, 1);
+    j = start(&drained);
+    rtx_jobs_drain(j, NULL, NULL);
+    rtx_jobs_stop(j);
+    size_t len;
+    void *req = make_request(g, 1, (const char *[]){"x"}, &x, NULL, &len);
+    struct rtx_job_info row = {
+        .state = RTX_JOB_QUEUED, .reason = (char *)"", .lane = (char *)"batch",
+        .graph_name = (char *)"small", .idempotency_key = (char *)"",
+        .restart_policy = RTX_RESTART_RERUN, .requested_device = (char *)"auto",
+    };
+    snprintf(row.id, sizeof row.id, "jrecovered-auto");
+    ck_assert_msg(rtx_store_job_insert(f.store, &row, req, len, NULL, &err) == 0, "%s", err.msg);
+    free(req);
+    fake_refuse_op = RTX_OP_RELU;
+    j = start(&o);
+    wait_state(f.store, row.id, 0, 20000);
+    info = get_job(f.store, row.id);
+    ck_assert_msg(info.state == RTX_JOB_SUCCEEDED, "%s", info.reason);
+    ck_assert_str_eq(info.device, "cpu");
+    rtx_job_info_clear(&info);
+    fake_refuse_op = -1;
+
+    rtx_jobs_stop(j);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(sticky_error_marks_device_unhealthy) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct gpu_list gl;
+    gpu_list_init(&gl, 2);
+    struct rtx_jobs_options o = gpu_opts(&f, &gl, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *ok = named_graph("act"), *sticky = named_graph("sticky_relu");
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_err err = {0};
+
+    struct rtx_job_info info = run_on(j, &f, sticky, x, "cuda:0");
+    ck_assert_int_eq(info.state, RTX_JOB_FAILED);
+    ck_assert_msg(strstr(info.reason, "cudaErrorIllegalAddress") &&
+                      strstr(info.reason, "[cuda:0 is now unhealthy and takes no more jobs]"),
+                  "%s", info.reason);
+    rtx_job_info_clear(&info);
+    /* unhealthy before the failure was journaled: no wait needed */
+    struct rtx_jobs_device d0 = dev_stats(j, 1);
+    ck_assert(!d0.healthy);
+    ck_assert_msg(strstr(d0.detail, "unusable after an earlier device error"), "%s", d0.detail);
+    ck_assert(dev_stats(j, 2).healthy);
+
+    ck_assert_int_eq(refused_on(j, ok, x, "cuda:0", &err), RTX_EUNAVAILABLE);
+    ck_assert_msg(strstr(err.msg, "device cuda:0 is unhealthy: cuda:0 is unusable"), "%s",
+                  err.msg);
+    for (int i = 0; i < 3; i++) { /* auto and cuda go to the healthy GPU */
+        info = run_on(j, &f, ok, x, i == 0 ? "cuda" : "auto");
+        ck_assert_msg(info.state == RTX_JOB_SUCCEEDED, "%s", info.reason);
+        ck_assert_str_eq(info.device, "cuda:1");
+        rtx_job_info_clear(&info);
+    }
+
+    /* the second GPU goes too: auto jobs run on the CPU, cuda is unavailable */
+    info = run_on(j, &f, sticky, x, "auto");
+    ck_assert_int_eq(info.state, RTX_JOB_FAILED);
+    ck_assert_str_eq(info.device, "cuda:1");
+    rtx_job_info_clear(&info);
+    ck_assert(!dev_stats(j, 2).healthy);
+    info = run_on(j, &f, ok, x, "auto");
+    ck_assert_msg(info.state == RTX_JOB_SUCCEEDED, "%s", info.reason);
+    ck_assert_str_eq(info.device, "cpu");
+    rtx_job_info_clear(&info);
+    ck_assert_int_eq(refused_on(j, ok, x, "cuda", &err), RTX_EUNAVAILABLE);
+    ck_assert_str_eq(err.msg, "device 'cuda': no usable CUDA device (cuda:0 is unhealthy, "
+                              "cuda:1 is unhealthy)");
+    ck_assert(dev_stats(j, 0).healthy);
+
+    rtx_jobs_stop(j);
+    rtx_tensor_unref(x);
+    rtx_graph_free(ok);
+    rtx_graph_free(sticky);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(ordinary_device_error_fails_the_job_only) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct gpu_list gl;
+    gpu_list_init(&gl, 1);
+    struct rtx_jobs_options o = gpu_opts(&f, &gl, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *ok = named_graph("act"), *oom = named_graph("oom_relu");
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+
+    struct rtx_job_info info = run_on(j, &f, oom, x, "cuda:0");
+    ck_assert_int_eq(info.state, RTX_JOB_FAILED);
+    ck_assert_str_eq(info.reason, "node 'oom_relu': out of device memory (fake)");
+    rtx_job_info_clear(&info);
+    ck_assert(dev_stats(j, 1).healthy);
+    info = run_on(j, &f, ok, x, "cuda:0");
+    ck_assert_msg(info.state == RTX_JOB_SUCCEEDED, "%s", info.reason);
+    ck_assert_str_eq(info.device, "cuda:0");
+    rtx_job_info_clear(&info);
+
+    rtx_jobs_stop(j);
+    rtx_tensor_unref(x);
+    rtx_graph_free(ok);
+    rtx_graph_free(oom);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(lost_device_fails_stranded_jobs) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct gpu_list gl;
+    gpu_list_init(&gl, 1);
+    struct rtx_jobs_options o = gpu_opts(&f, &gl, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *slow = long_graph(40), *ok = named_graph("act");
+    struct rtx_graph *sticky = named_graph("sticky_relu");
+    struct rtx_tensor *big = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 4);
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+
+    /* the GPU's one worker is busy while the rest queue behind it */
+    char slow_id[RTX_JOB_ID_LEN], sticky_id[RTX_JOB_ID_LEN], ids[3][RTX_JOB_ID_LEN];
+    submit_ok(j, slow, big, &(struct req_opts){.device = "cuda:0"}, slow_id);
+    wait_state(f.store, slow_id, RTX_JOB_RUNNING, 10000);
+    submit_ok(j, sticky, x, &(struct req_opts){.device = "cuda:0"}, sticky_id);
+    submit_ok(j, ok, x, &(struct req_opts){.device = "cuda:0"}, ids[0]);
+    submit_ok(j, ok, x, &(struct req_opts){.device = "cuda"}, ids[1]);
+    submit_ok(j, ok, x, &(struct req_opts){.device = "auto"}, ids[2]);
+    ck_assert_int_eq(wait_state(f.store, slow_id, 0, 60000), RTX_JOB_SUCCEEDED);
+    ck_assert_int_eq(wait_state(f.store, sticky_id, 0, 20000), RTX_JOB_FAILED);
+    for (int i = 0; i < 3; i++) {
+        wait_state(f.store, ids[i], 0, 20000);
+        struct rtx_job_info info = get_job(f.store, ids[i]);
+        if (i < 2) {
+            ck_assert_int_eq(info.state, RTX_JOB_FAILED);
+            ck_assert_msg(strncmp(info.reason, "cannot be placed: ", 18) == 0, "%s", info.reason);
+            ck_assert_str_eq(info.device, "");
+        } else {
+            ck_assert_msg(info.state == RTX_JOB_SUCCEEDED, "%s", info.reason);
+            ck_assert_str_eq(info.device, "cpu");
+        }
+        rtx_job_info_clear(&info);
+    }
+    settle(j);
+    struct rtx_jobs_stats st;
+    rtx_jobs_get_stats(j, &st);
+    ck_assert_int_eq(st.failed, 3);
+    ck_assert_int_eq(st.succeeded, 2);
+
+    rtx_jobs_stop(j);
+    rtx_tensor_unref(x);
+    rtx_tensor_unref(big);
+    rtx_graph_free(slow);
+    rtx_graph_free(ok);
+    rtx_graph_free(sticky);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(recovery_fails_jobs_for_missing_devices) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    size_t len;
+    void *req = make_request(g, 1, (const char *[]){"x"}, &x, NULL, &len);
+    const char *devices[] = {"cuda:1", "cuda:0", "", "cuda:x"};
+    const char *ids[] = {"jr-cuda1", "jr-cuda0", "jr-old", "jr-bad"};
+    struct rtx_err err = {0};
+    for (int i = 0; i < 4; i++) {
+        struct rtx_job_info row = {
+            .state = RTX_JOB_QUEUED, .reason = (char *)"", .lane = (char *)"batch",
+            .graph_name = (char *)"small", .idempotency_key = (char *)"",
+            .restart_policy = RTX_RESTART_RERUN, .requested_device = (char *)devices[i],
+        };
+        snprintf(row.id, sizeof row.id, "%s", ids[i]);
+        ck_assert_msg(rtx_store_job_insert(f.store, &row, req, len, NULL, &err) == 0, "%s",
+                      err.msg);
+    }
+    free(req);
+    struct gpu_list gl;
+    gpu_list_init(&gl, 1);
+    struct rtx_jobs_options o = gpu_opts(&f, &gl, 1);
+    struct rtx_jobs *j = start(&o);
+    for (int i = 0; i < 4; i++) wait_state(f.store, ids[i], 0, 20000);
+    struct rtx_job_info info = get_job(f.store, "jr-cuda1");
+    ck_assert_int_eq(info.state, RTX_JOB_FAILED);
+    ck_assert_str_eq(info.reason, "cannot be placed: device 'cuda:1' does not exist: this host "
+                                  "lists 1 CUDA device, cuda:0");
+    rtx_job_info_clear(&info);
+    info = get_job(f.store, "jr-bad");
+    ck_assert_int_eq(info.state, RTX_JOB_FAILED);
+    rtx_job_info_clear(&info);
+    info = get_job(f.store, "jr-cuda0");
+    ck_assert_msg(info.state == RTX_JOB_SUCCEEDED, "%s", info.reason);
+    ck_assert_str_eq(info.device, "cuda:0");
+    rtx_job_info_clear(&info);
+    info = get_job(f.store, "jr-old"); /* journaled before placement existed: auto */
+    ck_assert_msg(info.state == RTX_JOB_SUCCEEDED, "%s", info.reason);
+    ck_assert_str_eq(info.device, "cuda:0");
+    rtx_job_info_clear(&info);
+
+    rtx_jobs_stop(j);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(pools_sum_the_workers_pools) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct gpu_list gl;
+    gpu_list_init(&gl, 2);
+    fake_fail_device = 1;
+    struct rtx_jobs_options o = gpu_opts(&f, &gl, 2);
+    struct rtx_jobs *j = start(&o);
+    fake_fail_device = -1;
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+
+    /* cuda:1's backend could not be made: unhealthy, no workers, no pool rows */
+    struct rtx_jobs_device d1 = dev_stats(j, 2);
+    ck_assert(!d1.healthy);
+    ck_assert_int_eq(d1.workers, 0);
+    ck_assert_msg(strstr(d1.detail, "cannot create its backend: cuda:1: "
+                                    "cudaErrorDevicesUnavailable"), "%s", d1.detail);
+    ck_assert_int_eq(dev_stats(j, 1).workers, 2);
+
+    struct rtx_job_info info = run_on(j, &f, g, x, "cuda:0");
+    ck_assert_str_eq(info.device, "cuda:0");
+    rtx_job_info_clear(&info);
+    info = run_on(j, &f, g, x, "cpu");
+    rtx_job_info_clear(&info);
+    settle(j);
+
+    struct rtx_jobs_pool_row rows[RTX_JOBS_MAX_POOL_ROWS];
+    int n = 0;
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_jobs_get_pools(j, rows, RTX_JOBS_MAX_POOL_ROWS, &n, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(n, 3);
+    ck_assert_str_eq(rows[0].device, "cuda:0");
+    ck_assert_str_eq(rows[0].kind, "cuda");
+    ck_assert_int_eq(rows[0].pools, 2);
+    ck_assert_uint_eq(rows[0].total.bytes_reserved, (size_t)2 << 20);
+    ck_assert_uint_eq(rows[0].cap_bytes, (size_t)8 << 20);
+    ck_assert_uint_ge(rows[0].total.n_allocs, 1); /* the job's buffers */
+    ck_assert(rows[0].total.fragmentation > 0.74 && rows[0].total.fragmentation < 0.76);
+    ck_assert(rows[0].healthy);
+    ck_assert_str_eq(rows[1].device, "cuda:0/pinned");
+    ck_assert_str_eq(rows[1].kind, "pinned");
+    ck_assert_str_eq(rows[2].device, "cpu");
+    ck_assert_int_eq(rows[2].pools, 0);
+    ck_assert_uint_gt(rows[2].total.bytes_allocated_peak, 0);
+    ck_assert_int_eq(rtx_jobs_get_pools(j, rows, 2, &n, &err), RTX_ELIMIT);
+    ck_assert_int_eq(rtx_jobs_get_pools(j, NULL, 2, &n, &err), RTX_EINVAL);
+
+    rtx_jobs_stop(j);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+    fx_close(&f);
+}
+END_TEST
+
 Suite *rtx_jobs_suite(void) {
     Suite *s = suite_create("jobs");
     TCase *tc = tcase_create("jobs");
@@ -1286,12 +2215,31 @@ Suite *rtx_jobs_suite(void) {
     tcase_add_test(tc, unspecified_policy_takes_current_default);
     tcase_add_test(tc, drain_keeps_queued_jobs);
     tcase_add_test(tc, queue_bound_refuses);
-    tcase_add_test(tc, lanes_served_round_robin);
+    tcase_add_test(tc, lanes_served_by_priority_and_weight);
     tcase_add_test(tc, concurrent_submitters);
     tcase_add_test(tc, submit_returns_id_of_job_finished_before_it_returns);
     tcase_add_test(tc, throughput_one_worker);
     tcase_add_test(tc, submit_out_of_memory_loop);
     tcase_add_test(tc, start_rejects_bad_options);
     suite_add_tcase(s, tc);
+    TCase *sc = tcase_create("scheduler");
+    tcase_set_timeout(sc, 120);
+    tcase_add_test(sc, admission_refuses_and_journals_nothing);
+    tcase_add_test(sc, lane_is_selected_from_request_or_default);
+    tcase_add_test(sc, expiry_on_simulated_clock);
+    tcase_add_test(sc, cancel_goes_through_the_scheduler);
+    tcase_add_test(sc, learned_costs_persist);
+    suite_add_tcase(s, sc);
+    TCase *dc = tcase_create("devices");
+    tcase_set_timeout(dc, 120);
+    tcase_add_test(dc, gpu_jobs_are_placed_by_device);
+    tcase_add_test(dc, device_field_is_validated);
+    tcase_add_test(dc, unsupported_node_goes_to_cpu_or_is_refused);
+    tcase_add_test(dc, sticky_error_marks_device_unhealthy);
+    tcase_add_test(dc, ordinary_device_error_fails_the_job_only);
+    tcase_add_test(dc, lost_device_fails_stranded_jobs);
+    tcase_add_test(dc, recovery_fails_jobs_for_missing_devices);
+    tcase_add_test(dc, pools_sum_the_workers_pools);
+    suite_add_tcase(s, dc);
     return s;
 }

@@ -6,6 +6,7 @@
     X(graph)                                                                                    \
     X(validate)                                                                                 \
     X(plan)                                                                                     \
+    X(plan_replay)                                                                              \
     X(proto)                                                                                    \
     X(npy)                                                                                      \
     X(mem_pool)                                                                                 \
@@ -14,9 +15,16 @@
     X(cpu_linalg)                                                                               \
     X(cpu_shape)                                                                                \
     X(cpu_conv)                                                                                 \
+    X(geometry)                                                                                 \
     X(cuda_device)                                                                              \
+    X(cuda_flash)                                                                               \
     X(store)                                                                                    \
     X(jobs)                                                                                     \
     X(config)                                                                                   \
     X(log)                                                                                      \
-    X(server)
+    X(server)                                                                                   \
+    X(serving_files)                                                                            \
+    X(serving)                                                                                  \
+    X(sched)                                                                                    \
+    X(shm)                                                                                      \
+    X(http)

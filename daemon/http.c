@@ -1,0 +1,1317 @@
+/*
+ * http.c - rtxd's KServe v2 HTTP/REST server and Prometheus /metrics (daemon/http.h), on
+ * libh2o over a libuv loop (rtxd's main loop, or one of its own on a thread).
+ *
+ * DESIGN
+ * One thread runs the loop; the server's listener, connections, h2o context and timers live on
+ * it. h2o parses HTTP/1.1 (and HTTP/2) and hands each complete request (the body is buffered by
+ * h2o up to http.max_body_bytes) to on_req, which routes on the normalized path. A larger
+ * HTTP/1 body h2o refuses itself, before reading it (from its Content-Length, or once a chunked
+ * body outgrows the limit), with a plain-text 413 on the host's fallback path; a filter there
+ * rewrites that answer into rtxd's {"error": "..."} JSON, so no body beyond the limit is ever
+ * buffered (h2o 2.2 resets an HTTP/2 stream whose body outgrows the limit instead:
+ * REFUSED_STREAM, no answer to rewrite). Cheap endpoints answer at once. Work that takes time
+ * gets a `struct pending`: inference goes to the serving core, whose completion (a worker
+ * thread) renders the answer and appends the pending to a mutex-guarded queue with
+ * uv_async_send (under the same mutex, so the loop never closes the async handle while a send
+ * is in progress); repository loads and unloads run as uv_work_t on libuv's pool. On the loop,
+ * pending_finish() writes the answer if the client is still there. Whether it is: a small
+ * object allocated in the h2o request's memory pool points at the pending; h2o frees the pool
+ * when the request ends, also when the connection closes early, and its dispose callback then
+ * forgets the request and raises the pending's cancel flag, which the core reads. h2o's HTTP/1
+ * stops reading a connection while its request is handled, so it would learn of a client that
+ * went away only when the answer is written: while HTTP/1 inferences are in flight, a 20 ms
+ * timer polls their sockets for the peer's close (POLLRDHUP) and raises the cancel flags of
+ * those requests (each pending knows its connection, found by the peer address; a closing
+ * connection clears that link).
+ *
+ * Shutdown (rtx_http_shutdown, any thread) wakes the loop, which closes the listener, asks
+ * h2o's HTTP/2 connections to send GOAWAY, and waits for the pendings: after grace_ms their
+ * cancel flags are raised; they always complete (the core calls every callback once). Then
+ * every connection's socket is shut for reading, so h2o sees the end of its stream and closes
+ * the connection itself (after writing what it has), then SHUT_RDWR if one lingers. With no
+ * connection left the h2o context is disposed and the remaining handles close; when the last
+ * close callback ran, rtx_http_shutdown returns (a thread of the server's ends, and its loop
+ * must then close with uv_loop_close returning 0).
+ */
+#define H2O_USE_LIBUV 1
+#include "daemon/http.h"
+
+#include <h2o.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <uv.h>
+
+#include "daemon/log.h"
+#include "daemon/metrics.h"
+#include "daemon/server.h"
+
+#define LINGER_MS 2000 /* after SHUT_RD, connections still open get SHUT_RDWR */
+#define WATCH_MS 20    /* period of the check for HTTP/1 clients gone mid-request */
+#define MAX_SEGMENTS 8 /* path segments routed */
+
+enum phase { PHASE_RUNNING, PHASE_DRAINING, PHASE_CLOSING, PHASE_DONE };
+
+enum pending_kind { PENDING_INFER, PENDING_LOAD, PENDING_UNLOAD };
+
+struct rtx_http;
+
+/* Lives in the h2o request's pool; dispose runs when h2o frees the request. */
+struct req_link {
+    struct pending *p;
+};
+
+struct pending {
+    struct rtx_http *h;
+    enum pending_kind kind;
+    struct pending *prev, *next; /* in h->inflight (loop thread) */
+    struct pending *next_done;   /* in h->done (under h->mu) */
+    h2o_req_t *req;              /* NULL once the client went away */
+    struct req_link *link;
+    struct conn *conn;           /* HTTP/1 inference: its connection, until that closes */
+    volatile int cancel;
+    struct rtx_http_infer *q; /* PENDING_INFER; freed by the completion */
+    uv_work_t work;           /* PENDING_LOAD, PENDING_UNLOAD */
+    char *model, *config_json;
+    struct rtx_err err;
+    int rc;
+    /* the answer */
+    int status;
+    char *body; /* rtx_malloc'ed */
+    size_t len;
+    int64_t header_len; /* -1: JSON only */
+};
+
+struct conn {
+    uv_tcp_t tcp; /* first: the close callback gets its address */
+    struct rtx_http *h;
+    struct conn *prev, *next;
+    struct sockaddr_storage peer; /* the client's address, to find the conn of a request */
+    int peer_len;
+};
+
+struct handler {
+    h2o_handler_t super;
+    struct rtx_http *h;
+};
+
+struct rtx_http {
+    struct rtx_daemon *d;
+    uv_loop_t *loop;     /* &own_loop, or the caller's */
+    uv_loop_t own_loop;  /* run by `thread` when the caller gave no loop */
+    bool own_thread;
+    uv_thread_t thread;
+    bool shut;           /* rtx_http_shutdown completed */
+    uv_tcp_t listener;
+    uv_async_t wake;
+    uv_timer_t grace_timer, linger_timer, watch_timer;
+    h2o_globalconf_t config;
+    h2o_context_t ctx;
+    h2o_accept_ctx_t accept_ctx;
+
+    pthread_mutex_t mu; /* guards the fields up to finished */
+    pthread_cond_t finished_cv;
+    struct pending *done_head, *done_tail;
+    bool stop_requested;
+    int grace_ms;
+    bool wake_closed;
+    bool finished; /* every handle closed: the loop no longer needs this server */
+
+    /* loop thread only */
+    enum phase phase;
+    int n_closing; /* handles closed whose callback has not run yet */
+    struct pending *inflight;
+    int n_inflight;
+    struct conn *conns;
+    int n_conns;
+};
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Answers
+ * ---------------------------------------------------------------------------------------- */
+
+static const char *reason_phrase(int status) {
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 503: return "Service Unavailable";
+    default: return status >= 500 ? "Internal Server Error" : "Error";
+    }
+}
+
+static void respond(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len,
+                    int64_t header_len) {
+    req->res.status = status;
+    req->res.reason = reason_phrase(status);
+    req->res.content_length = body ? len : 0;
+    if (ctype)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype,
+                       strlen(ctype));
+    if (header_len >= 0) {
+        char *v = h2o_mem_alloc_pool(&req->pool, 24);
+        int n = snprintf(v, 24, "%" PRId64, header_len);
+        h2o_add_header_by_str(&req->pool, &req->res.headers,
+                              H2O_STRLIT("inference-header-content-length"), 0, NULL, v,
+                              (size_t)n);
+    }
+    h2o_send_inline(req, body ? body : "", body ? len : 0);
+}
+
+static void respond_error(h2o_req_t *req, int status, const char *msg) {
+    size_t len = 0;
+    char *body = rtx__http_error_json(msg, &len);
+    if (!body) {
+        static const char oom[] = "{\"error\":\"out of memory\"}";
+        respond(req, 500, "application/json", oom, sizeof oom - 1, -1);
+        return;
+    }
+    respond(req, status, "application/json", body, len, -1);
+    rtx_free(body);
+}
+
+static void respond_errf(h2o_req_t *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void respond_errf(h2o_req_t *req, int status, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    respond_error(req, status, msg);
+}
+
+static void respond_err(h2o_req_t *req, const struct rtx_err *err) {
+    respond_error(req, rtx__http_status_from_err(err->code),
+                  err->msg[0] ? err->msg : rtx_strerror(err->code));
+}
+
+/* The filter on the host's fallback path (h2o's own error answers): a 413 gets rtxd's JSON
+ * error body in place of h2o's text; anything else passes unchanged. */
+struct body_limit_filter {
+    h2o_filter_t super;
+    int64_t max_body_bytes; /* http.max_body_bytes, bytes */
+};
+
+/* Replaces the body of the answer it is set up for with `body`. */
+struct json_body_ostream {
+    h2o_ostream_t super;
+    h2o_iovec_t body; /* in the request's pool; len 0 once sent */
+};
+
+static void json_body_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs,
+                           size_t bufcnt, h2o_send_state_t state) {
+    struct json_body_ostream *o = (struct json_body_ostream *)self;
+    (void)bufs;
+    if (bufcnt > 0 && o->body.len > 0) { /* h2o_send_inline's one buffer: the text body */
+        h2o_iovec_t b = o->body;
+        o->body.len = 0;
+        h2o_ostream_send_next(self, req, &b, 1, state);
+        return;
+    }
+    h2o_ostream_send_next(self, req, NULL, 0, state);
+}
+
+static void body_limit_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
+    const struct body_limit_filter *f = (const struct body_limit_filter *)self;
+    if (req->res.status == 413) {
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "the request body is larger than http.max_body_bytes (%" PRId64 " bytes)",
+                 f->max_body_bytes);
+        size_t len = 0;
+        char *json = rtx__http_error_json(msg, &len);
+        if (json) { /* out of memory: h2o's text answer goes out as it is */
+            struct json_body_ostream *o =
+                (struct json_body_ostream *)h2o_add_ostream(req, sizeof *o, slot);
+            o->super.do_send = json_body_send;
+            o->body = h2o_strdup(&req->pool, json, len);
+            rtx_free(json);
+            req->res.content_length = len;
+            ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
+            if (ct >= 0)
+                req->res.headers.entries[ct].value =
+                    h2o_iovec_init(H2O_STRLIT("application/json"));
+            slot = &o->super.next;
+        }
+    }
+    h2o_setup_next_ostream(req, slot);
+}
+
+/* Answers with j (taken) as JSON. */
+static void respond_json(h2o_req_t *req, int status, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s) {
+        respond_error(req, 500, "cannot encode the answer as JSON (out of memory, or a name "
+                                "that is not UTF-8)");
+        return;
+    }
+    respond(req, status, "application/json", s, strlen(s), -1);
+    free(s);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Pending work and completions
+ * ---------------------------------------------------------------------------------------- */
+
+static void on_req_dispose(void *arg) {
+    struct req_link *l = arg;
+    if (!l->p) return;
+    l->p->req = NULL;
+    l->p->link = NULL;
+    l->p->cancel = 1;
+    l->p = NULL;
+}
+
+static struct pending *pending_new(struct rtx_http *h, h2o_req_t *req, enum pending_kind kind) {
+    struct pending *p = rtx_calloc(1, sizeof *p);
+    if (!p) return NULL;
+    struct req_link *l = h2o_mem_alloc_shared(&req->pool, sizeof *l, on_req_dispose);
+    l->p = p;
+    p->h = h;
+    p->kind = kind;
+    p->req = req;
+    p->link = l;
+    p->header_len = -1;
+    p->next = h->inflight;
+    if (h->inflight) h->inflight->prev = p;
+    h->inflight = p;
+    h->n_inflight++;
+    return p;
+}
+
+static void check_progress(struct rtx_http *h);
+
+/* Loop thread: unlinks p, answers its client if still there, frees it. */
+static void pending_finish(struct pending *p) {
+    struct rtx_http *h = p->h;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        h->inflight = p->next;
+    if (p->next) p->next->prev = p->prev;
+    h->n_inflight--;
+    if (p->link) p->link->p = NULL;
+    if (p->req) {
+        const char *ctype = p->header_len >= 0 ? "application/octet-stream" : "application/json";
+        respond(p->req, p->status, p->status == 200 && p->len == 0 ? NULL : ctype, p->body,
+                p->len, p->header_len);
+    }
+    rtx__http_infer_free(p->q);
+    rtx_free(p->body);
+    rtx_free(p->model);
+    rtx_free(p->config_json);
+    rtx_free(p);
+}
+
+/* Sets p's answer to an error. */
+static void pending_error(struct pending *p, int status, const char *msg) {
+    rtx_free(p->body);
+    p->status = status;
+    p->header_len = -1;
+    p->body = rtx__http_error_json(msg, &p->len);
+    if (!p->body) {
+        p->status = 500;
+        p->len = 0;
+    }
+}
+
+/* The connection of an HTTP/1 request, by the peer address; NULL when not found. */
+static struct conn *conn_of(struct rtx_http *h, h2o_req_t *req) {
+    if (req->version >= 0x200 || !req->conn->callbacks->get_peername) return NULL;
+    struct sockaddr_storage sa;
+    memset(&sa, 0, sizeof sa);
+    socklen_t n = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&sa);
+    for (struct conn *c = h->conns; c; c = c->next)
+        if (c->peer_len > 0 && (socklen_t)c->peer_len == n && memcmp(&c->peer, &sa, n) == 0)
+            return c;
+    return NULL;
+}
+
+/* Raises the cancel flag of HTTP/1 inferences whose client closed its connection. */
+static void on_watch(uv_timer_t *t) {
+    struct rtx_http *h = t->data;
+    bool any = false;
+    for (struct pending *p = h->inflight; p; p = p->next) {
+        if (!p->conn || p->cancel) continue;
+        any = true;
+        uv_os_fd_t fd;
+        if (uv_fileno((uv_handle_t *)&p->conn->tcp, &fd) != 0) continue;
+        struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
+        if (poll(&pf, 1, 0) == 1 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+            p->cancel = 1;
+            p->conn = NULL;
+        }
+    }
+    if (!any) uv_timer_stop(t);
+}
+
+/* A worker thread: render, queue for the loop. */
+static void on_infer_done(void *ctx, const struct rtx_infer_result *res) {
+    struct pending *p = ctx;
+    struct rtx_http *h = p->h;
+    if (res->code != 0) {
+        pending_error(p, rtx__http_status_from_err(res->code),
+                      res->msg[0] ? res->msg : rtx_strerror(res->code));
+    } else {
+        struct rtx_http_body b;
+        struct rtx_err err = {0};
+        if (rtx__http_infer_render(p->q, res, &b, &err) != 0) {
+            pending_error(p, rtx__http_status_from_err(err.code), err.msg);
+        } else {
+            p->status = 200;
+            p->body = b.data;
+            p->len = b.len;
+            p->header_len = b.header_len;
+        }
+    }
+    rtx__http_infer_free(p->q); /* releases the inputs and the shared-memory windows */
+    p->q = NULL;
+    pthread_mutex_lock(&h->mu);
+    if (h->done_tail)
+        h->done_tail->next_done = p;
+    else
+        h->done_head = p;
+    h->done_tail = p;
+    if (!h->wake_closed) uv_async_send(&h->wake);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void begin_shutdown(struct rtx_http *h, int grace_ms);
+
+/* Sends coalesce: take the whole queue, then look at the stop request. */
+static void on_wake(uv_async_t *a) {
+    struct rtx_http *h = a->data;
+    pthread_mutex_lock(&h->mu);
+    struct pending *p = h->done_head;
+    h->done_head = h->done_tail = NULL;
+    bool stop = h->stop_requested;
+    int grace = h->grace_ms;
+    pthread_mutex_unlock(&h->mu);
+    while (p) {
+        struct pending *next = p->next_done;
+        pending_finish(p);
+        p = next;
+    }
+    if (stop && h->phase == PHASE_RUNNING) begin_shutdown(h, grace);
+    check_progress(h);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * JSON helpers
+ * ---------------------------------------------------------------------------------------- */
+
+static json_t *io_json(const struct rtx_model_io *io, int max_batch_size) {
+    json_t *shape = json_array();
+    if (max_batch_size > 0) json_array_append_new(shape, json_integer(-1));
+    for (int d = 0; d < io->ndim; d++)
+        json_array_append_new(shape, json_integer(io->dims[d]));
+    return json_pack("{s:s,s:s,s:o}", "name", io->name, "datatype",
+                     rtx_kserve_dtype_name(io->dtype), "shape", shape);
+}
+
+static json_t *duration_json(const struct rtx_stat_duration *d) {
+    return json_pack("{s:I,s:I}", "count", (json_int_t)d->count, "ns", (json_int_t)d->ns);
+}
+
+static json_t *stats_json(const struct rtx_model_stats *st, int n) {
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < n; i++) {
+        const struct rtx_model_stats *s = &st[i];
+        char version[32];
+        snprintf(version, sizeof version, "%" PRId64, s->version);
+        json_t *zero = json_pack("{s:i,s:i}", "count", 0, "ns", 0);
+        json_t *inf = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "success",
+                                duration_json(&s->success), "fail", duration_json(&s->fail),
+                                "queue", duration_json(&s->queue), "compute_input",
+                                duration_json(&s->compute_input), "compute_infer",
+                                duration_json(&s->compute_infer), "compute_output",
+                                duration_json(&s->compute_output), "cache_hit", zero,
+                                "cache_miss", json_deep_copy(zero));
+        json_t *batches = json_array();
+        for (int k = 0; batches && k < s->n_batch_stats; k++) {
+            const struct rtx_batch_stat *b = &s->batch_stats[k];
+            json_array_append_new(
+                batches, json_pack("{s:i,s:o,s:o,s:o}", "batch_size", b->batch_size,
+                                   "compute_input", duration_json(&b->compute_input),
+                                   "compute_infer", duration_json(&b->compute_infer),
+                                   "compute_output", duration_json(&b->compute_output)));
+        }
+        json_t *m = json_pack("{s:s,s:s,s:I,s:I,s:I,s:o,s:o}", "name", s->name, "version",
+                              version, "last_inference", (json_int_t)s->last_inference_ms,
+                              "inference_count", (json_int_t)s->inference_count,
+                              "execution_count", (json_int_t)s->execution_count,
+                              "inference_stats", inf, "batch_stats", batches);
+        if (!m || json_array_append_new(arr, m) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr ? json_pack("{s:o}", "model_stats", arr) : NULL;
+}
+
+/* Parses the optional JSON body of a POST; *root NULL for an empty body. false: answered. */
+static bool body_json(h2o_req_t *req, json_t **root) {
+    *root = NULL;
+    if (!req->entity.base || req->entity.len == 0) return true;
+    json_error_t jerr;
+    *root = json_loadb(req->entity.base, req->entity.len, 0, &jerr);
+    if (!*root) {
+        respond_errf(req, 400, "malformed JSON in the request body: %s (line %d, column %d)",
+                     jerr.text, jerr.line, jerr.column);
+        return false;
+    }
+    if (!json_is_object(*root)) {
+        json_decref(*root);
+        *root = NULL;
+        respond_error(req, 400, "the request body must be a JSON object");
+        return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Endpoints
+ * ---------------------------------------------------------------------------------------- */
+
+static bool server_ready(struct rtx_daemon *d) {
+    if (atomic_load(&d->draining)) return false;
+    return !d->serving || rtx_serving_ready(d->serving);
+}
+
+static void get_server_metadata(h2o_req_t *req) {
+    json_t *ext = json_pack("[s,s,s,s,s,s]", "model_repository", "model_configuration",
+                            "system_shared_memory", "binary_tensor_data", "statistics",
+                            "schedule_policy");
+    respond_json(req, 200,
+                 json_pack("{s:s,s:s,s:o}", "name", "rtxd", "version", RTX_VERSION,
+                           "extensions", ext));
+}
+
+/* A reference to model `name` version `version`, or an answer and NULL. */
+static struct rtx_model *model_get(struct rtx_http *h, h2o_req_t *req, const char *name,
+                                   int64_t version) {
+    struct rtx_err err = {0};
+    struct rtx_model *m = NULL;
+    if (!h->d->serving) {
+        respond_errf(req, 404, "unknown model '%s': no model repository is configured "
+                               "(models.repository)", name);
+        return NULL;
+    }
+    if (rtx_serving_model_get(h->d->serving, name, version, &m, &err) != 0) {
+        respond_err(req, &err);
+        return NULL;
+    }
+    return m;
+}
+
+static void get_model_metadata(struct rtx_http *h, h2o_req_t *req, const char *name,
+                               int64_t version) {
+    struct rtx_model *m = model_get(h, req, name, version);
+    if (!m) return;
+    const struct rtx_model_info *mi = rtx_model_info(m);
+    char v[32];
+    snprintf(v, sizeof v, "%" PRId64, mi->version);
+    json_t *in = json_array(), *out = json_array();
+    for (int i = 0; i < mi->n_inputs; i++)
+        json_array_append_new(in, io_json(&mi->inputs[i], mi->max_batch_size));
+    for (int i = 0; i < mi->n_outputs; i++)
+        json_array_append_new(out, io_json(&mi->outputs[i], mi->max_batch_size));
+    json_t *j = json_pack("{s:s,s:[s],s:s,s:o,s:o}", "name", mi->name, "versions", v,
+                          "platform", mi->platform, "inputs", in, "outputs", out);
+    rtx_model_unref(m);
+    respond_json(req, 200, j);
+}
+
+static void get_model_ready(struct rtx_http *h, h2o_req_t *req, const char *name,
+                            int64_t version) {
+    struct rtx_model *m = model_get(h, req, name, version);
+    if (!m) return;
+    rtx_model_unref(m);
+    respond(req, 200, NULL, NULL, 0, -1);
+}
+
+static void get_model_config(struct rtx_http *h, h2o_req_t *req, const char *name,
+                             int64_t version) {
+    struct rtx_model *m = model_get(h, req, name, version);
+    if (!m) return;
+    char *cfg = rtx_model_config_json(m);
+    rtx_model_unref(m);
+    if (!cfg) {
+        respond_error(req, 500, "out of memory");
+        return;
+    }
+    respond(req, 200, "application/json", cfg, strlen(cfg), -1);
+    rtx_free(cfg);
+}
+
+static void get_model_stats(struct rtx_http *h, h2o_req_t *req, const char *name,
+                            int64_t version) {
+    struct rtx_model_stats *st = NULL;
+    int n = 0;
+    struct rtx_err err = {0};
+    if (!h->d->serving) {
+        if (name) {
+            respond_errf(req, 404, "unknown model '%s': no model repository is configured",
+                         name);
+            return;
+        }
+        respond_json(req, 200, stats_json(NULL, 0));
+        return;
+    }
+    if (rtx_serving_stats(h->d->serving, name, version, &st, &n, &err) != 0) {
+        respond_err(req, &err);
+        return;
+    }
+    json_t *j = stats_json(st, n);
+    rtx_free(st);
+    respond_json(req, 200, j);
+}
+
+static void post_infer(struct rtx_http *h, h2o_req_t *req, const char *name, int64_t version) {
+    ssize_t ce = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_ENCODING, -1);
+    if (ce >= 0 && !h2o_lcstris(req->headers.entries[ce].value.base,
+                                req->headers.entries[ce].value.len, H2O_STRLIT("identity"))) {
+        respond_errf(req, 400, "Content-Encoding '%.*s' is not supported: send the body "
+                               "uncompressed",
+                     (int)req->headers.entries[ce].value.len, req->headers.entries[ce].value.base);
+        return;
+    }
+    int64_t header_len = -1;
+    ssize_t hi = h2o_find_header_by_str(&req->headers,
+                                        H2O_STRLIT("inference-header-content-length"), -1);
+    if (hi >= 0) {
+        const h2o_iovec_t *v = &req->headers.entries[hi].value;
+        char buf[32];
+        char *end = NULL;
+        if (v->len == 0 || v->len >= sizeof buf) goto bad_header;
+        memcpy(buf, v->base, v->len);
+        buf[v->len] = '\0';
+        long long x = strtoll(buf, &end, 10);
+        if (*end != '\0' || x < 0) goto bad_header;
+        header_len = x;
+    }
+    struct rtx_model *m = model_get(h, req, name, version);
+    if (!m) return;
+    struct rtx_err err = {0};
+    struct rtx_http_infer *q = NULL;
+    if (rtx__http_infer_parse(req->entity.base, req->entity.base ? req->entity.len : 0,
+                              header_len, h->d->shm, &q, &err) != 0) {
+        rtx_model_unref(m);
+        respond_err(req, &err);
+        return;
+    }
+    struct pending *p = pending_new(h, req, PENDING_INFER);
+    if (!p) {
+        rtx_model_unref(m);
+        rtx__http_infer_free(q);
+        respond_error(req, 500, "out of memory");
+        return;
+    }
+    p->q = q;
+    p->conn = conn_of(h, req);
+    if (p->conn && !uv_is_active((uv_handle_t *)&h->watch_timer))
+        uv_timer_start(&h->watch_timer, on_watch, WATCH_MS, WATCH_MS);
+    struct rtx_infer_request r = {
+        .model = m,
+        .id = q->id,
+        .n_inputs = q->n_inputs,
+        .inputs = q->inputs,
+        .n_outputs = q->n_outputs,
+        .outputs = q->output_names,
+        .deadline_ns = q->timeout_us > 0 ? now_ns() + q->timeout_us * 1000 : 0,
+        .priority = q->priority,
+        .cancel = &p->cancel,
+        .done = on_infer_done,
+        .ctx = p,
+    };
+    int rc = rtx_serving_infer(h->d->serving, &r, &err);
+    rtx_model_unref(m);
+    if (rc != 0) {
+        /* the callback will not run: answer now */
+        pending_error(p, rtx__http_status_from_err(rc), err.msg[0] ? err.msg : rtx_strerror(rc));
+        pending_finish(p);
+    }
+    return;
+bad_header:
+    respond_error(req, 400, "Inference-Header-Content-Length must be a non-negative integer");
+}
+
+/* --- repository --- */
+
+static void post_repository_index(struct rtx_http *h, h2o_req_t *req) {
+    json_t *body;
+    if (!body_json(req, &body)) return;
+    json_t *ready = body ? json_object_get(body, "ready") : NULL;
+    if (ready && !json_is_boolean(ready)) {
+        json_decref(body);
+        respond_error(req, 400, "\"ready\" must be true or false");
+        return;
+    }
+    bool ready_only = ready && json_is_true(ready);
+    json_decref(body);
+    json_t *arr = json_array();
+    if (!h->d->serving) {
+        respond_json(req, 200, arr);
+        return;
+    }
+    struct rtx_model_index_entry *idx = NULL;
+    int n = 0;
+    struct rtx_err err = {0};
+    if (rtx_serving_index(h->d->serving, ready_only, &idx, &n, &err) != 0) {
+        json_decref(arr);
+        respond_err(req, &err);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        json_t *e = json_pack("{s:s,s:s,s:s}", "name", idx[i].name, "state",
+                              rtx_model_state_name(idx[i].state), "reason", idx[i].reason);
+        if (e && idx[i].version > 0) {
+            char v[32];
+            snprintf(v, sizeof v, "%" PRId64, idx[i].version);
+            json_object_set_new(e, "version", json_string(v));
+        }
+        json_array_append_new(arr, e);
+    }
+    rtx_free(idx);
+    respond_json(req, 200, arr);
+}
+
+static void repo_work(uv_work_t *w) {
+    struct pending *p = w->data;
+    struct rtx_serving *s = p->h->d->serving;
+    if (p->kind == PENDING_LOAD)
+        p->rc = rtx_serving_load(s, p->model, p->config_json, &p->err);
+    else
+        p->rc = rtx_serving_unload(s, p->model, &p->err);
+}
+
+static void repo_after(uv_work_t *w, int status) {
+    struct pending *p = w->data;
+    struct rtx_http *h = p->h;
+    if (status != 0)
+        pending_error(p, 500, "the operation was canceled");
+    else if (p->rc != 0)
+        pending_error(p, rtx__http_status_from_err(p->rc),
+                      p->err.msg[0] ? p->err.msg : rtx_strerror(p->rc));
+    else
+        p->status = 200;
+    pending_finish(p);
+    check_progress(h);
+}
+
+static void post_repository_model(struct rtx_http *h, h2o_req_t *req, const char *name,
+                                  bool load) {
+    if (!h->d->serving) {
+        respond_errf(req, 400, "cannot %s '%s': no model repository is configured "
+                               "(models.repository)", load ? "load" : "unload", name);
+        return;
+    }
+    json_t *body;
+    if (!body_json(req, &body)) return;
+    const char *config = NULL;
+    json_t *params = body ? json_object_get(body, "parameters") : NULL;
+    if (params) {
+        if (!json_is_object(params)) {
+            json_decref(body);
+            respond_error(req, 400, "\"parameters\" must be an object");
+            return;
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach(params, key, v) {
+            if (strncmp(key, "file:", 5) == 0) {
+                respond_errf(req, 400, "load parameter '%s': model files in the request are "
+                                       "not supported; put them in the repository", key);
+                json_decref(body);
+                return;
+            }
+            if (strcmp(key, "config") == 0) {
+                if (!load || !json_is_string(v)) {
+                    json_decref(body);
+                    respond_error(req, 400, load ? "parameter \"config\" must be a string "
+                                                   "holding the model's config JSON"
+                                                 : "parameter \"config\" is for load only");
+                    return;
+                }
+                config = json_string_value(v);
+            }
+        }
+    }
+    struct pending *p = pending_new(h, req, load ? PENDING_LOAD : PENDING_UNLOAD);
+    if (p) {
+        p->model = rtx_strdup(name);
+        p->config_json = config ? rtx_strdup(config) : NULL;
+    }
+    json_decref(body);
+    if (!p || !p->model || (config && !p->config_json)) {
+        if (p) {
+            p->status = 500;
+            pending_finish(p); /* answers 500 with an empty body */
+        } else {
+            respond_error(req, 500, "out of memory");
+        }
+        return;
+    }
+    p->work.data = p;
+    int rc = uv_queue_work(h->loop, &p->work, repo_work, repo_after);
+    if (rc != 0) {
+        pending_error(p, 500, uv_strerror(rc));
+        pending_finish(p);
+    }
+}
+
+/* --- shared memory --- */
+
+static void get_shm_status(struct rtx_http *h, h2o_req_t *req, const char *region) {
+    struct rtx_shm_status *st = NULL;
+    int n = 0;
+    struct rtx_err err = {0};
+    if (rtx_shm_list(h->d->shm, region, &st, &n, &err) != 0) {
+        respond_err(req, &err);
+        return;
+    }
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(arr, json_pack("{s:s,s:s,s:I,s:I}", "name", st[i].name, "key",
+                                             st[i].key, "offset", (json_int_t)st[i].offset,
+                                             "byte_size", (json_int_t)st[i].byte_size));
+    rtx_free(st);
+    respond_json(req, 200, arr);
+}
+
+static void post_shm_register(struct rtx_http *h, h2o_req_t *req, const char *region) {
+    json_t *body;
+    if (!body_json(req, &body)) return;
+    json_t *key = body ? json_object_get(body, "key") : NULL;
+    json_t *off = body ? json_object_get(body, "offset") : NULL;
+    json_t *size = body ? json_object_get(body, "byte_size") : NULL;
+    if (!json_is_string(key) || (off && (!json_is_integer(off) || json_integer_value(off) < 0)) ||
+        !json_is_integer(size) || json_integer_value(size) <= 0) {
+        json_decref(body);
+        respond_errf(req, 400, "register '%s': the body must be {\"key\": string, \"offset\": "
+                               "integer >= 0, \"byte_size\": integer > 0}", region);
+        return;
+    }
+    struct rtx_err err = {0};
+    int rc = rtx_shm_register(h->d->shm, region, json_string_value(key),
+                              off ? (uint64_t)json_integer_value(off) : 0,
+                              (uint64_t)json_integer_value(size), &err);
+    json_decref(body);
+    if (rc != 0) {
+        /* a key that cannot be opened or mapped is the client's mistake, as in Triton */
+        respond_error(req, rc == RTX_EIO ? 400 : rtx__http_status_from_err(rc), err.msg);
+        return;
+    }
+    respond(req, 200, NULL, NULL, 0, -1);
+}
+
+static void post_shm_unregister(struct rtx_http *h, h2o_req_t *req, const char *region) {
+    struct rtx_err err = {0};
+    if (rtx_shm_unregister(h->d->shm, region, &err) != 0) {
+        respond_err(req, &err);
+        return;
+    }
+    respond(req, 200, NULL, NULL, 0, -1);
+}
+
+static void get_metrics(struct rtx_http *h, h2o_req_t *req) {
+    char *text = NULL;
+    size_t len = 0;
+    struct rtx_err err = {0};
+    if (rtx_metrics_render(h->d, &text, &len, &err) != 0) {
+        respond_err(req, &err);
+        return;
+    }
+    respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, -1);
+    rtx_free(text);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Routing
+ * ---------------------------------------------------------------------------------------- */
+
+struct route {
+    int n;
+    char seg[MAX_SEGMENTS][160];
+};
+
+/* Splits the normalized path into segments; false when too many or too long. */
+static bool split_path(const h2o_iovec_t *path, struct route *r) {
+    r->n = 0;
+    size_t i = 0;
+    while (i < path->len) {
+        while (i < path->len && path->base[i] == '/')
+            i++;
+        if (i == path->len) break;
+        size_t j = i;
+        while (j < path->len && path->base[j] != '/')
+            j++;
+        if (r->n == MAX_SEGMENTS || j - i >= sizeof r->seg[0]) return false;
+        memcpy(r->seg[r->n], path->base + i, j - i);
+        r->seg[r->n][j - i] = '\0';
+        r->n++;
+        i = j;
+    }
+    return true;
+}
+
+static bool seg_is(const struct route *r, int i, const char *s) {
+    return i < r->n && strcmp(r->seg[i], s) == 0;
+}
+
+/* Whether the method is `want`; else answers 405 and returns false. */
+static bool method_is(h2o_req_t *req, const char *want) {
+    size_t n = strlen(want);
+    if (req->method.len == n && memcmp(req->method.base, want, n) == 0) return true;
+    if (strcmp(want, "GET") == 0 && h2o_memis(req->method.base, req->method.len,
+                                              H2O_STRLIT("HEAD")))
+        return true;
+    respond_errf(req, 405, "%.*s is not allowed on %.*s; use %s", (int)req->method.len,
+                 req->method.base, (int)req->path_normalized.len, req->path_normalized.base,
+                 want);
+    return false;
+}
+
+static bool parse_version(h2o_req_t *req, const char *s, int64_t *out) {
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v <= 0) {
+        respond_errf(req, 400, "model version '%s' is not a positive integer", s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static void not_found(h2o_req_t *req) {
+    respond_errf(req, 404, "no such endpoint: %.*s %.*s", (int)req->method.len, req->method.base,
+                 (int)req->path_normalized.len, req->path_normalized.base);
+}
+
+/* /v2/models/{m}[/versions/{v}][/action] */
+static void route_model(struct rtx_http *h, h2o_req_t *req, const struct route *r) {
+    const char *name = r->seg[2];
+    int64_t version = 0;
+    int at = 3;
+    if (seg_is(r, 3, "versions")) {
+        if (r->n < 5) return not_found(req);
+        if (!parse_version(req, r->seg[4], &version)) return;
+        at = 5;
+    }
+    if (r->n == at) {
+        if (method_is(req, "GET")) get_model_metadata(h, req, name, version);
+        return;
+    }
+    if (r->n != at + 1) return not_found(req);
+    const char *action = r->seg[at];
+    if (strcmp(action, "ready") == 0) {
+        if (method_is(req, "GET")) get_model_ready(h, req, name, version);
+    } else if (strcmp(action, "config") == 0) {
+        if (method_is(req, "GET")) get_model_config(h, req, name, version);
+    } else if (strcmp(action, "stats") == 0) {
+        if (method_is(req, "GET")) get_model_stats(h, req, name, version);
+    } else if (strcmp(action, "infer") == 0) {
+        if (method_is(req, "POST")) post_infer(h, req, name, version);
+    } else {
+        not_found(req);
+    }
+}
+
+static void route_shm(struct rtx_http *h, h2o_req_t *req, const struct route *r) {
+    if (r->n == 3 && seg_is(r, 2, "status")) {
+        if (method_is(req, "GET")) get_shm_status(h, req, NULL);
+    } else if (r->n == 3 && seg_is(r, 2, "unregister")) {
+        if (method_is(req, "POST")) post_shm_unregister(h, req, NULL);
+    } else if (r->n == 5 && seg_is(r, 2, "region")) {
+        const char *region = r->seg[3];
+        if (seg_is(r, 4, "status")) {
+            if (method_is(req, "GET")) get_shm_status(h, req, region);
+        } else if (seg_is(r, 4, "register")) {
+            if (method_is(req, "POST")) post_shm_register(h, req, region);
+        } else if (seg_is(r, 4, "unregister")) {
+            if (method_is(req, "POST")) post_shm_unregister(h, req, region);
+        } else {
+            not_found(req);
+        }
+    } else {
+        not_found(req);
+    }
+}
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req) {
+    struct rtx_http *h = ((struct handler *)self)->h;
+    struct route r;
+    if (!split_path(&req->path_normalized, &r)) {
+        not_found(req);
+        return 0;
+    }
+    if (r.n == 1 && seg_is(&r, 0, "metrics")) {
+        if (method_is(req, "GET")) get_metrics(h, req);
+        return 0;
+    }
+    if (!seg_is(&r, 0, "v2")) {
+        not_found(req);
+        return 0;
+    }
+    if (r.n == 1) {
+        if (method_is(req, "GET")) get_server_metadata(req);
+    } else if (r.n == 3 && seg_is(&r, 1, "health") && seg_is(&r, 2, "live")) {
+        if (method_is(req, "GET")) respond(req, 200, NULL, NULL, 0, -1);
+    } else if (r.n == 3 && seg_is(&r, 1, "health") && seg_is(&r, 2, "ready")) {
+        if (!method_is(req, "GET")) return 0;
+        if (server_ready(h->d))
+            respond(req, 200, NULL, NULL, 0, -1);
+        else
+            respond_error(req, 503, atomic_load(&h->d->draining)
+                                        ? "rtxd is shutting down"
+                                        : "rtxd is not ready: a model loaded at start is not "
+                                          "READY (see POST /v2/repository/index)");
+    } else if (r.n == 3 && seg_is(&r, 1, "models") && seg_is(&r, 2, "stats")) {
+        if (method_is(req, "GET")) get_model_stats(h, req, NULL, 0);
+    } else if (r.n >= 3 && seg_is(&r, 1, "models")) {
+        route_model(h, req, &r);
+    } else if (r.n == 3 && seg_is(&r, 1, "repository") && seg_is(&r, 2, "index")) {
+        if (method_is(req, "POST")) post_repository_index(h, req);
+    } else if (r.n == 5 && seg_is(&r, 1, "repository") && seg_is(&r, 2, "models") &&
+               (seg_is(&r, 4, "load") || seg_is(&r, 4, "unload"))) {
+        if (method_is(req, "POST")) post_repository_model(h, req, r.seg[3], seg_is(&r, 4, "load"));
+    } else if (seg_is(&r, 1, "systemsharedmemory")) {
+        route_shm(h, req, &r);
+    } else if (seg_is(&r, 1, "cudasharedmemory")) {
+        respond_error(req, 400, "CUDA shared memory is not supported by rtxd; register a "
+                                "system shared-memory region (/v2/systemsharedmemory) instead");
+    } else {
+        not_found(req);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Connections
+ * ---------------------------------------------------------------------------------------- */
+
+static void on_conn_closed(uv_handle_t *hd) {
+    struct conn *c = (struct conn *)hd;
+    struct rtx_http *h = c->h;
+    for (struct pending *p = h->inflight; p; p = p->next)
+        if (p->conn == c) {
+            p->conn = NULL;
+            p->cancel = 1;
+        }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        h->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    h->n_conns--;
+    rtx_free(c);
+    check_progress(h);
+}
+
+static void on_unaccepted_closed(uv_handle_t *hd) {
+    rtx_free(hd);
+}
+
+static void on_accept(uv_stream_t *listener, int status) {
+    struct rtx_http *h = listener->data;
+    if (status != 0 || h->phase != PHASE_RUNNING) return;
+    struct conn *c = rtx_calloc(1, sizeof *c);
+    if (!c) return;
+    uv_tcp_init(h->loop, &c->tcp);
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+        uv_close((uv_handle_t *)&c->tcp, on_unaccepted_closed);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    c->peer_len = sizeof c->peer;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &c->peer_len) != 0)
+        c->peer_len = 0;
+    c->h = h;
+    c->next = h->conns;
+    if (h->conns) h->conns->prev = c;
+    h->conns = c;
+    h->n_conns++;
+    h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, on_conn_closed);
+    h2o_accept(&h->accept_ctx, sock);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Shutdown
+ * ---------------------------------------------------------------------------------------- */
+
+/* Close callback of the server's own handles (listener, async, timers; data = the server).
+ * The last one after PHASE_DONE tells rtx_http_shutdown that the loop is done with us. */
+static void on_handle_closed(uv_handle_t *hd) {
+    struct rtx_http *h = hd->data;
+    if (--h->n_closing > 0 || h->phase != PHASE_DONE) return;
+    pthread_mutex_lock(&h->mu);
+    h->finished = true;
+    pthread_cond_broadcast(&h->finished_cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void close_handle(struct rtx_http *h, void *handle) {
+    h->n_closing++;
+    uv_close(handle, on_handle_closed);
+}
+
+static void shut_conns(struct rtx_http *h, int how) {
+    for (struct conn *c = h->conns; c; c = c->next) {
+        uv_os_fd_t fd;
+        if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0) shutdown(fd, how);
+    }
+}
+
+static void on_grace(uv_timer_t *t) {
+    struct rtx_http *h = t->data;
+    for (struct pending *p = h->inflight; p; p = p->next)
+        p->cancel = 1;
+}
+
+static void on_linger(uv_timer_t *t) {
+    shut_conns(t->data, SHUT_RDWR);
+}
+
+static void begin_shutdown(struct rtx_http *h, int grace_ms) {
+    h->phase = PHASE_DRAINING;
+    close_handle(h, &h->listener);
+    h2o_context_request_shutdown(&h->ctx);
+    if (grace_ms <= 0)
+        on_grace(&h->grace_timer);
+    else
+        uv_timer_start(&h->grace_timer, on_grace, (uint64_t)grace_ms, 0);
+}
+
+/* Advances the shutdown as far as the pendings and connections allow. */
+static void check_progress(struct rtx_http *h) {
+    if (h->phase == PHASE_DRAINING && h->n_inflight == 0) {
+        h->phase = PHASE_CLOSING;
+        uv_timer_stop(&h->grace_timer);
+        shut_conns(h, SHUT_RD);
+        uv_timer_start(&h->linger_timer, on_linger, LINGER_MS, 0);
+    }
+    if (h->phase == PHASE_CLOSING && h->n_conns == 0) {
+        h->phase = PHASE_DONE;
+        uv_timer_stop(&h->linger_timer);
+        /* h2o_context_request_shutdown armed HTTP/2's straggler timer; nothing is left */
+        if (h2o_timeout_is_linked(&h->ctx.http2._graceful_shutdown_timeout))
+            h2o_timeout_unlink(&h->ctx.http2._graceful_shutdown_timeout);
+        h2o_context_dispose(&h->ctx);
+        pthread_mutex_lock(&h->mu);
+        h->wake_closed = true;
+        close_handle(h, &h->wake);
+        pthread_mutex_unlock(&h->mu);
+        close_handle(h, &h->grace_timer);
+        close_handle(h, &h->linger_timer);
+        close_handle(h, &h->watch_timer);
+    }
+}
+
+/* h2o keeps per-thread free lists of memory it recycles (socket buffers, up to 16 memory-pool
+ * chunks) and never releases them; once this thread ends they would be lost (LeakSanitizer
+ * reports them). Called on the loop thread after the last h2o object is gone: socket buffers
+ * are taken off their (public) prototype's list; pool chunks, whose list is private to h2o,
+ * are drawn into a pool of our own by allocations of a quarter chunk (h2o 2.2's largest
+ * in-chunk size is under a quarter: 4 allocations per chunk, 16 chunks) and freed from its
+ * chunk list, whose `next` link is each chunk's first member in every h2o release. */
+struct pool_chunk {
+    struct pool_chunk *next;
+};
+
+static void h2o_thread_caches_release(void) {
+    h2o_mem_recycle_t *a = &h2o_socket_buffer_prototype.allocator;
+    while (a->cnt > 0)
+        free(h2o_mem_alloc_recycle(a, 1));
+    h2o_mem_pool_t pool;
+    h2o_mem_init_pool(&pool);
+    for (int i = 0; i < 16 * 4; i++)
+        h2o_mem_alloc_pool(&pool, 1000);
+    struct pool_chunk *c = (struct pool_chunk *)pool.chunks;
+    while (c) {
+        struct pool_chunk *next = c->next;
+        free(c);
+        c = next;
+    }
+    pool.chunks = NULL;
+    h2o_mem_clear_pool(&pool); /* anything allocated outside the chunks */
+}
+
+static void loop_thread(void *arg) {
+    struct rtx_http *h = arg;
+    uv_run(h->loop, UV_RUN_DEFAULT);
+    h2o_thread_caches_release();
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Start and stop
+ * ---------------------------------------------------------------------------------------- */
+
+/* "host:port" or "[v6]:port" into addr. */
+static int parse_listen(const char *listen, struct sockaddr_storage *addr, struct rtx_err *err) {
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    if (!colon || colon == listen || !colon[1])
+        return rtx_err_set(err, RTX_EINVAL, "http.listen '%s': expected host:port", listen);
+    size_t hl = (size_t)(colon - listen);
+    if (hl >= sizeof host)
+        return rtx_err_set(err, RTX_EINVAL, "http.listen '%s': host too long", listen);
+    memcpy(host, listen, hl);
+    host[hl] = '\0';
+    char *end = NULL;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || port < 0 || port > 65535)
+        return rtx_err_set(err, RTX_EINVAL, "http.listen '%s': bad port '%s'", listen,
+                           colon + 1);
+    if (strcmp(host, "localhost") == 0) snprintf(host, sizeof host, "127.0.0.1");
+    if (host[0] == '[' && hl >= 2 && host[hl - 1] == ']') {
+        host[hl - 1] = '\0';
+        if (uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)addr) == 0) return 0;
+    } else if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)addr) == 0) {
+        return 0;
+    }
+    return rtx_err_set(err, RTX_EINVAL,
+                       "http.listen '%s': '%s' is not a numeric IPv4 address or [IPv6] address",
+                       listen, host);
+}
+
+static void server_free(struct rtx_http *h) {
+    h2o_config_dispose(&h->config);
+    pthread_cond_destroy(&h->finished_cv);
+    pthread_mutex_destroy(&h->mu);
+    rtx_free(h);
+}
+
+/* Undoes a start that failed after the handles were initialized (the loop does not run
+ * yet): closes them and lets their callbacks run (an own loop runs dry and is closed; the
+ * caller's loop turns without waiting until they have run). */
+static void start_undo(struct rtx_http *h) {
+    h2o_context_dispose(&h->ctx);
+    close_handle(h, &h->listener);
+    close_handle(h, &h->wake);
+    close_handle(h, &h->grace_timer);
+    close_handle(h, &h->linger_timer);
+    close_handle(h, &h->watch_timer);
+    if (h->own_thread) {
+        uv_run(h->loop, UV_RUN_DEFAULT);
+        uv_loop_close(h->loop);
+    } else {
+        while (h->n_closing > 0)
+            uv_run(h->loop, UV_RUN_NOWAIT);
+    }
+    server_free(h);
+}
+
+int rtx_http_start(const struct rtx_http_options *opt, struct rtx_http **out, int *bound_port,
+                   struct rtx_err *err) {
+    *out = NULL;
+    if (!opt || !opt->listen || !opt->daemon || opt->max_body_bytes <= 0)
+        return rtx_err_set(err, RTX_EINVAL, "rtx_http_start: listen, daemon and a positive "
+                                            "max_body_bytes are required");
+    struct sockaddr_storage addr;
+    memset(&addr, 0, sizeof addr);
+    int rc = parse_listen(opt->listen, &addr, err);
+    if (rc) return rc;
+    struct rtx_http *h = rtx_calloc(1, sizeof *h);
+    if (!h) return rtx_err_set(err, RTX_ENOMEM, "out of memory");
+    h->d = opt->daemon;
+    h->own_thread = opt->loop == NULL;
+    h->loop = h->own_thread ? &h->own_loop : opt->loop;
+    if (h->own_thread && (rc = uv_loop_init(h->loop)) != 0) {
+        rtx_free(h);
+        return rtx_err_set(err, RTX_EIO, "http: uv_loop_init: %s", uv_strerror(rc));
+    }
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->finished_cv, NULL);
+    h2o_config_init(&h->config);
+    h->config.max_request_entity_size = (size_t)opt->max_body_bytes;
+    h->config.server_name = h2o_iovec_init(H2O_STRLIT("rtxd"));
+    h2o_hostconf_t *host =
+        h2o_config_register_host(&h->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
+    struct handler *hd = (struct handler *)h2o_create_handler(path, sizeof *hd);
+    hd->super.on_req = on_req;
+    hd->h = h;
+    struct body_limit_filter *bl =
+        (struct body_limit_filter *)h2o_create_filter(&host->fallback_path, sizeof *bl);
+    bl->super.on_setup_ostream = body_limit_setup;
+    bl->max_body_bytes = opt->max_body_bytes;
+    h2o_context_init(&h->ctx, h->loop, &h->config);
+    h->accept_ctx.ctx = &h->ctx;
+    h->accept_ctx.hosts = h->config.hosts;
+
+    uv_async_init(h->loop, &h->wake, on_wake);
+    h->wake.data = h;
+    uv_timer_init(h->loop, &h->grace_timer);
+    h->grace_timer.data = h;
+    uv_timer_init(h->loop, &h->linger_timer);
+    h->linger_timer.data = h;
+    uv_timer_init(h->loop, &h->watch_timer);
+    h->watch_timer.data = h;
+    uv_tcp_init(h->loop, &h->listener);
+    h->listener.data = h;
+    rc = uv_tcp_bind(&h->listener, (const struct sockaddr *)&addr, 0);
+    if (rc == 0) rc = uv_listen((uv_stream_t *)&h->listener, 256, on_accept);
+    if (rc != 0) {
+        rtx_err_set(err, RTX_EIO, "http: cannot listen on %s: %s", opt->listen,
+                    uv_strerror(rc));
+        start_undo(h);
+        return RTX_EIO;
+    }
+    struct sockaddr_storage bound;
+    int blen = sizeof bound;
+    memset(&bound, 0, sizeof bound);
+    uv_tcp_getsockname(&h->listener, (struct sockaddr *)&bound, &blen);
+    int port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
+                                           : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    if (h->own_thread && (rc = uv_thread_create(&h->thread, loop_thread, h)) != 0) {
+        rtx_err_set(err, RTX_EIO, "http: cannot start the loop thread: %s", uv_strerror(rc));
+        start_undo(h);
+        return RTX_EIO;
+    }
+    if (bound_port) *bound_port = port;
+    *out = h;
+    return 0;
+}
+
+void rtx_http_shutdown(struct rtx_http *h, int grace_ms) {
+    if (!h || h->shut) return;
+    pthread_mutex_lock(&h->mu);
+    if (!h->stop_requested) {
+        h->stop_requested = true;
+        h->grace_ms = grace_ms;
+    }
+    if (!h->wake_closed) uv_async_send(&h->wake);
+    while (!h->finished)
+        pthread_cond_wait(&h->finished_cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+    if (h->own_thread) {
+        uv_thread_join(&h->thread);
+        int rc = uv_loop_close(h->loop);
+        if (rc != 0)
+            rtx_log(RTX_LOG_ERROR, "http: uv_loop_close", "error", uv_strerror(rc), NULL);
+    }
+    h->shut = true;
+}
+
+void rtx_http_free(struct rtx_http *h) {
+    if (!h) return;
+    rtx_http_shutdown(h, 0);
+    server_free(h);
+}

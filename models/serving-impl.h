@@ -1,0 +1,180 @@
+/*
+ * serving-impl.h - internals of the models module, shared by its files and included by
+ * nothing outside models/ (and the module's unit tests): safetensors weights
+ * (safetensors.c), config.json parsing and the model config's JSON form (model-config.c),
+ * loaded model versions with their instances, queue and batcher (model.c), and the
+ * repository that holds them (serving.c).
+ *
+ * DESIGN
+ * A model version (struct rtx_model) owns its graph (weights bound as initializers over the
+ * memory-mapped safetensors file), its instances (a backend, a bounded plan cache and a worker
+ * thread each), its request queue and a pointer to its statistics record. The statistics
+ * record belongs to the repository (struct rtx_serving), keyed by (name, version), so the
+ * figures of a version survive its unload and continue across a reload of the same version.
+ * The repository holds one "registry" reference per loaded version; unloading stops the
+ * version's workers (queued requests run first), joins them, frees the instances, and drops
+ * that reference; the graph and weights go with the last reference.
+ */
+#ifndef RTX_MODELS_SERVING_IMPL_H
+#define RTX_MODELS_SERVING_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "models/serving.h"
+
+/* ------------------------------------------------------------------------------------------
+ * Safetensors (safetensors.c)
+ * ---------------------------------------------------------------------------------------- */
+
+#define RTX__ST_MAX_HEADER ((uint64_t)100 << 20) /* bytes: largest JSON header accepted */
+
+struct rtx__st_entry {
+    char *name;
+    enum rtx_dtype dtype;
+    int ndim;
+    int64_t dims[RTX_MAX_DIMS];
+    uint64_t begin, end; /* bytes, relative to the data section */
+};
+
+/* A safetensors file mapped read-only into memory; reference counted (the owner holds one,
+ * every tensor made by rtx__st_tensor holds one), unmapped with the last reference. */
+struct rtx__safetensors {
+    atomic_int refs;
+    char *path;
+    void *map;             /* the whole file; NULL for an empty mapping */
+    size_t map_bytes;      /* bytes */
+    const uint8_t *data;   /* the data section (after the 8-byte length and the header) */
+    uint64_t data_bytes;   /* bytes */
+    int n;
+    struct rtx__st_entry *entries; /* sorted by begin offset */
+};
+
+/* Parses a safetensors file held in memory (data, len bytes): the 8-byte little-endian header
+ * length, the JSON header (an object of tensors {dtype, shape, data_offsets} and an optional
+ * "__metadata__" object of strings) and the data section. Checks every dtype (F32, F16, BF16,
+ * I8, I32, I64, U8, BOOL), shape, offset range, size (numel * dtype size), alignment (each
+ * tensor starts at a multiple of its element size from the start of the file), overlap and
+ * holes (the tensors must tile the data section exactly), and duplicate names. `what` names
+ * the file in messages. RTX_EFORMAT for a malformed file (the message says the problem),
+ * RTX_EUNSUPPORTED for a dtype rtxd lacks, RTX_ENOMEM. On success *entries (rtx_malloc'ed,
+ * sorted by offset; free with rtx__st_entries_free) and *n are set, and *data_off is the file
+ * offset of the data section. */
+int rtx__st_parse(const void *data, size_t len, const char *what, struct rtx__st_entry **entries,
+                  int *n, uint64_t *data_off, struct rtx_err *err);
+void rtx__st_entries_free(struct rtx__st_entry *e, int n);
+
+/* Opens and maps path and parses it (rtx__st_parse). RTX_EIO naming the file when it cannot
+ * be opened or mapped. *out holds one reference. */
+int rtx__st_open(const char *path, struct rtx__safetensors **out, struct rtx_err *err);
+void rtx__st_unref(struct rtx__safetensors *st); /* NULL: no-op */
+/* Index of the tensor with this name, or -1. */
+int rtx__st_find(const struct rtx__safetensors *st, const char *name);
+/* A tensor over the mapped bytes of entry i (no copy; it holds a reference to st). */
+int rtx__st_tensor(struct rtx__safetensors *st, int i, struct rtx_tensor **out,
+                   struct rtx_err *err);
+
+/* ------------------------------------------------------------------------------------------
+ * config.json (model-config.c)
+ * ---------------------------------------------------------------------------------------- */
+
+#define RTX__MAX_VERSIONS 64 /* versions of one model listed or loaded at once */
+#define RTX__MAX_GROUPS 16   /* instance groups of one model */
+#define RTX__MAX_GROUP_GPUS 16
+
+enum rtx__version_policy { RTX__POLICY_LATEST, RTX__POLICY_ALL, RTX__POLICY_SPECIFIC };
+
+enum rtx__instance_kind { RTX__KIND_AUTO, RTX__KIND_CPU, RTX__KIND_GPU };
+
+struct rtx__instance_group {
+    int count;                     /* instances per device (GPU) or in all (CPU) */
+    enum rtx__instance_kind kind;
+    int n_gpus;                    /* 0: every GPU */
+    int gpus[RTX__MAX_GROUP_GPUS]; /* CUDA device indices */
+};
+
+/* A parsed config.json. info.version is 0 and info.instances / instance_kind are filled from
+ * the groups as written (the loader corrects them for the devices found). */
+struct rtx__model_config {
+    struct rtx_model_info info;
+    enum rtx__version_policy policy;
+    int latest_n;                  /* LATEST: how many of the newest versions */
+    int n_versions;                /* SPECIFIC */
+    int64_t versions[RTX__MAX_VERSIONS];
+    int n_groups;
+    struct rtx__instance_group groups[RTX__MAX_GROUPS];
+};
+
+/* Parses config.json text (Triton's JSON model config; see docs/serving.md) for the model
+ * whose directory is `dir_name`. Unknown fields are ignored; a field of the wrong type, a
+ * missing required field or a bad value gives RTX_EFORMAT naming `what` (the file) and the
+ * field ("input[1].dims[0]: expected an integer"); a datatype rtxd lacks RTX_EUNSUPPORTED. */
+int rtx__model_config_parse(const char *json, size_t len, const char *dir_name, const char *what,
+                            struct rtx__model_config *out, struct rtx_err *err);
+/* The config in Triton's JSON form (GET /v2/models/{m}/config); rtx_malloc'ed, NULL on OOM. */
+char *rtx__model_config_dump(const struct rtx__model_config *c);
+/* "TYPE_FP32" ... for a dtype, and back (RTX_EUNSUPPORTED naming a Triton type rtxd lacks,
+ * RTX_EFORMAT for a name that is no Triton type). */
+const char *rtx__config_dtype_name(enum rtx_dtype dt);
+int rtx__config_dtype_from_name(const char *name, enum rtx_dtype *out, struct rtx_err *err);
+
+/* ------------------------------------------------------------------------------------------
+ * Statistics records (serving.c)
+ * ---------------------------------------------------------------------------------------- */
+
+struct rtx__stats_rec {
+    pthread_mutex_t mu;
+    struct rtx_model_stats st;     /* pending is kept by the model, filled on copy */
+    bool used;                     /* a version with these figures became READY (under the
+                                    * repository's lock); records of failed loads stay hidden */
+    struct rtx__stats_rec *next;
+};
+
+/* ------------------------------------------------------------------------------------------
+ * Model versions (model.c)
+ * ---------------------------------------------------------------------------------------- */
+
+#define RTX__PLAN_CACHE 8 /* plans cached per instance (per input shape), LRU */
+
+struct rtx__model_load_opts {
+    const char *dir;               /* the version directory: DIR/model.rtxg, model.safetensors */
+    const struct rtx__model_config *cfg;
+    int64_t version;
+    const struct rtx_limits *limits;
+    int cpu_threads;
+    const struct rtx_cuda_devices *gpus;
+    int64_t max_queue;
+    struct rtx__stats_rec *stats;  /* owned by the repository; outlives the model */
+};
+
+/* Loads one version: graph, weights (bound to the graph's weight inputs), checks against the
+ * config, instances with their backends, a warm-up run per instance, and starts the workers.
+ * *out holds one reference (the repository's). Errors name the file and the problem. */
+int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out,
+                    struct rtx_err *err);
+/* Stops a version: new requests are refused; with `fail_queued` queued requests fail with
+ * RTX_EUNAVAILABLE ("server shutting down"), otherwise they run first; waits for running
+ * batches, joins the workers and frees the instances (backends, plans). Idempotent. Callable
+ * only by the holder of the repository's reference, never from a callback. */
+void rtx__model_stop(struct rtx_model *m, bool fail_queued);
+struct rtx_model *rtx__model_ref(struct rtx_model *m);
+/* Adds the bytes the version holds: on the host its mapped weights and the graph file's
+ * initializers; per device (index < n_devices) what its instances' CUDA pools reserve. */
+void rtx__model_memory(struct rtx_model *m, int64_t *host_bytes, int n_devices,
+                       int64_t *device_bytes);
+/* Requests queued or running now. */
+int64_t rtx__model_pending(struct rtx_model *m);
+/* Whether the version still accepts requests. */
+bool rtx__model_serving(struct rtx_model *m);
+const struct rtx__model_config *rtx__model_config(const struct rtx_model *m);
+/* Counts a request refused before queuing (bad input, queue full) in the statistics. */
+void rtx__stats_reject(struct rtx__stats_rec *r);
+
+/* Monotonic and wall clocks, nanoseconds / unix milliseconds. */
+int64_t rtx__now_ns(void);
+int64_t rtx__unix_ms(void);
+
+#endif /* RTX_MODELS_SERVING_IMPL_H */

@@ -1,0 +1,891 @@
+/*
+ * serving.c - the model repository (models/serving.h): scanning the directory, version
+ * policies, load / unload / reload, the poll thread, the model index, statistics and memory.
+ *
+ * DESIGN
+ * An entry per model name holds its READY versions (the repository's references), its state
+ * and, for the poller, a signature of its files. Two locks: `mu` guards the entries and the
+ * statistics list and is held only for short lookups and swaps, never while loading, so
+ * inference keeps flowing during a load; `op_mu` serializes the slow operations (load,
+ * unload, a poll pass, stop) against each other. A reload loads the new versions completely
+ * (warm-up included) before it swaps them in under `mu`; only then are the old versions
+ * stopped (their queued requests still run) and released, so a failed reload leaves the old
+ * versions serving and a successful one never refuses a request in between.
+ * The poll signature hashes the size, modification time and inode of config.json and of
+ * every version directory's model.rtxg and model.safetensors, and the list of version
+ * directories: any change reloads the model; a model directory that disappears is unloaded.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "daemon/log.h"
+#include "models/serving-impl.h"
+
+struct entry {
+    char name[128];
+    enum rtx_model_state state;
+    char reason[256];
+    int n_ready;
+    struct rtx_model *ready[RTX__MAX_VERSIONS]; /* ascending versions; one reference each */
+    int64_t failed_version;
+    uint64_t sig;     /* poll signature at the last load attempt; 0: none */
+    bool at_start;    /* loaded at start: counts for rtx_serving_ready */
+};
+
+struct rtx_serving {
+    char *repo;
+    enum rtx_model_control control;
+    int poll_ms;
+    struct rtx_limits limits;
+    int cpu_threads;
+    const struct rtx_cuda_devices *gpus;
+    int64_t max_queue;
+
+    pthread_mutex_t op_mu; /* one load / unload / poll pass / stop at a time */
+    pthread_mutex_t mu;    /* guards the fields below */
+    pthread_cond_t poll_cv;
+    int n_entries, cap_entries;
+    struct entry **entries; /* sorted by name */
+    struct rtx__stats_rec *stats; /* sorted by (name, version) */
+    bool stopping;
+    bool poll_started;
+    pthread_t poller;
+};
+
+static const char *const control_names[RTX_MODEL_CONTROL_COUNT] = {"none", "explicit", "poll"};
+static const char *const state_names[RTX_MODEL_STATE_COUNT] = {
+    "UNKNOWN", "LOADING", "READY", "UNLOADING", "UNAVAILABLE"};
+static const char *const failure_names[RTX_INFER_FAIL_COUNT] = {
+    "REJECTED", "CANCELED", "EXPIRED", "BACKEND", "OTHER"};
+_Static_assert(sizeof control_names / sizeof control_names[0] == RTX_MODEL_CONTROL_COUNT,
+               "control names");
+_Static_assert(sizeof state_names / sizeof state_names[0] == RTX_MODEL_STATE_COUNT,
+               "state names");
+_Static_assert(sizeof failure_names / sizeof failure_names[0] == RTX_INFER_FAIL_COUNT,
+               "failure names");
+
+const char *rtx_model_control_name(enum rtx_model_control c) {
+    return (unsigned)c < RTX_MODEL_CONTROL_COUNT ? control_names[c] : "?";
+}
+
+int rtx_model_control_from_name(const char *name, enum rtx_model_control *out) {
+    for (int i = 0; name && i < RTX_MODEL_CONTROL_COUNT; i++)
+        if (strcmp(control_names[i], name) == 0) {
+            *out = (enum rtx_model_control)i;
+            return 0;
+        }
+    return RTX_EINVAL;
+}
+
+const char *rtx_model_state_name(enum rtx_model_state st) {
+    return (unsigned)st < RTX_MODEL_STATE_COUNT ? state_names[st] : "?";
+}
+
+const char *rtx_infer_failure_name(enum rtx_infer_failure r) {
+    return (unsigned)r < RTX_INFER_FAIL_COUNT ? failure_names[r] : "?";
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Files
+ * ---------------------------------------------------------------------------------------- */
+
+/* A model directory name rtxd serves: 1..127 bytes, no '/', not hidden. */
+static bool valid_name(const char *n) {
+    size_t len = n ? strlen(n) : 0;
+    return len > 0 && len < 128 && n[0] != '.' && !strchr(n, '/');
+}
+
+static bool is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* A version directory name: digits, no leading zero, value >= 1. */
+static int64_t version_of(const char *n) {
+    if (!n[0] || n[0] == '0' || strlen(n) > 18) return 0;
+    int64_t v = 0;
+    for (const char *p = n; *p; p++) {
+        if (*p < '0' || *p > '9') return 0;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The version directories of a model, ascending (at most cap). */
+static int list_versions(const char *mdir, int64_t *out, int cap) {
+    DIR *d = opendir(mdir);
+    if (!d) return -errno;
+    int n = 0;
+    struct dirent *e;
+    char path[4400];
+    while ((e = readdir(d)) && n < cap) {
+        int64_t v = version_of(e->d_name);
+        snprintf(path, sizeof path, "%s/%s", mdir, e->d_name);
+        if (v > 0 && is_dir(path)) out[n++] = v;
+    }
+    closedir(d);
+    qsort(out, (size_t)n, sizeof *out, cmp_i64);
+    return n;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The model directories of the repository, sorted (rtx_malloc'ed names). */
+static int list_models(const char *repo, char ***names, int *n, struct rtx_err *err) {
+    *names = NULL;
+    *n = 0;
+    DIR *d = opendir(repo);
+    if (!d) return rtx_err_set(err, RTX_EIO, "model repository %s: %s", repo, strerror(errno));
+    int cap = 0, rc = 0;
+    struct dirent *e;
+    char path[4400];
+    while ((e = readdir(d))) {
+        if (!valid_name(e->d_name)) continue;
+        snprintf(path, sizeof path, "%s/%s", repo, e->d_name);
+        if (!is_dir(path)) continue;
+        if (*n == cap) {
+            int nc = cap ? cap * 2 : 16;
+            char **g = rtx_realloc(*names, sizeof *g * (size_t)nc);
+            if (!g) {
+                rc = rtx_err_set(err, RTX_ENOMEM, "out of memory listing %s", repo);
+                break;
+            }
+            *names = g;
+            cap = nc;
+        }
+        if (!((*names)[*n] = rtx_strdup(e->d_name))) {
+            rc = rtx_err_set(err, RTX_ENOMEM, "out of memory listing %s", repo);
+            break;
+        }
+        (*n)++;
+    }
+    closedir(d);
+    if (rc) {
+        for (int i = 0; i < *n; i++)
+            rtx_free((*names)[i]);
+        rtx_free(*names);
+        *names = NULL;
+        *n = 0;
+        return rc;
+    }
+    if (*n) qsort(*names, (size_t)*n, sizeof **names, cmp_str);
+    return 0;
+}
+
+static void free_names(char **names, int n) {
+    for (int i = 0; i < n; i++)
+        rtx_free(names[i]);
+    rtx_free(names);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t len) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t sig_file(uint64_t h, const char *path) {
+    struct stat sb;
+    int64_t f[4] = {-1, 0, 0, 0};
+    if (stat(path, &sb) == 0) {
+        f[0] = (int64_t)sb.st_size;
+        f[1] = (int64_t)sb.st_mtim.tv_sec;
+        f[2] = (int64_t)sb.st_mtim.tv_nsec;
+        f[3] = (int64_t)sb.st_ino;
+    }
+    return fnv(h, f, sizeof f);
+}
+
+/* The poll signature of a model directory (never 0). */
+static uint64_t model_signature(const char *repo, const char *name) {
+    char mdir[4400], path[4600];
+    snprintf(mdir, sizeof mdir, "%s/%s", repo, name);
+    snprintf(path, sizeof path, "%s/config.json", mdir);
+    uint64_t h = sig_file(0xcbf29ce484222325ull, path);
+    int64_t vs[RTX__MAX_VERSIONS];
+    int n = list_versions(mdir, vs, RTX__MAX_VERSIONS);
+    for (int i = 0; i < n; i++) {
+        h = fnv(h, &vs[i], sizeof vs[i]);
+        snprintf(path, sizeof path, "%s/%lld/model.rtxg", mdir, (long long)vs[i]);
+        h = sig_file(h, path);
+        snprintf(path, sizeof path, "%s/%lld/model.safetensors", mdir, (long long)vs[i]);
+        h = sig_file(h, path);
+    }
+    return h ? h : 1;
+}
+
+static int read_text(const char *path, char **out, size_t *len, struct rtx_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return rtx_err_set(err, RTX_EIO, "%s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (n + 4096 > cap) {
+            if (cap >= (size_t)16 << 20) {
+                rc = rtx_err_set(err, RTX_EFORMAT, "%s: larger than 16 MiB", path);
+                break;
+            }
+            size_t nc = cap ? cap * 2 : 8192;
+            char *b = rtx_realloc(buf, nc);
+            if (!b) {
+                rc = rtx_err_set(err, RTX_ENOMEM, "out of memory reading %s", path);
+                break;
+            }
+            buf = b;
+            cap = nc;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) rc = rtx_err_set(err, RTX_EIO, "%s: read error", path);
+            break;
+        }
+    }
+    fclose(f);
+    if (rc) {
+        rtx_free(buf);
+        return rc;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Entries and statistics records (under s->mu)
+ * ---------------------------------------------------------------------------------------- */
+
+static struct entry *find_entry(struct rtx_serving *s, const char *name) {
+    for (int i = 0; i < s->n_entries; i++)
+        if (strcmp(s->entries[i]->name, name) == 0) return s->entries[i];
+    return NULL;
+}
+
+static struct entry *add_entry(struct rtx_serving *s, const char *name) {
+    if (s->n_entries == s->cap_entries) {
+        int nc = s->cap_entries ? s->cap_entries * 2 : 16;
+        struct entry **g = rtx_realloc(s->entries, sizeof *g * (size_t)nc);
+        if (!g) return NULL;
+        s->entries = g;
+        s->cap_entries = nc;
+    }
+    struct entry *e = rtx_calloc(1, sizeof *e);
+    if (!e) return NULL;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    int i = s->n_entries;
+    while (i > 0 && strcmp(s->entries[i - 1]->name, name) > 0) {
+        s->entries[i] = s->entries[i - 1];
+        i--;
+    }
+    s->entries[i] = e;
+    s->n_entries++;
+    return e;
+}
+
+static struct rtx__stats_rec *stats_rec(struct rtx_serving *s, const char *name, int64_t version) {
+    struct rtx__stats_rec **pp = &s->stats;
+    while (*pp) {
+        int c = strcmp((*pp)->st.name, name);
+        if (c == 0 && (*pp)->st.version == version) return *pp;
+        if (c > 0 || (c == 0 && (*pp)->st.version > version)) break;
+        pp = &(*pp)->next;
+    }
+    struct rtx__stats_rec *r = rtx_calloc(1, sizeof *r);
+    if (!r) return NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    snprintf(r->st.name, sizeof r->st.name, "%s", name);
+    r->st.version = version;
+    r->next = *pp;
+    *pp = r;
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Load and unload (under s->op_mu)
+ * ---------------------------------------------------------------------------------------- */
+
+/* Which versions the policy picks among those present. */
+static int pick_versions(const struct rtx__model_config *c, const int64_t *have, int n_have,
+                         int64_t *out, const char *mdir, struct rtx_err *err) {
+    int n = 0;
+    if (n_have == 0)
+        return rtx_err_set(err, RTX_ENOTFOUND, "%s: no version directory (1, 2, ...)", mdir);
+    switch (c->policy) {
+    case RTX__POLICY_LATEST:
+        for (int i = n_have - c->latest_n < 0 ? 0 : n_have - c->latest_n; i < n_have; i++)
+            out[n++] = have[i];
+        break;
+    case RTX__POLICY_ALL:
+        for (int i = 0; i < n_have; i++)
+            out[n++] = have[i];
+        break;
+    case RTX__POLICY_SPECIFIC:
+        for (int k = 0; k < c->n_versions; k++) {
+            bool found = false;
+            for (int i = 0; i < n_have && !found; i++)
+                found = have[i] == c->versions[k];
+            if (!found)
+                return rtx_err_set(err, RTX_ENOTFOUND,
+                                   "%s: version %lld (version_policy.specific) has no directory",
+                                   mdir, (long long)c->versions[k]);
+            out[n++] = c->versions[k];
+        }
+        qsort(out, (size_t)n, sizeof *out, cmp_i64);
+        break;
+    }
+    return n;
+}
+
+static void set_state(struct rtx_serving *s, struct entry *e, enum rtx_model_state st,
+                      const char *reason) {
+    pthread_mutex_lock(&s->mu);
+    e->state = st;
+    snprintf(e->reason, sizeof e->reason, "%s", reason ? reason : "");
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Stops and releases versions taken out of an entry. */
+static void release_versions(struct rtx_model **ms, int n, bool fail_queued) {
+    for (int i = 0; i < n; i++) {
+        rtx__model_stop(ms[i], fail_queued);
+        rtx_model_unref(ms[i]);
+    }
+}
+
+static int do_load(struct rtx_serving *s, const char *name, const char *config_json,
+                   bool at_start, struct rtx_err *err) {
+    char mdir[4400], cpath[4600], vdir[4600];
+    if (!valid_name(name))
+        return rtx_err_set(err, RTX_ENOTFOUND, "'%.128s' is not a model name", name ? name : "");
+    snprintf(mdir, sizeof mdir, "%s/%s", s->repo, name);
+    if (!is_dir(mdir))
+        return rtx_err_set(err, RTX_ENOTFOUND, "model '%s' is not in the repository %s", name,
+                           s->repo);
+    uint64_t sig = model_signature(s->repo, name);
+    pthread_mutex_lock(&s->mu);
+    struct entry *e = find_entry(s, name);
+    if (!e) e = add_entry(s, name);
+    if (e) {
+        e->sig = sig;
+        e->at_start |= at_start;
+        if (e->n_ready == 0) {
+            e->state = RTX_MODEL_LOADING;
+            e->reason[0] = '\0';
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!e) return rtx_err_set(err, RTX_ENOMEM, "out of memory loading '%s'", name);
+
+    struct rtx__model_config *cfg = rtx_calloc(1, sizeof *cfg);
+    struct rtx_model *loaded[RTX__MAX_VERSIONS];
+    int n_loaded = 0, rc = 0;
+    int64_t have[RTX__MAX_VERSIONS], want[RTX__MAX_VERSIONS], failed = 0;
+    char *text = NULL;
+    size_t len = 0;
+    if (!cfg) {
+        rc = rtx_err_set(err, RTX_ENOMEM, "out of memory loading '%s'", name);
+        goto done;
+    }
+    snprintf(cpath, sizeof cpath, "%s/config.json", mdir);
+    if (config_json)
+        rc = rtx__model_config_parse(config_json, strlen(config_json), name,
+                                     "the load request's config", cfg, err);
+    else if ((rc = read_text(cpath, &text, &len, err)) == 0)
+        rc = rtx__model_config_parse(text, len, name, cpath, cfg, err);
+    if (rc) goto done;
+    int n_have = list_versions(mdir, have, RTX__MAX_VERSIONS);
+    if (n_have < 0) {
+        rc = rtx_err_set(err, RTX_EIO, "%s: %s", mdir, strerror(-n_have));
+        goto done;
+    }
+    int n_want = pick_versions(cfg, have, n_have, want, mdir, err);
+    if (n_want < 0) {
+        rc = n_want;
+        goto done;
+    }
+    for (int i = 0; i < n_want; i++) {
+        pthread_mutex_lock(&s->mu);
+        struct rtx__stats_rec *rec = stats_rec(s, name, want[i]);
+        pthread_mutex_unlock(&s->mu);
+        if (!rec) {
+            rc = rtx_err_set(err, RTX_ENOMEM, "out of memory loading '%s'", name);
+            failed = want[i];
+            break;
+        }
+        snprintf(vdir, sizeof vdir, "%s/%lld", mdir, (long long)want[i]);
+        struct rtx__model_load_opts o = {
+            .dir = vdir, .cfg = cfg, .version = want[i], .limits = &s->limits,
+            .cpu_threads = s->cpu_threads, .gpus = s->gpus, .max_queue = s->max_queue,
+            .stats = rec,
+        };
+        if ((rc = rtx__model_load(&o, &loaded[n_loaded], err))) {
+            failed = want[i];
+            break;
+        }
+        n_loaded++;
+    }
+done:
+    rtx_free(text);
+    rtx_free(cfg);
+    if (rc) {
+        release_versions(loaded, n_loaded, true);
+        pthread_mutex_lock(&s->mu);
+        bool serving = e->n_ready > 0;
+        if (!serving) {
+            e->state = RTX_MODEL_UNAVAILABLE;
+            snprintf(e->reason, sizeof e->reason, "%s", err ? err->msg : rtx_strerror(rc));
+            e->failed_version = failed;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (err && serving) rtx_err_prefix(err, "reload of '%s' failed, the loaded version "
+                                           "keeps serving", name);
+        rtx_log(RTX_LOG_ERROR, serving ? "model reload failed" : "model load failed", "model",
+                name, "error", err ? err->msg : rtx_strerror(rc), NULL);
+        return rc;
+    }
+    struct rtx_model *old[RTX__MAX_VERSIONS];
+    pthread_mutex_lock(&s->mu);
+    int n_old = e->n_ready;
+    memcpy(old, e->ready, sizeof old[0] * (size_t)n_old);
+    memcpy(e->ready, loaded, sizeof loaded[0] * (size_t)n_loaded);
+    e->n_ready = n_loaded;
+    for (int i = 0; i < n_loaded; i++)
+        stats_rec(s, name, rtx_model_info(loaded[i])->version)->used = true; /* exists */
+    e->state = RTX_MODEL_READY;
+    e->reason[0] = '\0';
+    e->failed_version = 0;
+    pthread_mutex_unlock(&s->mu);
+    release_versions(old, n_old, false);
+    const struct rtx_model_info *info = rtx_model_info(loaded[n_loaded - 1]);
+    char vs[32], ni[16];
+    snprintf(vs, sizeof vs, "%lld", (long long)info->version);
+    snprintf(ni, sizeof ni, "%d", info->instances);
+    rtx_log(RTX_LOG_INFO, n_old ? "model reloaded" : "model loaded", "model", name, "version", vs,
+            "instances", ni, "kind", info->instance_kind, NULL);
+    return 0;
+}
+
+/* Takes every version out of the entry and releases it (queued requests run first). */
+static int do_unload(struct rtx_serving *s, const char *name, struct rtx_err *err) {
+    pthread_mutex_lock(&s->mu);
+    struct entry *e = valid_name(name) ? find_entry(s, name) : NULL;
+    struct rtx_model *old[RTX__MAX_VERSIONS];
+    int n_old = 0;
+    if (e) {
+        n_old = e->n_ready;
+        memcpy(old, e->ready, sizeof old[0] * (size_t)n_old);
+        e->n_ready = 0;
+        e->state = RTX_MODEL_UNLOADING;
+        e->reason[0] = '\0';
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!e) {
+        char mdir[4400];
+        snprintf(mdir, sizeof mdir, "%s/%s", s->repo, name ? name : "");
+        if (valid_name(name) && is_dir(mdir)) return 0; /* in the repository, never loaded */
+        return rtx_err_set(err, RTX_ENOTFOUND, "unknown model '%.128s'", name ? name : "");
+    }
+    release_versions(old, n_old, false);
+    set_state(s, e, RTX_MODEL_UNAVAILABLE, "unloaded");
+    if (n_old) rtx_log(RTX_LOG_INFO, "model unloaded", "model", name, NULL);
+    return 0;
+}
+
+int rtx_serving_load(struct rtx_serving *s, const char *name, const char *config_json,
+                     struct rtx_err *err) {
+    if (!s) return rtx_err_set(err, RTX_EINVAL, "load: no server");
+    if (s->control != RTX_MODEL_CONTROL_EXPLICIT)
+        return rtx_err_set(err, RTX_EUNSUPPORTED,
+                           "explicit model load is not allowed in model control mode %s",
+                           rtx_model_control_name(s->control));
+    pthread_mutex_lock(&s->op_mu);
+    int rc = s->stopping ? rtx_err_set(err, RTX_EUNAVAILABLE, "server shutting down")
+                         : do_load(s, name, config_json, false, err);
+    pthread_mutex_unlock(&s->op_mu);
+    return rc;
+}
+
+int rtx_serving_unload(struct rtx_serving *s, const char *name, struct rtx_err *err) {
+    if (!s) return rtx_err_set(err, RTX_EINVAL, "unload: no server");
+    if (s->control != RTX_MODEL_CONTROL_EXPLICIT)
+        return rtx_err_set(err, RTX_EUNSUPPORTED,
+                           "explicit model unload is not allowed in model control mode %s",
+                           rtx_model_control_name(s->control));
+    pthread_mutex_lock(&s->op_mu);
+    int rc = s->stopping ? rtx_err_set(err, RTX_EUNAVAILABLE, "server shutting down")
+                         : do_unload(s, name, err);
+    pthread_mutex_unlock(&s->op_mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Poll mode
+ * ---------------------------------------------------------------------------------------- */
+
+/* One pass: loads new and changed models, unloads removed ones. Under op_mu. */
+static void poll_pass(struct rtx_serving *s) {
+    char **names = NULL;
+    int n = 0;
+    struct rtx_err err = {0};
+    if (list_models(s->repo, &names, &n, &err) != 0) {
+        rtx_log(RTX_LOG_ERROR, "model repository poll failed", "error", err.msg, NULL);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        uint64_t sig = model_signature(s->repo, names[i]);
+        pthread_mutex_lock(&s->mu);
+        struct entry *e = find_entry(s, names[i]);
+        bool changed = !e || e->sig != sig;
+        pthread_mutex_unlock(&s->mu);
+        if (changed) do_load(s, names[i], NULL, false, &err);
+    }
+    /* entries whose directory went away */
+    char gone[128];
+    for (;;) {
+        gone[0] = '\0';
+        pthread_mutex_lock(&s->mu);
+        for (int k = 0; k < s->n_entries && !gone[0]; k++) {
+            struct entry *e = s->entries[k];
+            bool present = false;
+            for (int i = 0; i < n && !present; i++)
+                present = strcmp(names[i], e->name) == 0;
+            if (!present && (e->n_ready > 0 || e->sig != 0)) {
+                snprintf(gone, sizeof gone, "%s", e->name);
+                e->sig = 0;
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!gone[0]) break;
+        do_unload(s, gone, &err);
+    }
+    free_names(names, n);
+}
+
+static void *poll_main(void *arg) {
+    struct rtx_serving *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) {
+        int64_t until = rtx__now_ns() + (int64_t)s->poll_ms * 1000000;
+        struct timespec ts = {.tv_sec = until / 1000000000, .tv_nsec = until % 1000000000};
+        pthread_cond_timedwait(&s->poll_cv, &s->mu, &ts);
+        if (s->stopping || rtx__now_ns() < until) continue;
+        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_lock(&s->op_mu);
+        if (!s->stopping) poll_pass(s);
+        pthread_mutex_unlock(&s->op_mu);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Start and stop
+ * ---------------------------------------------------------------------------------------- */
+
+static void serving_free(struct rtx_serving *s) {
+    for (int i = 0; i < s->n_entries; i++)
+        rtx_free(s->entries[i]);
+    rtx_free(s->entries);
+    while (s->stats) {
+        struct rtx__stats_rec *r = s->stats;
+        s->stats = r->next;
+        pthread_mutex_destroy(&r->mu);
+        rtx_free(r);
+    }
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->op_mu);
+    pthread_cond_destroy(&s->poll_cv);
+    rtx_free(s->repo);
+    rtx_free(s);
+}
+
+int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving **out,
+                      struct rtx_err *err) {
+    *out = NULL;
+    if (!opt || !opt->repository)
+        return rtx_err_set(err, RTX_EINVAL, "serving: no options or no repository");
+    if ((unsigned)opt->control >= RTX_MODEL_CONTROL_COUNT)
+        return rtx_err_set(err, RTX_EINVAL, "serving: bad model control mode %d",
+                           (int)opt->control);
+    if (opt->control == RTX_MODEL_CONTROL_POLL && opt->poll_ms < 1)
+        return rtx_err_set(err, RTX_EINVAL, "serving: poll_ms must be >= 1");
+    if (opt->cpu_threads < 1)
+        return rtx_err_set(err, RTX_EINVAL, "serving: cpu_threads must be >= 1");
+    if (opt->max_queue < 1) return rtx_err_set(err, RTX_EINVAL, "serving: max_queue must be >= 1");
+    if (opt->n_startup_models < 0 || (opt->n_startup_models > 0 && !opt->startup_models))
+        return rtx_err_set(err, RTX_EINVAL, "serving: bad startup model list");
+    errno = 0;
+    if (opt->repository[0] && !is_dir(opt->repository))
+        return rtx_err_set(err, RTX_EIO, "model repository %s: %s", opt->repository,
+                           errno ? strerror(errno) : "not a directory");
+    struct rtx_serving *s = rtx_calloc(1, sizeof *s);
+    if (!s || !(s->repo = rtx_strdup(opt->repository))) {
+        rtx_free(s);
+        return rtx_err_set(err, RTX_ENOMEM, "out of memory starting serving");
+    }
+    s->control = opt->control;
+    s->poll_ms = opt->poll_ms;
+    s->limits = opt->limits.max_nodes ? opt->limits : rtx_limits_default();
+    s->cpu_threads = opt->cpu_threads;
+    s->gpus = opt->gpus && opt->gpus->n > 0 ? opt->gpus : NULL;
+    s->max_queue = opt->max_queue;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->op_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->poll_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (!s->repo[0]) {
+        *out = s;
+        return 0;
+    }
+    char **names = NULL;
+    int n = 0;
+    int rc = list_models(s->repo, &names, &n, err);
+    if (rc) {
+        serving_free(s);
+        return rc;
+    }
+    bool all = s->control != RTX_MODEL_CONTROL_EXPLICIT;
+    for (int k = 0; k < opt->n_startup_models && !all; k++)
+        all = opt->startup_models[k] && strcmp(opt->startup_models[k], "*") == 0;
+    pthread_mutex_lock(&s->op_mu);
+    struct rtx_err lerr = {0};
+    if (all) {
+        for (int i = 0; i < n; i++)
+            do_load(s, names[i], NULL, true, &lerr);
+    } else {
+        for (int k = 0; k < opt->n_startup_models; k++) {
+            const char *m = opt->startup_models[k] ? opt->startup_models[k] : "";
+            if (do_load(s, m, NULL, true, &lerr) == RTX_ENOTFOUND) {
+                /* not in the repository: listed UNAVAILABLE, and the server is not ready */
+                pthread_mutex_lock(&s->mu);
+                struct entry *e = valid_name(m) ? (find_entry(s, m) ? find_entry(s, m)
+                                                                    : add_entry(s, m))
+                                                : NULL;
+                if (e) {
+                    e->state = RTX_MODEL_UNAVAILABLE;
+                    e->at_start = true;
+                    snprintf(e->reason, sizeof e->reason, "%s", lerr.msg);
+                }
+                pthread_mutex_unlock(&s->mu);
+                rtx_log(RTX_LOG_ERROR, "startup model not loaded", "model", m, "error",
+                        lerr.msg, NULL);
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->op_mu);
+    free_names(names, n);
+    if (s->control == RTX_MODEL_CONTROL_POLL) {
+        if (pthread_create(&s->poller, NULL, poll_main, s) != 0) {
+            rtx_serving_stop(s);
+            return rtx_err_set(err, RTX_ENOMEM, "cannot start the repository poll thread");
+        }
+        s->poll_started = true;
+    }
+    *out = s;
+    return 0;
+}
+
+void rtx_serving_stop(struct rtx_serving *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->poll_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->poll_started) pthread_join(s->poller, NULL);
+    pthread_mutex_lock(&s->op_mu);
+    for (int i = 0; i < s->n_entries; i++) {
+        struct entry *e = s->entries[i];
+        pthread_mutex_lock(&s->mu);
+        struct rtx_model *old[RTX__MAX_VERSIONS];
+        int n_old = e->n_ready;
+        memcpy(old, e->ready, sizeof old[0] * (size_t)n_old);
+        e->n_ready = 0;
+        pthread_mutex_unlock(&s->mu);
+        release_versions(old, n_old, true);
+    }
+    pthread_mutex_unlock(&s->op_mu);
+    serving_free(s);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Queries
+ * ---------------------------------------------------------------------------------------- */
+
+/* The version asked for among an entry's READY ones (under s->mu), or NULL. */
+static struct rtx_model *pick_ready(const struct entry *e, int64_t version) {
+    if (e->n_ready == 0) return NULL;
+    if (version <= 0) return e->ready[e->n_ready - 1];
+    for (int i = 0; i < e->n_ready; i++)
+        if (rtx_model_info(e->ready[i])->version == version) return e->ready[i];
+    return NULL;
+}
+
+int rtx_serving_model_get(struct rtx_serving *s, const char *name, int64_t version,
+                          struct rtx_model **out, struct rtx_err *err) {
+    *out = NULL;
+    if (!s || !name) return rtx_err_set(err, RTX_EINVAL, "model get: no server or name");
+    pthread_mutex_lock(&s->mu);
+    struct entry *e = s->stopping ? NULL : find_entry(s, name);
+    int rc = 0;
+    if (s->stopping) {
+        rc = rtx_err_set(err, RTX_EUNAVAILABLE, "server shutting down");
+    } else if (!e) {
+        rc = rtx_err_set(err, RTX_ENOTFOUND, "unknown model '%.128s'", name);
+    } else {
+        struct rtx_model *m = pick_ready(e, version);
+        if (m)
+            *out = rtx__model_ref(m);
+        else if (e->n_ready > 0)
+            rc = rtx_err_set(err, RTX_ENOTFOUND, "model '%s' has no version %lld loaded", name,
+                             (long long)version);
+        else
+            rc = rtx_err_set(err, RTX_EUNAVAILABLE, "model '%s' is %s%s%s", name,
+                             rtx_model_state_name(e->state), e->reason[0] ? ": " : "",
+                             e->reason);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+bool rtx_serving_model_ready(struct rtx_serving *s, const char *name, int64_t version) {
+    if (!s || !name) return false;
+    pthread_mutex_lock(&s->mu);
+    struct entry *e = find_entry(s, name);
+    bool ok = !s->stopping && e && pick_ready(e, version) != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+bool rtx_serving_ready(struct rtx_serving *s) {
+    if (!s) return false;
+    pthread_mutex_lock(&s->mu);
+    bool ok = !s->stopping;
+    for (int i = 0; i < s->n_entries && ok; i++)
+        if (s->entries[i]->at_start && s->entries[i]->n_ready == 0) ok = false;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+int rtx_serving_index(struct rtx_serving *s, bool ready_only,
+                      struct rtx_model_index_entry **entries, int *n, struct rtx_err *err) {
+    *entries = NULL;
+    *n = 0;
+    if (!s) return rtx_err_set(err, RTX_EINVAL, "index: no server");
+    char **names = NULL;
+    int nn = 0, rc = 0;
+    if (s->repo[0] && (rc = list_models(s->repo, &names, &nn, err))) return rc;
+    pthread_mutex_lock(&s->mu);
+    int cap = nn + s->n_entries;
+    struct rtx_model_index_entry *out = rtx_calloc((size_t)cap + 1, sizeof *out);
+    if (!out) {
+        pthread_mutex_unlock(&s->mu);
+        free_names(names, nn);
+        return rtx_err_set(err, RTX_ENOMEM, "out of memory listing models");
+    }
+    int m = 0, i = 0, k = 0;
+    while (i < nn || k < s->n_entries) { /* merge two sorted lists */
+        int c = i == nn ? 1 : k == s->n_entries ? -1 : strcmp(names[i], s->entries[k]->name);
+        struct rtx_model_index_entry x = {0};
+        if (c < 0) { /* in the directory, never loaded */
+            snprintf(x.name, sizeof x.name, "%s", names[i++]);
+            x.state = RTX_MODEL_UNKNOWN;
+        } else {
+            const struct entry *e = s->entries[k++];
+            if (c == 0) i++;
+            snprintf(x.name, sizeof x.name, "%s", e->name);
+            x.state = e->n_ready > 0 ? RTX_MODEL_READY : e->state;
+            x.version = e->n_ready > 0 ? rtx_model_info(e->ready[e->n_ready - 1])->version
+                                       : e->failed_version;
+            if (x.state == RTX_MODEL_UNAVAILABLE)
+                snprintf(x.reason, sizeof x.reason, "%s", e->reason);
+        }
+        if (!ready_only || x.state == RTX_MODEL_READY) out[m++] = x;
+    }
+    pthread_mutex_unlock(&s->mu);
+    free_names(names, nn);
+    *entries = out;
+    *n = m;
+    return 0;
+}
+
+int rtx_serving_stats(struct rtx_serving *s, const char *name, int64_t version,
+                      struct rtx_model_stats **out, int *n, struct rtx_err *err) {
+    *out = NULL;
+    *n = 0;
+    if (!s) return rtx_err_set(err, RTX_EINVAL, "stats: no server");
+    bool all = !name || !name[0];
+    pthread_mutex_lock(&s->mu);
+    int cap = 0;
+    bool known = all || find_entry(s, name) != NULL;
+    for (struct rtx__stats_rec *r = s->stats; r; r = r->next)
+        if (r->used && (all || (strcmp(r->st.name, name) == 0 &&
+                                (version <= 0 || r->st.version == version))))
+            cap++;
+    struct rtx_model_stats *st = rtx_calloc((size_t)cap + 1, sizeof *st);
+    int rc = 0;
+    if (!known) {
+        rc = rtx_err_set(err, RTX_ENOTFOUND, "unknown model '%.128s'", name);
+    } else if (!all && version > 0 && cap == 0) {
+        rc = rtx_err_set(err, RTX_ENOTFOUND, "model '%s' has no version %lld", name,
+                         (long long)version);
+    } else if (!st) {
+        rc = rtx_err_set(err, RTX_ENOMEM, "out of memory reading statistics");
+    } else {
+        int m = 0;
+        for (struct rtx__stats_rec *r = s->stats; r; r = r->next) {
+            if (!r->used || !(all || (strcmp(r->st.name, name) == 0 &&
+                                      (version <= 0 || r->st.version == version))))
+                continue;
+            pthread_mutex_lock(&r->mu);
+            st[m] = r->st;
+            pthread_mutex_unlock(&r->mu);
+            const struct entry *e = find_entry(s, r->st.name);
+            st[m].pending = 0;
+            for (int i = 0; e && i < e->n_ready; i++)
+                if (rtx_model_info(e->ready[i])->version == r->st.version)
+                    st[m].pending = rtx__model_pending(e->ready[i]);
+            m++;
+        }
+        *out = st;
+        *n = m;
+        st = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    rtx_free(st);
+    return rc;
+}
+
+void rtx_serving_memory(struct rtx_serving *s, struct rtx_serving_memory *out) {
+    memset(out, 0, sizeof *out);
+    if (!s) return;
+    int nd = 0;
+    if (s->gpus)
+        for (int i = 0; i < s->gpus->n; i++)
+            if (s->gpus->devs[i].index + 1 > nd) nd = s->gpus->devs[i].index + 1;
+    out->n_devices = nd < 16 ? nd : 16;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_entries; i++)
+        for (int k = 0; k < s->entries[i]->n_ready; k++)
+            rtx__model_memory(s->entries[i]->ready[k], &out->host_bytes, out->n_devices,
+                              out->device_bytes);
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,51 @@
+/*
+ * gpu-util.c - the check counter, summary and device-count rule of the GPU test programs
+ * (gpu-util.h). Linked into each of them, so each program keeps its own counts.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/backend.h"
+#include "tests/gpu/gpu-util.h"
+
+static int n_passed, n_failed;
+
+bool gpu_check(bool ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (ok)
+        n_passed++;
+    else
+        n_failed++;
+    return ok;
+}
+
+int gpu_check_summary(void) {
+    printf("%d passed, %d failed\n", n_passed, n_failed);
+    return n_failed ? 1 : 0;
+}
+
+int gpu_device_count(const char *prog) {
+    char why[256];
+    bool fault = false;
+    int n = rtx_cuda_device_count(why, sizeof why, &fault);
+    if (n > 0) return n;
+    const char *req = getenv("RTX_REQUIRE_GPU");
+    bool required = (req && strcmp(req, "1") == 0) || access("/dev/nvidia0", F_OK) == 0;
+    if (!required) {
+        printf("%s: skipped: no CUDA device (%s)\n", prog, why);
+        return 0;
+    }
+    gpu_check(false,
+              "a CUDA device is listed (a GPU device node exists or RTX_REQUIRE_GPU=1; "
+              "the runtime says: %s%s)",
+              why, fault ? ", a driver fault" : "");
+    return -1;
+}

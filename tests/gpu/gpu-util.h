@@ -1,0 +1,24 @@
+/*
+ * gpu-util.h - what every GPU test program (rtx-gpu-tests, rtx-gpu-linalg-tests,
+ * rtx-gpu-jobs-tests) shares: one check function that counts and prints results, the closing
+ * summary, and the rule for a machine without a CUDA device.
+ */
+#ifndef RTX_TESTS_GPU_UTIL_H
+#define RTX_TESTS_GPU_UTIL_H
+
+#include <stdbool.h>
+
+/* Records one check; prints "ok" or "FAIL" with the formatted description; returns ok. */
+bool gpu_check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prints "N passed, M failed" for the checks so far; returns the program's exit status: 1
+ * when a check failed, else 0. */
+int gpu_check_summary(void);
+
+/* The number of CUDA devices, for program `prog` (its name in messages). With none it returns
+ * 0 after printing "prog: skipped: no CUDA device (why)" when no GPU is expected here, or -1
+ * after a failed check naming the runtime's reason when one is: a GPU device node
+ * (/dev/nvidia0) exists or RTX_REQUIRE_GPU=1, so the driver, not the host, is missing. */
+int gpu_device_count(const char *prog);
+
+#endif /* RTX_TESTS_GPU_UTIL_H */

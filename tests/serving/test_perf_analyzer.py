@@ -1,0 +1,76 @@
+"""
+Triton's perf_analyzer (from the tritonclient wheel) against rtxd over HTTP and gRPC at
+concurrency 1 to 8: every level completes, and rtxd counts no failed request.
+
+perf_analyzer is a prebuilt binary that links libcudart.so.12 (from PyPI's
+nvidia-cuda-runtime-cu12, found through LD_LIBRARY_PATH) and libb64.so.0d (Debian's libb64-0d,
+from deploy/install-deps.sh); it needs no GPU for a remote server. The test is skipped, with
+the loader's message, only when the binary cannot run at all.
+"""
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import http_util as hu
+import serving_harness as sh
+
+
+def perf_analyzer():
+    """(path, environment) of a runnable perf_analyzer, or a pytest skip saying why not."""
+    exe = Path(sys.executable).parent / "perf_analyzer"
+    if not exe.exists():
+        pytest.skip(f"{exe} missing: tests/requirements.txt installs tritonclient[all], whose "
+                    f"wheel ships it")
+    env = sh.harness.clean_env()
+    try:
+        import nvidia.cuda_runtime
+        lib = Path(list(nvidia.cuda_runtime.__path__)[0]) / "lib"
+        env["LD_LIBRARY_PATH"] = f"{lib}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
+    except ImportError:
+        pass
+    env.pop("ASAN_OPTIONS", None)  # the client is not a sanitizer build
+    p = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60)
+    text = p.stdout + p.stderr
+    if "error while loading shared libraries" in text:
+        pytest.skip(f"perf_analyzer cannot run here: {text.strip()[:300]}")
+    return exe, env
+
+
+@pytest.fixture(scope="module")
+def d(server):
+    hu.wait_http(server)
+    return server
+
+
+def fails(d, model):
+    s = hu.get(d, f"/v2/models/{model}/stats").json()["model_stats"][0]
+    return s["inference_stats"]["fail"]["count"], s["inference_stats"]["success"]["count"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_concurrency_1_to_8(d, protocol, tmp_path):
+    exe, env = perf_analyzer()
+    url = d.http_address if protocol == "http" else d.address
+    f0, s0 = fails(d, "mlp")
+    out = tmp_path / "pa.csv"
+    argv = [str(exe), "-m", "mlp", "-u", url, "-i", protocol, "--concurrency-range", "1:8:1",
+            "--measurement-interval", str(int(300 * sh.SLOW)), "-s", "100000", "--max-trials", "3",
+            "--percentile=99", "-f", str(out)]
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300 * sh.SLOW)
+    text = p.stdout + p.stderr
+    assert p.returncode == 0, f"perf_analyzer exit {p.returncode}:\n{text[-3000:]}" \
+                              f"{d.log_excerpt()}"
+    assert "error" not in text.lower(), text[-3000:]
+    rows = list(csv.DictReader(out.open()))
+    assert sorted(int(r["Concurrency"]) for r in rows) == list(range(1, 9)), rows
+    for r in rows:
+        assert float(r["Inferences/Second"]) > 0, r
+    f1, s1 = fails(d, "mlp")
+    assert f1 == f0, f"rtxd counted {f1 - f0} failed requests"
+    assert s1 > s0
+    hu.assert_serving(d)

@@ -1,0 +1,1178 @@
+/*
+ * test-serving.c - the inference core (models/serving.h) over model repositories written
+ * into temporary directories: start in each control mode, load / unload / reload (a failed
+ * reload keeps the old version), version policies, poll mode, load errors naming the file,
+ * request checks, dynamic batching (merge, split, preferred sizes, queue delay, max batch,
+ * identical outputs with batching on and off), queue bound, deadlines, cancel, stop,
+ * statistics, memory released on unload, and an out-of-memory loop over a load.
+ *
+ * The test model "scale": y = a * w + b and z = a - b on f32 [batch, 4], with w [4] a weight
+ * in model.safetensors. Every op is elementwise, so rows are computed independently and
+ * batched results must equal unbatched ones bit for bit.
+ */
+#include <check.h>
+#include <ftw.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "models/serving-impl.h"
+
+/* ------------------------------------------------------------------------------------------
+ * Repository fixtures
+ * ---------------------------------------------------------------------------------------- */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    return remove(path);
+}
+
+static void rm_tree(const char *dir) {
+    nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static void write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "%s", path);
+    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void write_text(const char *path, const char *text) {
+    write_file(path, text, strlen(text));
+}
+
+static const float scale_w[4] = {1.5f, -2.0f, 0.25f, 3.0f};
+
+/* DIR/model.safetensors holding w = scale_w * factor. */
+static void write_weights(const char *dir, float factor) {
+    char path[1024], h[160];
+    int n = snprintf(h, sizeof h,
+                     "{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}");
+    while ((8 + n) % 8) h[n++] = ' ';
+    uint8_t buf[8 + sizeof h + 16];
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, h, (size_t)n);
+    float w[4];
+    for (int i = 0; i < 4; i++)
+        w[i] = scale_w[i] * factor;
+    memcpy(buf + 8 + n, w, sizeof w);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    write_file(path, buf, 8 + (size_t)n + sizeof w);
+}
+
+/* DIR/model.rtxg: the scale graph, w declared as an input (bound from the weights). */
+static void write_graph(const char *dir, bool with_weight_input) {
+    struct rtx_graph *g;
+    struct rtx_err err = {0};
+    ck_assert(rtx_graph_new("scale", &g, &err) == 0);
+    const int64_t d[2] = {-1, 4}, wd[1] = {4};
+    ck_assert(rtx_graph_add_input(g, "a", RTX_F32, 2, d, &err) >= 0);
+    ck_assert(rtx_graph_add_input(g, "b", RTX_F32, 2, d, &err) >= 0);
+    if (with_weight_input) ck_assert(rtx_graph_add_input(g, "w", RTX_F32, 1, wd, &err) >= 0);
+    const char *mul_in[] = {"a", "w"}, *add_in[] = {"aw", "b"}, *sub_in[] = {"a", "b"};
+    const char *aw = "aw", *y = "y", *z = "z";
+    ck_assert(rtx_graph_add_node(g, "mul", "mul", mul_in, 2, &aw, 1, &err) >= 0);
+    ck_assert(rtx_graph_add_node(g, "add", "add", add_in, 2, &y, 1, &err) >= 0);
+    ck_assert(rtx_graph_add_node(g, "sub", "sub", sub_in, 2, &z, 1, &err) >= 0);
+    ck_assert(rtx_graph_add_output(g, "y", &err) == 0);
+    ck_assert(rtx_graph_add_output(g, "z", &err) == 0);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model.rtxg", dir);
+    ck_assert_msg(rtx_graph_save_file(g, path, &err) == 0, "%s", err.msg);
+    rtx_graph_free(g);
+}
+
+/* A config.json for the scale model; `extra` is appended inside the object (", ..."). */
+static void write_config(const char *repo, const char *name, int max_batch, const char *extra) {
+    char path[1024], text[2048];
+    snprintf(text, sizeof text,
+             "{\"name\": \"%s\", \"platform\": \"rtx_graph\", \"max_batch_size\": %d,\n"
+             " \"input\": [{\"name\": \"a\", \"data_type\": \"TYPE_FP32\", \"dims\": [4]},\n"
+             "            {\"name\": \"b\", \"data_type\": \"TYPE_FP32\", \"dims\": [4]}],\n"
+             " \"output\": [{\"name\": \"y\", \"data_type\": \"TYPE_FP32\", \"dims\": [4]},\n"
+             "             {\"name\": \"z\", \"data_type\": \"TYPE_FP32\", \"dims\": [4]}]%s}\n",
+             name, max_batch, extra ? extra : "");
+    snprintf(path, sizeof path, "%s/%s", repo, name);
+    mkdir(path, 0777);
+    snprintf(path, sizeof path, "%s/%s/config.json", repo, name);
+    write_text(path, text);
+}
+
+/* REPO/NAME/VERSION with graph and weights (factor scales w). */
+static void write_version(const char *repo, const char *name, int version, float factor) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s/%d", repo, name, version);
+    mkdir(dir, 0777);
+    write_graph(dir, true);
+    write_weights(dir, factor);
+}
+
+static void write_model(const char *repo, const char *name, int max_batch, const char *extra) {
+    write_config(repo, name, max_batch, extra);
+    write_version(repo, name, 1, 1.0f);
+}
+
+struct fx {
+    char repo[64];
+    struct rtx_serving *s;
+};
+
+static void fx_repo(struct fx *f) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->repo, sizeof f->repo, "/tmp/rtx-serving-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(f->repo));
+}
+
+static struct rtx_serving_options fx_opts(struct fx *f, enum rtx_model_control c) {
+    return (struct rtx_serving_options){
+        .repository = f->repo, .control = c, .poll_ms = 20, .cpu_threads = 1,
+        .max_queue = 1000,
+    };
+}
+
+static void fx_start_opts(struct fx *f, const struct rtx_serving_options *o) {
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_serving_start(o, &f->s, &err) == 0, "%s", err.msg);
+}
+
+static void fx_start(struct fx *f, enum rtx_model_control c) {
+    struct rtx_serving_options o = fx_opts(f, c);
+    fx_start_opts(f, &o);
+}
+
+static void fx_close(struct fx *f) {
+    rtx_serving_stop(f->s);
+    f->s = NULL;
+    rm_tree(f->repo);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Requests
+ * ---------------------------------------------------------------------------------------- */
+
+/* What a callback saw. `gate`: when set, the callback blocks until it is cleared (so the
+ * worker stays busy and later requests wait in the queue). */
+struct call {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    int code;
+    char msg[256];
+    int batch_size;
+    int64_t queue_ns;
+    int n_outputs;
+    float y[64 * 4], z[64 * 4];
+    char out0[16];
+    bool gate, entered;
+};
+
+static void call_init(struct call *c) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+}
+
+static void on_done(void *ctx, const struct rtx_infer_result *res) {
+    struct call *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    c->entered = true;
+    pthread_cond_broadcast(&c->cv);
+    while (c->gate)
+        pthread_cond_wait(&c->cv, &c->mu);
+    c->code = res->code;
+    snprintf(c->msg, sizeof c->msg, "%s", res->msg);
+    c->batch_size = res->batch_size;
+    c->queue_ns = res->queue_ns;
+    c->n_outputs = res->n_outputs;
+    for (int j = 0; j < res->n_outputs; j++) {
+        const struct rtx_tensor *t = res->outputs[j];
+        float *dst = strcmp(res->output_names[j], "y") == 0 ? c->y : c->z;
+        if (j == 0) snprintf(c->out0, sizeof c->out0, "%s", res->output_names[j]);
+        int64_t n = rtx_tensor_numel(t);
+        for (int64_t i = 0; i < n && i < 64 * 4; i++)
+            dst[i] = (float)rtx_tensor_get(t, i);
+    }
+    c->done++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void call_wait(struct call *c) {
+    pthread_mutex_lock(&c->mu);
+    while (!c->done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void call_wait_entered(struct call *c) {
+    pthread_mutex_lock(&c->mu);
+    while (!c->entered)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void call_open_gate(struct call *c) {
+    pthread_mutex_lock(&c->mu);
+    c->gate = false;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void call_close(struct call *c) {
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+}
+
+/* a[r][k] = seed + r + k / 8, b[r][k] = seed * 0.5 - k, for `rows` rows. */
+static struct rtx_tensor *make_input(int rows, float seed, bool is_b) {
+    struct rtx_tensor *t;
+    struct rtx_err err = {0};
+    const int64_t d[2] = {rows, 4};
+    ck_assert(rtx_tensor_new(RTX_F32, 2, d, &t, &err) == 0);
+    float *p = rtx_tensor_data(t);
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < 4; k++)
+            p[r * 4 + k] = is_b ? seed * 0.5f - (float)k : seed + (float)r + (float)k / 8;
+    return t;
+}
+
+/* Submits a scale request of `rows` rows to the newest version of `name`; returns the code
+ * of rtx_serving_infer (and its message in err). */
+static int submit(struct rtx_serving *s, const char *name, int rows, float seed, struct call *c,
+                  int64_t deadline_ns, const volatile int *cancel, struct rtx_err *err) {
+    struct rtx_model *m;
+    int rc = rtx_serving_model_get(s, name, 0, &m, err);
+    if (rc) return rc;
+    struct rtx_tensor *a = make_input(rows, seed, false), *b = make_input(rows, seed, true);
+    struct rtx_infer_input ins[2] = {{"a", a}, {"b", b}};
+    struct rtx_infer_request req = {
+        .model = m, .id = "req", .n_inputs = 2, .inputs = ins, .deadline_ns = deadline_ns,
+        .cancel = cancel, .done = on_done, .ctx = c,
+    };
+    rc = rtx_serving_infer(s, &req, err);
+    rtx_tensor_unref(a);
+    rtx_tensor_unref(b);
+    rtx_model_unref(m);
+    return rc;
+}
+
+static void check_scale(const struct call *c, int rows, float seed, float factor) {
+    ck_assert_msg(c->code == 0, "request failed: %s", c->msg);
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < 4; k++) {
+            float a = seed + (float)r + (float)k / 8, b = seed * 0.5f - (float)k;
+            ck_assert_float_eq(c->y[r * 4 + k], a * (scale_w[k] * factor) + b);
+            ck_assert_float_eq(c->z[r * 4 + k], a - b);
+        }
+}
+
+static struct rtx_model_stats get_stats(struct rtx_serving *s, const char *name) {
+    struct rtx_model_stats *st = NULL, out;
+    int n = 0;
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_serving_stats(s, name, 0, &st, &n, &err) == 0, "%s", err.msg);
+    ck_assert_int_ge(n, 1);
+    out = st[n - 1];
+    rtx_free(st);
+    return out;
+}
+
+static enum rtx_model_state index_state(struct rtx_serving *s, const char *name, char *reason) {
+    struct rtx_model_index_entry *e;
+    int n;
+    struct rtx_err err = {0};
+    ck_assert(rtx_serving_index(s, false, &e, &n, &err) == 0);
+    enum rtx_model_state st = RTX_MODEL_STATE_COUNT;
+    for (int i = 0; i < n; i++)
+        if (strcmp(e[i].name, name) == 0) {
+            st = e[i].state;
+            if (reason) snprintf(reason, 256, "%s", e[i].reason);
+        }
+    rtx_free(e);
+    return st;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Start, load, unload, reload
+ * ---------------------------------------------------------------------------------------- */
+
+START_TEST(serving_loads_every_model_and_infers) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    ck_assert(rtx_serving_ready(f.s));
+    ck_assert(rtx_serving_model_ready(f.s, "scale", 0));
+    ck_assert(rtx_serving_model_ready(f.s, "scale", 1));
+    ck_assert(!rtx_serving_model_ready(f.s, "scale", 2));
+    ck_assert_int_eq(index_state(f.s, "scale", NULL), RTX_MODEL_READY);
+    struct rtx_model *m;
+    struct rtx_err err = {0};
+    ck_assert(rtx_serving_model_get(f.s, "scale", 0, &m, &err) == 0);
+    const struct rtx_model_info *info = rtx_model_info(m);
+    ck_assert_int_eq(info->version, 1);
+    ck_assert_int_eq(info->instances, 1);
+    ck_assert_str_eq(info->instance_kind, "KIND_CPU");
+    char *json = rtx_model_config_json(m);
+    ck_assert(strstr(json, "\"name\":\"scale\""));
+    rtx_free(json);
+    rtx_model_unref(m);
+    struct call c;
+    call_init(&c);
+    ck_assert_msg(submit(f.s, "scale", 3, 1.0f, &c, 0, NULL, &err) == 0, "%s", err.msg);
+    call_wait(&c);
+    check_scale(&c, 3, 1.0f, 1.0f);
+    ck_assert_int_eq(c.n_outputs, 2);
+    struct rtx_model_stats st = get_stats(f.s, "scale");
+    ck_assert_int_eq(st.version, 1);
+    ck_assert_int_eq(st.inference_count, 3);
+    ck_assert_int_eq(st.execution_count, 1);
+    ck_assert_int_eq(st.success.count, 1);
+    ck_assert_int_eq(st.n_batch_stats, 1);
+    ck_assert_int_eq(st.batch_stats[0].batch_size, 3);
+    ck_assert_int_gt(st.last_inference_ms, 0);
+    /* no control: the repository API refuses */
+    ck_assert_int_eq(rtx_serving_load(f.s, "scale", NULL, &err), RTX_EUNSUPPORTED);
+    ck_assert_int_eq(rtx_serving_unload(f.s, "scale", &err), RTX_EUNSUPPORTED);
+    ck_assert_int_eq(rtx_serving_model_get(f.s, "nope", 0, &m, &err), RTX_ENOTFOUND);
+    ck_assert_int_eq(rtx_serving_stats(f.s, "nope", 0, &(struct rtx_model_stats *){0},
+                                       &(int){0}, &err), RTX_ENOTFOUND);
+    call_close(&c);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(serving_start_errors) {
+    struct rtx_serving *s;
+    struct rtx_err err = {0};
+    struct rtx_serving_options o = {.repository = "/nonexistent/repo", .cpu_threads = 1,
+                                    .max_queue = 1};
+    ck_assert_int_eq(rtx_serving_start(&o, &s, &err), RTX_EIO);
+    ck_assert(strstr(err.msg, "/nonexistent/repo"));
+    o.repository = "/tmp";
+    o.cpu_threads = 0;
+    ck_assert_int_eq(rtx_serving_start(&o, &s, &err), RTX_EINVAL);
+    o.cpu_threads = 1;
+    o.control = RTX_MODEL_CONTROL_POLL;
+    o.poll_ms = 0;
+    ck_assert_int_eq(rtx_serving_start(&o, &s, &err), RTX_EINVAL);
+    enum rtx_model_control c;
+    ck_assert_int_eq(rtx_model_control_from_name("poll", &c), 0);
+    ck_assert_int_eq(c, RTX_MODEL_CONTROL_POLL);
+    ck_assert_int_eq(rtx_model_control_from_name("sometimes", &c), RTX_EINVAL);
+    ck_assert_str_eq(rtx_model_state_name(RTX_MODEL_UNAVAILABLE), "UNAVAILABLE");
+    ck_assert_str_eq(rtx_infer_failure_name(RTX_INFER_FAIL_EXPIRED), "EXPIRED");
+    /* an empty repository name serves nothing */
+    o.repository = "";
+    o.control = RTX_MODEL_CONTROL_NONE;
+    ck_assert(rtx_serving_start(&o, &s, &err) == 0);
+    ck_assert(rtx_serving_ready(s));
+    rtx_serving_stop(s);
+}
+END_TEST
+
+START_TEST(serving_explicit_load_unload_frees_memory) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    write_model(f.repo, "other", 8, NULL);
+    const char *startup[] = {"other"};
+    struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_EXPLICIT);
+    o.n_startup_models = 1;
+    o.startup_models = startup;
+    fx_start_opts(&f, &o);
+    ck_assert_int_eq(index_state(f.s, "scale", NULL), RTX_MODEL_UNKNOWN);
+    ck_assert_int_eq(index_state(f.s, "other", NULL), RTX_MODEL_READY);
+    struct rtx_serving_memory mem;
+    rtx_serving_memory(f.s, &mem);
+    int64_t one = mem.host_bytes;
+    ck_assert_int_gt(one, 0);
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_serving_load(f.s, "scale", NULL, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(index_state(f.s, "scale", NULL), RTX_MODEL_READY);
+    rtx_serving_memory(f.s, &mem);
+    ck_assert_int_eq(mem.host_bytes, 2 * one);
+    /* a reference held by a client keeps the version alive but not serving */
+    struct rtx_model *held;
+    ck_assert(rtx_serving_model_get(f.s, "scale", 0, &held, &err) == 0);
+    ck_assert(rtx_serving_unload(f.s, "scale", &err) == 0);
+    rtx_serving_memory(f.s, &mem);
+    ck_assert_int_eq(mem.host_bytes, one);
+    ck_assert_int_eq(index_state(f.s, "scale", NULL), RTX_MODEL_UNAVAILABLE);
+    struct rtx_model *m;
+    ck_assert_int_eq(rtx_serving_model_get(f.s, "scale", 0, &m, &err), RTX_EUNAVAILABLE);
+    ck_assert(strstr(err.msg, "UNAVAILABLE"));
+    struct call c;
+    call_init(&c);
+    struct rtx_tensor *a = make_input(1, 0, false), *b = make_input(1, 0, true);
+    struct rtx_infer_input ins[2] = {{"a", a}, {"b", b}};
+    struct rtx_infer_request req = {.model = held, .n_inputs = 2, .inputs = ins,
+                                    .done = on_done, .ctx = &c};
+    ck_assert_int_eq(rtx_serving_infer(f.s, &req, &err), RTX_EUNAVAILABLE);
+    ck_assert(strstr(err.msg, "unloading"));
+    rtx_tensor_unref(a);
+    rtx_tensor_unref(b);
+    rtx_model_unref(held);
+    /* errors */
+    ck_assert_int_eq(rtx_serving_load(f.s, "missing", NULL, &err), RTX_ENOTFOUND);
+    ck_assert(strstr(err.msg, f.repo));
+    ck_assert_int_eq(rtx_serving_load(f.s, "../etc", NULL, &err), RTX_ENOTFOUND);
+    ck_assert_int_eq(rtx_serving_unload(f.s, "missing", &err), RTX_ENOTFOUND);
+    /* load with a config given in the request */
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"max_batch_size\": 4, \"input\": [{\"name\": \"a\", \"data_type\": "
+             "\"TYPE_FP32\", \"dims\": [4]}, {\"name\": \"b\", \"data_type\": \"TYPE_FP32\", "
+             "\"dims\": [4]}], \"output\": [{\"name\": \"z\", \"data_type\": \"TYPE_FP32\", "
+             "\"dims\": [4]}]}");
+    ck_assert_msg(rtx_serving_load(f.s, "scale", cfg, &err) == 0, "%s", err.msg);
+    ck_assert(rtx_serving_model_get(f.s, "scale", 0, &m, &err) == 0);
+    ck_assert_int_eq(rtx_model_info(m)->max_batch_size, 4);
+    ck_assert_int_eq(rtx_model_info(m)->n_outputs, 1);
+    rtx_model_unref(m);
+    call_close(&c);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(serving_failed_reload_keeps_the_old_version) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    fx_start(&f, RTX_MODEL_CONTROL_EXPLICIT);
+    struct rtx_err err = {0};
+    ck_assert(rtx_serving_load(f.s, "scale", NULL, &err) == 0);
+    /* version 2 with broken weights: the reload fails, version 1 keeps serving */
+    char dir[512];
+    write_version(f.repo, "scale", 2, 2.0f);
+    snprintf(dir, sizeof dir, "%s/scale/2/model.safetensors", f.repo);
+    write_text(dir, "garbage!");
+    ck_assert_int_eq(rtx_serving_load(f.s, "scale", NULL, &err), RTX_EFORMAT);
+    ck_assert_msg(strstr(err.msg, "model.safetensors") && strstr(err.msg, "keeps serving"), "%s",
+                  err.msg);
+    ck_assert_int_eq(index_state(f.s, "scale", NULL), RTX_MODEL_READY);
+    struct rtx_model_stats *st;
+    int n;
+    ck_assert(rtx_serving_stats(f.s, "scale", 0, &st, &n, &err) == 0);
+    ck_assert_int_eq(n, 1); /* the failed version 2 has no figures */
+    ck_assert_int_eq(st[0].version, 1);
+    rtx_free(st);
+    struct call c;
+    call_init(&c);
+    ck_assert(submit(f.s, "scale", 1, 2.0f, &c, 0, NULL, &err) == 0);
+    call_wait(&c);
+    check_scale(&c, 1, 2.0f, 1.0f);
+    /* a broken config.json fails the same way */
+    snprintf(dir, sizeof dir, "%s/scale/config.json", f.repo);
+    write_text(dir, "{\"max_batch_size\": ");
+    ck_assert_int_eq(rtx_serving_load(f.s, "scale", NULL, &err), RTX_EFORMAT);
+    ck_assert(strstr(err.msg, "config.json"));
+    ck_assert(rtx_serving_model_ready(f.s, "scale", 1));
+    /* fixed: version 2 replaces version 1 */
+    write_config(f.repo, "scale", 8, NULL);
+    snprintf(dir, sizeof dir, "%s/scale/2", f.repo);
+    write_weights(dir, 2.0f);
+    ck_assert_msg(rtx_serving_load(f.s, "scale", NULL, &err) == 0, "%s", err.msg);
+    ck_assert(rtx_serving_model_ready(f.s, "scale", 2));
+    ck_assert(!rtx_serving_model_ready(f.s, "scale", 1));
+    struct call c2;
+    call_init(&c2);
+    ck_assert(submit(f.s, "scale", 2, 3.0f, &c2, 0, NULL, &err) == 0);
+    call_wait(&c2);
+    check_scale(&c2, 2, 3.0f, 2.0f);
+    /* statistics per version; version 1's figures stay */
+    ck_assert(rtx_serving_stats(f.s, "scale", 0, &st, &n, &err) == 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(st[0].version, 1);
+    ck_assert_int_eq(st[0].inference_count, 1);
+    ck_assert_int_eq(st[1].version, 2);
+    ck_assert_int_eq(st[1].inference_count, 2);
+    rtx_free(st);
+    ck_assert(rtx_serving_stats(f.s, "scale", 2, &st, &n, &err) == 0);
+    ck_assert_int_eq(n, 1);
+    rtx_free(st);
+    ck_assert_int_eq(rtx_serving_stats(f.s, "scale", 7, &st, &n, &err), RTX_ENOTFOUND);
+    call_close(&c);
+    call_close(&c2);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(serving_version_policies) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "latest2", 8, ", \"version_policy\": {\"latest\": {\"num_versions\": 2}}");
+    write_version(f.repo, "latest2", 2, 2.0f);
+    write_version(f.repo, "latest2", 3, 3.0f);
+    write_model(f.repo, "pick", 8, ", \"version_policy\": {\"specific\": {\"versions\": [1]}}");
+    write_version(f.repo, "pick", 2, 2.0f);
+    write_model(f.repo, "all", 8, ", \"version_policy\": {\"all\": {}}");
+    write_version(f.repo, "all", 5, 5.0f);
+    write_model(f.repo, "ghost", 8, ", \"version_policy\": {\"specific\": {\"versions\": [9]}}");
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    ck_assert(!rtx_serving_model_ready(f.s, "latest2", 1));
+    ck_assert(rtx_serving_model_ready(f.s, "latest2", 2));
+    ck_assert(rtx_serving_model_ready(f.s, "latest2", 3));
+    ck_assert(rtx_serving_model_ready(f.s, "pick", 1));
+    ck_assert(!rtx_serving_model_ready(f.s, "pick", 2));
+    ck_assert(rtx_serving_model_ready(f.s, "all", 1));
+    ck_assert(rtx_serving_model_ready(f.s, "all", 5));
+    char reason[256];
+    ck_assert_int_eq(index_state(f.s, "ghost", reason), RTX_MODEL_UNAVAILABLE);
+    ck_assert_msg(strstr(reason, "version 9"), "%s", reason);
+    ck_assert(!rtx_serving_ready(f.s)); /* a model loaded at start failed */
+    struct call c;
+    call_init(&c);
+    struct rtx_err err = {0};
+    ck_assert(submit(f.s, "latest2", 1, 1.0f, &c, 0, NULL, &err) == 0); /* newest: 3 */
+    call_wait(&c);
+    check_scale(&c, 1, 1.0f, 3.0f);
+    call_close(&c);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(serving_load_errors_name_the_file) {
+    struct fx f;
+    fx_repo(&f);
+    char dir[512];
+    /* a graph input that is neither a config input nor a weight */
+    write_model(f.repo, "noweight", 8, NULL);
+    snprintf(dir, sizeof dir, "%s/noweight/1/model.safetensors", f.repo);
+    unlink(dir);
+    /* config input datatype differs from the graph */
+    write_config(f.repo, "dtype", 8, NULL);
+    write_version(f.repo, "dtype", 1, 1.0f);
+    snprintf(dir, sizeof dir, "%s/dtype/config.json", f.repo);
+    write_text(dir, "{\"max_batch_size\": 8, \"input\": [{\"name\": \"a\", \"data_type\": "
+                    "\"TYPE_INT32\", \"dims\": [4]}, {\"name\": \"b\", \"data_type\": "
+                    "\"TYPE_FP32\", \"dims\": [4]}], \"output\": [{\"name\": \"y\", "
+                    "\"data_type\": \"TYPE_FP32\", \"dims\": [4]}]}");
+    /* output not in the graph */
+    write_model(f.repo, "noout", 8, NULL);
+    snprintf(dir, sizeof dir, "%s/noout/config.json", f.repo);
+    write_text(dir, "{\"max_batch_size\": 8, \"input\": [{\"name\": \"a\", \"data_type\": "
+                    "\"TYPE_FP32\", \"dims\": [4]}, {\"name\": \"b\", \"data_type\": "
+                    "\"TYPE_FP32\", \"dims\": [4]}], \"output\": [{\"name\": \"q\", "
+                    "\"data_type\": \"TYPE_FP32\", \"dims\": [4]}]}");
+    /* output dims differ from what the graph computes */
+    write_model(f.repo, "outdims", 8, NULL);
+    snprintf(dir, sizeof dir, "%s/outdims/config.json", f.repo);
+    write_text(dir, "{\"max_batch_size\": 8, \"input\": [{\"name\": \"a\", \"data_type\": "
+                    "\"TYPE_FP32\", \"dims\": [4]}, {\"name\": \"b\", \"data_type\": "
+                    "\"TYPE_FP32\", \"dims\": [4]}], \"output\": [{\"name\": \"y\", "
+                    "\"data_type\": \"TYPE_FP32\", \"dims\": [5]}]}");
+    /* no batch dimension in the config, but the graph has one more dimension */
+    write_model(f.repo, "rank", 0, NULL);
+    /* no version directory, no graph file */
+    write_config(f.repo, "empty", 8, NULL);
+    write_config(f.repo, "nograph", 8, NULL);
+    snprintf(dir, sizeof dir, "%s/nograph/1", f.repo);
+    mkdir(dir, 0777);
+    /* weight of the wrong shape */
+    write_model(f.repo, "wshape", 8, NULL);
+    snprintf(dir, sizeof dir, "%s/wshape/1/model.safetensors", f.repo);
+    {
+        const char h[] = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}  ";
+        uint8_t buf[8 + sizeof h - 1 + 8] = {(uint8_t)(sizeof h - 1)};
+        memcpy(buf + 8, h, sizeof h - 1);
+        write_file(dir, buf, sizeof buf);
+    }
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    const struct {
+        const char *model, *msg;
+    } want[] = {
+        {"noweight", "'w' is neither an input of config.json nor a tensor"},
+        {"dtype", "config.json says TYPE_INT32"},
+        {"noout", "output 'q' is not an output of"},
+        {"outdims", "output 'y'"},
+        {"rank", "input 'a'"},
+        {"empty", "no version directory"},
+        {"nograph", "model.rtxg"},
+        {"wshape", "tensor 'w' is f32[2], the graph declares f32[4]"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char reason[256];
+        ck_assert_int_eq(index_state(f.s, want[i].model, reason), RTX_MODEL_UNAVAILABLE);
+        ck_assert_msg(strstr(reason, want[i].msg), "%s: '%s' lacks '%s'", want[i].model, reason,
+                      want[i].msg);
+        struct rtx_model *m;
+        struct rtx_err err = {0};
+        ck_assert_int_eq(rtx_serving_model_get(f.s, want[i].model, 0, &m, &err),
+                         RTX_EUNAVAILABLE);
+    }
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(serving_poll_mode_follows_the_directory) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    fx_start(&f, RTX_MODEL_CONTROL_POLL);
+    ck_assert(rtx_serving_model_ready(f.s, "scale", 1));
+    struct rtx_err err = {0};
+    ck_assert_int_eq(rtx_serving_load(f.s, "scale", NULL, &err), RTX_EUNSUPPORTED);
+    /* a new model appears */
+    write_model(f.repo, "later", 8, NULL);
+    for (int i = 0; i < 200 && !rtx_serving_model_ready(f.s, "later", 1); i++)
+        sleep_ms(10);
+    ck_assert(rtx_serving_model_ready(f.s, "later", 1));
+    /* a new version appears */
+    write_version(f.repo, "scale", 2, 2.0f);
+    for (int i = 0; i < 200 && !rtx_serving_model_ready(f.s, "scale", 2); i++)
+        sleep_ms(10);
+    ck_assert(rtx_serving_model_ready(f.s, "scale", 2));
+    /* a model goes away */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/later", f.repo);
+    rm_tree(dir);
+    for (int i = 0; i < 200 && rtx_serving_model_ready(f.s, "later", 0); i++)
+        sleep_ms(10);
+    ck_assert(!rtx_serving_model_ready(f.s, "later", 0));
+    fx_close(&f);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------
+ * Requests
+ * ---------------------------------------------------------------------------------------- */
+
+START_TEST(serving_rejects_bad_requests_before_queuing) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 4, NULL);
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    struct rtx_model *m;
+    struct rtx_err err = {0};
+    ck_assert(rtx_serving_model_get(f.s, "scale", 0, &m, &err) == 0);
+    struct rtx_tensor *a2 = make_input(2, 0, false), *b2 = make_input(2, 0, true);
+    struct rtx_tensor *b3 = make_input(3, 0, true), *a5 = make_input(5, 0, false);
+    struct rtx_tensor *b5 = make_input(5, 0, true), *i32, *flat;
+    ck_assert(rtx_tensor_new(RTX_I32, 2, (const int64_t[]){2, 4}, &i32, &err) == 0);
+    ck_assert(rtx_tensor_new(RTX_F32, 1, (const int64_t[]){4}, &flat, &err) == 0);
+    struct rtx_tensor *a2x3;
+    ck_assert(rtx_tensor_new(RTX_F32, 2, (const int64_t[]){2, 3}, &a2x3, &err) == 0);
+    const char *y = "y", *q = "q", *yy[] = {"y", "y"};
+    const struct {
+        struct rtx_infer_input in[3];
+        int n_in;
+        const char *const *outs;
+        int n_out;
+        int code;
+        const char *msg;
+    } cases[] = {
+        {{{"a", a2}}, 1, NULL, 0, RTX_EINVAL, "missing input 'b'"},
+        {{{"a", a2}, {"b", b2}, {"c", b2}}, 3, NULL, 0, RTX_EINVAL, "unknown input 'c'"},
+        {{{"a", a2}, {"a", a2}}, 2, NULL, 0, RTX_EINVAL, "input 'a' is given twice"},
+        {{{"a", i32}, {"b", b2}}, 2, NULL, 0, RTX_EINVAL, "datatype INT32"},
+        {{{"a", a2x3}, {"b", b2}}, 2, NULL, 0, RTX_EINVAL, "input 'a': shape f32[2,3]"},
+        {{{"a", flat}, {"b", b2}}, 2, NULL, 0, RTX_EINVAL, "input 'a': shape"},
+        {{{"a", a2}, {"b", b3}}, 2, NULL, 0, RTX_EINVAL, "batch size 3 differs"},
+        {{{"a", a5}, {"b", b5}}, 2, NULL, 0, RTX_ELIMIT, "max_batch_size 4"},
+        {{{"a", a2}, {"b", b2}}, 2, &q, 1, RTX_EINVAL, "unknown output 'q'"},
+        {{{"a", a2}, {"b", b2}}, 2, yy, 2, RTX_EINVAL, "requested twice"},
+    };
+    struct call c;
+    call_init(&c);
+    int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n_cases; i++) {
+        struct rtx_infer_request req = {
+            .model = m, .n_inputs = cases[i].n_in, .inputs = cases[i].in,
+            .n_outputs = cases[i].n_out, .outputs = cases[i].outs, .done = on_done, .ctx = &c,
+        };
+        int rc = rtx_serving_infer(f.s, &req, &err);
+        ck_assert_msg(rc == cases[i].code, "case %d: rc %d (%s)", i, rc, err.msg);
+        ck_assert_msg(strstr(err.msg, cases[i].msg), "case %d: '%s' lacks '%s'", i, err.msg,
+                      cases[i].msg);
+    }
+    /* a requested output comes alone */
+    struct rtx_infer_input ok[2] = {{"a", a2}, {"b", b2}};
+    struct rtx_infer_request req = {.model = m, .n_inputs = 2, .inputs = ok, .n_outputs = 1,
+                                    .outputs = &y, .done = on_done, .ctx = &c};
+    ck_assert(rtx_serving_infer(f.s, &req, &err) == 0);
+    call_wait(&c);
+    ck_assert_int_eq(c.done, 1); /* the rejected ones never called back */
+    ck_assert_int_eq(c.n_outputs, 1);
+    ck_assert_str_eq(c.out0, "y");
+    struct rtx_model_stats st = get_stats(f.s, "scale");
+    ck_assert_int_eq(st.failures[RTX_INFER_FAIL_REJECTED], n_cases);
+    ck_assert_int_eq(st.success.count, 1);
+    rtx_tensor_unref(a2);
+    rtx_tensor_unref(b2);
+    rtx_tensor_unref(b3);
+    rtx_tensor_unref(a5);
+    rtx_tensor_unref(b5);
+    rtx_tensor_unref(i32);
+    rtx_tensor_unref(flat);
+    rtx_tensor_unref(a2x3);
+    rtx_model_unref(m);
+    call_close(&c);
+    fx_close(&f);
+}
+END_TEST
+
+#define N_BATCH 6
+
+START_TEST(batching_merges_splits_and_matches_unbatched) {
+    struct fx f;
+    fx_repo(&f);
+    /* a long delay: the batch closes at the preferred size 8, not on time */
+    write_model(f.repo, "batched", 16,
+                ", \"dynamic_batching\": {\"preferred_batch_size\": [8],"
+                " \"max_queue_delay_microseconds\": 5000000}");
+    write_model(f.repo, "plain", 16, NULL);
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    struct call on[N_BATCH], off[N_BATCH];
+    struct rtx_err err = {0};
+    const int rows[N_BATCH] = {1, 2, 1, 1, 2, 1}; /* 8 rows in all */
+    int64_t t0 = rtx__now_ns();
+    for (int i = 0; i < N_BATCH; i++) {
+        call_init(&on[i]);
+        call_init(&off[i]);
+        ck_assert(submit(f.s, "batched", rows[i], (float)i, &on[i], 0, NULL, &err) == 0);
+        ck_assert(submit(f.s, "plain", rows[i], (float)i, &off[i], 0, NULL, &err) == 0);
+    }
+    for (int i = 0; i < N_BATCH; i++) {
+        call_wait(&on[i]);
+        call_wait(&off[i]);
+        ck_assert_msg(on[i].code == 0 && off[i].code == 0, "%s %s", on[i].msg, off[i].msg);
+        ck_assert_int_eq(on[i].batch_size, 8);
+        ck_assert_int_eq(off[i].batch_size, rows[i]);
+        ck_assert(memcmp(on[i].y, off[i].y, sizeof(float) * 4 * (size_t)rows[i]) == 0);
+        ck_assert(memcmp(on[i].z, off[i].z, sizeof(float) * 4 * (size_t)rows[i]) == 0);
+        check_scale(&on[i], rows[i], (float)i, 1.0f);
+    }
+    ck_assert_int_lt(rtx__now_ns() - t0, 2000000000LL); /* did not wait for the delay */
+    struct rtx_model_stats st = get_stats(f.s, "batched");
+    ck_assert_int_eq(st.execution_count, 1);
+    ck_assert_int_eq(st.inference_count, 8);
+    ck_assert_int_eq(st.success.count, N_BATCH);
+    ck_assert_int_eq(st.n_batch_stats, 1);
+    ck_assert_int_eq(st.batch_stats[0].batch_size, 8);
+    ck_assert_int_eq(st.batch_stats[0].compute_infer.count, 1);
+    st = get_stats(f.s, "plain");
+    ck_assert_int_eq(st.execution_count, N_BATCH);
+    for (int i = 0; i < N_BATCH; i++) {
+        call_close(&on[i]);
+        call_close(&off[i]);
+    }
+    fx_close(&f);
+}
+END_TEST
+
+/* REPO/NAME/1: p = softmax(relu(x @ w1 + b1) @ w2 + b2), x f32 [batch, 64], weights from a
+ * fixed seed in model.safetensors (the shape of the example mlp). */
+static void write_mlp(const char *repo, const char *name, const char *extra) {
+    char dir[1024], text[2048];
+    snprintf(dir, sizeof dir, "%s/%s", repo, name);
+    mkdir(dir, 0777);
+    snprintf(text, sizeof text,
+             "{\"max_batch_size\": 64, \"input\": [{\"name\": \"x\", \"data_type\": "
+             "\"TYPE_FP32\", \"dims\": [64]}], \"output\": [{\"name\": \"p\", "
+             "\"data_type\": \"TYPE_FP32\", \"dims\": [10]}]%s}",
+             extra ? extra : "");
+    snprintf(dir, sizeof dir, "%s/%s/config.json", repo, name);
+    write_text(dir, text);
+    snprintf(dir, sizeof dir, "%s/%s/1", repo, name);
+    mkdir(dir, 0777);
+    struct rtx_graph *g;
+    struct rtx_err err = {0};
+    ck_assert(rtx_graph_new("mlp", &g, &err) == 0);
+    const char *names[4] = {"w1", "b1", "w2", "b2"};
+    const int64_t shapes[4][2] = {{64, 128}, {128, 0}, {128, 10}, {10, 0}};
+    ck_assert(rtx_graph_add_input(g, "x", RTX_F32, 2, (const int64_t[]){-1, 64}, &err) >= 0);
+    char h[512];
+    int hn = 0;
+    uint64_t off = 0, total = 0;
+    for (int i = 0; i < 4; i++) {
+        int nd = shapes[i][1] ? 2 : 1;
+        ck_assert(rtx_graph_add_input(g, names[i], RTX_F32, nd, shapes[i], &err) >= 0);
+        uint64_t bytes = 4 * (uint64_t)shapes[i][0] * (uint64_t)(nd == 2 ? shapes[i][1] : 1);
+        hn += snprintf(h + hn, sizeof h - (size_t)hn,
+                       "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld%s%s],"
+                       "\"data_offsets\":[%llu,%llu]}",
+                       i ? "," : "{", names[i], (long long)shapes[i][0], nd == 2 ? "," : "",
+                       nd == 2 ? (i == 0 ? "128" : "10") : "", (unsigned long long)off,
+                       (unsigned long long)(off + bytes));
+        off += bytes;
+    }
+    total = off;
+    h[hn++] = '}';
+    while ((8 + hn) % 8) h[hn++] = ' ';
+    size_t len = 8 + (size_t)hn + total;
+    uint8_t *buf = malloc(len);
+    ck_assert_ptr_nonnull(buf);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)((uint64_t)hn >> (8 * i));
+    memcpy(buf + 8, h, (size_t)hn);
+    struct rtx_rng rng;
+    rtx_rng_seed(&rng, 7);
+    float *w = (float *)(buf + 8 + hn);
+    for (uint64_t i = 0; i < total / 4; i++)
+        w[i] = (float)((double)(rtx_rng_next(&rng) >> 11) * 0x1.0p-53 - 0.5) * 0.25f;
+    snprintf(dir, sizeof dir, "%s/%s/1/model.safetensors", repo, name);
+    write_file(dir, buf, len);
+    free(buf);
+    const char *fc1[] = {"x", "w1", "b1"}, *r[] = {"h"}, *fc2[] = {"hr", "w2", "b2"};
+    const char *sm[] = {"logits"}, *o1 = "h", *o2 = "hr", *o3 = "logits", *o4 = "p";
+    ck_assert(rtx_graph_add_node(g, "gemm", "fc1", fc1, 3, &o1, 1, &err) >= 0);
+    ck_assert(rtx_graph_add_node(g, "relu", "relu", r, 1, &o2, 1, &err) >= 0);
+    ck_assert(rtx_graph_add_node(g, "gemm", "fc2", fc2, 3, &o3, 1, &err) >= 0);
+    int n = rtx_graph_add_node(g, "softmax", "softmax", sm, 1, &o4, 1, &err);
+    ck_assert(n >= 0);
+    ck_assert(rtx_graph_set_attr_int(g, n, "axis", -1, &err) == 0);
+    ck_assert(rtx_graph_add_output(g, "p", &err) == 0);
+    snprintf(dir, sizeof dir, "%s/%s/1/model.rtxg", repo, name);
+    ck_assert_msg(rtx_graph_save_file(g, dir, &err) == 0, "%s", err.msg);
+    rtx_graph_free(g);
+}
+
+struct mlp_call {
+    struct call c;
+    float p[64 * 10];
+};
+
+static void on_mlp(void *ctx, const struct rtx_infer_result *res) {
+    struct mlp_call *mc = ctx;
+    if (res->code == 0)
+        for (int64_t i = 0; i < rtx_tensor_numel(res->outputs[0]) && i < 64 * 10; i++)
+            mc->p[i] = (float)rtx_tensor_get(res->outputs[0], i);
+    on_done(&mc->c, res);
+}
+
+/* rows x 64 inputs: row r of request `seed` holds sin(seed * 64 + r * 7 + k). */
+static void submit_mlp(struct rtx_serving *s, const char *name, int rows, int seed,
+                       struct mlp_call *mc) {
+    struct rtx_model *m;
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_serving_model_get(s, name, 0, &m, &err) == 0, "%s", err.msg);
+    struct rtx_tensor *x;
+    ck_assert(rtx_tensor_new(RTX_F32, 2, (const int64_t[]){rows, 64}, &x, &err) == 0);
+    float *p = rtx_tensor_data(x);
+    for (int i = 0; i < rows * 64; i++)
+        p[i] = sinf((float)(seed * 64 + (i / 64) * 7 + i % 64));
+    struct rtx_infer_input in = {"x", x};
+    struct rtx_infer_request req = {.model = m, .n_inputs = 1, .inputs = &in, .done = on_mlp,
+                                    .ctx = mc};
+    ck_assert_msg(rtx_serving_infer(s, &req, &err) == 0, "%s", err.msg);
+    rtx_tensor_unref(x);
+    rtx_model_unref(m);
+}
+
+START_TEST(batching_matches_unbatched_for_gemm) {
+    struct fx f;
+    fx_repo(&f);
+    write_mlp(f.repo, "mlp", ", \"dynamic_batching\": {\"preferred_batch_size\": [16, 32],"
+                             " \"max_queue_delay_microseconds\": 200000}");
+    write_mlp(f.repo, "mlp_nobatch", NULL);
+    struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_NONE);
+    o.cpu_threads = 2; /* threaded GEMM must not change a row's result either */
+    fx_start_opts(&f, &o);
+    enum { N = 12 };
+    const int rows[N] = {1, 3, 2, 1, 5, 4, 1, 2, 3, 1, 2, 7}; /* 32 in all */
+    struct mlp_call *on = calloc(N, sizeof *on), *off = calloc(N, sizeof *off);
+    ck_assert(on && off);
+    for (int i = 0; i < N; i++) {
+        call_init(&on[i].c);
+        call_init(&off[i].c);
+        submit_mlp(f.s, "mlp", rows[i], i, &on[i]);
+        submit_mlp(f.s, "mlp_nobatch", rows[i], i, &off[i]);
+    }
+    int batched = 0;
+    for (int i = 0; i < N; i++) {
+        call_wait(&on[i].c);
+        call_wait(&off[i].c);
+        ck_assert_msg(on[i].c.code == 0 && off[i].c.code == 0, "%s", on[i].c.msg);
+        batched += on[i].c.batch_size > rows[i];
+        ck_assert_msg(memcmp(on[i].p, off[i].p, sizeof(float) * 10 * (size_t)rows[i]) == 0,
+                      "request %d: batched outputs differ from unbatched ones", i);
+        call_close(&on[i].c);
+        call_close(&off[i].c);
+    }
+    ck_assert_int_gt(batched, 0);
+    free(on);
+    free(off);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(batching_waits_at_most_the_queue_delay) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "delay", 8,
+                ", \"dynamic_batching\": {\"max_queue_delay_microseconds\": 60000}");
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    struct call c;
+    call_init(&c);
+    struct rtx_err err = {0};
+    int64_t t0 = rtx__now_ns();
+    ck_assert(submit(f.s, "delay", 1, 1.0f, &c, 0, NULL, &err) == 0);
+    call_wait(&c);
+    int64_t waited = rtx__now_ns() - t0;
+    check_scale(&c, 1, 1.0f, 1.0f);
+    ck_assert_int_eq(c.batch_size, 1);
+    ck_assert_int_ge(c.queue_ns, 55000000);
+    ck_assert_int_lt(waited, 1000000000);
+    call_close(&c);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(batching_respects_max_batch_size_and_shapes) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "max4", 4,
+                ", \"dynamic_batching\": {\"max_queue_delay_microseconds\": 100000}");
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    /* hold the worker so that everything queues, then let it go */
+    struct call gate;
+    call_init(&gate);
+    gate.gate = true;
+    struct rtx_err err = {0};
+    ck_assert(submit(f.s, "max4", 4, 0.0f, &gate, 0, NULL, &err) == 0);
+    call_wait_entered(&gate);
+    struct call c[5];
+    int rows[5] = {3, 2, 1, 1, 3};
+    for (int i = 0; i < 5; i++) {
+        call_init(&c[i]);
+        ck_assert(submit(f.s, "max4", rows[i], (float)i, &c[i], 0, NULL, &err) == 0);
+    }
+    call_open_gate(&gate);
+    for (int i = 0; i < 5; i++) {
+        call_wait(&c[i]);
+        check_scale(&c[i], rows[i], (float)i, 1.0f);
+        ck_assert_int_le(c[i].batch_size, 4);
+    }
+    /* FIFO with a full stop: [3], then 2+1+1 = 4, then [3] after the delay */
+    ck_assert_int_eq(c[0].batch_size, 3);
+    ck_assert_int_eq(c[1].batch_size, 4);
+    ck_assert_int_eq(c[3].batch_size, 4);
+    struct rtx_model_stats st = get_stats(f.s, "max4");
+    ck_assert_int_eq(st.inference_count, 14);
+    call_close(&gate);
+    for (int i = 0; i < 5; i++)
+        call_close(&c[i]);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(batching_sends_the_largest_preferred_batch) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "pref", 8,
+                ", \"dynamic_batching\": {\"preferred_batch_size\": [2, 4],"
+                " \"max_queue_delay_microseconds\": 50000}");
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    struct call gate, c[5];
+    call_init(&gate);
+    gate.gate = true;
+    struct rtx_err err = {0};
+    ck_assert(submit(f.s, "pref", 2, 0.0f, &gate, 0, NULL, &err) == 0); /* preferred: at once */
+    call_wait_entered(&gate);
+    for (int i = 0; i < 5; i++) {
+        call_init(&c[i]);
+        ck_assert(submit(f.s, "pref", 1, (float)i, &c[i], 0, NULL, &err) == 0);
+    }
+    call_open_gate(&gate);
+    for (int i = 0; i < 5; i++) {
+        call_wait(&c[i]);
+        check_scale(&c[i], 1, (float)i, 1.0f);
+        ck_assert_int_eq(c[i].batch_size, i < 4 ? 4 : 1); /* 4 now, the fifth after the delay */
+    }
+    ck_assert_int_ge(c[4].queue_ns, 45000000);
+    call_close(&gate);
+    for (int i = 0; i < 5; i++)
+        call_close(&c[i]);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(queue_bound_deadline_and_cancel) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_NONE);
+    o.max_queue = 3;
+    fx_start_opts(&f, &o);
+    struct call gate, exp, can, ok, full;
+    call_init(&gate);
+    call_init(&exp);
+    call_init(&can);
+    call_init(&ok);
+    call_init(&full);
+    gate.gate = true;
+    struct rtx_err err = {0};
+    ck_assert(submit(f.s, "scale", 1, 0.0f, &gate, 0, NULL, &err) == 0);
+    call_wait_entered(&gate); /* the only worker is busy now */
+    volatile int cancel = 0;
+    ck_assert(submit(f.s, "scale", 1, 1.0f, &exp, rtx__now_ns() + 1000000, NULL, &err) == 0);
+    ck_assert(submit(f.s, "scale", 1, 2.0f, &can, 0, &cancel, &err) == 0);
+    ck_assert(submit(f.s, "scale", 1, 3.0f, &ok, rtx__now_ns() + 60000000000LL, NULL, &err) == 0);
+    ck_assert_int_eq(submit(f.s, "scale", 1, 4.0f, &full, 0, NULL, &err), RTX_EUNAVAILABLE);
+    ck_assert(strstr(err.msg, "queue full"));
+    struct rtx_model_stats st = get_stats(f.s, "scale");
+    ck_assert_int_eq(st.pending, 3); /* queued; the gated one is being answered */
+    cancel = 1;
+    sleep_ms(5); /* past the first deadline */
+    call_open_gate(&gate);
+    call_wait(&exp);
+    call_wait(&can);
+    call_wait(&ok);
+    ck_assert_int_eq(exp.code, RTX_EEXPIRED);
+    ck_assert(strstr(exp.msg, "deadline"));
+    ck_assert_int_eq(can.code, RTX_ECANCELED);
+    check_scale(&ok, 1, 3.0f, 1.0f);
+    ck_assert_int_eq(full.done, 0);
+    st = get_stats(f.s, "scale");
+    ck_assert_int_eq(st.failures[RTX_INFER_FAIL_EXPIRED], 1);
+    ck_assert_int_eq(st.failures[RTX_INFER_FAIL_CANCELED], 1);
+    ck_assert_int_eq(st.failures[RTX_INFER_FAIL_REJECTED], 1);
+    ck_assert_int_eq(st.fail.count, 3);
+    ck_assert_int_eq(st.success.count, 2);
+    ck_assert_int_eq(st.pending, 0);
+    call_close(&gate);
+    call_close(&exp);
+    call_close(&can);
+    call_close(&ok);
+    call_close(&full);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(instances_serve_in_parallel) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "two", 8,
+                ", \"instance_group\": [{\"count\": 2, \"kind\": \"KIND_CPU\"}]");
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    struct rtx_model *m;
+    struct rtx_err err = {0};
+    ck_assert(rtx_serving_model_get(f.s, "two", 0, &m, &err) == 0);
+    ck_assert_int_eq(rtx_model_info(m)->instances, 2);
+    rtx_model_unref(m);
+    struct call gate, c;
+    call_init(&gate);
+    call_init(&c);
+    gate.gate = true;
+    ck_assert(submit(f.s, "two", 1, 0.0f, &gate, 0, NULL, &err) == 0);
+    call_wait_entered(&gate); /* one instance is held */
+    ck_assert(submit(f.s, "two", 2, 1.0f, &c, 0, NULL, &err) == 0);
+    call_wait(&c); /* the other one answers meanwhile */
+    check_scale(&c, 2, 1.0f, 1.0f);
+    call_open_gate(&gate);
+    call_wait(&gate);
+    call_close(&gate);
+    call_close(&c);
+    fx_close(&f);
+}
+END_TEST
+
+struct stopper {
+    struct rtx_serving *s;
+};
+
+static void *stop_main(void *arg) {
+    struct stopper *st = arg;
+    rtx_serving_stop(st->s);
+    return NULL;
+}
+
+START_TEST(stop_answers_every_request_once) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    struct call gate, c[6];
+    call_init(&gate);
+    gate.gate = true;
+    struct rtx_err err = {0};
+    ck_assert(submit(f.s, "scale", 1, 0.0f, &gate, 0, NULL, &err) == 0);
+    call_wait_entered(&gate);
+    for (int i = 0; i < 6; i++) {
+        call_init(&c[i]);
+        ck_assert(submit(f.s, "scale", 1, (float)i, &c[i], 0, NULL, &err) == 0);
+    }
+    struct stopper sp = {f.s};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, stop_main, &sp), 0);
+    sleep_ms(20); /* the stop is waiting for the running batch */
+    call_open_gate(&gate);
+    pthread_join(th, NULL);
+    f.s = NULL;
+    ck_assert_int_eq(gate.done, 1);
+    ck_assert_int_eq(gate.code, 0);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(c[i].done, 1);
+        ck_assert_int_eq(c[i].code, RTX_EUNAVAILABLE);
+        ck_assert(strstr(c[i].msg, "shutting down"));
+        call_close(&c[i]);
+    }
+    call_close(&gate);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(load_survives_out_of_memory) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    fx_start(&f, RTX_MODEL_CONTROL_EXPLICIT);
+    struct rtx_err err = {0};
+    int rc = -1;
+    long n;
+    for (n = 1; n < 5000 && rc != 0; n++) {
+        rtx_alloc_fail_after(n);
+        rc = rtx_serving_load(f.s, "scale", NULL, &err);
+        rtx_alloc_fail_after(0);
+        ck_assert_msg(rc == 0 || rc == RTX_ENOMEM, "n=%ld: rc %d (%s)", n, rc, err.msg);
+        if (rc == 0) break;
+        ck_assert(!rtx_serving_model_ready(f.s, "scale", 0));
+    }
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_gt(n, 5);
+    struct call c;
+    call_init(&c);
+    ck_assert(submit(f.s, "scale", 2, 1.0f, &c, 0, NULL, &err) == 0);
+    call_wait(&c);
+    check_scale(&c, 2, 1.0f, 1.0f);
+    call_close(&c);
+    fx_close(&f);
+}
+END_TEST
+
+Suite *rtx_serving_suite(void) {
+    Suite *s = suite_create("serving");
+    TCase *tc = tcase_create("serving");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, serving_loads_every_model_and_infers);
+    tcase_add_test(tc, serving_start_errors);
+    tcase_add_test(tc, serving_explicit_load_unload_frees_memory);
+    tcase_add_test(tc, serving_failed_reload_keeps_the_old_version);
+    tcase_add_test(tc, serving_version_policies);
+    tcase_add_test(tc, serving_load_errors_name_the_file);
+    tcase_add_test(tc, serving_poll_mode_follows_the_directory);
+    tcase_add_test(tc, serving_rejects_bad_requests_before_queuing);
+    tcase_add_test(tc, batching_merges_splits_and_matches_unbatched);
+    tcase_add_test(tc, batching_matches_unbatched_for_gemm);
+    tcase_add_test(tc, batching_waits_at_most_the_queue_delay);
+    tcase_add_test(tc, batching_respects_max_batch_size_and_shapes);
+    tcase_add_test(tc, batching_sends_the_largest_preferred_batch);
+    tcase_add_test(tc, queue_bound_deadline_and_cancel);
+    tcase_add_test(tc, instances_serve_in_parallel);
+    tcase_add_test(tc, stop_answers_every_request_once);
+    tcase_add_test(tc, load_survives_out_of_memory);
+    suite_add_tcase(s, tc);
+    return s;
+}
