@@ -21,7 +21,8 @@ the benchmarked models) serves all of them; perf_analyzer comes from the tritonc
 the venv (it needs libcudart.so.12 from nvidia-cuda-runtime-cu12, put on LD_LIBRARY_PATH here,
 and Debian's libb64-0d). Needs RTX_BUILD (the Makefile sets it) and the venv's Python.
 Environment: RTX_BENCH_SERVING_MS (measurement window, default 3000),
-RTX_BENCH_SERVING_PROTOCOLS ("grpc,http"), RTX_BENCH_SERVING_MODELS (the batching-on model of
+RTX_BENCH_SERVING_PROTOCOLS ("grpc,http"), RTX_PERF_ANALYZER (the binary, default the venv's),
+RTX_BENCH_SERVING_MODELS (the batching-on model of
 each pair to run, default "mlp_wide,mlp"), RTX_BENCH_SERVING_CONCURRENCY ("1,8,32").
 """
 import csv
@@ -124,7 +125,8 @@ def ratio_lines(res, on, off):
 
 def main():
     build = Path(os.environ.get("RTX_BUILD", Path(__file__).resolve().parents[1] / "build"))
-    exe = Path(sys.executable).parent / "perf_analyzer"
+    exe = Path(os.environ.get("RTX_PERF_ANALYZER")
+               or Path(sys.executable).parent / "perf_analyzer")
     if not exe.exists():
         raise SystemExit(f"bench_serving: {exe} missing (tests/requirements.txt installs "
                          f"tritonclient[all], whose wheel ships it)")
@@ -137,7 +139,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="rtx-bench-serving-") as tmp:
         rtxd, grpc_port, http_port = start_rtxd(build, tmp, models)
         try:
-            print(f"perf_analyzer against rtxd on the CPU: {platform.processor() or 'cpu'}, "
+            where = ("a GPU (the models' KIND_GPU instances)" if os.path.exists("/dev/nvidia0")
+                     else "the CPU")
+            print(f"perf_analyzer against rtxd on {where}: {platform.processor() or 'cpu'}, "
                   f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
                   f"window {WINDOW_MS} ms, p99 client latency", flush=True)
             print(f"{'protocol':8} {'model':17} {'conc':>4} {'infer/s':>10} {'p99 us':>9}")
