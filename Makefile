@@ -288,6 +288,7 @@ test-asan:
 	$(MAKE) BUILD=build-asan SAN=1 all
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  CK_FORK=no build-asan/bin/rtx-unit-tests
+	$(MAKE) BUILD=build build/py/rtx/v1/graph_pb2.py
 	$(MAKE) BUILD=build-asan SAN=1 VENV=build/venv PY_GEN=build/py/rtx/v1/graph_pb2.py \
 	  test-py-only
 

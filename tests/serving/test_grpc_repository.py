@@ -128,6 +128,13 @@ def test_unload_with_requests_in_flight(server, c):
         except gu.InferenceServerException:
             break
         if i == 10:
+            # unload once a request has been answered, so some run before it on a slow host
+            end = time.monotonic() + gu.TIMEOUT
+            while time.monotonic() < end:
+                with lock:
+                    if results:
+                        break
+                time.sleep(0.005)
             threading.Thread(target=lambda: c.unload_model("mlp_nobatch")).start()
     for _ in range(n):
         assert done.acquire(timeout=gu.TIMEOUT), "a request never completed"
