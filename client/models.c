@@ -178,32 +178,25 @@ int rtx_client_get_model(struct rtx_client *c, const char *name, int64_t version
     ProtobufCMessage *resp = NULL;
     int rc = rtx__client_unary(c, RTX__CLIENT_M_MODEL_METADATA, &mreq.base, &resp, err);
     b->meta = (Inference__ModelMetadataResponse *)resp;
-    if (rc == 0) {
-        /* the version described: the one the metadata names */
-        if (b->meta->n_versions > 0) snprintf(vs, sizeof vs, "%s", b->meta->versions[0]);
-        Inference__ModelConfigRequest creq = INFERENCE__MODEL_CONFIG_REQUEST__INIT;
-        creq.name = (char *)name;
-        creq.version = vs;
-        resp = NULL;
-        rc = rtx__client_unary(c, RTX__CLIENT_M_MODEL_CONFIG, &creq.base, &resp, err);
-        b->config = (Inference__ModelConfigResponse *)resp;
-    }
-    if (rc == 0) {
-        Inference__ModelReadyRequest rreq = INFERENCE__MODEL_READY_REQUEST__INIT;
-        rreq.name = (char *)name;
-        rreq.version = vs;
-        resp = NULL;
-        rc = rtx__client_unary(c, RTX__CLIENT_M_MODEL_READY, &rreq.base, &resp, err);
-        b->ready = (Inference__ModelReadyResponse *)resp;
-    }
-    if (rc == 0) {
-        Inference__ModelStatisticsRequest sreq = INFERENCE__MODEL_STATISTICS_REQUEST__INIT;
-        sreq.name = (char *)name;
-        sreq.version = vs;
-        resp = NULL;
-        rc = rtx__client_unary(c, RTX__CLIENT_M_MODEL_STATISTICS, &sreq.base, &resp, err);
-        b->stats = (Inference__ModelStatisticsResponse *)resp;
-    }
+    /* the version described: the one the metadata names */
+    if (rc == 0 && b->meta->n_versions > 0) snprintf(vs, sizeof vs, "%s", b->meta->versions[0]);
+    Inference__ModelConfigRequest creq = INFERENCE__MODEL_CONFIG_REQUEST__INIT;
+    Inference__ModelReadyRequest rreq = INFERENCE__MODEL_READY_REQUEST__INIT;
+    Inference__ModelStatisticsRequest sreq = INFERENCE__MODEL_STATISTICS_REQUEST__INIT;
+    creq.name = rreq.name = sreq.name = (char *)name;
+    creq.version = rreq.version = sreq.version = vs;
+    const struct {
+        enum rtx__client_method m;
+        ProtobufCMessage *req;
+    } calls[] = {{RTX__CLIENT_M_MODEL_CONFIG, &creq.base},
+                 {RTX__CLIENT_M_MODEL_READY, &rreq.base},
+                 {RTX__CLIENT_M_MODEL_STATISTICS, &sreq.base}};
+    ProtobufCMessage *resps[3] = {NULL, NULL, NULL};
+    for (size_t i = 0; i < 3 && rc == 0; i++)
+        rc = rtx__client_unary(c, calls[i].m, calls[i].req, &resps[i], err);
+    b->config = (Inference__ModelConfigResponse *)resps[0];
+    b->ready = (Inference__ModelReadyResponse *)resps[1];
+    b->stats = (Inference__ModelStatisticsResponse *)resps[2];
     if (rc == 0 && !b->config->config)
         rc = rtx__client_err(err, RTX_CLIENT_EPROTO, -1, "ModelConfig: no config in the reply");
     size_t ni = rc == 0 ? b->meta->n_inputs : 0, no = rc == 0 ? b->meta->n_outputs : 0;

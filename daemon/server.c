@@ -570,44 +570,86 @@ static void op_status(struct call *c, grpc_op *op) {
     }
 }
 
-/* --- unary ------------------------------------------------------------------------------- */
+/* Fills op with SEND_INITIAL_METADATA unless c's initial metadata already went out (marking
+ * it sent). Returns the number of ops filled: 0 or 1. */
+static size_t op_initial_metadata_once(struct call *c, grpc_op *op) {
+    if (c->md_sent) return 0;
+    op_initial_metadata(c, op);
+    c->md_sent = true;
+    return 1;
+}
 
-static void unary_reply(struct call *c, struct rtx_server_reply *rep) {
+/* Fills op with SEND_MESSAGE of bb (still owned by the caller until the batch completes). */
+static void op_send_message(grpc_op *op, grpc_byte_buffer *bb) {
+    memset(op, 0, sizeof *op);
+    op->op = GRPC_OP_SEND_MESSAGE;
+    op->data.send_message.send_message = bb;
+}
+
+/* Fills op with RECV_CLOSE_ON_SERVER, reporting into c->cancelled. */
+static void op_recv_close(struct call *c, grpc_op *op) {
+    memset(op, 0, sizeof *op);
+    op->op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op->data.recv_close_on_server.cancelled = &c->cancelled;
+}
+
+/* Logs that a batch of call c could not start: what says which ("cannot answer a call"). */
+static void log_batch_error(const struct call *c, const char *what, grpc_call_error e) {
+    rtx_log(RTX_LOG_ERROR, what, "method", call_path(c), "error", grpc_call_error_to_string(e),
+            NULL);
+}
+
+/* Records rep's status on c and fills ops (room for 3) with a one-reply batch: the initial
+ * metadata, the message when rep is OK (rep->data is taken into c->reply; otherwise freed)
+ * and the status. rep->data is NULL after. Returns the number of ops filled. */
+static size_t reply_ops(struct call *c, struct rtx_server_reply *rep, grpc_op *ops) {
     c->status = rep->code;
     snprintf(c->status_msg, sizeof c->status_msg, "%s", rep->code ? rep->msg : "");
-    grpc_op ops[4];
     size_t n = 0;
     op_initial_metadata(c, &ops[n++]);
     if (rep->code == GRPC_STATUS_OK) {
         c->reply = byte_buffer_take(rep->data, rep->len);
-        rep->data = NULL;
-        memset(&ops[n], 0, sizeof ops[n]);
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n++].data.send_message.send_message = c->reply;
+        op_send_message(&ops[n++], c->reply);
     } else {
         rtx_free(rep->data);
-        rep->data = NULL;
     }
+    rep->data = NULL;
     op_status(c, &ops[n++]);
-    memset(&ops[n], 0, sizeof ops[n]);
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    return n;
+}
+
+/* Whether call c's request may go to its handler: false, with rep set to the error, when the
+ * request message is missing or the call's deadline has already passed. */
+static bool request_usable(const struct call *c, const uint8_t *req,
+                           struct rtx_server_reply *rep) {
+    if (!req) {
+        rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT, "missing request message");
+        return false;
+    }
+    if (deadline_passed(c->deadline)) {
+        rtx_server_reply_status(rep, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                "the deadline passed before the request was handled");
+        return false;
+    }
+    return true;
+}
+
+/* --- unary ------------------------------------------------------------------------------- */
+
+static void unary_reply(struct call *c, struct rtx_server_reply *rep) {
+    grpc_op ops[4];
+    size_t n = reply_ops(c, rep, ops);
+    op_recv_close(c, &ops[n++]);
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_done, NULL);
     if (e != GRPC_CALL_OK) {
-        rtx_log(RTX_LOG_ERROR, "cannot answer a call", "method", call_path(c), "error",
-                grpc_call_error_to_string(e), NULL);
+        log_batch_error(c, "cannot answer a call", e);
         call_free(c);
     }
 }
 
 static void unary_run(struct call *c, const uint8_t *req, size_t len) {
     struct rtx_server_reply rep = {.code = GRPC_STATUS_OK};
-    if (!req) {
-        rtx_server_reply_status(&rep, GRPC_STATUS_INVALID_ARGUMENT, "missing request message");
-    } else if (deadline_passed(c->deadline)) {
-        rtx_server_reply_status(&rep, GRPC_STATUS_DEADLINE_EXCEEDED,
-                                "the deadline passed before the request was handled");
-    } else {
+    if (request_usable(c, req, &rep)) {
         rtx_log_set_request_id(c->request_id);
         methods[c->method].unary(c->srv->daemon, req, len, &rep);
         rtx_log_set_request_id(NULL);
@@ -619,18 +661,13 @@ static void unary_run(struct call *c, const uint8_t *req, size_t len) {
 
 static void stream_start_status_locked(struct call *c) {
     grpc_op ops[2];
-    size_t n = 0;
-    if (!c->md_sent) {
-        op_initial_metadata(c, &ops[n++]);
-        c->md_sent = true;
-    }
+    size_t n = op_initial_metadata_once(c, ops);
     op_status(c, &ops[n++]);
     c->status_started = true;
     c->refs++;
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_status, NULL);
     if (e != GRPC_CALL_OK) {
-        rtx_log(RTX_LOG_ERROR, "cannot end a stream", "method", call_path(c), "error",
-                grpc_call_error_to_string(e), NULL);
+        log_batch_error(c, "cannot end a stream", e);
         c->refs--; /* the close reference is still held */
         grpc_call_cancel(c->call, NULL);
     }
@@ -643,20 +680,13 @@ static void stream_start_write_locked(struct call *c) {
     c->writing = m->bb;
     rtx_free(m);
     grpc_op ops[2];
-    size_t n = 0;
-    if (!c->md_sent) {
-        op_initial_metadata(c, &ops[n++]);
-        c->md_sent = true;
-    }
-    memset(&ops[n], 0, sizeof ops[n]);
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n++].data.send_message.send_message = c->writing;
+    size_t n = op_initial_metadata_once(c, ops);
+    op_send_message(&ops[n++], c->writing);
     c->write_in_flight = true;
     c->refs++;
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_write, NULL);
     if (e != GRPC_CALL_OK) {
-        rtx_log(RTX_LOG_ERROR, "cannot write to a stream", "method", call_path(c), "error",
-                grpc_call_error_to_string(e), NULL);
+        log_batch_error(c, "cannot write to a stream", e);
         grpc_byte_buffer_destroy(c->writing);
         c->writing = NULL;
         c->write_in_flight = false;
@@ -681,6 +711,22 @@ static void stream_pump_locked(struct call *c) {
         stream_start_status_locked(c);
 }
 
+/* Posts RECV_CLOSE_ON_SERVER, whose completion reports a client that goes away (used by
+ * streaming, async and bidi calls). Takes a reference. Returns false, logging what (which
+ * step failed), when the batch cannot start. */
+static bool post_close(struct call *c, const char *what) {
+    grpc_op op;
+    op_recv_close(c, &op);
+    c->refs++;
+    grpc_call_error e = grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL);
+    if (e != GRPC_CALL_OK) {
+        c->refs--;
+        log_batch_error(c, what, e);
+        return false;
+    }
+    return true;
+}
+
 /* Ends the stream with a status (dropping queued messages) unless it already ends. */
 static void stream_end_locked(struct call *c, grpc_status_code code, const char *msg) {
     if (c->closed || c->want_status) return;
@@ -689,6 +735,51 @@ static void stream_end_locked(struct call *c, grpc_status_code code, const char 
     snprintf(c->status_msg, sizeof c->status_msg, "%s", msg ? msg : "");
     drop_queue_locked(c);
     stream_pump_locked(c);
+}
+
+/* Asks for the status OK once the write queue drains (the caller pumps). Caller holds c->mu. */
+static void stream_want_ok_locked(struct call *c) {
+    c->want_status = true;
+    c->status = GRPC_STATUS_OK;
+    c->status_msg[0] = '\0';
+}
+
+/* Appends message m, holding bb, to c's write queue unless the stream already ends (then both
+ * are dropped); m NULL (out of memory) ends the stream with INTERNAL oom_msg. Caller holds
+ * c->mu. Returns whether m was queued, after which the caller pumps. */
+static bool stream_queue_locked(struct call *c, struct msg *m, grpc_byte_buffer *bb,
+                                const char *oom_msg) {
+    if (c->closed || c->want_status || c->status_started) {
+        if (bb) grpc_byte_buffer_destroy(bb);
+        rtx_free(m);
+        return false;
+    }
+    if (!m) {
+        stream_end_locked(c, GRPC_STATUS_INTERNAL, oom_msg);
+        return false;
+    }
+    m->bb = bb;
+    m->next = NULL;
+    if (c->tail)
+        c->tail->next = m;
+    else
+        c->head = m;
+    c->tail = m;
+    return true;
+}
+
+/* Puts stream call c on the server's list of live streams, which shutdown ends. Returns
+ * whether shutdown had already begun. */
+static bool stream_list(struct call *c) {
+    struct rtx_server *s = c->srv;
+    pthread_mutex_lock(&s->mu);
+    bool stopping = s->shutdown_begun;
+    c->next = s->streams;
+    if (s->streams) s->streams->prev = c;
+    s->streams = c;
+    c->listed = true;
+    pthread_mutex_unlock(&s->mu);
+    return stopping;
 }
 
 /* The source's last call: drops its reference. Returns whether the call must be freed. */
@@ -704,24 +795,8 @@ void rtx_server_stream_send(struct rtx_server_stream *st, void *data, size_t len
     grpc_byte_buffer *bb = m ? byte_buffer_take(data, len) : NULL;
     if (!m) rtx_free(data);
     pthread_mutex_lock(&c->mu);
-    if (c->closed || c->want_status || c->status_started) {
-        if (bb) grpc_byte_buffer_destroy(bb);
-        rtx_free(m);
-    } else if (!m) {
-        stream_end_locked(c, GRPC_STATUS_INTERNAL, "out of memory queueing a message");
-    } else {
-        m->bb = bb;
-        m->next = NULL;
-        if (c->tail)
-            c->tail->next = m;
-        else
-            c->head = m;
-        c->tail = m;
-        if (last) {
-            c->want_status = true;
-            c->status = GRPC_STATUS_OK;
-            c->status_msg[0] = '\0';
-        }
+    if (stream_queue_locked(c, m, bb, "out of memory queueing a message")) {
+        if (last) stream_want_ok_locked(c);
         stream_pump_locked(c);
     }
     bool free_now = last && stream_source_done_locked(c);
@@ -750,40 +825,19 @@ void rtx_server_stream_set_stop(struct rtx_server_stream *st, void (*stop)(void 
 }
 
 static void stream_run(struct call *c, const uint8_t *req, size_t len) {
-    struct rtx_server *s = c->srv;
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = &c->cancelled;
-    c->refs = 1; /* the close batch */
-    grpc_call_error e = grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL);
-    if (e != GRPC_CALL_OK) {
-        rtx_log(RTX_LOG_ERROR, "cannot start a stream", "method", call_path(c), "error",
-                grpc_call_error_to_string(e), NULL);
+    c->refs = 0;
+    if (!post_close(c, "cannot start a stream")) { /* the close batch's reference */
         call_free(c);
         return;
     }
     c->refs++; /* the source, until it ends or is stopped */
 
     struct rtx_server_reply rep = {.code = GRPC_STATUS_OK};
-    pthread_mutex_lock(&s->mu);
-    bool stopping = s->shutdown_begun;
-    c->next = s->streams;
-    if (s->streams) s->streams->prev = c;
-    s->streams = c;
-    c->listed = true;
-    pthread_mutex_unlock(&s->mu);
-
-    if (stopping) {
+    if (stream_list(c)) {
         rtx_server_reply_status(&rep, GRPC_STATUS_UNAVAILABLE, "rtxd is shutting down");
-    } else if (!req) {
-        rtx_server_reply_status(&rep, GRPC_STATUS_INVALID_ARGUMENT, "missing request message");
-    } else if (deadline_passed(c->deadline)) {
-        rtx_server_reply_status(&rep, GRPC_STATUS_DEADLINE_EXCEEDED,
-                                "the deadline passed before the request was handled");
-    } else {
+    } else if (request_usable(c, req, &rep)) {
         rtx_log_set_request_id(c->request_id);
-        methods[c->method].stream(s->daemon, req, len, &c->st, &rep);
+        methods[c->method].stream(c->srv->daemon, req, len, &c->st, &rep);
         rtx_log_set_request_id(NULL);
     }
     rtx_free(rep.data);
@@ -849,24 +903,6 @@ static int64_t deadline_to_ns(gpr_timespec deadline) {
     return now_ns + left_ns;
 }
 
-/* Posts RECV_CLOSE_ON_SERVER, whose completion reports a client that goes away. Takes a
- * reference. Returns false (and logs) when the batch cannot start. */
-static bool post_close(struct call *c) {
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = &c->cancelled;
-    c->refs++;
-    grpc_call_error e = grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL);
-    if (e != GRPC_CALL_OK) {
-        c->refs--;
-        rtx_log(RTX_LOG_ERROR, "cannot watch a call", "method", call_path(c), "error",
-                grpc_call_error_to_string(e), NULL);
-        return false;
-    }
-    return true;
-}
-
 /* --- asynchronous unary calls ------------------------------------------------------------ */
 
 /* Counts a call whose answer comes from another thread (see rtx_server_shutdown). */
@@ -882,18 +918,13 @@ static void async_run(struct call *c, const uint8_t *req, size_t len) {
     call_count(c);
     c->deadline_ns = deadline_to_ns(c->deadline);
     c->refs = 0;
-    if (!post_close(c)) {
+    if (!post_close(c, "cannot watch a call")) {
         call_free(c);
         return;
     }
     c->refs++; /* the handler's, until finish */
     struct rtx_server_reply rep = {.code = GRPC_STATUS_OK};
-    if (!req) {
-        rtx_server_reply_status(&rep, GRPC_STATUS_INVALID_ARGUMENT, "missing request message");
-        rtx_server_async_finish(&c->as, &rep);
-    } else if (deadline_passed(c->deadline)) {
-        rtx_server_reply_status(&rep, GRPC_STATUS_DEADLINE_EXCEEDED,
-                                "the deadline passed before the request was handled");
+    if (!request_usable(c, req, &rep)) {
         rtx_server_async_finish(&c->as, &rep);
     } else {
         rtx_log_set_request_id(c->request_id);
@@ -907,26 +938,12 @@ void rtx_server_async_finish(struct rtx_server_async *a, struct rtx_server_reply
     pthread_mutex_lock(&c->mu);
     assert(!c->finished);
     c->finished = true;
-    c->status = rep->code;
-    snprintf(c->status_msg, sizeof c->status_msg, "%s", rep->code ? rep->msg : "");
     grpc_op ops[3];
-    size_t n = 0;
-    op_initial_metadata(c, &ops[n++]);
-    if (rep->code == GRPC_STATUS_OK) {
-        c->reply = byte_buffer_take(rep->data, rep->len);
-        memset(&ops[n], 0, sizeof ops[n]);
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n++].data.send_message.send_message = c->reply;
-    } else {
-        rtx_free(rep->data);
-    }
-    rep->data = NULL;
-    op_status(c, &ops[n++]);
+    size_t n = reply_ops(c, rep, ops);
     c->refs++; /* the reply batch */
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_done, NULL);
     if (e != GRPC_CALL_OK) {
-        rtx_log(RTX_LOG_ERROR, "cannot answer a call", "method", call_path(c), "error",
-                grpc_call_error_to_string(e), NULL);
+        log_batch_error(c, "cannot answer a call", e);
         c->refs--;
         grpc_call_cancel(c->call, NULL);
     }
@@ -960,9 +977,7 @@ static void watched_on_close(struct call *c) {
 /* Ends the stream with OK once the client half-closed and every message has its reply. */
 static void bidi_maybe_end_locked(struct call *c) {
     if (c->read_done && c->pending == 0 && !c->want_status && !c->closed) {
-        c->want_status = true;
-        c->status = GRPC_STATUS_OK;
-        c->status_msg[0] = '\0';
+        stream_want_ok_locked(c);
         stream_pump_locked(c);
     }
 }
@@ -980,8 +995,7 @@ static void bidi_read_locked(struct call *c) {
     c->refs++;
     grpc_call_error e = grpc_call_start_batch(c->call, &op, 1, &c->t_read, NULL);
     if (e != GRPC_CALL_OK) {
-        rtx_log(RTX_LOG_ERROR, "cannot read from a stream", "method", call_path(c), "error",
-                grpc_call_error_to_string(e), NULL);
+        log_batch_error(c, "cannot read from a stream", e);
         c->refs--;
         c->read_done = true;
         stream_end_locked(c, GRPC_STATUS_INTERNAL, "cannot read the next message");
@@ -989,22 +1003,14 @@ static void bidi_read_locked(struct call *c) {
 }
 
 static void bidi_run(struct call *c) {
-    struct rtx_server *s = c->srv;
     call_count(c);
     c->deadline_ns = deadline_to_ns(c->deadline);
     c->refs = 1; /* held while setting up */
-    if (!post_close(c)) {
+    if (!post_close(c, "cannot watch a call")) {
         call_free(c);
         return;
     }
-    pthread_mutex_lock(&s->mu);
-    bool stopping = s->shutdown_begun;
-    c->next = s->streams;
-    if (s->streams) s->streams->prev = c;
-    s->streams = c;
-    c->listed = true;
-    pthread_mutex_unlock(&s->mu);
-
+    bool stopping = stream_list(c);
     pthread_mutex_lock(&c->mu);
     if (stopping)
         stream_end_locked(c, GRPC_STATUS_UNAVAILABLE, "rtxd is shutting down");
@@ -1058,21 +1064,7 @@ void rtx_server_bidi_reply(struct rtx_server_bidi *st, void *data, size_t len) {
     pthread_mutex_lock(&c->mu);
     assert(c->pending > 0);
     c->pending--;
-    if (c->closed || c->want_status || c->status_started) {
-        if (bb) grpc_byte_buffer_destroy(bb);
-        rtx_free(m);
-    } else if (!m) {
-        stream_end_locked(c, GRPC_STATUS_INTERNAL, "out of memory queueing a reply");
-    } else {
-        m->bb = bb;
-        m->next = NULL;
-        if (c->tail)
-            c->tail->next = m;
-        else
-            c->head = m;
-        c->tail = m;
-        stream_pump_locked(c);
-    }
+    if (stream_queue_locked(c, m, bb, "out of memory queueing a reply")) stream_pump_locked(c);
     bidi_maybe_end_locked(c);
     int left = --c->refs; /* the reply's */
     pthread_mutex_unlock(&c->mu);

@@ -63,20 +63,18 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-FLOATS = ("f32", "f16", "bf16")
-INTS = ("i8", "i32", "i64", "u8")
+# the case generators, shared with tests/interop/test_ops.py (NumPy only, as here)
+sys.path.insert(0, str(REPO / "tests" / "interop"))
+from opgen import (FLOATS, INT_RANGE, INTS, NP_DT, argmax_gen, attn_gen,  # noqa: E402
+                   cmp_gen, concat_gen, data, ints, ln_gen, nrm, uni, where_gen)
+
 DTYPES = FLOATS + INTS + ("bool",)
 DT_ENUM = {"f32": 1, "f16": 2, "bf16": 3, "i8": 4, "i32": 5, "i64": 6, "u8": 7, "bool": 8}
-NP_DT = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "i8": np.int8,
-         "i32": np.int32, "i64": np.int64, "u8": np.uint8, "bool": np.bool_}
-INT_RANGE = {"i8": (-128, 127), "i32": (-2**31, 2**31 - 1), "i64": (-2**63, 2**63 - 1),
-             "u8": (0, 255)}
 RTOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 2e-2}
 
 # ------------------------------------------------------------------------------------------
 # rtx.v1.Graph in protobuf wire format (proto/rtx/v1/graph.proto)
 # ------------------------------------------------------------------------------------------
-
 
 def _varint(n):
     n &= (1 << 64) - 1  # int64: two's complement, 10 bytes when negative
@@ -220,29 +218,6 @@ def case(op, dt, gen, attrs=None, tag=""):
     CASES.append(Case(op, dt, gen, attrs, tag))
 
 
-def uni(rng, shape, lo=-3.0, hi=3.0):
-    return rng.uniform(lo, hi, size=shape).astype(np.float32)
-
-
-def nrm(rng, shape, s=1.0, m=0.0):
-    return (rng.standard_normal(shape) * s + m).astype(np.float32)
-
-
-def ints(rng, shape, dt, lo, hi):
-    return np.asarray(rng.integers(lo, hi, size=shape, endpoint=True)).astype(NP_DT[dt])
-
-
-def data(dt, shape, lo=-3.0, hi=3.0):
-    """Generator of one input: floats uniform in [lo, hi), integers over their range."""
-    def gen(rng):
-        if dt in FLOATS:
-            return [uni(rng, shape, lo, hi)]
-        if dt == "bool":
-            return [np.asarray(rng.random(shape) < 0.5)]
-        return [ints(rng, shape, dt, *INT_RANGE[dt])]
-    return gen
-
-
 def sh(s):
     return "x".join(map(str, s)) if s else "scalar"
 
@@ -346,33 +321,12 @@ for _src in DTYPES:
             case("cast", _src, cast_gen(_src, _dst), {"to": _dst}, tag=f"to-{_dst}")
 
 
-def where_gen(dt, sc, sx, sy):
-    def gen(rng):
-        return [np.asarray(rng.random(sc) < 0.5)] + [data(dt, s)(rng)[0] for s in (sx, sy)]
-    return gen
-
-
 WHERE_SHAPES = [([3, 4], [3, 4], [3, 4]), ([2, 1, 5], [4, 1], []), ([6, 1], [1, 7], [6, 7]),
                 ([37, 1, 65], [1, 9, 65], [65])]
 for _k, _dt in enumerate(DTYPES):
     for _j in range(2):
         _s = WHERE_SHAPES[(_k + _j) % len(WHERE_SHAPES)]
         case("where", _dt, where_gen(_dt, *_s), tag=f"{_j}-{sh(_s[0])}")
-
-
-def cmp_gen(dt, sa, sb, nan=False):
-    def gen(rng):
-        if dt in FLOATS:  # few distinct values, so that equality happens
-            a = (rng.integers(-3, 4, size=sa) / 2).astype(np.float32)
-            b = (rng.integers(-3, 4, size=sb) / 2).astype(np.float32)
-            if nan:
-                a.reshape(-1)[::3] = np.nan
-            return [a, b]
-        if dt == "bool":
-            return [np.asarray(rng.random(sa) < .5), np.asarray(rng.random(sb) < .5)]
-        vals = rng.integers(*INT_RANGE[dt], size=5, endpoint=True).astype(NP_DT[dt])
-        return [np.asarray(rng.choice(vals, size=sa)), np.asarray(rng.choice(vals, size=sb))]
-    return gen
 
 
 for _i, _op in enumerate(("equal", "less", "greater")):
@@ -442,10 +396,6 @@ for _k, (_dt, _s, _shape) in enumerate([
     case("expand", _dt, data(_dt, _s), {"shape": _shape}, tag=f"{_k}-{sh(_s)}")
 
 
-def concat_gen(dt, shapes):
-    return lambda rng: [data(dt, s)(rng)[0] for s in shapes]
-
-
 for _k, (_dt, _shapes, _ax) in enumerate([
         ("f32", [[2, 3], [4, 3]], 0), ("f32", [[2, 3, 1], [2, 3, 5], [2, 3, 2]], -1),
         ("i64", [[2, 1, 3], [2, 4, 3]], 1), ("bool", [[1], [5]], 0),
@@ -511,15 +461,6 @@ for _i, _op in enumerate(("reduce_sum", "reduce_mean", "reduce_max", "reduce_min
         case(_op, "f32", _nan_gen, {"axes": [1]}, tag="nan")
 
 
-def argmax_gen(dt, shape):
-    def gen(rng):
-        if dt in FLOATS:
-            return [(rng.integers(-4, 5, size=shape) / 2).astype(np.float32)]  # ties
-        vals = rng.integers(*INT_RANGE[dt], size=4, endpoint=True)
-        return [rng.choice(vals, size=shape).astype(NP_DT[dt])]
-    return gen
-
-
 for _k, (_dt, _s, _at) in enumerate([
         ("f32", [4, 7], {}), ("f32", [5, 3, 2], {"axis": 0, "keepdims": 1}), ("f32", [1001], {}),
         ("f16", [6, 5], {"axis": -2}), ("bf16", [2, 3, 11], {"keepdims": 1}),
@@ -534,11 +475,6 @@ for _op in ("softmax", "log_softmax"):
             ("f16", [2, 7, 5], {"axis": 1}, 4.0), ("bf16", [2, 3, 30], {}, 4.0),
             ("bf16", [65, 129], {}, 8.0)]):
         case(_op, _dt, data(_dt, _s, -_sc, _sc), _at, tag=f"{_k}-{sh(_s)}")
-
-
-def ln_gen(xs, ps, scale=True, bias=True):
-    return lambda r: [nrm(r, xs, 2.0, 0.5), nrm(r, ps, 0.5, 1.0) if scale else None,
-                      nrm(r, ps) if bias else None]
 
 
 for _k, (_dt, _xs, _ps, _at, _s, _b) in enumerate([
@@ -558,27 +494,6 @@ for _k, (_dt, _xs, _ps, _at, _s) in enumerate([
     case("rms_norm", _dt, (lambda xs, ps, s: lambda r: [nrm(r, xs, 2.0),
                                                        nrm(r, ps, 0.5, 1.0) if s else None])
          (_xs, _ps, _s), _at, tag=f"{_k}-{sh(_xs)}")
-
-
-def attn_gen(lead, lq, lk, d, dv, mask=None):
-    """mask: None, ('bool', shape), ('bool-row', shape): query row 1 fully masked,
-    ('float', shape): additive, -inf entries, key 0 always kept."""
-    def gen(rng):
-        out = [nrm(rng, lead + [lq, d]), nrm(rng, lead + [lk, d]), nrm(rng, lead + [lk, dv])]
-        if mask is not None:
-            kind, ms = mask
-            if kind.startswith("bool"):
-                m = rng.random(ms) < 0.7
-                if kind == "bool-row":
-                    m[..., 1, :] = False
-                out.append(np.asarray(m))
-            else:
-                m = nrm(rng, ms, 2.0)
-                m[rng.random(ms) < 0.2] = -np.inf
-                m[..., 0] = 0.0
-                out.append(m)
-        return out
-    return gen
 
 
 for _k, (_dt, _g, _at) in enumerate([
@@ -666,7 +581,6 @@ for _c in CASES:  # ids double as directory names: unique, no '/'
 # ------------------------------------------------------------------------------------------
 # Writing the batch
 # ------------------------------------------------------------------------------------------
-
 
 def materialize(c):
     """-> (graph bytes, feeds {name: array as fed}, op inputs {name: array in the op's dtype

@@ -31,6 +31,9 @@ import pytest
 
 import rtxgraph as rg
 from rtxgraph import GraphBuilder, f64
+from opgen import (argmax_gen, attn_gen, cmp_gen, concat_gen, ints, ln_gen, nrm, uni,
+                   where_gen)
+from opgen import data as data_gen
 
 U = rg.U32
 RTOL = {"f32": 1e-5, "f16": 1e-3, "bf16": 8e-3}
@@ -86,23 +89,11 @@ def rshape(rank, lo=1, hi=7):
     return [int(d) for d in _SHAPE_RNG.integers(lo, hi + 1, size=rank)]
 
 
-def uni(rng, shape, lo=-3.0, hi=3.0):
-    return rng.uniform(lo, hi, size=shape).astype(np.float32)
-
-
-def nrm(rng, shape, s=1.0, m=0.0):
-    return (rng.standard_normal(shape) * s + m).astype(np.float32)
-
-
 def qnt(rng, shape, lo=-4, hi=4, step=0.25):
     """Multiples of `step` in [lo, hi]: chosen so that every product and partial sum of a
     test below is exact in f32, whatever the summation order, so results must be exact."""
     return (rng.integers(int(lo / step), int(hi / step), size=shape, endpoint=True)
             * step).astype(np.float32)
-
-
-def ints(rng, shape, dt, lo, hi):
-    return rng.integers(lo, hi, size=shape, endpoint=True).astype(rg.NP_STORAGE[dt])
 
 
 def build(c, arrays):
@@ -495,37 +486,9 @@ WHERE_SHAPES = [([3, 4], [3, 4], [3, 4]), ([2, 1, 5], [4, 1], []), ([], [3], [3]
                 ([6, 1], [1, 7], [6, 7]), ([1], [2, 2], [1, 2])]
 
 
-def where_gen(dt, sc, sx, sy):
-    def gen(rng):
-        c = rng.random(sc) < 0.5
-        if dt in rg.FLOATS:
-            return [np.asarray(c), uni(rng, sx), uni(rng, sy)]
-        if dt == "bool":
-            return [np.asarray(c), np.asarray(rng.random(sx) < .5), np.asarray(rng.random(sy) < .5)]
-        lo, hi = rg.INT_RANGE[dt]
-        return [np.asarray(c), ints(rng, sx, dt, lo, hi), ints(rng, sy, dt, lo, hi)]
-    return gen
-
-
 for _k, _dt in enumerate(["f32", "f32", "f16", "bf16", "i32", "u8", "bool", "i64", "i8"]):
     _sh = WHERE_SHAPES[_k % len(WHERE_SHAPES)]
     case("where", _dt, where_gen(_dt, *_sh), tag=f"{_k}", tol="exact")
-
-
-def cmp_gen(dt, sa, sb, nan=False):
-    def gen(rng):
-        if dt in rg.FLOATS:  # few distinct values, so that equality happens
-            a = (rng.integers(-3, 4, size=sa) / 2).astype(np.float32)
-            b = (rng.integers(-3, 4, size=sb) / 2).astype(np.float32)
-            if nan and a.size:
-                a.reshape(-1)[::3] = np.nan
-            return [a, b]
-        if dt == "bool":
-            return [np.asarray(rng.random(sa) < .5), np.asarray(rng.random(sb) < .5)]
-        lo, hi = rg.INT_RANGE[dt]
-        vals = rng.integers(lo, hi, size=5, endpoint=True).astype(rg.NP_STORAGE[dt])
-        return [np.asarray(rng.choice(vals, size=sa)), np.asarray(rng.choice(vals, size=sb))]
-    return gen
 
 
 for _i, _op in enumerate(("equal", "less", "greater")):
@@ -537,7 +500,6 @@ for _i, _op in enumerate(("equal", "less", "greater")):
 # ------------------------------------------------------------------------------------------
 # matmul, gemm
 # ------------------------------------------------------------------------------------------
-
 
 def _mm_k(c, ins):
     a = ins[0].a
@@ -606,18 +568,6 @@ gemm_case("bf16", [5, 32], [32, 6], [1, 6], "bias", alpha=2.0)
 # transpose, reshape, expand, concat, slice, gather
 # ------------------------------------------------------------------------------------------
 
-
-def data_gen(dt, shape):
-    def gen(rng):
-        if dt in rg.FLOATS:
-            return [uni(rng, shape)]
-        if dt == "bool":
-            return [np.asarray(rng.random(shape) < 0.5)]
-        lo, hi = rg.INT_RANGE[dt]
-        return [ints(rng, shape, dt, lo, hi)]
-    return gen
-
-
 for _k, (_dt, _s, _perm) in enumerate([
         ("f32", [2, 3, 4], None), ("f32", [2, 5, 3, 4], [0, 2, 1, 3]), ("f32", [7], None),
         ("i64", [3, 1, 4], [2, 0, 1]), ("bool", [4, 5], [1, 0]), ("f16", [3, 4, 5], [1, 2, 0]),
@@ -639,12 +589,6 @@ for _k, (_dt, _s, _shape) in enumerate([
         ("bf16", [2, 3], [2, 2, 1])]):
     case("expand", _dt, data_gen(_dt, _s), attrs={"shape": _shape}, tag=f"{_k}-{_s}to{_shape}",
          tol="exact")
-
-
-def concat_gen(dt, shapes):
-    def gen(rng):
-        return [data_gen(dt, s)(rng)[0] for s in shapes]
-    return gen
 
 
 for _k, (_dt, _shapes, _ax) in enumerate([
@@ -691,7 +635,6 @@ for _k, (_dt, _ds, _is, _idt, _ax, _init) in enumerate([
 # ------------------------------------------------------------------------------------------
 # reductions, argmax
 # ------------------------------------------------------------------------------------------
-
 
 def _red_k(c, ins):
     x = ins[0].a
@@ -743,19 +686,6 @@ case("reduce_sum", "i32", lambda r: [np.zeros((0, 4), np.int32)], attrs={"axes":
      tag="empty", dyn=False)
 
 
-def argmax_gen(dt, shape, nan=False):
-    def gen(rng):
-        if dt in rg.FLOATS:
-            x = (rng.integers(-4, 5, size=shape) / 2).astype(np.float32)  # ties
-            if nan:
-                x.reshape(-1)[[1, 5, 6]] = np.nan
-            return [x]
-        lo, hi = rg.INT_RANGE[dt]
-        vals = rng.integers(lo, hi, size=4, endpoint=True)
-        return [rng.choice(vals, size=shape).astype(rg.NP_STORAGE[dt])]
-    return gen
-
-
 for _k, (_dt, _s, _at, _nan) in enumerate([
         ("f32", [4, 7], {}, False), ("f32", [5, 3, 2], {"axis": 0, "keepdims": 1}, False),
         ("f32", [9], {}, False), ("f32", [3, 8], {"axis": 1}, True),
@@ -776,13 +706,6 @@ for _op in ("softmax", "log_softmax"):
             ("bf16", [2, 3, 30], {}, 4.0)]):
         case(_op, _dt, (lambda s, sc: lambda r: [uni(r, s, -sc, sc)])(_s, _sc), attrs=_at,
              tol=tol_softmax, tag=f"{_k}-{_s}" + ("-large" if _sc > 100 else ""))
-
-
-def ln_gen(xs, ps, scale=True, bias=True, offset=0.5):
-    def gen(rng):
-        x = nrm(rng, xs, 2.0, offset)
-        return [x, nrm(rng, ps, 0.5, 1.0) if scale else None, nrm(rng, ps) if bias else None]
-    return gen
 
 
 for _k, (_dt, _xs, _ps, _at, _s, _b, _init) in enumerate([
@@ -811,31 +734,6 @@ for _k, (_dt, _xs, _ps, _at, _s) in enumerate([
 # attention
 # ------------------------------------------------------------------------------------------
 
-
-def attn_gen(lead, lq, lk, d, dv, mask=None):
-    """mask: None, ('bool', shape), ('bool-row', shape) (one query row fully masked),
-    ('float', shape)."""
-    def gen(rng):
-        q = nrm(rng, lead + [lq, d])
-        k = nrm(rng, lead + [lk, d])
-        v = nrm(rng, lead + [lk, dv])
-        out = [q, k, v]
-        if mask is not None:
-            kind, ms = mask
-            if kind.startswith("bool"):
-                m = rng.random(ms) < 0.7
-                if kind == "bool-row":
-                    m[..., 1, :] = False
-                out.append(np.asarray(m))
-            else:
-                m = nrm(rng, ms, 2.0)
-                m[rng.random(ms) < 0.2] = -np.inf
-                m[..., 0] = 0.0  # every row keeps key 0
-                out.append(m)
-        return out
-    return gen
-
-
 for _k, (_dt, _g, _at) in enumerate([
         ("f32", ([2, 3], 5, 5, 8, 8, None), {}),
         ("f32", ([2, 2], 6, 6, 4, 4, None), {"causal": 1}),
@@ -859,7 +757,6 @@ for _k, (_dt, _g, _at) in enumerate([
 # constant
 # ------------------------------------------------------------------------------------------
 
-
 def const_case(dt, shape):
     rng = np.random.default_rng(rg.seed_of(f"const-{dt}"))
     if dt in rg.FLOATS:
@@ -881,7 +778,6 @@ const_case("f32", [])
 # ------------------------------------------------------------------------------------------
 # conv2d, pools
 # ------------------------------------------------------------------------------------------
-
 
 def _conv_k(c, ins):
     w = ins[1].a

@@ -102,6 +102,12 @@ START_TEST(http_parse_half_precision) {
 }
 END_TEST
 
+/* The start of a request body whose input a has one element of the datatype that follows
+ * (IN_A1 "\"INT8\",\"data\":[300]}]}"), and one whose input a is FP32 [1], with the request's
+ * object left open for more members. */
+#define IN_A1 "{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":"
+#define IN_A1_OK IN_A1 "\"FP32\",\"data\":[1]}]"
+
 static const struct {
     const char *body;
     int64_t hlen; /* -2: strlen(body) as JSON only */
@@ -116,10 +122,8 @@ static const struct {
     {"{\"inputs\":[3]}", -2, RTX_EINVAL, "inputs[0]"},
     {"{\"inputs\":[{\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]}]}", -2, RTX_EINVAL,
      "inputs[0]"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP64\",\"data\":[1]}]}", -2,
-     RTX_EUNSUPPORTED, "FP64"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"WHAT\",\"data\":[1]}]}", -2,
-     RTX_EINVAL, "input 'a'"},
+    {IN_A1 "\"FP64\",\"data\":[1]}]}", -2, RTX_EUNSUPPORTED, "FP64"},
+    {IN_A1 "\"WHAT\",\"data\":[1]}]}", -2, RTX_EINVAL, "input 'a'"},
     {"{\"inputs\":[{\"name\":\"a\",\"shape\":\"x\",\"datatype\":\"FP32\",\"data\":[1]}]}", -2,
      RTX_EINVAL, "shape"},
     {"{\"inputs\":[{\"name\":\"a\",\"shape\":[-1],\"datatype\":\"FP32\",\"data\":[1]}]}", -2,
@@ -132,49 +136,36 @@ static const struct {
      -2, RTX_EINVAL, "too large"},
     {"{\"inputs\":[{\"name\":\"a\",\"shape\":[2],\"datatype\":\"FP32\",\"data\":[1]}]}", -2,
      RTX_EINVAL, "1 elements"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[\"x\"]}]}", -2,
-     RTX_EINVAL, "not a number"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"INT8\",\"data\":[300]}]}", -2,
-     RTX_EINVAL, "out of range"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"UINT8\",\"data\":[-1]}]}", -2,
-     RTX_EINVAL, "out of range"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"INT32\",\"data\":[1.5]}]}", -2,
-     RTX_EINVAL, "not an integer"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"BOOL\",\"data\":[1]}]}", -2,
-     RTX_EINVAL, "true or false"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP32\"}]}", -2, RTX_EINVAL,
-     "no data"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1],"
+    {IN_A1 "\"FP32\",\"data\":[\"x\"]}]}", -2, RTX_EINVAL, "not a number"},
+    {IN_A1 "\"INT8\",\"data\":[300]}]}", -2, RTX_EINVAL, "out of range"},
+    {IN_A1 "\"UINT8\",\"data\":[-1]}]}", -2, RTX_EINVAL, "out of range"},
+    {IN_A1 "\"INT32\",\"data\":[1.5]}]}", -2, RTX_EINVAL, "not an integer"},
+    {IN_A1 "\"BOOL\",\"data\":[1]}]}", -2, RTX_EINVAL, "true or false"},
+    {IN_A1 "\"FP32\"}]}", -2, RTX_EINVAL, "no data"},
+    {IN_A1 "\"FP32\",\"data\":[1],"
      "\"parameters\":{\"binary_data_size\":4}}]}",
      -2, RTX_EINVAL, "only one"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP32\",\"parameters\":"
+    {IN_A1 "\"FP32\",\"parameters\":"
      "{\"binary_data_size\":4}}]}",
      -2, RTX_EINVAL, "Inference-Header-Content-Length"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP32\",\"parameters\":"
+    {IN_A1 "\"FP32\",\"parameters\":"
      "{\"binary_data_size\":-4}}]}",
      -2, RTX_EINVAL, "binary_data_size"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP32\",\"parameters\":"
+    {IN_A1 "\"FP32\",\"parameters\":"
      "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":4}}]}",
      -2, RTX_EUNSUPPORTED, "shared memory"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]}],"
-     "\"outputs\":[{\"name\":\"y\"},{\"name\":\"y\"}]}",
-     -2, RTX_EINVAL, "twice"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]}],"
+    {IN_A1_OK ",\"outputs\":[{\"name\":\"y\"},{\"name\":\"y\"}]}", -2, RTX_EINVAL, "twice"},
+    {IN_A1_OK ","
      "\"outputs\":[{\"name\":\"y\",\"parameters\":{\"classification\":3}}]}",
      -2, RTX_EUNSUPPORTED, "classification"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]}],"
+    {IN_A1_OK ","
      "\"outputs\":[{\"name\":\"y\",\"parameters\":{\"binary_data\":1}}]}",
      -2, RTX_EINVAL, "binary_data"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]}],"
-     "\"parameters\":\"x\"}",
-     -2, RTX_EINVAL, "parameters"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]}],"
-     "\"parameters\":{\"timeout\":-1}}",
-     -2, RTX_EINVAL, "timeout"},
+    {IN_A1_OK ",\"parameters\":\"x\"}", -2, RTX_EINVAL, "parameters"},
+    {IN_A1_OK ",\"parameters\":{\"timeout\":-1}}", -2, RTX_EINVAL, "timeout"},
     {"{\"inputs\":[], \"inputs\":[]}", -2, RTX_EFORMAT, "duplicate"},
     {"", -2, RTX_EINVAL, "no JSON body"},
-    {"{\"inputs\":[{\"name\":\"a\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]}]}", 4000,
-     RTX_EINVAL, "larger than the body"},
+    {IN_A1_OK "}", 4000, RTX_EINVAL, "larger than the body"},
 };
 
 START_TEST(http_parse_rejects) {

@@ -267,6 +267,33 @@ static void settle(struct rtx_jobs *j) {
     }
 }
 
+/* small_graph()'s usual input: a fixed random f32[2,3]. */
+static struct rtx_tensor *small_x(void) {
+    return tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+}
+
+/* long_graph(n)'s usual input: a fixed random f32[512,512]. */
+static struct rtx_tensor *long_x(void) {
+    return tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
+}
+
+/* Submits g with input x (options o), fails the test on error, and waits until the job runs:
+ * how a test keeps a worker busy. */
+static void submit_running(struct rtx_jobs *j, struct fx *f, const struct rtx_graph *g,
+                           struct rtx_tensor *x, const struct req_opts *o,
+                           char id[RTX_JOB_ID_LEN]) {
+    submit_ok(j, g, x, o, id);
+    wait_state(f->store, id, RTX_JOB_RUNNING, 10000);
+}
+
+/* The end of a test: stops j, then drops x and g (either may be NULL) and closes f. */
+static void finish(struct fx *f, struct rtx_jobs *j, struct rtx_graph *g, struct rtx_tensor *x) {
+    rtx_jobs_stop(j);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+    fx_close(f);
+}
+
 /* What a watch saw. */
 struct rec {
     pthread_mutex_t mu;
@@ -325,7 +352,7 @@ START_TEST(submit_runs_job_to_success) {
     struct rtx_jobs *j = start(&o);
 
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     size_t len;
     void *req = make_request(g, 1, (const char *[]){"x"}, &x, NULL, &len);
     char id[RTX_JOB_ID_LEN];
@@ -372,10 +399,7 @@ START_TEST(submit_runs_job_to_success) {
     rtx_backend_free(be);
     rtx_plan_free(p);
     free(req);
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -407,7 +431,7 @@ START_TEST(submit_rejects_bad_requests) {
     o.limits.max_tensor_bytes = 64;
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     size_t len;
     void *req;
 
@@ -502,10 +526,7 @@ START_TEST(submit_rejects_bad_requests) {
     ck_assert_int_eq(wait_state(f.store, id, 0, 10000), RTX_JOB_SUCCEEDED);
     ck_assert_int_eq(count_jobs(f.store), 1);
 
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -540,9 +561,7 @@ START_TEST(failing_run_is_journaled_failed) {
     rtx_jobs_get_stats(j, &st);
     ck_assert_int_eq(st.failed, 1);
     rtx_tensor_unref(ids);
-    rtx_graph_free(g);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, NULL);
 }
 END_TEST
 
@@ -552,7 +571,7 @@ START_TEST(submit_is_idempotent) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     struct req_opts ro = {.idempotency_key = "key-1",
                           .lane = "realtime",
                           .n_labels = 1,
@@ -584,10 +603,7 @@ START_TEST(submit_is_idempotent) {
     rtx_jobs_get_stats(j, &st);
     ck_assert_int_eq(st.succeeded, 1);
 
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -597,11 +613,10 @@ START_TEST(cancel_queued_job) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *lg = long_graph(1000), *g = small_graph();
-    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *xl = long_x();
+    struct rtx_tensor *x = small_x();
     char busy[RTX_JOB_ID_LEN], id[RTX_JOB_ID_LEN];
-    submit_ok(j, lg, xl, NULL, busy);
-    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+    submit_running(j, &f, lg, xl, NULL, busy);
     submit_ok(j, g, x, NULL, id);
 
     struct rtx_jobs_stats st;
@@ -636,12 +651,9 @@ START_TEST(cancel_queued_job) {
     ck_assert_int_eq(info.started_ms, 0);
     rtx_job_info_clear(&info);
 
-    rtx_tensor_unref(x);
     rtx_tensor_unref(xl);
-    rtx_graph_free(g);
     rtx_graph_free(lg);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -651,10 +663,9 @@ START_TEST(cancel_running_job) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *lg = long_graph(1000);
-    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
+    struct rtx_tensor *xl = long_x();
     char id[RTX_JOB_ID_LEN];
-    submit_ok(j, lg, xl, NULL, id);
-    wait_state(f.store, id, RTX_JOB_RUNNING, 10000);
+    submit_running(j, &f, lg, xl, NULL, id);
     int64_t t0 = wall_ms();
     struct rtx_err err = {0};
     struct rtx_job_info info = {0};
@@ -671,8 +682,7 @@ START_TEST(cancel_running_job) {
 
     rtx_tensor_unref(xl);
     rtx_graph_free(lg);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, NULL, NULL);
 }
 END_TEST
 
@@ -682,11 +692,10 @@ START_TEST(deadline_expires_before_start) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *lg = long_graph(1000), *g = small_graph();
-    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *xl = long_x();
+    struct rtx_tensor *x = small_x();
     char busy[RTX_JOB_ID_LEN], id[RTX_JOB_ID_LEN], ok[RTX_JOB_ID_LEN];
-    submit_ok(j, lg, xl, NULL, busy);
-    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+    submit_running(j, &f, lg, xl, NULL, busy);
     submit_ok(j, g, x, &(struct req_opts){.deadline_ms = wall_ms() + 100}, id);
     submit_ok(j, g, x, &(struct req_opts){.deadline_ms = wall_ms() + 600000}, ok);
     usleep(200 * 1000);
@@ -703,12 +712,9 @@ START_TEST(deadline_expires_before_start) {
     rtx_jobs_get_stats(j, &st);
     ck_assert_int_eq(st.expired, 1);
 
-    rtx_tensor_unref(x);
     rtx_tensor_unref(xl);
-    rtx_graph_free(g);
     rtx_graph_free(lg);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -718,11 +724,10 @@ START_TEST(watch_delivers_states_in_order) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *lg = long_graph(1000), *g = small_graph();
-    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *xl = long_x();
+    struct rtx_tensor *x = small_x();
     char busy[RTX_JOB_ID_LEN], id[RTX_JOB_ID_LEN];
-    submit_ok(j, lg, xl, NULL, busy);
-    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+    submit_running(j, &f, lg, xl, NULL, busy);
     submit_ok(j, g, x, NULL, id);
 
     struct rec r;
@@ -768,7 +773,7 @@ START_TEST(unwatch_stops_callbacks) {
     struct rtx_jobs_options o = jobs_opts(&f, 2);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     enum { N = 40 };
     char ids[N][RTX_JOB_ID_LEN];
     struct rtx_err err = {0};
@@ -793,10 +798,7 @@ START_TEST(unwatch_stops_callbacks) {
     for (int i = 0; i < N; i++)
         ck_assert_int_eq(wait_state(f.store, ids[i], 0, 10000), RTX_JOB_SUCCEEDED);
     rtx_jobs_unwatch(j, 12345); /* unknown handles are ignored */
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -820,11 +822,10 @@ START_TEST(unwatch_from_callback_does_not_deadlock) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *lg = long_graph(1000), *g = small_graph();
-    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *xl = long_x();
+    struct rtx_tensor *x = small_x();
     char busy[RTX_JOB_ID_LEN], id[RTX_JOB_ID_LEN];
-    submit_ok(j, lg, xl, NULL, busy);
-    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+    submit_running(j, &f, lg, xl, NULL, busy);
     submit_ok(j, g, x, NULL, id);
     struct self_unwatch *su = calloc(1, sizeof *su);
     su->j = j;
@@ -837,12 +838,9 @@ START_TEST(unwatch_from_callback_does_not_deadlock) {
     settle(j);
     ck_assert_int_eq(__atomic_load_n(&su->calls, __ATOMIC_SEQ_CST), 2); /* queued, running */
     free(su);
-    rtx_tensor_unref(x);
     rtx_tensor_unref(xl);
-    rtx_graph_free(g);
     rtx_graph_free(lg);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -875,7 +873,7 @@ START_TEST(recovery_applies_restart_policy) {
     struct fx f;
     fx_open(&f);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     size_t len;
     void *req = make_request(g, 1, (const char *[]){"x"}, &x, NULL, &len);
     char queued[RTX_JOB_ID_LEN], rerun[RTX_JOB_ID_LEN], failed[RTX_JOB_ID_LEN];
@@ -926,7 +924,7 @@ START_TEST(unspecified_policy_takes_current_default) {
     struct fx f;
     fx_open(&f);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     size_t len;
     /* a job with the FAIL policy left running by a crash */
     struct rtx_jobs_options o = jobs_opts(&f, 1);
@@ -966,11 +964,10 @@ START_TEST(drain_keeps_queued_jobs) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *lg = long_graph(1000), *g = small_graph();
-    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *xl = long_x();
+    struct rtx_tensor *x = small_x();
     char busy[RTX_JOB_ID_LEN], ids[3][RTX_JOB_ID_LEN];
-    submit_ok(j, lg, xl, &(struct req_opts){.restart_policy = RTX_RESTART_FAIL}, busy);
-    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+    submit_running(j, &f, lg, xl, &(struct req_opts){.restart_policy = RTX_RESTART_FAIL}, busy);
     for (int i = 0; i < 3; i++)
         submit_ok(j, g, x, NULL, ids[i]);
 
@@ -1024,11 +1021,10 @@ START_TEST(queue_bound_refuses) {
     o.max_queued = 2;
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *lg = long_graph(1000), *g = small_graph();
-    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *xl = long_x();
+    struct rtx_tensor *x = small_x();
     char busy[RTX_JOB_ID_LEN], a[RTX_JOB_ID_LEN], b[RTX_JOB_ID_LEN], c[RTX_JOB_ID_LEN];
-    submit_ok(j, lg, xl, NULL, busy);
-    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+    submit_running(j, &f, lg, xl, NULL, busy);
     submit_ok(j, g, x, NULL, a);
     submit_ok(j, g, x, NULL, b);
     bool dedup;
@@ -1038,12 +1034,9 @@ START_TEST(queue_bound_refuses) {
     ck_assert_int_eq(count_jobs(f.store), 3);
     ck_assert(rtx_jobs_cancel(j, busy, NULL, &err) == 0);
     ck_assert_int_eq(wait_state(f.store, b, 0, 10000), RTX_JOB_SUCCEEDED);
-    rtx_tensor_unref(x);
     rtx_tensor_unref(xl);
-    rtx_graph_free(g);
     rtx_graph_free(lg);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -1053,11 +1046,10 @@ START_TEST(lanes_served_by_priority_and_weight) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *lg = long_graph(1000), *g = small_graph();
-    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *xl = long_x();
+    struct rtx_tensor *x = small_x();
     char busy[RTX_JOB_ID_LEN];
-    submit_ok(j, lg, xl, NULL, busy); /* batch */
-    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+    submit_running(j, &f, lg, xl, NULL, busy); /* batch */
     /* queued: batch b0 b1 b2, then realtime r0, interactive i0 */
     const char *lane_of[5] = {"batch", "batch", "batch", "realtime", "interactive"};
     char ids[5][RTX_JOB_ID_LEN];
@@ -1085,12 +1077,9 @@ START_TEST(lanes_served_by_priority_and_weight) {
     ck_assert_int_lt(order[1], order[2]);
     for (int i = 0; i < 5; i++)
         pthread_mutex_destroy(&r[i].mu);
-    rtx_tensor_unref(x);
     rtx_tensor_unref(xl);
-    rtx_graph_free(g);
     rtx_graph_free(lg);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -1121,7 +1110,7 @@ static void run_concurrent_submitters(bool sync_normal, int workers) {
     struct rtx_jobs_options o = jobs_opts(&f, workers);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     enum { T = 8 };
     static struct submitter subs[T];
     pthread_t th[T];
@@ -1142,10 +1131,7 @@ static void run_concurrent_submitters(bool sync_normal, int workers) {
     rtx_jobs_get_stats(j, &st);
     ck_assert_int_eq(st.succeeded, T * 50);
     ck_assert_int_eq(st.failed + st.cancelled + st.expired, 0);
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 
 START_TEST(concurrent_submitters) {
@@ -1167,7 +1153,7 @@ START_TEST(submit_returns_id_of_job_finished_before_it_returns) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     size_t len;
     void *req = make_request(g, 1, (const char *[]){"x"}, &x, NULL, &len);
     for (int i = 0; i < 5; i++) {
@@ -1179,10 +1165,7 @@ START_TEST(submit_returns_id_of_job_finished_before_it_returns) {
     }
     rtx__jobs_after_enqueue_hook = NULL;
     free(req);
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -1193,7 +1176,7 @@ START_TEST(throughput_one_worker) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     size_t len;
     void *req = make_request(g, 1, (const char *[]){"x"}, &x, NULL, &len);
     enum { N = 200 };
@@ -1211,10 +1194,7 @@ START_TEST(throughput_one_worker) {
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     fprintf(stderr, "jobs: %d tiny jobs submit->succeeded with 1 worker: %.0f jobs/s\n", N, N / s);
     free(req);
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -1225,7 +1205,7 @@ START_TEST(submit_out_of_memory_loop) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     size_t len;
     void *req = make_request(
         g, 1, (const char *[]){"x"}, &x,
@@ -1249,10 +1229,7 @@ START_TEST(submit_out_of_memory_loop) {
     wait_state(f.store, id, 0, 10000);
     ck_assert_int_eq(count_jobs(f.store), 1);
     free(req);
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -1333,11 +1310,10 @@ START_TEST(admission_refuses_and_journals_nothing) {
     o.sched = &sc;
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *lg = long_graph(1000), *g = small_graph();
-    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *xl = long_x();
+    struct rtx_tensor *x = small_x();
     char busy[RTX_JOB_ID_LEN], id[RTX_JOB_ID_LEN], a[RTX_JOB_ID_LEN], b[RTX_JOB_ID_LEN];
-    submit_ok(j, lg, xl, NULL, busy);
-    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+    submit_running(j, &f, lg, xl, NULL, busy);
 
     /* the running job is estimated at 100 ms, so is this one: 200 ms > a 50 ms deadline */
     bool dedup = false;
@@ -1367,13 +1343,10 @@ START_TEST(admission_refuses_and_journals_nothing) {
 
     ck_assert(rtx_jobs_cancel(j, busy, NULL, &err) == 0);
     ck_assert_int_eq(wait_state(f.store, b, 0, 10000), RTX_JOB_SUCCEEDED);
-    rtx_tensor_unref(x);
     rtx_tensor_unref(xl);
-    rtx_graph_free(g);
     rtx_graph_free(lg);
-    rtx_jobs_stop(j);
+    finish(&f, j, g, x);
     rtx__jobs_clock_hook = NULL;
-    fx_close(&f);
 }
 END_TEST
 
@@ -1391,7 +1364,7 @@ START_TEST(lane_is_selected_from_request_or_default) {
     o.sched = &sc;
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     char a[RTX_JOB_ID_LEN], b[RTX_JOB_ID_LEN], c[RTX_JOB_ID_LEN];
     submit_ok(j, g, x, &(struct req_opts){.lane = "realtime"}, a);
     submit_ok(j, g, x, NULL, b);
@@ -1430,10 +1403,7 @@ START_TEST(lane_is_selected_from_request_or_default) {
                               &err),
                      RTX_EINVAL);
     ck_assert_str_eq(err.msg, "unknown lane 'interactive' (lanes: realtime, bulk)");
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -1448,11 +1418,10 @@ START_TEST(expiry_on_simulated_clock) {
     o.sched = &sc;
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *lg = long_graph(1000), *g = small_graph();
-    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *xl = long_x();
+    struct rtx_tensor *x = small_x();
     char busy[RTX_JOB_ID_LEN], id[RTX_JOB_ID_LEN], ok[RTX_JOB_ID_LEN];
-    submit_ok(j, lg, xl, NULL, busy);
-    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+    submit_running(j, &f, lg, xl, NULL, busy);
     submit_ok(j, g, x, &(struct req_opts){.lane = "realtime", .deadline_ms = wall_ms() + 10000},
               id);
     submit_ok(j, g, x, &(struct req_opts){.lane = "realtime"}, ok);
@@ -1480,13 +1449,10 @@ START_TEST(expiry_on_simulated_clock) {
     struct rtx_jobs_stats st;
     rtx_jobs_get_stats(j, &st);
     ck_assert_int_eq(st.expired, 1);
-    rtx_tensor_unref(x);
     rtx_tensor_unref(xl);
-    rtx_graph_free(g);
     rtx_graph_free(lg);
-    rtx_jobs_stop(j);
+    finish(&f, j, g, x);
     rtx__jobs_clock_hook = NULL;
-    fx_close(&f);
 }
 END_TEST
 
@@ -1498,11 +1464,10 @@ START_TEST(cancel_goes_through_the_scheduler) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *lg = long_graph(1000), *g = small_graph();
-    struct rtx_tensor *xl = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 1);
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *xl = long_x();
+    struct rtx_tensor *x = small_x();
     char busy[RTX_JOB_ID_LEN], late[RTX_JOB_ID_LEN], gone[RTX_JOB_ID_LEN], soon[RTX_JOB_ID_LEN];
-    submit_ok(j, lg, xl, NULL, busy);
-    wait_state(f.store, busy, RTX_JOB_RUNNING, 10000);
+    submit_running(j, &f, lg, xl, NULL, busy);
     int64_t now = wall_ms();
     submit_ok(j, g, x, &(struct req_opts){.deadline_ms = now + 600000}, late);
     submit_ok(j, g, x, &(struct req_opts){.deadline_ms = now + 400000}, gone);
@@ -1536,12 +1501,9 @@ START_TEST(cancel_goes_through_the_scheduler) {
     info = get_job(f.store, gone);
     ck_assert_int_eq(info.started_ms, 0);
     rtx_job_info_clear(&info);
-    rtx_tensor_unref(x);
     rtx_tensor_unref(xl);
-    rtx_graph_free(g);
     rtx_graph_free(lg);
-    rtx_jobs_stop(j);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -1552,7 +1514,7 @@ START_TEST(learned_costs_persist) {
     struct rtx_jobs_options o = jobs_opts(&f, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     char id[RTX_JOB_ID_LEN];
     for (int i = 0; i < 3; i++) {
         submit_ok(j, g, x, NULL, id);
@@ -1582,10 +1544,7 @@ START_TEST(learned_costs_persist) {
     rtx_jobs_get_lanes(j, l);
     ck_assert_int_eq(l->devices[0].stats.cost_keys, 1);
     free(l);
-    rtx_jobs_stop(j);
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -1741,6 +1700,16 @@ static struct rtx_jobs_options gpu_opts(struct fx *f, struct gpu_list *g, int pe
     return o;
 }
 
+/* Opens f (synchronous journal), lists n fake GPUs in gl and starts a job manager with
+ * per_device workers on each and one on the CPU; its options go to *o (for a restart). */
+static struct rtx_jobs *gpu_start(struct fx *f, struct gpu_list *gl, int n, int per_device,
+                                  struct rtx_jobs_options *o) {
+    fx_open_sync(f, true);
+    gpu_list_init(gl, n);
+    *o = gpu_opts(f, gl, per_device);
+    return start(o);
+}
+
 /* y = relu(x) with the node named `node` (its name triggers the fake device's faults). */
 static struct rtx_graph *named_graph(const char *node) {
     struct rtx_graph *g = NULL;
@@ -1783,13 +1752,11 @@ static struct rtx_jobs_device dev_stats(struct rtx_jobs *j, int slot) {
 
 START_TEST(gpu_jobs_are_placed_by_device) {
     struct fx f;
-    fx_open_sync(&f, true);
     struct gpu_list gl;
-    gpu_list_init(&gl, 2);
-    struct rtx_jobs_options o = gpu_opts(&f, &gl, 1);
-    struct rtx_jobs *j = start(&o);
+    struct rtx_jobs_options o;
+    struct rtx_jobs *j = gpu_start(&f, &gl, 2, 1, &o);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
 
     struct rtx_jobs_stats st;
     rtx_jobs_get_stats(j, &st);
@@ -1832,10 +1799,7 @@ START_TEST(gpu_jobs_are_placed_by_device) {
     ck_assert_str_eq(info.requested_device, "cpu");
     rtx_job_info_clear(&info);
 
-    rtx_jobs_stop(j);
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
@@ -1845,7 +1809,7 @@ START_TEST(device_field_is_validated) {
     struct rtx_jobs_options o = jobs_opts(&f, 1); /* no GPU, as on CI */
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     struct rtx_err err = {0};
 
     ck_assert_int_eq(refused_on(j, g, x, "cuda:7", &err), RTX_EINVAL);
@@ -1893,22 +1857,17 @@ START_TEST(device_field_is_validated) {
     ck_assert_str_eq(info.device, "cpu");
     rtx_job_info_clear(&info);
 
-    rtx_jobs_stop(j);
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
 START_TEST(unsupported_node_goes_to_cpu_or_is_refused) {
     struct fx f;
-    fx_open_sync(&f, true);
     struct gpu_list gl;
-    gpu_list_init(&gl, 1);
-    struct rtx_jobs_options o = gpu_opts(&f, &gl, 1);
-    struct rtx_jobs *j = start(&o);
+    struct rtx_jobs_options o;
+    struct rtx_jobs *j = gpu_start(&f, &gl, 1, 1, &o);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     fake_refuse_op = RTX_OP_RELU;
 
     struct rtx_job_info info = run_on(j, &f, g, x, "auto");
@@ -1949,22 +1908,17 @@ START_TEST(unsupported_node_goes_to_cpu_or_is_refused) {
     rtx_job_info_clear(&info);
     fake_refuse_op = -1;
 
-    rtx_jobs_stop(j);
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
 START_TEST(sticky_error_marks_device_unhealthy) {
     struct fx f;
-    fx_open_sync(&f, true);
     struct gpu_list gl;
-    gpu_list_init(&gl, 2);
-    struct rtx_jobs_options o = gpu_opts(&f, &gl, 1);
-    struct rtx_jobs *j = start(&o);
+    struct rtx_jobs_options o;
+    struct rtx_jobs *j = gpu_start(&f, &gl, 2, 1, &o);
     struct rtx_graph *ok = named_graph("act"), *sticky = named_graph("sticky_relu");
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     struct rtx_err err = {0};
 
     struct rtx_job_info info = run_on(j, &f, sticky, x, "cuda:0");
@@ -2004,23 +1958,19 @@ START_TEST(sticky_error_marks_device_unhealthy) {
                               "cuda:1 is unhealthy)");
     ck_assert(dev_stats(j, 0).healthy);
 
-    rtx_jobs_stop(j);
-    rtx_tensor_unref(x);
     rtx_graph_free(ok);
     rtx_graph_free(sticky);
-    fx_close(&f);
+    finish(&f, j, NULL, x);
 }
 END_TEST
 
 START_TEST(ordinary_device_error_fails_the_job_only) {
     struct fx f;
-    fx_open_sync(&f, true);
     struct gpu_list gl;
-    gpu_list_init(&gl, 1);
-    struct rtx_jobs_options o = gpu_opts(&f, &gl, 1);
-    struct rtx_jobs *j = start(&o);
+    struct rtx_jobs_options o;
+    struct rtx_jobs *j = gpu_start(&f, &gl, 1, 1, &o);
     struct rtx_graph *ok = named_graph("act"), *oom = named_graph("oom_relu");
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
 
     struct rtx_job_info info = run_on(j, &f, oom, x, "cuda:0");
     ck_assert_int_eq(info.state, RTX_JOB_FAILED);
@@ -2032,30 +1982,25 @@ START_TEST(ordinary_device_error_fails_the_job_only) {
     ck_assert_str_eq(info.device, "cuda:0");
     rtx_job_info_clear(&info);
 
-    rtx_jobs_stop(j);
-    rtx_tensor_unref(x);
     rtx_graph_free(ok);
     rtx_graph_free(oom);
-    fx_close(&f);
+    finish(&f, j, NULL, x);
 }
 END_TEST
 
 START_TEST(lost_device_fails_stranded_jobs) {
     struct fx f;
-    fx_open_sync(&f, true);
     struct gpu_list gl;
-    gpu_list_init(&gl, 1);
-    struct rtx_jobs_options o = gpu_opts(&f, &gl, 1);
-    struct rtx_jobs *j = start(&o);
+    struct rtx_jobs_options o;
+    struct rtx_jobs *j = gpu_start(&f, &gl, 1, 1, &o);
     struct rtx_graph *slow = long_graph(40), *ok = named_graph("act");
     struct rtx_graph *sticky = named_graph("sticky_relu");
     struct rtx_tensor *big = tu_tensor_random(RTX_F32, 2, (const int64_t[]){512, 512}, -1, 1, 4);
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
 
     /* the GPU's one worker is busy while the rest queue behind it */
     char slow_id[RTX_JOB_ID_LEN], sticky_id[RTX_JOB_ID_LEN], ids[3][RTX_JOB_ID_LEN];
-    submit_ok(j, slow, big, &(struct req_opts){.device = "cuda:0"}, slow_id);
-    wait_state(f.store, slow_id, RTX_JOB_RUNNING, 10000);
+    submit_running(j, &f, slow, big, &(struct req_opts){.device = "cuda:0"}, slow_id);
     submit_ok(j, sticky, x, &(struct req_opts){.device = "cuda:0"}, sticky_id);
     submit_ok(j, ok, x, &(struct req_opts){.device = "cuda:0"}, ids[0]);
     submit_ok(j, ok, x, &(struct req_opts){.device = "cuda"}, ids[1]);
@@ -2081,13 +2026,11 @@ START_TEST(lost_device_fails_stranded_jobs) {
     ck_assert_int_eq(st.failed, 3);
     ck_assert_int_eq(st.succeeded, 2);
 
-    rtx_jobs_stop(j);
-    rtx_tensor_unref(x);
     rtx_tensor_unref(big);
     rtx_graph_free(slow);
     rtx_graph_free(ok);
     rtx_graph_free(sticky);
-    fx_close(&f);
+    finish(&f, j, NULL, x);
 }
 END_TEST
 
@@ -2095,7 +2038,7 @@ START_TEST(recovery_fails_jobs_for_missing_devices) {
     struct fx f;
     fx_open_sync(&f, true);
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
     size_t len;
     void *req = make_request(g, 1, (const char *[]){"x"}, &x, NULL, &len);
     const char *devices[] = {"cuda:1", "cuda:0", "", "cuda:x"};
@@ -2134,24 +2077,19 @@ START_TEST(recovery_fails_jobs_for_missing_devices) {
     ck_assert_str_eq(info.device, "cuda:0");
     rtx_job_info_clear(&info);
 
-    rtx_jobs_stop(j);
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 
 START_TEST(pools_sum_the_workers_pools) {
     struct fx f;
-    fx_open_sync(&f, true);
     struct gpu_list gl;
-    gpu_list_init(&gl, 2);
+    struct rtx_jobs_options o;
     fake_fail_device = 1;
-    struct rtx_jobs_options o = gpu_opts(&f, &gl, 2);
-    struct rtx_jobs *j = start(&o);
+    struct rtx_jobs *j = gpu_start(&f, &gl, 2, 2, &o);
     fake_fail_device = -1;
     struct rtx_graph *g = small_graph();
-    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){2, 3}, -1, 1, 3);
+    struct rtx_tensor *x = small_x();
 
     /* cuda:1's backend could not be made: unhealthy, no workers, no pool rows */
     struct rtx_jobs_device d1 = dev_stats(j, 2);
@@ -2190,10 +2128,7 @@ START_TEST(pools_sum_the_workers_pools) {
     ck_assert_int_eq(rtx_jobs_get_pools(j, rows, 2, &n, &err), RTX_ELIMIT);
     ck_assert_int_eq(rtx_jobs_get_pools(j, NULL, 2, &n, &err), RTX_EINVAL);
 
-    rtx_jobs_stop(j);
-    rtx_tensor_unref(x);
-    rtx_graph_free(g);
-    fx_close(&f);
+    finish(&f, j, g, x);
 }
 END_TEST
 

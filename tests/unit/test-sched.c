@@ -54,6 +54,21 @@ static intptr_t run_one(struct rtx_sched *s, int64_t now, struct rtx_sched_item 
     return (intptr_t)it.data;
 }
 
+/* Ticks s every 10 ms, at now + from_ms, now + from_ms + 10 ms, ... up to now + to_ms. */
+static void tick_span(struct rtx_sched *s, int64_t now, int from_ms, int to_ms) {
+    for (int t = from_ms; t <= to_ms; t += 10)
+        rtx_sched_tick(s, now + t * MS);
+}
+
+/* Dispatches n items at now and finishes each as OK after cost_ns of running. */
+static void run_n(struct rtx_sched *s, int64_t now, int n, int64_t cost_ns) {
+    struct rtx_sched_item it;
+    for (int i = 0; i < n; i++) {
+        run_one(s, now, &it);
+        rtx_sched_finish(s, it.handle, RTX_SCHED_OK, cost_ns, now);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------
  * Config
  * ---------------------------------------------------------------------------------------- */
@@ -596,12 +611,10 @@ START_TEST(sched_brownout_enters_sheds_lowest_and_exits_with_hysteresis) {
     ck_assert_int_eq(st.brownout_level, 0);
     ck_assert(st.lanes[1].pressure > 1.9 && st.lanes[1].pressure < 2.1);
     /* overload must last a window: not yet after 50 ms */
-    for (int t = 0; t <= 50; t += 10)
-        rtx_sched_tick(s, now + t * MS);
+    tick_span(s, now, 0, 50);
     rtx_sched_get_stats(s, now + 50 * MS, &st);
     ck_assert_int_eq(st.brownout_level, 0);
-    for (int t = 60; t <= 120; t += 10)
-        rtx_sched_tick(s, now + t * MS);
+    tick_span(s, now, 60, 120);
     now += 120 * MS;
     rtx_sched_get_stats(s, now, &st);
     ck_assert_int_eq(st.brownout_level, 1);
@@ -615,20 +628,15 @@ START_TEST(sched_brownout_enters_sheds_lowest_and_exits_with_hysteresis) {
     ck_assert_int_eq(rej.reason, RTX_SCHED_REJECT_SHED);
     ck_assert_int_ge(rej.retry_after_ns, 1);
     enq(s, 0, 0, 1 * MS, 999, now);
-    for (int t = 0; t < 1000; t += 10)
-        rtx_sched_tick(s, now + t * MS);
+    tick_span(s, now, 0, 990);
     rtx_sched_get_stats(s, now, &st);
     ck_assert_int_eq(st.brownout_level, 1);
     /* drain to pressure 0.6: between exit (0.5) and enter (1.0), brownout holds */
     struct rtx_sched_item it;
     ck_assert_int_eq(run_one(s, now, &it), 999);
     rtx_sched_finish(s, it.handle, RTX_SCHED_OK, 1 * MS, now);
-    for (int i = 0; i < 70; i++) {
-        run_one(s, now, &it);
-        rtx_sched_finish(s, it.handle, RTX_SCHED_OK, 10 * MS, now);
-    }
-    for (int t = 0; t <= 2000; t += 10)
-        rtx_sched_tick(s, now + t * MS);
+    run_n(s, now, 70, 10 * MS);
+    tick_span(s, now, 0, 2000);
     now += 2000 * MS;
     rtx_sched_get_stats(s, now, &st);
     ck_assert_msg(st.lanes[1].pressure > 0.5 && st.lanes[1].pressure < 1.0, "pressure %g",
@@ -636,16 +644,11 @@ START_TEST(sched_brownout_enters_sheds_lowest_and_exits_with_hysteresis) {
     ck_assert_int_eq(st.brownout_level, 1);
     ck_assert_int_eq(st.brownout_exits, 0);
     /* below the exit pressure: calm must last the exit window */
-    for (int i = 0; i < 20; i++) {
-        run_one(s, now, &it);
-        rtx_sched_finish(s, it.handle, RTX_SCHED_OK, 10 * MS, now);
-    }
-    for (int t = 0; t <= 300; t += 10)
-        rtx_sched_tick(s, now + t * MS);
+    run_n(s, now, 20, 10 * MS);
+    tick_span(s, now, 0, 300);
     rtx_sched_get_stats(s, now + 300 * MS, &st);
     ck_assert_int_eq(st.brownout_level, 1);
-    for (int t = 310; t <= 500; t += 10)
-        rtx_sched_tick(s, now + t * MS);
+    tick_span(s, now, 310, 500);
     now += 500 * MS;
     rtx_sched_get_stats(s, now, &st);
     ck_assert_int_eq(st.brownout_level, 0);
