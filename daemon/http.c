@@ -150,6 +150,7 @@ static const char *reason_phrase(int status) {
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
     case 503: return "Service Unavailable";
     default: return status >= 500 ? "Internal Server Error" : "Error";
     }
@@ -163,6 +164,15 @@ static void respond(h2o_req_t *req, int status, const char *ctype, const char *b
     if (ctype)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype,
                        strlen(ctype));
+    if (status == 429 && body) { /* Retry-After, whole seconds rounded up, from the hint */
+        static const char hint[] = "retry after ";
+        const char *at = memmem(body, len, hint, sizeof hint - 1);
+        long long ms = at ? strtoll(at + sizeof hint - 1, NULL, 10) : 0;
+        char *v = h2o_mem_alloc_pool(&req->pool, 24);
+        int n = snprintf(v, 24, "%lld", ms > 0 ? (ms + 999) / 1000 : 1);
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("retry-after"), 0, NULL,
+                              v, (size_t)n);
+    }
     if (header_len >= 0) {
         char *v = h2o_mem_alloc_pool(&req->pool, 24);
         int n = snprintf(v, 24, "%" PRId64, header_len);

@@ -7,6 +7,11 @@
  * HELP and TYPE lines are written once, followed by all its samples, as the text format
  * requires. Triton's names are used where Triton has the figure (nv_inference_*,
  * nv_gpu_memory_total_bytes, nv_cpu_memory_total_bytes); rtxd's own figures are rtxd_*.
+ *
+ * The SLA lanes: one row per (lane, kind), kind "jobs" summing the job manager's device
+ * schedulers and "inference" summing every model version's scheduler (rtx_serving_lanes);
+ * each scheduler counter is an outcome of rtxd_lane_requests_total (admitted, rejected_full,
+ * rejected_deadline and shed are the refusals by reason).
  */
 #include "daemon/metrics.h"
 
@@ -253,6 +258,70 @@ static void render_jobs(struct sbuf *b, struct rtx_jobs *jobs) {
     sb_printf(b, "rtxd_draining %d\n", st.draining ? 1 : 0);
 }
 
+/* Sums a device scheduler's lanes into acc (lanes matched by index: every device of the job
+ * manager has the same lanes). */
+static void lanes_add(struct rtx_sched_stats *acc, const struct rtx_sched_stats *st) {
+    if (acc->n_lanes == 0) {
+        acc->n_lanes = st->n_lanes;
+        for (int l = 0; l < st->n_lanes; l++)
+            acc->lanes[l].config = st->lanes[l].config;
+    }
+    if (st->brownout_level > acc->brownout_level) acc->brownout_level = st->brownout_level;
+    for (int l = 0; l < st->n_lanes && l < acc->n_lanes; l++) {
+        acc->lanes[l].queued += st->lanes[l].queued;
+        acc->lanes[l].delayed += st->lanes[l].delayed;
+        for (int c = 0; c < RTX_SCHED_CTR_COUNT; c++)
+            acc->lanes[l].counters[c] += st->lanes[l].counters[c];
+    }
+}
+
+/* rtxd_lane_requests_total, rtxd_lane_queue_depth and rtxd_brownout for the job manager's
+ * and the inference core's lanes (either may be absent). */
+static void render_lanes(struct sbuf *b, struct rtx_daemon *d) {
+    struct rtx_sched_stats *st = rtx_calloc(2, sizeof *st); /* [0] jobs, [1] inference */
+    struct rtx_jobs_lanes *jl = d->jobs ? rtx_calloc(1, sizeof *jl) : NULL;
+    if (!st || (d->jobs && !jl)) {
+        rtx_free(st);
+        rtx_free(jl);
+        b->oom = true;
+        return;
+    }
+    static const char *const kinds[2] = {"jobs", "inference"};
+    bool have[2] = {d->jobs != NULL, d->serving != NULL};
+    if (jl) {
+        rtx_jobs_get_lanes(d->jobs, jl);
+        for (int i = 0; i < jl->n_devices; i++)
+            lanes_add(&st[0], &jl->devices[i].stats);
+    }
+    if (d->serving) rtx_serving_lanes(d->serving, &st[1]);
+    char lane[100];
+    family(b, "rtxd_lane_requests_total", "counter",
+           "Requests of each SLA lane since start, by kind (jobs, inference) and outcome");
+    for (int k = 0; k < 2; k++)
+        for (int l = 0; have[k] && l < st[k].n_lanes; l++) {
+            rtx_metrics_escape(st[k].lanes[l].config.name, lane, sizeof lane);
+            for (int c = 0; c < RTX_SCHED_CTR_COUNT; c++)
+                sb_printf(b,
+                          "rtxd_lane_requests_total{lane=\"%s\",kind=\"%s\",outcome=\"%s\"} "
+                          "%" PRId64 "\n",
+                          lane, kinds[k], rtx_sched_counter_name((enum rtx_sched_counter)c),
+                          st[k].lanes[l].counters[c]);
+        }
+    family(b, "rtxd_lane_queue_depth", "gauge", "Requests waiting in each SLA lane now");
+    for (int k = 0; k < 2; k++)
+        for (int l = 0; have[k] && l < st[k].n_lanes; l++)
+            sb_printf(b, "rtxd_lane_queue_depth{lane=\"%s\",kind=\"%s\"} %" PRId64 "\n",
+                      rtx_metrics_escape(st[k].lanes[l].config.name, lane, sizeof lane),
+                      kinds[k], st[k].lanes[l].queued + st[k].lanes[l].delayed);
+    family(b, "rtxd_brownout", "gauge",
+           "Lanes shed by brownout now (0: not in brownout; the highest of any scheduler)");
+    for (int k = 0; k < 2; k++)
+        if (have[k]) sb_printf(b, "rtxd_brownout{kind=\"%s\"} %d\n", kinds[k],
+                               st[k].brownout_level);
+    rtx_free(jl);
+    rtx_free(st);
+}
+
 /* The job workers' caching memory pools, one row per device pool (Admin.Pools' figures). */
 static void render_pools(struct sbuf *b, struct rtx_jobs *jobs) {
     struct rtx_jobs_pool_row *rows = rtx_calloc(RTX_JOBS_MAX_POOL_ROWS, sizeof *rows);
@@ -330,6 +399,7 @@ int rtx_metrics_render(struct rtx_daemon *d, char **out, size_t *len, struct rtx
         render_jobs(&b, d->jobs);
         render_pools(&b, d->jobs);
     }
+    if (d->jobs || d->serving) render_lanes(&b, d);
     if (d->shm) {
         struct rtx_shm_status *regions = NULL;
         int n = 0;

@@ -10,15 +10,29 @@
  * initializer over the mapped bytes. The graph file carries no weight bytes; plans and
  * backends see ordinary initializers (docs/decisions.md).
  *
- * Batching: one queue per version, FIFO. At most one worker "gathers" at a time (the role of
- * Triton's batch scheduler): it takes the oldest request and, with dynamic batching on, adds
- * queued requests whose non-batch dimensions equal the first one's, in arrival order, until
- * the batch reaches max_batch_size or a compatible request does not fit. When a prefix of the
- * gathered requests adds up to a preferred batch size, the longest such prefix runs at once
- * and the rest go back to the front of the queue; otherwise it waits for arrivals until
- * max_queue_delay_us after the oldest request arrived, then runs what it has. Requests
- * whose deadline passed or whose cancel flag is up fail as they are met. The gatherer then
- * releases the role, so another idle instance can form the next batch while this one runs.
+ * Queue: each version has an SLA scheduler (scheduler/sched.h) with one executor per
+ * instance. rtx_serving_infer picks the request's lane (its lane, else its KServe priority,
+ * else the model's default lane, else the server's) and admits it there or refuses it at once
+ * with RTX_EOVERLOAD and a retry hint (lane full, deadline unmeetable, lane shed by
+ * brownout). Workers take requests in the scheduler's order (earliest deadline first in a
+ * lane, weighted fair share across lanes). A request the scheduler handed out that cannot
+ * join the batch being formed (other non-batch shapes, or it does not fit) waits on a short
+ * "held" list that is served before the scheduler. Each request's share of its batch's run
+ * time (rows / total rows) is reported as its run time, so the scheduler learns the cost of
+ * a request of this version (key "name:version") as batched, and keeps it across reloads.
+ * Requests whose deadline passed are answered RTX_EEXPIRED without running; cancelled ones
+ * leave the queue at the next sweep (every 10 ms while a worker looks for work).
+ *
+ * Batching: at most one worker "gathers" at a time (the role of Triton's batch scheduler): it
+ * takes the next request and, with dynamic batching on, adds requests whose non-batch
+ * dimensions equal the first one's, in the scheduler's order, until the batch reaches
+ * max_batch_size or a compatible request does not fit. When a prefix of the gathered requests
+ * adds up to a preferred batch size, the longest such prefix runs at once and the rest go to
+ * the front of the held list; otherwise it waits for arrivals until max_queue_delay_us (times
+ * the scheduler's brownout delay factor) after the first request arrived, then runs what it
+ * has. Requests whose deadline passed or whose cancel flag is up fail as they are met. The
+ * gatherer then releases the role, so another idle instance can form the next batch while
+ * this one runs.
  * A batch of one request runs on the request's own tensors; a larger one concatenates each
  * input along dimension 0 and each request gets a view of its rows of every output (no
  * copy). Rows are computed independently by every op a batched model may use along
@@ -42,7 +56,10 @@
  * ---------------------------------------------------------------------------------------- */
 
 struct request {
-    struct request *next;
+    struct request *next;          /* held list, batch lists, dead lists */
+    struct request *qprev, *qnext; /* the model's list of requests queued in its scheduler */
+    bool queued;                   /* on that list (queued in the scheduler) */
+    uint64_t handle;               /* scheduler handle while queued or dispatched; 0: none */
     struct rtx_model *m;           /* one reference */
     char *id;                      /* NULL when the client gave none */
     int batch;                     /* rows along dimension 0 (1 without a batch dimension) */
@@ -90,10 +107,16 @@ struct rtx_model {
     struct instance *inst;
     struct rtx__stats_rec *stats;
 
+    int default_lane;              /* lane index: the config's lane, else the server's */
+    uint64_t cost_key;             /* rtx_sched_cost_key("name:version") */
+
     pthread_mutex_t mu;            /* guards everything below */
     pthread_cond_t cv;             /* queue changes, gathering ends, stop */
-    struct request *head, *tail;
-    int64_t n_queued, n_running;   /* requests */
+    struct rtx_sched *sched;       /* admission and order; every call under mu */
+    struct request *head, *tail;   /* held: dispatched by the scheduler, not yet in a batch */
+    struct request *qhead;         /* queued in the scheduler, in no particular order */
+    int64_t n_queued, n_running;   /* requests: queued (scheduler + held), in running batches */
+    int64_t last_sweep_ns;         /* when queued requests were last checked for cancel */
     int64_t max_queue;
     bool gathering;                /* a worker is forming a batch */
     bool stopping, fail_queued, stopped;
@@ -188,9 +211,19 @@ static enum rtx_infer_failure failure_of(int code) {
     }
 }
 
-/* Answers a request with an error, counts it and frees it. */
+/* Answers a request with an error, counts it and frees it; a request the scheduler handed
+ * out is finished there (cancelled or failed). Called without m->mu. */
 static void request_fail(struct request *r, int code, const char *msg) {
     struct rtx_model *m = r->m;
+    if (r->handle) {
+        pthread_mutex_lock(&m->mu);
+        rtx_sched_finish(m->sched, r->handle,
+                         code == RTX_ECANCELED ? RTX_SCHED_CANCELLED : RTX_SCHED_FAILED, 0,
+                         rtx__now_ns());
+        r->handle = 0;
+        pthread_cond_broadcast(&m->cv); /* a running slot is free */
+        pthread_mutex_unlock(&m->mu);
+    }
     struct rtx_infer_result res = {
         .code = code,
         .id = r->id,
@@ -365,6 +398,12 @@ static void run_batch(struct instance *in, struct request **batch, int nb, int t
         struct request *r = batch[k];
         pthread_mutex_lock(&m->mu); /* answered from here on: no longer pending */
         m->n_running--;
+        if (rc == 0 && r->handle) { /* learns this request's share of the batch's run time */
+            int64_t share = (t3 - t0) * r->batch / (total > 0 ? total : 1);
+            rtx_sched_finish(m->sched, r->handle, RTX_SCHED_OK, share > 0 ? share : 1, t3);
+            r->handle = 0;
+            pthread_cond_broadcast(&m->cv); /* a running slot is free */
+        }
         pthread_mutex_unlock(&m->mu);
         if (rc) {
             request_fail(r, rc, err.msg);
@@ -418,7 +457,7 @@ static bool is_preferred(const struct rtx_model_info *info, int total) {
     return false;
 }
 
-/* Removes r (whose predecessor is prev, NULL for the head) from the queue. Under m->mu. */
+/* Removes r (whose predecessor is prev, NULL for the head) from the held list. Under m->mu. */
 static void unlink_request(struct rtx_model *m, struct request *prev, struct request *r) {
     if (prev)
         prev->next = r->next;
@@ -427,6 +466,35 @@ static void unlink_request(struct rtx_model *m, struct request *prev, struct req
     if (m->tail == r) m->tail = prev;
     r->next = NULL;
     m->n_queued--;
+}
+
+/* Appends r (dispatched by the scheduler, still counted in n_queued) to the held list. */
+static void held_append(struct rtx_model *m, struct request *r) {
+    r->next = NULL;
+    if (m->tail)
+        m->tail->next = r;
+    else
+        m->head = r;
+    m->tail = r;
+}
+
+/* Adds r to / removes it from the list of requests queued in the scheduler. Under m->mu. */
+static void q_link(struct rtx_model *m, struct request *r) {
+    r->qprev = NULL;
+    r->qnext = m->qhead;
+    if (m->qhead) m->qhead->qprev = r;
+    m->qhead = r;
+    r->queued = true;
+}
+
+static void q_unlink(struct rtx_model *m, struct request *r) {
+    if (r->qprev)
+        r->qprev->qnext = r->qnext;
+    else
+        m->qhead = r->qnext;
+    if (r->qnext) r->qnext->qprev = r->qprev;
+    r->qprev = r->qnext = NULL;
+    r->queued = false;
 }
 
 static void fail_list(struct request *dead, int code) {
@@ -444,7 +512,81 @@ static void fail_list(struct request *dead, int code) {
     }
 }
 
-/* Adds compatible queued requests to the batch; dead ones go to *dead. Under m->mu.
+/* The scheduler's next request, taken off the queued list with its handle (NULL when nothing
+ * may be dispatched now). Requests whose deadline passed in the queue go to *dead (the
+ * scheduler counted them expired). Under m->mu. */
+static struct request *sched_next(struct rtx_model *m, int64_t now, struct request **dead) {
+    struct rtx_sched_item it;
+    for (;;) {
+        enum rtx_sched_pick p = rtx_sched_dispatch(m->sched, now, &it);
+        if (p == RTX_SCHED_NONE) return NULL;
+        struct request *r = it.data;
+        q_unlink(m, r);
+        if (p == RTX_SCHED_EXPIRED) {
+            r->handle = 0;
+            m->n_queued--;
+            r->next = *dead;
+            *dead = r;
+            continue;
+        }
+        r->handle = it.handle;
+        return r;
+    }
+}
+
+/* At most every 10 ms: queued requests whose client cancelled leave the scheduler, and those
+ * whose deadline passed are expired; both go to *dead. Under m->mu. */
+static void sweep(struct rtx_model *m, int64_t now, struct request **dead) {
+    if (now - m->last_sweep_ns < 10 * 1000000LL) return;
+    m->last_sweep_ns = now;
+    for (struct request *r = m->qhead, *next; r; r = next) {
+        next = r->qnext;
+        if (!r->cancel || !__atomic_load_n(r->cancel, __ATOMIC_RELAXED)) continue;
+        if (rtx_sched_cancel(m->sched, r->handle, now, NULL, NULL) != 0) continue;
+        q_unlink(m, r);
+        r->handle = 0;
+        m->n_queued--;
+        r->next = *dead;
+        *dead = r;
+    }
+    struct rtx_sched_item items[32];
+    int n;
+    do {
+        n = rtx_sched_expire(m->sched, now, items, 32);
+        for (int i = 0; i < n; i++) {
+            struct request *r = items[i].data;
+            q_unlink(m, r);
+            r->handle = 0;
+            m->n_queued--;
+            r->next = *dead;
+            *dead = r;
+        }
+    } while (n == 32);
+}
+
+/* Takes every queued and held request (stop with fail_queued) into *dead; queued ones are
+ * cancelled in the scheduler, held ones keep their handle (request_fail finishes them). */
+static void take_all(struct rtx_model *m, int64_t now, struct request **dead) {
+    while (m->qhead) {
+        struct request *r = m->qhead;
+        q_unlink(m, r);
+        rtx_sched_cancel(m->sched, r->handle, now, NULL, NULL);
+        r->handle = 0;
+        r->next = *dead;
+        *dead = r;
+    }
+    while (m->head) {
+        struct request *r = m->head;
+        m->head = r->next;
+        r->next = *dead;
+        *dead = r;
+    }
+    m->tail = NULL;
+    m->n_queued = 0;
+}
+
+/* Adds compatible requests to the batch, from the held list and then in the scheduler's
+ * order; dead ones go to *dead, incompatible ones wait on the held list. Under m->mu.
  * Returns true when the batch cannot grow (max reached or the next compatible one does not
  * fit). */
 static bool gather(struct rtx_model *m, struct request **batch, int *nb, int *total,
@@ -469,13 +611,29 @@ static bool gather(struct rtx_model *m, struct request **batch, int *nb, int *to
         }
         r = next;
     }
+    while (*total < info->max_batch_size && (r = sched_next(m, now, dead))) {
+        if (request_dead(r, now, msg, sizeof msg)) {
+            m->n_queued--;
+            r->next = *dead;
+            *dead = r;
+        } else if (!compatible(batch[0], r, info->n_inputs)) {
+            held_append(m, r);
+        } else if (*total + r->batch > info->max_batch_size) {
+            held_append(m, r);
+            return true;
+        } else {
+            m->n_queued--;
+            batch[(*nb)++] = r;
+            *total += r->batch;
+        }
+    }
     return *total >= info->max_batch_size;
 }
 
 /* With preferred sizes: the longest prefix of the batch whose rows add up to a preferred
- * size; the requests after it go back to the front of the queue, in order, and the prefix
- * runs now (Triton sends the largest preferred batch it can form). Returns whether it cut.
- * Under m->mu. */
+ * size; the requests after it go back to the front of the held list, in order, and the
+ * prefix runs now (Triton sends the largest preferred batch it can form). Returns whether it
+ * cut. Under m->mu. */
 static bool cut_to_preferred(struct rtx_model *m, struct request **batch, int *nb, int *total) {
     const struct rtx_model_info *info = &m->cfg.info;
     int rows = 0, cut = 0, cut_rows = 0;
@@ -503,6 +661,19 @@ static void cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t unt
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
+/* The next request to start a batch with: the held list's first, else the scheduler's next;
+ * NULL when none may start now. Under m->mu. */
+static struct request *first_request(struct rtx_model *m, int64_t now, struct request **dead) {
+    if (m->head) {
+        struct request *r = m->head;
+        unlink_request(m, NULL, r);
+        return r;
+    }
+    struct request *r = sched_next(m, now, dead);
+    if (r) m->n_queued--;
+    return r;
+}
+
 static void *worker_main(void *arg) {
     struct instance *in = arg;
     struct rtx_model *m = in->m;
@@ -510,25 +681,34 @@ static void *worker_main(void *arg) {
     bool batching = info->dynamic_batching && info->max_batch_size > 0;
     pthread_mutex_lock(&m->mu);
     for (;;) {
-        while (!(m->stopping && !m->head) && (!m->head || m->gathering))
-            pthread_cond_wait(&m->cv, &m->mu);
-        if (!m->head) break; /* stopping, nothing left */
         struct request *dead = NULL;
-        if (m->stopping && m->fail_queued) {
-            dead = m->head;
-            m->head = m->tail = NULL;
-            m->n_queued = 0;
+        int64_t now = rtx__now_ns();
+        if (m->stopping && m->fail_queued && m->n_queued > 0) {
+            take_all(m, now, &dead);
             pthread_mutex_unlock(&m->mu);
             fail_list(dead, RTX_EUNAVAILABLE);
             pthread_mutex_lock(&m->mu);
             continue;
         }
-        struct request *r = m->head;
-        unlink_request(m, NULL, r);
+        if (m->stopping && m->n_queued == 0) break; /* nothing left */
+        struct request *r = NULL;
+        if (!m->gathering) {
+            sweep(m, now, &dead);
+            r = first_request(m, now, &dead);
+        }
+        if (!r) {
+            if (!dead) /* wait for work; wake for the next sweep while requests wait */
+                cond_wait_until(&m->cv, &m->mu, now + 50 * 1000000LL);
+            pthread_mutex_unlock(&m->mu);
+            fail_list(dead, 0);
+            pthread_mutex_lock(&m->mu);
+            continue;
+        }
         char msg[256];
-        int code = request_dead(r, rtx__now_ns(), msg, sizeof msg);
+        int code = request_dead(r, now, msg, sizeof msg);
         if (code) {
             pthread_mutex_unlock(&m->mu);
+            fail_list(dead, 0);
             request_fail(r, code, msg);
             pthread_mutex_lock(&m->mu);
             continue;
@@ -537,7 +717,9 @@ static void *worker_main(void *arg) {
         in->batch[0] = r;
         if (batching) {
             m->gathering = true;
-            int64_t until = r->t_enqueue + info->max_queue_delay_us * 1000;
+            double factor = rtx_sched_batch_delay_factor(m->sched); /* < 1 in brownout */
+            int64_t until = r->t_enqueue + (int64_t)((double)info->max_queue_delay_us * 1000.0 *
+                                                     factor);
             for (;;) {
                 bool full = gather(m, in->batch, &nb, &total, &dead);
                 if (full || m->stopping || cut_to_preferred(m, in->batch, &nb, &total)) break;
@@ -664,6 +846,27 @@ static int build_request(struct rtx_model *m, const struct rtx_infer_request *re
     return 0;
 }
 
+/* The request's lane: its lane by name, else its priority (1 = the first lane), else the
+ * version's default lane. RTX_EINVAL naming an unknown lane or a negative priority. Under
+ * m->mu. */
+static int pick_lane(struct rtx_model *m, const struct rtx_infer_request *req,
+                     struct rtx_err *err) {
+    if (req->lane && req->lane[0]) {
+        int lane = rtx_sched_lane_find(m->sched, req->lane);
+        if (lane < 0)
+            return rtx_err_set(err, RTX_EINVAL, "unknown lane '%.64s' for model '%s'",
+                               req->lane, m->cfg.info.name);
+        return lane;
+    }
+    if (req->priority != 0) {
+        int lane = rtx_sched_lane_for_priority(m->sched, req->priority, m->default_lane);
+        if (lane < 0)
+            return rtx_err_set(err, RTX_EINVAL, "priority %d is negative", req->priority);
+        return lane;
+    }
+    return m->default_lane;
+}
+
 int rtx_serving_infer(struct rtx_serving *s, const struct rtx_infer_request *req,
                       struct rtx_err *err) {
     if (!s || !req || !req->model || !req->done)
@@ -687,6 +890,7 @@ int rtx_serving_infer(struct rtx_serving *s, const struct rtx_infer_request *req
     r->ctx = req->ctx;
     r->t_enqueue = rtx__now_ns();
     pthread_mutex_lock(&m->mu);
+    int lane = -1;
     if (m->stopping) {
         rc = rtx_err_set(err, RTX_EUNAVAILABLE, "model '%s' version %lld is unloading",
                          m->cfg.info.name, (long long)m->cfg.info.version);
@@ -694,17 +898,39 @@ int rtx_serving_infer(struct rtx_serving *s, const struct rtx_infer_request *req
         rc = rtx_err_set(err, RTX_EUNAVAILABLE,
                          "model '%s': queue full (%lld requests waiting)", m->cfg.info.name,
                          (long long)m->n_queued);
+    } else if (req->deadline_ns > 0 && req->deadline_ns <= r->t_enqueue) {
+        /* passed already: no retry would help, so this is an expiry, not an overload */
+        rc = rtx_err_set(err, RTX_EEXPIRED, "deadline expired %.3f ms before the request "
+                         "could be queued", (double)(r->t_enqueue - req->deadline_ns) / 1e6);
+    } else if ((lane = pick_lane(m, req, err)) >= 0) {
+        struct rtx_sched_request sr = {
+            .data = r, .lane = lane, .deadline_ns = req->deadline_ns, .cost_key = m->cost_key,
+        };
+        struct rtx_sched_reject rej;
+        int e = rtx_sched_enqueue(m->sched, &sr, r->t_enqueue, &r->handle, &rej);
+        if (e == RTX_EUNAVAILABLE) {
+            int64_t ms = (rej.retry_after_ns + 999999) / 1000000;
+            rc = rtx_err_set(err, RTX_EOVERLOAD,
+                             "model '%s' version %lld overloaded (%s): %s; retry after %lld ms",
+                             m->cfg.info.name, (long long)m->cfg.info.version,
+                             rtx_sched_reject_name(rej.reason), rej.msg,
+                             (long long)(ms > 0 ? ms : 1));
+        } else if (e) {
+            rc = rtx_err_set(err, e, "model '%s': the scheduler refused lane %d",
+                             m->cfg.info.name, lane);
+        } else {
+            q_link(m, r);
+            m->n_queued++;
+            pthread_cond_broadcast(&m->cv);
+        }
     } else {
-        if (m->tail)
-            m->tail->next = r;
-        else
-            m->head = r;
-        m->tail = r;
-        m->n_queued++;
-        pthread_cond_broadcast(&m->cv);
+        rc = lane;
     }
     pthread_mutex_unlock(&m->mu);
-    if (rc) {
+    if (rc == RTX_EEXPIRED) {
+        stats_fail(m->stats, RTX_INFER_FAIL_EXPIRED, 0);
+        request_free(r);
+    } else if (rc) {
         rtx__stats_reject(m->stats);
         request_free(r);
     }
@@ -723,6 +949,7 @@ static void model_free(struct rtx_model *m) {
         rtx_free(m->inst[i].batch);
     }
     rtx_free(m->inst);
+    rtx_sched_free(m->sched);
     rtx_graph_free(m->graph);
     rtx__st_unref(m->weights);
     rtx_free(m->config_json);
@@ -978,6 +1205,54 @@ static int warm_up(struct rtx_model *m, struct rtx_err *err) {
     return rc;
 }
 
+/* The version's scheduler: the server's lanes and knobs, one executor per instance, each
+ * lane's queue bound capped at max_queue; its default lane and the learned cost it had when
+ * it last stopped. */
+static int make_scheduler(struct rtx_model *m, const struct rtx__model_load_opts *o,
+                          struct rtx_err *err) {
+    struct rtx_sched_config sc;
+    if (o->sched)
+        sc = *o->sched;
+    else
+        rtx_sched_config_init(&sc);
+    sc.executors = m->n_inst > 0 ? m->n_inst : 1;
+    int64_t per_batch = m->cfg.info.max_batch_size > 0 ? m->cfg.info.max_batch_size : 1;
+    int64_t want_running = sc.executors * per_batch * 2; /* batches forming and held */
+    if (sc.max_running < want_running) sc.max_running = want_running;
+    if (sc.max_running > 10000000) sc.max_running = 10000000;
+    for (int i = 0; i < sc.n_lanes; i++)
+        if (sc.lanes[i].max_queued > m->max_queue) sc.lanes[i].max_queued = m->max_queue;
+    int rc = rtx_sched_new(&sc, rtx__now_ns(), &m->sched, err);
+    if (rc) {
+        rtx_err_prefix(err, "model '%s' version %lld", m->cfg.info.name,
+                       (long long)m->cfg.info.version);
+        return rc;
+    }
+    m->default_lane = o->default_lane >= 0 && o->default_lane < sc.n_lanes ? o->default_lane
+                                                                         : sc.n_lanes - 1;
+    if (m->cfg.info.default_lane[0]) {
+        int lane = rtx_sched_lane_find(m->sched, m->cfg.info.default_lane);
+        if (lane < 0)
+            return rtx_err_set(err, RTX_EINVAL,
+                               "model '%s': parameters.lane '%s' is not a lane of the server",
+                               m->cfg.info.name, m->cfg.info.default_lane);
+        m->default_lane = lane;
+    }
+    char id[160];
+    snprintf(id, sizeof id, "%s:%lld", m->cfg.info.name, (long long)m->cfg.info.version);
+    m->cost_key = rtx_sched_cost_key(id);
+    int64_t ema = 0, samples = 0;
+    if (m->stats) {
+        pthread_mutex_lock(&m->stats->mu);
+        ema = m->stats->cost_ema_ns;
+        samples = m->stats->cost_samples;
+        pthread_mutex_unlock(&m->stats->mu);
+    }
+    if (ema > 0 && (rc = rtx_sched_cost_load(m->sched, m->cost_key, ema, samples, err)))
+        return rc;
+    return 0;
+}
+
 int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out,
                     struct rtx_err *err) {
     *out = NULL;
@@ -1017,6 +1292,7 @@ int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out
         m->host_bytes = (int64_t)m->weights->map_bytes + (graph_consts > 0 ? graph_consts : 0);
     }
     if ((rc = make_instances(m, o, err))) goto fail;
+    if ((rc = make_scheduler(m, o, err))) goto fail;
     if ((rc = warm_up(m, err))) goto fail;
     for (int i = 0; i < m->n_inst; i++) {
         if (pthread_create(&m->inst[i].thread, NULL, worker_main, &m->inst[i]) != 0) {
@@ -1057,6 +1333,23 @@ void rtx__model_stop(struct rtx_model *m, bool fail_queued) {
         rtx_backend_free(m->inst[i].be);
         m->inst[i].be = NULL;
     }
+    /* the learned cost survives a reload of this version */
+    int64_t ema = 0, samples = 0;
+    pthread_mutex_lock(&m->mu);
+    bool have = m->sched && rtx_sched_cost_get(m->sched, m->cost_key, &ema, &samples) == 0;
+    pthread_mutex_unlock(&m->mu);
+    if (have && m->stats) {
+        pthread_mutex_lock(&m->stats->mu);
+        m->stats->cost_ema_ns = ema;
+        m->stats->cost_samples = samples;
+        pthread_mutex_unlock(&m->stats->mu);
+    }
+}
+
+void rtx__model_lanes(struct rtx_model *m, int64_t now_ns, struct rtx_sched_stats *st) {
+    pthread_mutex_lock(&m->mu);
+    rtx_sched_get_stats(m->sched, now_ns, st);
+    pthread_mutex_unlock(&m->mu);
 }
 
 bool rtx__model_serving(struct rtx_model *m) {

@@ -14,6 +14,10 @@
  * The repository holds one "registry" reference per loaded version; unloading stops the
  * version's workers (queued requests run first), joins them, frees the instances, and drops
  * that reference; the graph and weights go with the last reference.
+ *
+ * Each version owns an SLA scheduler (scheduler/sched.h) that orders and admits its requests:
+ * lanes, deadlines, learned costs and brownout per version, since a version's instances are
+ * the executors its requests compete for (docs/decisions.md).
  */
 #ifndef RTX_MODELS_SERVING_IMPL_H
 #define RTX_MODELS_SERVING_IMPL_H
@@ -25,6 +29,7 @@
 
 #include "kernels/backend.h"
 #include "models/serving.h"
+#include "scheduler/sched.h"
 
 /* ------------------------------------------------------------------------------------------
  * Safetensors (safetensors.c)
@@ -130,6 +135,9 @@ struct rtx__stats_rec {
     struct rtx_model_stats st;     /* pending is kept by the model, filled on copy */
     bool used;                     /* a version with these figures became READY (under the
                                     * repository's lock); records of failed loads stay hidden */
+    int64_t cost_ema_ns;           /* the learned per-request cost when a version stopped, ns
+                                    * (0: none); the next load of the version starts from it */
+    int64_t cost_samples;
     struct rtx__stats_rec *next;
 };
 
@@ -148,6 +156,8 @@ struct rtx__model_load_opts {
     const struct rtx_cuda_devices *gpus;
     int64_t max_queue;
     struct rtx__stats_rec *stats;  /* owned by the repository; outlives the model */
+    const struct rtx_sched_config *sched; /* lanes and knobs (executors, bounds adjusted) */
+    int default_lane;              /* lane index when neither request nor config names one */
 };
 
 /* Loads one version: graph, weights (bound to the graph's weight inputs), checks against the
@@ -165,6 +175,8 @@ struct rtx_model *rtx__model_ref(struct rtx_model *m);
  * initializers; per device (index < n_devices) what its instances' CUDA pools reserve. */
 void rtx__model_memory(struct rtx_model *m, int64_t *host_bytes, int n_devices,
                        int64_t *device_bytes);
+/* A snapshot of the version's scheduler (lanes, counters, brownout) at now_ns. */
+void rtx__model_lanes(struct rtx_model *m, int64_t now_ns, struct rtx_sched_stats *st);
 /* Requests queued or running now. */
 int64_t rtx__model_pending(struct rtx_model *m);
 /* Whether the version still accepts requests. */

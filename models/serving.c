@@ -45,6 +45,8 @@ struct rtx_serving {
     int cpu_threads;
     const struct rtx_cuda_devices *gpus;
     int64_t max_queue;
+    struct rtx_sched_config sched; /* every version's lanes and knobs */
+    int default_lane;              /* index in sched.lanes */
 
     pthread_mutex_t op_mu; /* one load / unload / poll pass / stop at a time */
     pthread_mutex_t mu;    /* guards the fields below */
@@ -52,6 +54,8 @@ struct rtx_serving {
     int n_entries, cap_entries;
     struct entry **entries; /* sorted by name */
     struct rtx__stats_rec *stats; /* sorted by (name, version) */
+    /* lane counters of versions stopped since start (rtx_serving_lanes adds the live ones) */
+    int64_t retired[RTX_SCHED_MAX_LANES][RTX_SCHED_CTR_COUNT];
     bool stopping;
     bool poll_started;
     pthread_t poller;
@@ -359,12 +363,23 @@ static void set_state(struct rtx_serving *s, struct entry *e, enum rtx_model_sta
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Stops and releases versions taken out of an entry. */
-static void release_versions(struct rtx_model **ms, int n, bool fail_queued) {
+/* Stops and releases versions taken out of an entry; their lane counters are kept. */
+static void release_versions(struct rtx_serving *s, struct rtx_model **ms, int n,
+                             bool fail_queued) {
+    struct rtx_sched_stats *st = n > 0 ? rtx_malloc(sizeof *st) : NULL;
     for (int i = 0; i < n; i++) {
         rtx__model_stop(ms[i], fail_queued);
+        if (st) {
+            rtx__model_lanes(ms[i], rtx__now_ns(), st);
+            pthread_mutex_lock(&s->mu);
+            for (int l = 0; l < st->n_lanes && l < RTX_SCHED_MAX_LANES; l++)
+                for (int c = 0; c < RTX_SCHED_CTR_COUNT; c++)
+                    s->retired[l][c] += st->lanes[l].counters[c];
+            pthread_mutex_unlock(&s->mu);
+        }
         rtx_model_unref(ms[i]);
     }
+    rtx_free(st);
 }
 
 static int do_load(struct rtx_serving *s, const char *name, const char *config_json,
@@ -431,7 +446,7 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
         struct rtx__model_load_opts o = {
             .dir = vdir, .cfg = cfg, .version = want[i], .limits = &s->limits,
             .cpu_threads = s->cpu_threads, .gpus = s->gpus, .max_queue = s->max_queue,
-            .stats = rec,
+            .stats = rec, .sched = &s->sched, .default_lane = s->default_lane,
         };
         if ((rc = rtx__model_load(&o, &loaded[n_loaded], err))) {
             failed = want[i];
@@ -443,7 +458,7 @@ done:
     rtx_free(text);
     rtx_free(cfg);
     if (rc) {
-        release_versions(loaded, n_loaded, true);
+        release_versions(s, loaded, n_loaded, true);
         pthread_mutex_lock(&s->mu);
         bool serving = e->n_ready > 0;
         if (!serving) {
@@ -470,7 +485,7 @@ done:
     e->reason[0] = '\0';
     e->failed_version = 0;
     pthread_mutex_unlock(&s->mu);
-    release_versions(old, n_old, false);
+    release_versions(s, old, n_old, false);
     const struct rtx_model_info *info = rtx_model_info(loaded[n_loaded - 1]);
     char vs[32], ni[16];
     snprintf(vs, sizeof vs, "%lld", (long long)info->version);
@@ -500,7 +515,7 @@ static int do_unload(struct rtx_serving *s, const char *name, struct rtx_err *er
         if (valid_name(name) && is_dir(mdir)) return 0; /* in the repository, never loaded */
         return rtx_err_set(err, RTX_ENOTFOUND, "unknown model '%.128s'", name ? name : "");
     }
-    release_versions(old, n_old, false);
+    release_versions(s, old, n_old, false);
     set_state(s, e, RTX_MODEL_UNAVAILABLE, "unloaded");
     if (n_old) rtx_log(RTX_LOG_INFO, "model unloaded", "model", name, NULL);
     return 0;
@@ -630,6 +645,25 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
     if (opt->max_queue < 1) return rtx_err_set(err, RTX_EINVAL, "serving: max_queue must be >= 1");
     if (opt->n_startup_models < 0 || (opt->n_startup_models > 0 && !opt->startup_models))
         return rtx_err_set(err, RTX_EINVAL, "serving: bad startup model list");
+    struct rtx_sched_config sc;
+    if (opt->sched)
+        sc = *opt->sched;
+    else
+        rtx_sched_config_init(&sc);
+    int rc = rtx_sched_config_check(&sc, err);
+    if (rc) {
+        rtx_err_prefix(err, "serving");
+        return rc;
+    }
+    int default_lane = sc.n_lanes - 1;
+    if (opt->default_lane && opt->default_lane[0]) {
+        default_lane = -1;
+        for (int i = 0; i < sc.n_lanes && default_lane < 0; i++)
+            if (strcmp(sc.lanes[i].name, opt->default_lane) == 0) default_lane = i;
+        if (default_lane < 0)
+            return rtx_err_set(err, RTX_EINVAL, "serving: default lane '%.64s' is not a lane",
+                               opt->default_lane);
+    }
     errno = 0;
     if (opt->repository[0] && !is_dir(opt->repository))
         return rtx_err_set(err, RTX_EIO, "model repository %s: %s", opt->repository,
@@ -645,6 +679,8 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
     s->cpu_threads = opt->cpu_threads;
     s->gpus = opt->gpus && opt->gpus->n > 0 ? opt->gpus : NULL;
     s->max_queue = opt->max_queue;
+    s->sched = sc;
+    s->default_lane = default_lane;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->op_mu, NULL);
     pthread_condattr_t ca;
@@ -658,7 +694,7 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
     }
     char **names = NULL;
     int n = 0;
-    int rc = list_models(s->repo, &names, &n, err);
+    rc = list_models(s->repo, &names, &n, err);
     if (rc) {
         serving_free(s);
         return rc;
@@ -720,7 +756,7 @@ void rtx_serving_stop(struct rtx_serving *s) {
         memcpy(old, e->ready, sizeof old[0] * (size_t)n_old);
         e->n_ready = 0;
         pthread_mutex_unlock(&s->mu);
-        release_versions(old, n_old, true);
+        release_versions(s, old, n_old, true);
     }
     pthread_mutex_unlock(&s->op_mu);
     serving_free(s);
@@ -888,4 +924,49 @@ void rtx_serving_memory(struct rtx_serving *s, struct rtx_serving_memory *out) {
             rtx__model_memory(s->entries[i]->ready[k], &out->host_bytes, out->n_devices,
                               out->device_bytes);
     pthread_mutex_unlock(&s->mu);
+}
+
+void rtx_serving_lanes(struct rtx_serving *s, struct rtx_sched_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!s) return;
+    struct rtx_sched_stats *st = rtx_malloc(sizeof *st);
+    int64_t now = rtx__now_ns();
+    out->n_lanes = s->sched.n_lanes;
+    out->batch_delay_factor = 1.0;
+    for (int l = 0; l < out->n_lanes; l++) {
+        out->lanes[l].config = s->sched.lanes[l];
+    }
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < out->n_lanes; i++)
+        for (int c = 0; c < RTX_SCHED_CTR_COUNT; c++)
+            out->lanes[i].counters[c] = s->retired[i][c];
+    for (int i = 0; st && i < s->n_entries; i++) {
+        for (int k = 0; k < s->entries[i]->n_ready; k++) {
+            rtx__model_lanes(s->entries[i]->ready[k], now, st);
+            out->executors += st->executors;
+            out->running += st->running;
+            if (st->brownout_level > out->brownout_level) out->brownout_level = st->brownout_level;
+            out->brownout_entries += st->brownout_entries;
+            out->brownout_exits += st->brownout_exits;
+            if (st->batch_delay_factor < out->batch_delay_factor)
+                out->batch_delay_factor = st->batch_delay_factor;
+            out->cost_keys += st->cost_keys;
+            out->cost_keys_dropped += st->cost_keys_dropped;
+            for (int l = 0; l < st->n_lanes && l < out->n_lanes; l++) {
+                struct rtx_sched_lane_stats *a = &out->lanes[l];
+                const struct rtx_sched_lane_stats *b = &st->lanes[l];
+                a->queued += b->queued;
+                a->delayed += b->delayed;
+                a->running += b->running;
+                a->queued_work_ns += b->queued_work_ns;
+                if (b->est_delay_ns > a->est_delay_ns) a->est_delay_ns = b->est_delay_ns;
+                if (b->pressure > a->pressure) a->pressure = b->pressure;
+                a->shed = a->shed || b->shed;
+                for (int c = 0; c < RTX_SCHED_CTR_COUNT; c++)
+                    a->counters[c] += b->counters[c];
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    rtx_free(st);
 }

@@ -28,6 +28,8 @@
 #include "runtime/runtime.h"
 
 struct rtx_cuda_devices; /* kernels/backend.h */
+struct rtx_sched_config; /* scheduler/sched.h */
+struct rtx_sched_stats;
 struct rtx_mem_pool_stats;
 
 /* ------------------------------------------------------------------------------------------
@@ -54,6 +56,12 @@ struct rtx_serving_options {
     int cpu_threads;                      /* CPU backend threads per instance, >= 1 */
     const struct rtx_cuda_devices *gpus;  /* instances go to these devices; NULL or n == 0: CPU */
     int64_t max_queue;                    /* pending requests per model; beyond: RTX_EUNAVAILABLE */
+    /* SLA lanes of inference requests: every model version gets a scheduler with these lanes
+     * and knobs (executors = its instance count; each lane's queue bound capped at max_queue).
+     * NULL: rtx_sched_config_init's. */
+    const struct rtx_sched_config *sched;
+    const char *default_lane;             /* lane of a request that names none and whose model
+                                           * names none; NULL or "": the last lane */
 };
 
 struct rtx_serving;
@@ -219,7 +227,13 @@ struct rtx_infer_result {
  * once, naming the input and the problem (RTX_EINVAL; RTX_ELIMIT for a batch above the max;
  * RTX_EUNAVAILABLE when the model's queue is full or it is unloading) and the callback is not
  * called. On 0 the callback will be called exactly once. The core copies nothing from req
- * but the pointers it needs: inputs' tensors are referenced, strings are copied. */
+ * but the pointers it needs: inputs' tensors are referenced, strings are copied.
+ * Lanes: the request's lane, else its priority (rtx_sched_lane_for_priority), else the model's
+ * parameters.lane, else the server's default lane; an unknown lane or a negative priority is
+ * RTX_EINVAL. Admission control may refuse it with RTX_EOVERLOAD (the lane is full, the
+ * deadline cannot be met, the lane is shed by brownout), the message naming the reason and
+ * ending "retry after N ms" (front ends: RESOURCE_EXHAUSTED, HTTP 429 + Retry-After). A
+ * deadline that passed before the request could be queued is RTX_EEXPIRED (counted EXPIRED). */
 int rtx_serving_infer(struct rtx_serving *s, const struct rtx_infer_request *req,
                       struct rtx_err *err);
 
@@ -268,6 +282,12 @@ struct rtx_model_stats {
  * RTX_ENOTFOUND for a named model the server does not know. */
 int rtx_serving_stats(struct rtx_serving *s, const char *name, int64_t version,
                       struct rtx_model_stats **out, int *n, struct rtx_err *err);
+
+/* The inference lanes, summed over every model version's scheduler: the lanes' settings (as
+ * configured, queue bound not capped), queued / delayed / running now and the counters since
+ * start (versions unloaded since keep counting), brownout_level the highest of any version and
+ * batch_delay_factor the smallest. Per-request wait percentiles are not summed (0). */
+void rtx_serving_lanes(struct rtx_serving *s, struct rtx_sched_stats *out);
 
 /* Memory the loaded models hold: weights and plans on the host, and device memory per GPU
  * (from their pools), bytes; for tests of unload and for /metrics. */

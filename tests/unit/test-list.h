@@ -25,6 +25,7 @@
     X(server)                                                                                   \
     X(serving_files)                                                                            \
     X(serving)                                                                                  \
+    X(serving_lanes)                                                                            \
     X(sched)                                                                                    \
     X(shm)                                                                                      \
     X(http)

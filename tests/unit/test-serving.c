@@ -113,6 +113,20 @@ static void write_version(const char *repo, const char *name, int version, float
     write_weights(dir, factor);
 }
 
+/* Overwrites <repo>/<name>/config.json with a config of max_batch_size 8, inputs a (data type
+ * a_type) and b (TYPE_FP32) of dims [4] and one TYPE_FP32 output `out` of dims [out_dim]. */
+static void write_io_config(const char *repo, const char *name, const char *a_type,
+                            const char *out, int out_dim) {
+    char path[1024], text[1024];
+    snprintf(path, sizeof path, "%s/%s/config.json", repo, name);
+    snprintf(text, sizeof text,
+             "{\"max_batch_size\": 8, \"input\": [{\"name\": \"a\", \"data_type\": \"%s\", "
+             "\"dims\": [4]}, {\"name\": \"b\", \"data_type\": \"TYPE_FP32\", \"dims\": [4]}], "
+             "\"output\": [{\"name\": \"%s\", \"data_type\": \"TYPE_FP32\", \"dims\": [%d]}]}",
+             a_type, out, out_dim);
+    write_text(path, text);
+}
+
 static void write_model(const char *repo, const char *name, int max_batch, const char *extra) {
     write_config(repo, name, max_batch, extra);
     write_version(repo, name, 1, 1.0f);
@@ -144,6 +158,15 @@ static void fx_start_opts(struct fx *f, const struct rtx_serving_options *o) {
 static void fx_start(struct fx *f, enum rtx_model_control c) {
     struct rtx_serving_options o = fx_opts(f, c);
     fx_start_opts(f, &o);
+}
+
+/* A new repository holding one model `name` (write_model(): max_batch, extra), served with
+ * model control c. */
+static void fx_model(struct fx *f, const char *name, int max_batch, const char *extra,
+                     enum rtx_model_control c) {
+    fx_repo(f);
+    write_model(f->repo, name, max_batch, extra);
+    fx_start(f, c);
 }
 
 static void fx_close(struct fx *f) {
@@ -309,9 +332,7 @@ static void sleep_ms(int ms) {
 
 START_TEST(serving_loads_every_model_and_infers) {
     struct fx f;
-    fx_repo(&f);
-    write_model(f.repo, "scale", 8, NULL);
-    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    fx_model(&f, "scale", 8, NULL, RTX_MODEL_CONTROL_NONE);
     ck_assert(rtx_serving_ready(f.s));
     ck_assert(rtx_serving_model_ready(f.s, "scale", 0));
     ck_assert(rtx_serving_model_ready(f.s, "scale", 1));
@@ -448,9 +469,7 @@ END_TEST
 
 START_TEST(serving_failed_reload_keeps_the_old_version) {
     struct fx f;
-    fx_repo(&f);
-    write_model(f.repo, "scale", 8, NULL);
-    fx_start(&f, RTX_MODEL_CONTROL_EXPLICIT);
+    fx_model(&f, "scale", 8, NULL, RTX_MODEL_CONTROL_EXPLICIT);
     struct rtx_err err = {0};
     ck_assert(rtx_serving_load(f.s, "scale", NULL, &err) == 0);
     /* version 2 with broken weights: the reload fails, version 1 keeps serving */
@@ -554,25 +573,13 @@ START_TEST(serving_load_errors_name_the_file) {
     /* config input datatype differs from the graph */
     write_config(f.repo, "dtype", 8, NULL);
     write_version(f.repo, "dtype", 1, 1.0f);
-    snprintf(dir, sizeof dir, "%s/dtype/config.json", f.repo);
-    write_text(dir, "{\"max_batch_size\": 8, \"input\": [{\"name\": \"a\", \"data_type\": "
-                    "\"TYPE_INT32\", \"dims\": [4]}, {\"name\": \"b\", \"data_type\": "
-                    "\"TYPE_FP32\", \"dims\": [4]}], \"output\": [{\"name\": \"y\", "
-                    "\"data_type\": \"TYPE_FP32\", \"dims\": [4]}]}");
+    write_io_config(f.repo, "dtype", "TYPE_INT32", "y", 4);
     /* output not in the graph */
     write_model(f.repo, "noout", 8, NULL);
-    snprintf(dir, sizeof dir, "%s/noout/config.json", f.repo);
-    write_text(dir, "{\"max_batch_size\": 8, \"input\": [{\"name\": \"a\", \"data_type\": "
-                    "\"TYPE_FP32\", \"dims\": [4]}, {\"name\": \"b\", \"data_type\": "
-                    "\"TYPE_FP32\", \"dims\": [4]}], \"output\": [{\"name\": \"q\", "
-                    "\"data_type\": \"TYPE_FP32\", \"dims\": [4]}]}");
+    write_io_config(f.repo, "noout", "TYPE_FP32", "q", 4);
     /* output dims differ from what the graph computes */
     write_model(f.repo, "outdims", 8, NULL);
-    snprintf(dir, sizeof dir, "%s/outdims/config.json", f.repo);
-    write_text(dir, "{\"max_batch_size\": 8, \"input\": [{\"name\": \"a\", \"data_type\": "
-                    "\"TYPE_FP32\", \"dims\": [4]}, {\"name\": \"b\", \"data_type\": "
-                    "\"TYPE_FP32\", \"dims\": [4]}], \"output\": [{\"name\": \"y\", "
-                    "\"data_type\": \"TYPE_FP32\", \"dims\": [5]}]}");
+    write_io_config(f.repo, "outdims", "TYPE_FP32", "y", 5);
     /* no batch dimension in the config, but the graph has one more dimension */
     write_model(f.repo, "rank", 0, NULL);
     /* no version directory, no graph file */
@@ -618,9 +625,7 @@ END_TEST
 
 START_TEST(serving_poll_mode_follows_the_directory) {
     struct fx f;
-    fx_repo(&f);
-    write_model(f.repo, "scale", 8, NULL);
-    fx_start(&f, RTX_MODEL_CONTROL_POLL);
+    fx_model(&f, "scale", 8, NULL, RTX_MODEL_CONTROL_POLL);
     ck_assert(rtx_serving_model_ready(f.s, "scale", 1));
     struct rtx_err err = {0};
     ck_assert_int_eq(rtx_serving_load(f.s, "scale", NULL, &err), RTX_EUNSUPPORTED);
@@ -651,9 +656,7 @@ END_TEST
 
 START_TEST(serving_rejects_bad_requests_before_queuing) {
     struct fx f;
-    fx_repo(&f);
-    write_model(f.repo, "scale", 4, NULL);
-    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    fx_model(&f, "scale", 4, NULL, RTX_MODEL_CONTROL_NONE);
     struct rtx_model *m;
     struct rtx_err err = {0};
     ck_assert(rtx_serving_model_get(f.s, "scale", 0, &m, &err) == 0);
@@ -910,10 +913,8 @@ END_TEST
 
 START_TEST(batching_waits_at_most_the_queue_delay) {
     struct fx f;
-    fx_repo(&f);
-    write_model(f.repo, "delay", 8,
-                ", \"dynamic_batching\": {\"max_queue_delay_microseconds\": 60000}");
-    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    fx_model(&f, "delay", 8, ", \"dynamic_batching\": {\"max_queue_delay_microseconds\": 60000}",
+             RTX_MODEL_CONTROL_NONE);
     struct call c;
     call_init(&c);
     struct rtx_err err = {0};
@@ -932,10 +933,8 @@ END_TEST
 
 START_TEST(batching_respects_max_batch_size_and_shapes) {
     struct fx f;
-    fx_repo(&f);
-    write_model(f.repo, "max4", 4,
-                ", \"dynamic_batching\": {\"max_queue_delay_microseconds\": 100000}");
-    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    fx_model(&f, "max4", 4, ", \"dynamic_batching\": {\"max_queue_delay_microseconds\": 100000}",
+             RTX_MODEL_CONTROL_NONE);
     /* hold the worker so that everything queues, then let it go */
     struct call gate;
     call_init(&gate);
@@ -970,11 +969,10 @@ END_TEST
 
 START_TEST(batching_sends_the_largest_preferred_batch) {
     struct fx f;
-    fx_repo(&f);
-    write_model(f.repo, "pref", 8,
-                ", \"dynamic_batching\": {\"preferred_batch_size\": [2, 4],"
-                " \"max_queue_delay_microseconds\": 50000}");
-    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    fx_model(&f, "pref", 8,
+             ", \"dynamic_batching\": {\"preferred_batch_size\": [2, 4],"
+             " \"max_queue_delay_microseconds\": 50000}",
+             RTX_MODEL_CONTROL_NONE);
     struct call gate, c[5];
     call_init(&gate);
     gate.gate = true;
@@ -1053,10 +1051,8 @@ END_TEST
 
 START_TEST(instances_serve_in_parallel) {
     struct fx f;
-    fx_repo(&f);
-    write_model(f.repo, "two", 8,
-                ", \"instance_group\": [{\"count\": 2, \"kind\": \"KIND_CPU\"}]");
-    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    fx_model(&f, "two", 8, ", \"instance_group\": [{\"count\": 2, \"kind\": \"KIND_CPU\"}]",
+             RTX_MODEL_CONTROL_NONE);
     struct rtx_model *m;
     struct rtx_err err = {0};
     ck_assert(rtx_serving_model_get(f.s, "two", 0, &m, &err) == 0);
@@ -1091,9 +1087,7 @@ static void *stop_main(void *arg) {
 
 START_TEST(stop_answers_every_request_once) {
     struct fx f;
-    fx_repo(&f);
-    write_model(f.repo, "scale", 8, NULL);
-    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    fx_model(&f, "scale", 8, NULL, RTX_MODEL_CONTROL_NONE);
     struct call gate, c[6];
     call_init(&gate);
     gate.gate = true;
@@ -1126,9 +1120,7 @@ END_TEST
 
 START_TEST(load_survives_out_of_memory) {
     struct fx f;
-    fx_repo(&f);
-    write_model(f.repo, "scale", 8, NULL);
-    fx_start(&f, RTX_MODEL_CONTROL_EXPLICIT);
+    fx_model(&f, "scale", 8, NULL, RTX_MODEL_CONTROL_EXPLICIT);
     struct rtx_err err = {0};
     int rc = -1;
     long n;
@@ -1173,6 +1165,358 @@ Suite *rtx_serving_suite(void) {
     tcase_add_test(tc, instances_serve_in_parallel);
     tcase_add_test(tc, stop_answers_every_request_once);
     tcase_add_test(tc, load_survives_out_of_memory);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * SLA lanes of inference requests (suite serving_lanes): lane choice, admission, dispatch
+ * order, brownout
+ * ---------------------------------------------------------------------------------------- */
+
+/* A call that also records the order in which callbacks ran. */
+struct seq_call {
+    struct call c;
+    int order;
+};
+static atomic_int seq_next;
+
+static void on_done_seq(void *ctx, const struct rtx_infer_result *res) {
+    struct seq_call *sc = ctx;
+    sc->order = atomic_fetch_add(&seq_next, 1);
+    on_done(&sc->c, res);
+}
+
+/* submit() with a KServe priority, a lane name and a callback of one's own. */
+static int submit_lane(struct rtx_serving *s, const char *name, int rows, float seed,
+                       rtx_infer_done_fn done, void *ctx, int64_t deadline_ns, int priority,
+                       const char *lane, struct rtx_err *err) {
+    struct rtx_model *m;
+    int rc = rtx_serving_model_get(s, name, 0, &m, err);
+    if (rc) return rc;
+    struct rtx_tensor *a = make_input(rows, seed, false), *b = make_input(rows, seed, true);
+    struct rtx_infer_input ins[2] = {{"a", a}, {"b", b}};
+    struct rtx_infer_request req = {
+        .model = m, .id = "lane", .n_inputs = 2, .inputs = ins, .deadline_ns = deadline_ns,
+        .priority = priority, .lane = lane, .done = done, .ctx = ctx,
+    };
+    rc = rtx_serving_infer(s, &req, err);
+    rtx_tensor_unref(a);
+    rtx_tensor_unref(b);
+    rtx_model_unref(m);
+    return rc;
+}
+
+static int64_t lane_counter(struct rtx_serving *s, const char *lane, enum rtx_sched_counter c) {
+    struct rtx_sched_stats *st = rtx_malloc(sizeof *st);
+    ck_assert_ptr_nonnull(st);
+    rtx_serving_lanes(s, st);
+    int64_t v = -1;
+    for (int i = 0; i < st->n_lanes; i++)
+        if (strcmp(st->lanes[i].config.name, lane) == 0) v = st->lanes[i].counters[c];
+    rtx_free(st);
+    ck_assert_msg(v >= 0, "no lane %s", lane);
+    return v;
+}
+
+/* Holds the only worker of `name` in the callback of a request of `rows` rows and KServe
+ * priority `priority`. */
+static void hold_worker(struct rtx_serving *s, const char *name, int rows, int priority,
+                        struct call *gate) {
+    struct rtx_err err = {0};
+    call_init(gate);
+    gate->gate = true;
+    ck_assert_msg(submit_lane(s, name, rows, 0.0f, on_done, gate, 0, priority, NULL, &err) == 0,
+                  "%s", err.msg);
+    call_wait_entered(gate);
+}
+
+/* The lane: by name, else the priority (1 = realtime, beyond the last lane = the last), else
+ * the model's parameters.lane, else the server's default; bad ones are refused. */
+START_TEST(lanes_follow_name_priority_model_and_default) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    write_model(f.repo, "rt", 8, ", \"parameters\": {\"lane\": {\"string_value\": \"realtime\"}}");
+    struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_NONE);
+    o.default_lane = "interactive";
+    fx_start_opts(&f, &o);
+    struct call gate, c[6];
+    hold_worker(f.s, "scale", 1, 1, &gate);
+    ck_assert_int_eq(lane_counter(f.s, "realtime", RTX_SCHED_CTR_ADMITTED), 1);
+    struct rtx_err err = {0};
+    const struct {
+        const char *model, *lane;
+        int priority;
+    } reqs[6] = {{"scale", NULL, 2}, {"scale", NULL, 99}, {"scale", "batch", 1},
+                 {"scale", NULL, 0}, {"rt", NULL, 0},    {"rt", NULL, 3}};
+    for (int i = 0; i < 6; i++) {
+        call_init(&c[i]);
+        ck_assert_msg(submit_lane(f.s, reqs[i].model, 1, (float)i, on_done, &c[i], 0,
+                                  reqs[i].priority, reqs[i].lane, &err) == 0, "%s", err.msg);
+    }
+    /* realtime: the gate and "rt" by its config; interactive: priority 2 and the server's
+     * default; batch: priority 99, the lane by name (over priority 1) and "rt" priority 3 */
+    ck_assert_int_eq(lane_counter(f.s, "realtime", RTX_SCHED_CTR_ADMITTED), 2);
+    ck_assert_int_eq(lane_counter(f.s, "interactive", RTX_SCHED_CTR_ADMITTED), 2);
+    ck_assert_int_eq(lane_counter(f.s, "batch", RTX_SCHED_CTR_ADMITTED), 3);
+    struct call bad;
+    call_init(&bad);
+    ck_assert_int_eq(submit_lane(f.s, "scale", 1, 0.0f, on_done, &bad, 0, 0, "nope", &err),
+                     RTX_EINVAL);
+    ck_assert(strstr(err.msg, "unknown lane 'nope'"));
+    ck_assert_int_eq(submit_lane(f.s, "scale", 1, 0.0f, on_done, &bad, 0, -2, NULL, &err),
+                     RTX_EINVAL);
+    ck_assert(strstr(err.msg, "priority -2"));
+    call_open_gate(&gate);
+    call_wait(&gate);
+    for (int i = 0; i < 6; i++) {
+        call_wait(&c[i]);
+        check_scale(&c[i], 1, (float)i, 1.0f);
+        call_close(&c[i]);
+    }
+    ck_assert_int_eq(bad.done, 0);
+    ck_assert_int_eq(lane_counter(f.s, "batch", RTX_SCHED_CTR_COMPLETED), 3);
+    call_close(&bad);
+    call_close(&gate);
+    fx_close(&f);
+}
+END_TEST
+
+/* A model whose config names a lane the server lacks does not load, and says why. */
+START_TEST(lanes_unknown_model_lane_fails_the_load) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "odd", 8, ", \"parameters\": {\"lane\": {\"string_value\": \"gold\"}}");
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    char reason[256] = "";
+    ck_assert_int_eq(index_state(f.s, "odd", reason), RTX_MODEL_UNAVAILABLE);
+    ck_assert_msg(strstr(reason, "parameters.lane 'gold'"), "%s", reason);
+    fx_close(&f);
+    struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_NONE);
+    o.default_lane = "gold";
+    struct rtx_serving *s = NULL;
+    struct rtx_err err = {0};
+    ck_assert_int_eq(rtx_serving_start(&o, &s, &err), RTX_EINVAL);
+    ck_assert(strstr(err.msg, "default lane 'gold'"));
+}
+END_TEST
+
+/* A full lane refuses at once with RTX_EOVERLOAD, the reason and a retry hint; other lanes
+ * still admit; the refusal is counted and the callback never runs. */
+START_TEST(lanes_full_lane_refuses_with_overload) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    struct rtx_sched_config sc;
+    rtx_sched_config_init(&sc);
+    sc.lanes[0].max_queued = 2; /* realtime */
+    struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_NONE);
+    o.sched = &sc;
+    fx_start_opts(&f, &o);
+    struct call gate, c[3], refused;
+    hold_worker(f.s, "scale", 1, 1, &gate);
+    struct rtx_err err = {0};
+    for (int i = 0; i < 2; i++) {
+        call_init(&c[i]);
+        ck_assert(submit_lane(f.s, "scale", 1, (float)i, on_done, &c[i], 0, 1, NULL, &err) == 0);
+    }
+    call_init(&refused);
+    ck_assert_int_eq(submit_lane(f.s, "scale", 1, 5.0f, on_done, &refused, 0, 1, NULL, &err),
+                     RTX_EOVERLOAD);
+    ck_assert_msg(strstr(err.msg, "lane_full") && strstr(err.msg, "retry after "), "%s",
+                  err.msg);
+    call_init(&c[2]);
+    ck_assert(submit_lane(f.s, "scale", 1, 2.0f, on_done, &c[2], 0, 3, NULL, &err) == 0);
+    ck_assert_int_eq(lane_counter(f.s, "realtime", RTX_SCHED_CTR_REJECTED_FULL), 1);
+    ck_assert_int_eq(get_stats(f.s, "scale").failures[RTX_INFER_FAIL_REJECTED], 1);
+    call_open_gate(&gate);
+    call_wait(&gate);
+    for (int i = 0; i < 3; i++) {
+        call_wait(&c[i]);
+        check_scale(&c[i], 1, (float)i, 1.0f);
+        call_close(&c[i]);
+    }
+    ck_assert_int_eq(refused.done, 0);
+    call_close(&refused);
+    call_close(&gate);
+    fx_close(&f);
+}
+END_TEST
+
+/* With the worker held by a batch request, requests queue; released, they run in the
+ * scheduler's order: earliest deadline first inside realtime (C before B, though B came
+ * first), and realtime ahead of the batch requests that arrived earlier (batch has used its
+ * share): C, B, A1, A2, A3. */
+START_TEST(lanes_dispatch_in_deadline_and_lane_order) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL); /* no dynamic batching: one request per run */
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    struct call gate; /* batch's share is charged with the gate's cost (10 ms, not yet
+                       * learned); realtime's items cost what the gate's run taught */
+    hold_worker(f.s, "scale", 1, 3, &gate);
+    struct seq_call a[3], b, c;
+    struct rtx_err err = {0};
+    atomic_store(&seq_next, 0);
+    int64_t now = rtx__now_ns();
+    for (int i = 0; i < 3; i++) {
+        call_init(&a[i].c);
+        ck_assert(submit_lane(f.s, "scale", 1, (float)i, on_done_seq, &a[i], 0, 3, NULL,
+                              &err) == 0);
+    }
+    call_init(&b.c);
+    call_init(&c.c);
+    ck_assert(submit_lane(f.s, "scale", 1, 3.0f, on_done_seq, &b, now + 20000000000LL, 1, NULL,
+                          &err) == 0);
+    ck_assert(submit_lane(f.s, "scale", 1, 4.0f, on_done_seq, &c, now + 10000000000LL, 1, NULL,
+                          &err) == 0);
+    call_open_gate(&gate);
+    call_wait(&gate);
+    for (int i = 0; i < 3; i++)
+        call_wait(&a[i].c);
+    call_wait(&b.c);
+    call_wait(&c.c);
+    check_scale(&b.c, 1, 3.0f, 1.0f);
+    check_scale(&c.c, 1, 4.0f, 1.0f);
+    ck_assert_int_eq(c.order, 0);
+    ck_assert_int_eq(b.order, 1);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(a[i].order, 2 + i);
+    for (int i = 0; i < 3; i++)
+        call_close(&a[i].c);
+    call_close(&b.c);
+    call_close(&c.c);
+    call_close(&gate);
+    fx_close(&f);
+}
+END_TEST
+
+/* Cancel removes a queued request from the scheduler (counted cancelled) without running it;
+ * a request whose deadline passes in the queue is answered RTX_EEXPIRED (counted expired). */
+START_TEST(lanes_cancel_and_expiry_leave_the_queue) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    struct call gate, can, exp; /* the gate's run taught the cost: 2 ms is within reach */
+    hold_worker(f.s, "scale", 1, 1, &gate);
+    call_init(&can);
+    call_init(&exp);
+    volatile int cancel = 0;
+    struct rtx_err err = {0};
+    struct rtx_model *m;
+    ck_assert(rtx_serving_model_get(f.s, "scale", 0, &m, &err) == 0);
+    struct rtx_tensor *a = make_input(1, 1.0f, false), *b = make_input(1, 1.0f, true);
+    struct rtx_infer_input ins[2] = {{"a", a}, {"b", b}};
+    struct rtx_infer_request req = {
+        .model = m, .n_inputs = 2, .inputs = ins, .priority = 3, .cancel = &cancel,
+        .done = on_done, .ctx = &can,
+    };
+    ck_assert(rtx_serving_infer(f.s, &req, &err) == 0);
+    req.cancel = NULL;
+    req.ctx = &exp;
+    req.priority = 2;
+    req.deadline_ns = rtx__now_ns() + 2000000; /* 2 ms */
+    ck_assert_msg(rtx_serving_infer(f.s, &req, &err) == 0, "%s", err.msg);
+    struct call late;
+    call_init(&late);
+    req.ctx = &late;
+    req.deadline_ns = rtx__now_ns() - 1; /* passed already: expired, not an overload */
+    ck_assert_int_eq(rtx_serving_infer(f.s, &req, &err), RTX_EEXPIRED);
+    ck_assert(strstr(err.msg, "before the request could be queued"));
+    ck_assert_int_eq(get_stats(f.s, "scale").failures[RTX_INFER_FAIL_EXPIRED], 1);
+    call_close(&late);
+    rtx_tensor_unref(a);
+    rtx_tensor_unref(b);
+    rtx_model_unref(m);
+    cancel = 1;
+    sleep_ms(5);
+    call_open_gate(&gate);
+    call_wait(&gate);
+    call_wait(&can);
+    call_wait(&exp);
+    ck_assert_int_eq(can.code, RTX_ECANCELED);
+    ck_assert_int_eq(exp.code, RTX_EEXPIRED);
+    ck_assert_int_eq(lane_counter(f.s, "batch", RTX_SCHED_CTR_CANCELLED), 1);
+    ck_assert_int_eq(lane_counter(f.s, "batch", RTX_SCHED_CTR_COMPLETED), 0);
+    ck_assert_int_eq(lane_counter(f.s, "interactive", RTX_SCHED_CTR_EXPIRED), 1);
+    ck_assert_int_eq(lane_counter(f.s, "interactive", RTX_SCHED_CTR_COMPLETED), 0);
+    call_close(&gate);
+    call_close(&can);
+    call_close(&exp);
+    fx_close(&f);
+}
+END_TEST
+
+/* In brownout the batcher's queue delay is multiplied by the scheduler's delay factor: with
+ * a 5 s delay and a factor of 0.01, a lone request waits about 50 ms, not 5 s. The
+ * scheduler is forced into brownout by a tiny entry pressure and a 1 ms window. */
+START_TEST(lanes_brownout_shortens_the_batching_delay) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8,
+                ", \"dynamic_batching\": {\"max_queue_delay_microseconds\": 5000000}");
+    struct rtx_sched_config sc;
+    rtx_sched_config_init(&sc);
+    sc.brownout_window_ns = 1000000;
+    sc.brownout_exit_window_ns = 3600LL * 1000000000LL;
+    sc.brownout_enter_pressure = 1e-6;
+    sc.brownout_exit_pressure = 1e-7;
+    sc.brownout_delay_factor = 0.01;
+    struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_NONE);
+    o.sched = &sc;
+    fx_start_opts(&f, &o);
+    struct call gate, c[2];
+    hold_worker(f.s, "scale", 8, 1, &gate); /* a full batch runs at once */
+    struct rtx_err err = {0};
+    for (int i = 0; i < 2; i++) {
+        call_init(&c[i]);
+        ck_assert(submit_lane(f.s, "scale", 1, (float)i, on_done, &c[i], 0, 1, NULL, &err) == 0);
+    }
+    struct rtx_sched_stats *st = rtx_malloc(sizeof *st);
+    ck_assert_ptr_nonnull(st);
+    for (int i = 0; i < 200; i++) {
+        rtx_serving_lanes(f.s, st);
+        if (st->brownout_level > 0) break;
+        sleep_ms(1);
+    }
+    ck_assert_int_ge(st->brownout_level, 1);
+    ck_assert(st->batch_delay_factor <= 0.01 + 1e-12);
+    ck_assert(st->lanes[st->n_lanes - 1].shed);
+    rtx_free(st);
+    /* the shed lane refuses at once */
+    struct call shed;
+    call_init(&shed);
+    ck_assert_int_eq(submit_lane(f.s, "scale", 1, 9.0f, on_done, &shed, 0, 3, NULL, &err),
+                     RTX_EOVERLOAD);
+    ck_assert(strstr(err.msg, "shed"));
+    int64_t t0 = rtx__now_ns();
+    call_open_gate(&gate);
+    call_wait(&gate);
+    for (int i = 0; i < 2; i++) {
+        call_wait(&c[i]);
+        check_scale(&c[i], 1, (float)i, 1.0f);
+        ck_assert_int_eq(c[i].batch_size, 2);
+        call_close(&c[i]);
+    }
+    ck_assert_int_lt(rtx__now_ns() - t0, 2000000000LL); /* not the 5 s of the full delay */
+    call_close(&shed);
+    call_close(&gate);
+    fx_close(&f);
+}
+END_TEST
+
+Suite *rtx_serving_lanes_suite(void) {
+    Suite *s = suite_create("serving_lanes");
+    TCase *tc = tcase_create("serving_lanes");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, lanes_follow_name_priority_model_and_default);
+    tcase_add_test(tc, lanes_unknown_model_lane_fails_the_load);
+    tcase_add_test(tc, lanes_full_lane_refuses_with_overload);
+    tcase_add_test(tc, lanes_dispatch_in_deadline_and_lane_order);
+    tcase_add_test(tc, lanes_cancel_and_expiry_leave_the_queue);
+    tcase_add_test(tc, lanes_brownout_shortens_the_batching_delay);
     suite_add_tcase(s, tc);
     return s;
 }
