@@ -256,6 +256,20 @@ run-examples: all
 	$(BUILD)/bin/rtxrun $(BUILD)/examples/mlp.rtxg --random-inputs --seed 1
 	$(BUILD)/bin/rtxrun $(BUILD)/examples/transformer_block.rtxg --random-inputs --seed 1
 
+# The Python side: a venv of tests/requirements.txt and the generated rtx.v1 code (defined
+# before the targets that depend on them: make expands prerequisites as it reads them).
+VENV := $(BUILD)/venv
+$(VENV)/.ok: tests/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
+	touch $@
+
+PY_GEN := $(BUILD)/py/rtx/v1/graph_pb2.py
+$(PY_GEN): $(PROTOS) $(VENV)/.ok
+	@mkdir -p $(BUILD)/py
+	$(VENV)/bin/python -m grpc_tools.protoc --proto_path=proto --python_out=$(BUILD)/py \
+	  --grpc_python_out=$(BUILD)/py $(PROTOS)
+
 test: test-unit test-py test-integration test-serving
 
 # tests/serving: the KServe v2 protocol over gRPC and HTTP with Triton's own clients
@@ -268,18 +282,6 @@ test-integration: all $(PY_GEN)
 
 test-unit: $(BUILD)/bin/rtx-unit-tests
 	CK_FORK=yes $(BUILD)/bin/rtx-unit-tests
-
-VENV := $(BUILD)/venv
-$(VENV)/.ok: tests/requirements.txt
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
-	touch $@
-
-PY_GEN := $(BUILD)/py/rtx/v1/graph_pb2.py
-$(PY_GEN): $(PROTOS) $(VENV)/.ok
-	@mkdir -p $(BUILD)/py
-	$(VENV)/bin/python -m grpc_tools.protoc --proto_path=proto --python_out=$(BUILD)/py \
-	  --grpc_python_out=$(BUILD)/py $(PROTOS)
 
 test-py: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/interop

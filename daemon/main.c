@@ -395,6 +395,7 @@ static int serving_start(struct app *a, const struct rtx_limits *limits, struct 
         .max_queue = c->models_max_queue,
         .sched = &c->sched,
         .default_lane = c->default_lane,
+        .store = a->d.store,
     };
     if (rtx_model_control_from_name(c->models_control, &so.control) != 0)
         return rtx_err_set(err, RTX_EINVAL, "models.control: '%s'", c->models_control);

@@ -19,7 +19,8 @@
  * join the batch being formed (other non-batch shapes, or it does not fit) waits on a short
  * "held" list that is served before the scheduler. Each request's share of its batch's run
  * time (rows / total rows) is reported as its run time, so the scheduler learns the cost of
- * a request of this version (key "name:version") as batched, and keeps it across reloads.
+ * a request of this version (key "name:version") as batched, and keeps it across reloads
+ * (and, with a store, across restarts: serving.c reads and writes it).
  * Requests whose deadline passed are answered RTX_EEXPIRED without running; cancelled ones
  * leave the queue at the next sweep (every 10 ms while a worker looks for work).
  *
@@ -120,6 +121,7 @@ struct rtx_model {
     int64_t max_queue;
     bool gathering;                /* a worker is forming a batch */
     bool stopping, fail_queued, stopped;
+    bool cost_dirty;               /* a run time was learned since rtx__model_cost_changed */
 };
 
 int64_t rtx__now_ns(void) {
@@ -402,6 +404,7 @@ static void run_batch(struct instance *in, struct request **batch, int nb, int t
             int64_t share = (t3 - t0) * r->batch / (total > 0 ? total : 1);
             rtx_sched_finish(m->sched, r->handle, RTX_SCHED_OK, share > 0 ? share : 1, t3);
             r->handle = 0;
+            m->cost_dirty = true;
             pthread_cond_broadcast(&m->cv); /* a running slot is free */
         }
         pthread_mutex_unlock(&m->mu);
@@ -1205,6 +1208,29 @@ static int warm_up(struct rtx_model *m, struct rtx_err *err) {
     return rc;
 }
 
+uint64_t rtx__model_cost_key(const char *name, int64_t version) {
+    char id[160];
+    snprintf(id, sizeof id, "%s:%lld", name, (long long)version);
+    return rtx_sched_cost_key(id);
+}
+
+int rtx__model_cost(struct rtx_model *m, uint64_t *key, int64_t *ema_ns, int64_t *samples) {
+    pthread_mutex_lock(&m->mu);
+    int rc = m->sched ? rtx_sched_cost_get(m->sched, m->cost_key, ema_ns, samples)
+                      : RTX_ENOTFOUND;
+    pthread_mutex_unlock(&m->mu);
+    *key = m->cost_key;
+    return rc;
+}
+
+bool rtx__model_cost_changed(struct rtx_model *m) {
+    pthread_mutex_lock(&m->mu);
+    bool dirty = m->cost_dirty;
+    m->cost_dirty = false;
+    pthread_mutex_unlock(&m->mu);
+    return dirty;
+}
+
 /* The version's scheduler: the server's lanes and knobs, one executor per instance, each
  * lane's queue bound capped at max_queue; its default lane and the learned cost it had when
  * it last stopped. */
@@ -1238,9 +1264,7 @@ static int make_scheduler(struct rtx_model *m, const struct rtx__model_load_opts
                                m->cfg.info.name, m->cfg.info.default_lane);
         m->default_lane = lane;
     }
-    char id[160];
-    snprintf(id, sizeof id, "%s:%lld", m->cfg.info.name, (long long)m->cfg.info.version);
-    m->cost_key = rtx_sched_cost_key(id);
+    m->cost_key = rtx__model_cost_key(m->cfg.info.name, m->cfg.info.version);
     int64_t ema = 0, samples = 0;
     if (m->stats) {
         pthread_mutex_lock(&m->stats->mu);
@@ -1335,9 +1359,8 @@ void rtx__model_stop(struct rtx_model *m, bool fail_queued) {
     }
     /* the learned cost survives a reload of this version */
     int64_t ema = 0, samples = 0;
-    pthread_mutex_lock(&m->mu);
-    bool have = m->sched && rtx_sched_cost_get(m->sched, m->cost_key, &ema, &samples) == 0;
-    pthread_mutex_unlock(&m->mu);
+    uint64_t key;
+    bool have = rtx__model_cost(m, &key, &ema, &samples) == 0;
     if (have && m->stats) {
         pthread_mutex_lock(&m->stats->mu);
         m->stats->cost_ema_ns = ema;

@@ -17,7 +17,10 @@
  *
  * Each version owns an SLA scheduler (scheduler/sched.h) that orders and admits its requests:
  * lanes, deadlines, learned costs and brownout per version, since a version's instances are
- * the executors its requests compete for (docs/decisions.md).
+ * the executors its requests compete for (docs/decisions.md). With a store, a version's
+ * learned cost is read from it at the version's first load and written back when it changed
+ * (every COST_SAVE_MS from the repository's housekeeping thread, at unload and at stop), in
+ * rows of device RTX__COST_DEVICE.
  */
 #ifndef RTX_MODELS_SERVING_IMPL_H
 #define RTX_MODELS_SERVING_IMPL_H
@@ -136,7 +139,8 @@ struct rtx__stats_rec {
     bool used;                     /* a version with these figures became READY (under the
                                     * repository's lock); records of failed loads stay hidden */
     int64_t cost_ema_ns;           /* the learned per-request cost when a version stopped, ns
-                                    * (0: none); the next load of the version starts from it */
+                                    * (0: none), or the store's at its first load; the next
+                                    * load of the version starts from it */
     int64_t cost_samples;
     struct rtx__stats_rec *next;
 };
@@ -175,6 +179,19 @@ struct rtx_model *rtx__model_ref(struct rtx_model *m);
  * initializers; per device (index < n_devices) what its instances' CUDA pools reserve. */
 void rtx__model_memory(struct rtx_model *m, int64_t *host_bytes, int n_devices,
                        int64_t *device_bytes);
+/* The store's device column for inference costs (store.h's sched_costs): job costs are kept
+ * per execution device ("cpu", "cuda:N"), so rows of this name never meet the job manager's
+ * and the two key spaces cannot collide. */
+#define RTX__COST_DEVICE "infer"
+/* The cost key of a model version: rtx_sched_cost_key("name:version"). */
+uint64_t rtx__model_cost_key(const char *name, int64_t version);
+/* The version's learned per-request cost (its key, the moving average in ns and the number
+ * of run times averaged): 0, or RTX_ENOTFOUND while it has learned none. Valid after
+ * rtx__model_stop too (until the last reference goes). */
+int rtx__model_cost(struct rtx_model *m, uint64_t *key, int64_t *ema_ns, int64_t *samples);
+/* Whether a run time was learned since the last call; clears the mark (call it before
+ * rtx__model_cost, so a run time learned in between marks the version again). */
+bool rtx__model_cost_changed(struct rtx_model *m);
 /* A snapshot of the version's scheduler (lanes, counters, brownout) at now_ns. */
 void rtx__model_lanes(struct rtx_model *m, int64_t now_ns, struct rtx_sched_stats *st);
 /* Requests queued or running now. */

@@ -1,6 +1,7 @@
 /*
  * serving.c - the model repository (models/serving.h): scanning the directory, version
- * policies, load / unload / reload, the poll thread, the model index, statistics and memory.
+ * policies, load / unload / reload, the housekeeping thread (repository polls, saves of
+ * learned costs), the model index, statistics and memory.
  *
  * DESIGN
  * An entry per model name holds its READY versions (the repository's references), its state
@@ -14,6 +15,12 @@
  * The poll signature hashes the size, modification time and inode of config.json and of
  * every version directory's model.rtxg and model.safetensors, and the list of version
  * directories: any change reloads the model; a model directory that disappears is unloaded.
+ * Learned costs (with a store): a version's first load in this process reads the store's row
+ * for its key (device RTX__COST_DEVICE) into its statistics record, from which its scheduler
+ * starts (later loads start from the record, which is newer). A version's cost is written
+ * when it changed: every COST_SAVE_MS by the housekeeping thread for the loaded versions, and
+ * when a version is released (unload, reload, stop), all under op_mu so that an older value
+ * never overwrites a newer one. The housekeeping thread runs in poll mode or with a store.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -25,6 +32,9 @@
 
 #include "daemon/log.h"
 #include "models/serving-impl.h"
+#include "store/store.h"
+
+#define COST_SAVE_MS 10000 /* ms between saves of changed learned costs (as the job manager) */
 
 struct entry {
     char name[128];
@@ -47,6 +57,8 @@ struct rtx_serving {
     int64_t max_queue;
     struct rtx_sched_config sched; /* every version's lanes and knobs */
     int default_lane;              /* index in sched.lanes */
+    struct rtx_store *store;       /* learned costs; NULL: not kept */
+    bool cost_save_all;            /* under op_mu: a save failed, the next one writes all */
 
     pthread_mutex_t op_mu; /* one load / unload / poll pass / stop at a time */
     pthread_mutex_t mu;    /* guards the fields below */
@@ -57,7 +69,7 @@ struct rtx_serving {
     /* lane counters of versions stopped since start (rtx_serving_lanes adds the live ones) */
     int64_t retired[RTX_SCHED_MAX_LANES][RTX_SCHED_CTR_COUNT];
     bool stopping;
-    bool poll_started;
+    bool poll_started;             /* the housekeeping thread runs */
     pthread_t poller;
 };
 
@@ -320,6 +332,114 @@ static struct rtx__stats_rec *stats_rec(struct rtx_serving *s, const char *name,
 }
 
 /* ------------------------------------------------------------------------------------------
+ * Learned costs in the store (under s->op_mu)
+ * ---------------------------------------------------------------------------------------- */
+
+struct cost_rows {
+    struct rtx_store_cost *rows;
+    int n, cap;
+    bool oom;
+};
+
+/* Adds m's learned cost to b when a run time was learned since it was last taken, or when
+ * `all` (and it has one). */
+static void cost_take(struct cost_rows *b, struct rtx_model *m, bool all) {
+    bool changed = rtx__model_cost_changed(m);
+    uint64_t key;
+    int64_t ema = 0, samples = 0;
+    if (!(changed || all) || rtx__model_cost(m, &key, &ema, &samples) != 0) return;
+    if (b->n == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 16;
+        void *p = rtx_realloc(b->rows, (size_t)cap * sizeof *b->rows);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->rows = p;
+        b->cap = cap;
+    }
+    struct rtx_store_cost *r = &b->rows[b->n++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->device, sizeof r->device, "%s", RTX__COST_DEVICE);
+    r->key = key;
+    r->ema_ns = ema;
+    r->samples = samples;
+}
+
+/* Writes the rows of b to the store in one transaction and frees them. A failure is logged
+ * and makes the next periodic save write every loaded version's cost. */
+static void cost_write(struct rtx_serving *s, struct cost_rows *b) {
+    struct rtx_err err = {0};
+    if (b->oom) {
+        s->cost_save_all = true;
+        rtx_log(RTX_LOG_ERROR, "cannot save learned inference costs", "error", "out of memory",
+                NULL);
+    } else if (b->n > 0 && rtx_store_cost_put(s->store, b->rows, b->n, rtx__unix_ms(), &err)) {
+        s->cost_save_all = true;
+        rtx_log(RTX_LOG_ERROR, "cannot save learned inference costs", "error", err.msg, NULL);
+    }
+    rtx_free(b->rows);
+    *b = (struct cost_rows){0};
+}
+
+/* The periodic save: the changed costs of every loaded version (all of them after a failed
+ * save). */
+static void costs_save_loaded(struct rtx_serving *s) {
+    struct cost_rows b = {0};
+    pthread_mutex_lock(&s->mu);
+    int n = 0, k = 0;
+    for (int i = 0; i < s->n_entries; i++)
+        n += s->entries[i]->n_ready;
+    struct rtx_model **ms = n > 0 ? rtx_malloc((size_t)n * sizeof *ms) : NULL;
+    for (int i = 0; ms && i < s->n_entries; i++)
+        for (int v = 0; v < s->entries[i]->n_ready; v++)
+            ms[k++] = rtx__model_ref(s->entries[i]->ready[v]);
+    pthread_mutex_unlock(&s->mu);
+    bool all = s->cost_save_all;
+    s->cost_save_all = false;
+    b.oom = n > 0 && !ms;
+    for (int i = 0; i < k; i++) {
+        if (!b.oom) cost_take(&b, ms[i], all);
+        rtx_model_unref(ms[i]);
+    }
+    rtx_free(ms);
+    cost_write(s, &b);
+}
+
+/* At a version's first load in this process (its statistics record holds no cost yet): the
+ * record gets the store's learned cost for the version, so its scheduler starts from it.
+ * The store's rows are read once per load operation (*rows, *n; *n < 0: not read yet); a
+ * read error is logged and the cost is learned anew. */
+static void cost_seed(struct rtx_serving *s, struct rtx__stats_rec *rec, const char *name,
+                      int64_t version, struct rtx_store_cost **rows, int *n) {
+    pthread_mutex_lock(&rec->mu);
+    bool have = rec->cost_ema_ns > 0;
+    pthread_mutex_unlock(&rec->mu);
+    if (have || !s->store) return;
+    if (*n < 0) {
+        struct rtx_err err = {0};
+        if (rtx_store_cost_list(s->store, rows, n, &err) != 0) {
+            rtx_log(RTX_LOG_WARN, "cannot load learned inference costs", "model", name, "error",
+                    err.msg, NULL);
+            *rows = NULL;
+            *n = 0;
+            return;
+        }
+    }
+    uint64_t key = rtx__model_cost_key(name, version);
+    for (int i = 0; i < *n; i++) {
+        const struct rtx_store_cost *r = &(*rows)[i];
+        if (r->key != key || strcmp(r->device, RTX__COST_DEVICE) != 0) continue;
+        if (r->ema_ns <= 0 || r->samples < 1) return; /* nothing the scheduler could use */
+        pthread_mutex_lock(&rec->mu);
+        rec->cost_ema_ns = r->ema_ns;
+        rec->cost_samples = r->samples;
+        pthread_mutex_unlock(&rec->mu);
+        return;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
  * Load and unload (under s->op_mu)
  * ---------------------------------------------------------------------------------------- */
 
@@ -363,12 +483,15 @@ static void set_state(struct rtx_serving *s, struct entry *e, enum rtx_model_sta
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Stops and releases versions taken out of an entry; their lane counters are kept. */
+/* Stops and releases versions taken out of an entry; their lane counters are kept and their
+ * changed learned costs saved. */
 static void release_versions(struct rtx_serving *s, struct rtx_model **ms, int n,
                              bool fail_queued) {
     struct rtx_sched_stats *st = n > 0 ? rtx_malloc(sizeof *st) : NULL;
+    struct cost_rows costs = {0};
     for (int i = 0; i < n; i++) {
         rtx__model_stop(ms[i], fail_queued);
+        if (s->store) cost_take(&costs, ms[i], false);
         if (st) {
             rtx__model_lanes(ms[i], rtx__now_ns(), st);
             pthread_mutex_lock(&s->mu);
@@ -380,6 +503,7 @@ static void release_versions(struct rtx_serving *s, struct rtx_model **ms, int n
         rtx_model_unref(ms[i]);
     }
     rtx_free(st);
+    if (s->store) cost_write(s, &costs);
 }
 
 static int do_load(struct rtx_serving *s, const char *name, const char *config_json,
@@ -412,6 +536,8 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
     int64_t have[RTX__MAX_VERSIONS], want[RTX__MAX_VERSIONS], failed = 0;
     char *text = NULL;
     size_t len = 0;
+    struct rtx_store_cost *saved = NULL; /* the store's learned costs, read at most once */
+    int n_saved = -1;
     if (!cfg) {
         rc = rtx_err_set(err, RTX_ENOMEM, "out of memory loading '%s'", name);
         goto done;
@@ -442,6 +568,7 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
             failed = want[i];
             break;
         }
+        cost_seed(s, rec, name, want[i], &saved, &n_saved);
         snprintf(vdir, sizeof vdir, "%s/%lld", mdir, (long long)want[i]);
         struct rtx__model_load_opts o = {
             .dir = vdir, .cfg = cfg, .version = want[i], .limits = &s->limits,
@@ -455,6 +582,7 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
         n_loaded++;
     }
 done:
+    rtx_free(saved);
     rtx_free(text);
     rtx_free(cfg);
     if (rc) {
@@ -591,18 +719,32 @@ static void poll_pass(struct rtx_serving *s) {
     free_names(names, n);
 }
 
+/* The housekeeping thread: a poll pass every poll_ms (poll mode) and a save of the changed
+ * learned costs every COST_SAVE_MS (with a store). */
 static void *poll_main(void *arg) {
     struct rtx_serving *s = arg;
+    const int64_t poll_ns = (int64_t)s->poll_ms * 1000000, save_ns = COST_SAVE_MS * 1000000LL;
+    bool polls = s->control == RTX_MODEL_CONTROL_POLL, saves = s->store != NULL;
+    int64_t next_poll = polls ? rtx__now_ns() + poll_ns : INT64_MAX;
+    int64_t next_save = saves ? rtx__now_ns() + save_ns : INT64_MAX;
     pthread_mutex_lock(&s->mu);
     while (!s->stopping) {
-        int64_t until = rtx__now_ns() + (int64_t)s->poll_ms * 1000000;
+        int64_t until = next_poll < next_save ? next_poll : next_save;
         struct timespec ts = {.tv_sec = until / 1000000000, .tv_nsec = until % 1000000000};
         pthread_cond_timedwait(&s->poll_cv, &s->mu, &ts);
-        if (s->stopping || rtx__now_ns() < until) continue;
+        int64_t now = rtx__now_ns();
+        bool poll = now >= next_poll, save = now >= next_save;
+        if (s->stopping || (!poll && !save)) continue;
         pthread_mutex_unlock(&s->mu);
         pthread_mutex_lock(&s->op_mu);
-        if (!s->stopping) poll_pass(s);
+        pthread_mutex_lock(&s->mu);
+        bool stopping = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (poll && !stopping) poll_pass(s);
+        if (save && !stopping) costs_save_loaded(s);
         pthread_mutex_unlock(&s->op_mu);
+        if (poll) next_poll = rtx__now_ns() + poll_ns;
+        if (save) next_save = rtx__now_ns() + save_ns;
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -681,6 +823,7 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
     s->max_queue = opt->max_queue;
     s->sched = sc;
     s->default_lane = default_lane;
+    s->store = opt->store;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->op_mu, NULL);
     pthread_condattr_t ca;
@@ -729,10 +872,11 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
     }
     pthread_mutex_unlock(&s->op_mu);
     free_names(names, n);
-    if (s->control == RTX_MODEL_CONTROL_POLL) {
+    if (s->control == RTX_MODEL_CONTROL_POLL || s->store) {
         if (pthread_create(&s->poller, NULL, poll_main, s) != 0) {
             rtx_serving_stop(s);
-            return rtx_err_set(err, RTX_ENOMEM, "cannot start the repository poll thread");
+            return rtx_err_set(err, RTX_ENOMEM, "cannot start the repository housekeeping "
+                                                "thread");
         }
         s->poll_started = true;
     }

@@ -31,6 +31,7 @@ struct rtx_cuda_devices; /* kernels/backend.h */
 struct rtx_sched_config; /* scheduler/sched.h */
 struct rtx_sched_stats;
 struct rtx_mem_pool_stats;
+struct rtx_store; /* store/store.h */
 
 /* ------------------------------------------------------------------------------------------
  * The core
@@ -62,6 +63,11 @@ struct rtx_serving_options {
     const struct rtx_sched_config *sched;
     const char *default_lane;             /* lane of a request that names none and whose model
                                            * names none; NULL or "": the last lane */
+    /* Where learned per-request costs outlive a restart: a version's first load reads its
+     * cost (sched_costs, device "infer", key rtx_sched_cost_key("name:version")); changed
+     * costs are written every 10 s, at unload and at rtx_serving_stop. NULL: costs are kept
+     * only while the server runs. The store must outlive the server. */
+    struct rtx_store *store;
 };
 
 struct rtx_serving;

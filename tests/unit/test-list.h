@@ -26,6 +26,7 @@
     X(serving_files)                                                                            \
     X(serving)                                                                                  \
     X(serving_lanes)                                                                            \
+    X(serving_costs)                                                                            \
     X(sched)                                                                                    \
     X(shm)                                                                                      \
     X(http)
