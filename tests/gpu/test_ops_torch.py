@@ -669,21 +669,21 @@ def run_all(rtxrun, root, cases, device, repeat, rounds=4):
     them, in a fresh process: each case's own result. -> (results, [(rc, stderr, cmd)],
     notes)."""
     results, runs, notes = {}, [], []
-    todo, sub = sorted(cases, key=lambda c: c.id), root  # rtxrun's order
+    pending, sub = sorted(cases, key=lambda c: c.id), root  # rtxrun's order
     for n in range(rounds):
         res, stderr, rc, cmd = run_batch(rtxrun, sub, device, repeat)
         results.update(res)
         runs.append((rc, stderr, cmd))
-        bad = [c for c in todo if c.id not in res or res[c.id].get("exit") == 1]
+        bad = [c for c in pending if c.id not in res or res[c.id].get("exit") == 1]
         if len(bad) < 2:
             break
         culprit = bad[0].id
-        todo = bad[1:]
+        pending = bad[1:]
         sub = root / f".rerun{n + 1}"
         sub.mkdir()
-        for c in todo:
+        for c in pending:
             (sub / c.id).symlink_to(root / c.id, target_is_directory=True)
-        notes.append(f"{len(todo)} cases that failed in execution or got no result after "
+        notes.append(f"{len(pending)} cases that failed in execution or got no result after "
                      f"{culprit} (rtxrun exit {rc}) run again in a fresh process")
     return results, runs, notes
 
