@@ -78,7 +78,7 @@ CUDA_CFLAGS := -isystem $(CUDA_HOME)/include
 CUDA_ARCH_90A := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 $(BUILD)/obj/kernels/cuda/attention-flash.cu.o: NVCCFLAGS := \
   $(subst $(CUDA_ARCH),$(CUDA_ARCH_90A),$(NVCCFLAGS))
-CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++ -ldl
 
 CUDA_SRC    := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJ    := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CUDA_SRC))
@@ -351,24 +351,30 @@ gpu-bundle: $(GPU_BUNDLE_BINS)
 # .gpu/lib and the CUDA libraries: runs what is built, builds nothing. Skips without a GPU.
 # tests/gpu/test_ops_torch.py: every op through one rtxrun process against PyTorch (python3
 # with torch; it encodes its graphs itself, so $(BUILD)/py is not needed there).
+# rtxd loads libcudnn.so.9 at run time (kernels/cuda/attention-cudnn.c). Where the machine's
+# python3 has PyTorch's cuDNN wheel, its library directory goes first on LD_LIBRARY_PATH for the
+# GPU targets, so that rtxd and the PyTorch reference run the same cuDNN (docs/gpu.md).
+GPU_CUDNN_LIB = $(shell $(PYTHON) -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
+GPU_ENV = $(if $(GPU_CUDNN_LIB),LD_LIBRARY_PATH=$(GPU_CUDNN_LIB):$$LD_LIBRARY_PATH)
+
 test-gpu:
 	@for b in rtx-gpu-tests rtx-gpu-linalg-tests rtx-gpu-jobs-tests rtxd rtxctl rtxrun; do \
 	  [ -x $(BUILD)/bin/$$b ] || { echo "test-gpu: $(BUILD)/bin/$$b is missing: build with" \
 	    "'make all gpu-bundle' first (test-gpu never builds)" >&2; exit 2; }; done
-	$(BUILD)/bin/rtx-gpu-tests
-	$(BUILD)/bin/rtx-gpu-linalg-tests
-	$(BUILD)/bin/rtx-gpu-jobs-tests
-	RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-devices.sh
-	RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-jobs.sh
-	RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-serving.sh
-	RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) tests/gpu/test_ops_torch.py --device cuda
+	$(GPU_ENV) $(BUILD)/bin/rtx-gpu-tests
+	$(GPU_ENV) $(BUILD)/bin/rtx-gpu-linalg-tests
+	$(GPU_ENV) $(BUILD)/bin/rtx-gpu-jobs-tests
+	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-devices.sh
+	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-jobs.sh
+	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-serving.sh
+	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) tests/gpu/test_ops_torch.py --device cuda
 
 # On the GPU machine, like test-gpu: bench/bench_gpu.py runs rtx-bench-gpu, then the same cases
 # in PyTorch (the machine's python3), and prints the ratios. Builds nothing.
 bench-gpu:
 	@[ -x $(BUILD)/bin/rtx-bench-gpu ] || { echo "bench-gpu: $(BUILD)/bin/rtx-bench-gpu is" \
 	  "missing: build with 'make all gpu-bundle' first (bench-gpu never builds)" >&2; exit 2; }
-	RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_gpu.py
+	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_gpu.py
 
 clean:
 	rm -rf build build-asan

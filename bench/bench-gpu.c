@@ -27,8 +27,9 @@
  * each case's inputs and output as raw little-endian files DIR/attn<i>_{q,k,v,mask,out}.bin
  * with one JSON line describing it, for bench_gpu.py to compare against PyTorch's SDPA.
  * Output: one JSON object per line. Without a CUDA device it prints that it skipped and exits 0.
- * Usage: rtx-bench-gpu [--quick] [--attention] [--block] [--attention-check DIR]
- *   --quick: fewer and smaller cases; --attention: only the attention cases;
+ * Usage: rtx-bench-gpu [--quick] [--memory] [--attention] [--block] [--attention-check DIR]
+ *   --quick: fewer and smaller cases; --memory: only the memory-bound cases (add, layer_norm,
+ *   softmax); --attention: only the attention cases;
  *   --block: only the transformer block (all modes) and the transfers;
  *   --attention-check DIR: only the accuracy dump above.
  */
@@ -677,11 +678,13 @@ static void attention_check(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-    bool only_attention = false, only_block = false;
+    bool only_attention = false, only_block = false, only_memory = false;
     const char *check_dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = true;
+        } else if (strcmp(argv[i], "--memory") == 0) {
+            only_memory = true;
         } else if (strcmp(argv[i], "--attention") == 0) {
             only_attention = true;
         } else if (strcmp(argv[i], "--block") == 0) {
@@ -690,7 +693,7 @@ int main(int argc, char **argv) {
             check_dir = argv[++i];
         } else {
             fprintf(stderr,
-                    "usage: rtx-bench-gpu [--quick] [--attention] [--block] "
+                    "usage: rtx-bench-gpu [--quick] [--memory] [--attention] [--block] "
                     "[--attention-check DIR]\n");
             return 2;
         }
@@ -718,13 +721,17 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!only_attention) {
-        gemm_case(4096);
-        if (!quick) gemm_case(8192);
+        if (!only_memory) gemm_case(4096);
+        if (!quick && !only_memory) gemm_case(8192);
         static const char *const mem_ops[3] = {"add", "layer_norm", "softmax"};
         static const enum rtx_dtype mem_dts[2] = {RTX_BF16, RTX_F32};
         int64_t rows = quick ? 4096 : 32768;
         for (int o = 0; o < 3; o++)
             for (int d = 0; d < 2; d++) membound_case(mem_ops[o], mem_dts[d], rows, 4096);
+        if (only_memory) { /* the memory-bound cases only */
+            rtx_backend_free(be);
+            return 0;
+        }
     }
     static const int64_t seqs[4] = {1024, 2048, 4096, 8192};
     for (int di = 0; di < 2; di++)

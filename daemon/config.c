@@ -158,6 +158,16 @@ static const struct setting settings[] = {
     {.name = "jobs.gpu_pool_cap_bytes", .type = TYPE_SIZE, .offset = F(gpu_pool_cap_bytes),
      .def = "0", .min = 0, .max = INT64_MAX,
      .description = "bytes each GPU worker's device memory pool may reserve; 0 = no cap"},
+    {.name = "jobs.plan_cache", .type = TYPE_INT, .offset = F(plan_cache), .def = "16",
+     .min = 0, .max = 4096 /* RTX_JOBS_PLAN_CACHE_MAX */,
+     .description = "plans each job worker keeps: a job with the graph, input shapes and "
+                    "limits of a kept plan runs it again (on a GPU: CUDA graph replay from the "
+                    "third such job); 0 = none"},
+    {.name = "jobs.plan_cache_bytes", .type = TYPE_SIZE, .offset = F(plan_cache_bytes),
+     .def = "1g", .min = 0, .max = INT64_MAX,
+     .description = "bytes the kept plans of one worker may hold (initializers, arena, inputs "
+                    "and outputs of each; device memory on a GPU), least recently used dropped "
+                    "first; 0 = no bound but jobs.plan_cache"},
     {.name = "models.repository", .type = TYPE_STRING, .offset = F(models_repository),
      .def = "", .min = 0, .max = 4095,
      .description = "model repository directory served over KServe v2 (docs/serving.md); "

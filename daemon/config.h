@@ -23,7 +23,7 @@
 #include "scheduler/sched.h"
 
 /* Settings in the table (daemon/config.c), one origin slot each in struct rtx_config. */
-#define RTX_CONFIG_N_SETTINGS 29
+#define RTX_CONFIG_N_SETTINGS 31
 
 /* The effective settings. Strings are owned by the struct. */
 struct rtx_config {
@@ -56,6 +56,9 @@ struct rtx_config {
                                     * "cuda" */
     int gpu_workers_per_device;    /* job workers per healthy CUDA device, default 1; 0: none */
     int64_t gpu_pool_cap_bytes;    /* cap of each GPU worker's device pool, 0 = none (default) */
+    int plan_cache;                /* plans kept per job worker, default 16; 0: none */
+    int64_t plan_cache_bytes;      /* bytes those plans may hold per worker, default 1 GiB;
+                                    * 0: no bound but plan_cache */
     /* [models] */
     char *models_repository;       /* model repository directory, default "" (none) */
     char *models_control;          /* "none" (default), "explicit" or "poll" */

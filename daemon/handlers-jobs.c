@@ -10,6 +10,8 @@
  * INVALID_ARGUMENT "malformed rtx.v1.<Request>", checked before anything else is touched.
  * Jobs.Wait registers a job watch whose callback (on the job manager's threads) only
  * serializes the job and queues it on the stream; rtx_jobs_unwatch is the stream's stop.
+ * Job.exec_mode and Job.plan_reused are not in the journal: they come from the job manager's
+ * record of the runs this process made (rtx_jobs_get_run; the watch callback gets it along).
  */
 #include <stdio.h>
 #include <string.h>
@@ -63,8 +65,10 @@ static char *str(const char *s) {
     return (char *)(s ? s : "");
 }
 
-/* Fills m from a journal row; m points into j and sc. Returns false on allocation failure. */
-static bool job_to_msg(struct scratch *sc, const struct rtx_job_info *j, Rtx__V1__Job *m) {
+/* Fills m from a journal row and the job's run in this process (NULL when unknown); m
+ * points into j and sc. Returns false on allocation failure. */
+static bool job_to_msg(struct scratch *sc, const struct rtx_job_info *j,
+                       const struct rtx_jobs_run *run, Rtx__V1__Job *m) {
     bool failed = false;
     rtx__v1__job__init(m);
     m->id = (char *)j->id;
@@ -84,6 +88,10 @@ static bool job_to_msg(struct scratch *sc, const struct rtx_job_info *j, Rtx__V1
     m->outputs_available = j->outputs_available;
     m->device = str(j->device);
     m->requested_device = str(j->requested_device);
+    if (run) {
+        m->exec_mode = (char *)rtx_jobs_exec_mode_name(run->mode);
+        m->plan_reused = run->plan_reused;
+    }
 
     size_t nl = j->n_labels > 0 ? (size_t)j->n_labels : 0;
     Rtx__V1__Label **lp = scratch_alloc(sc, nl, sizeof *lp, &failed);
@@ -126,12 +134,21 @@ static int64_t max_reply_bytes(struct rtx_daemon *d) {
     return v;
 }
 
+/* The run of a journaled job in this process: *run filled and true when the job manager has
+ * one. */
+static bool run_of(struct rtx_daemon *d, const struct rtx_job_info *job,
+                   struct rtx_jobs_run *run) {
+    return d->jobs && job->state == RTX_JOB_SUCCEEDED &&
+           rtx_jobs_get_run(d->jobs, job->id, run) == 0;
+}
+
 /* Packs one job as the reply. */
 static void reply_job(struct rtx_daemon *d, const struct rtx_job_info *job,
                       struct rtx_server_reply *rep) {
     struct scratch sc = {0};
     Rtx__V1__Job m;
-    if (job_to_msg(&sc, job, &m))
+    struct rtx_jobs_run run;
+    if (job_to_msg(&sc, job, run_of(d, job, &run) ? &run : NULL, &m))
         rtx_server_reply_pack(rep, &m.base, max_reply_bytes(d));
     else
         rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory encoding job %s",
@@ -230,13 +247,14 @@ void rtx__daemon_jobs_cancel(struct rtx_daemon *d, const uint8_t *req, size_t le
  * ---------------------------------------------------------------------------------------- */
 
 /* Watch callback (job manager threads): serialize and queue; never blocks. */
-static void wait_on_job(void *ctx, const struct rtx_job_info *job, bool last) {
+static void wait_on_job(void *ctx, const struct rtx_job_info *job, const struct rtx_jobs_run *run,
+                        bool last) {
     struct rtx_server_stream *st = ctx;
     struct scratch sc = {0};
     Rtx__V1__Job m;
     void *data = NULL;
     size_t len = 0;
-    if (job_to_msg(&sc, job, &m)) {
+    if (job_to_msg(&sc, job, run, &m)) {
         len = rtx__v1__job__get_packed_size(&m);
         data = rtx_malloc(len ? len : 1);
         if (data) rtx__v1__job__pack(&m, data);
@@ -284,7 +302,8 @@ static void list_reply(struct rtx_daemon *d, const struct rtx_job_info *jobs, in
     Rtx__V1__Job **jp = scratch_alloc(&sc, cnt, sizeof *jp, &failed);
     Rtx__V1__Job *js = scratch_alloc(&sc, cnt, sizeof *js, &failed);
     for (size_t i = 0; i < cnt && !failed; i++) {
-        failed = !job_to_msg(&sc, &jobs[i], &js[i]);
+        struct rtx_jobs_run run;
+        failed = !job_to_msg(&sc, &jobs[i], run_of(d, &jobs[i], &run) ? &run : NULL, &js[i]);
         jp[i] = &js[i];
     }
     if (failed) {

@@ -57,6 +57,37 @@
  * key is a hash of its graph's wire bytes and its inputs' dtypes and shapes; recovered jobs
  * have none (the scheduler's default cost).
  *
+ * Plan reuse. Each worker keeps the plans of the jobs it ran in a small LRU cache (struct
+ * plan_cache): per worker and not per device, because a plan holds state of one backend (the
+ * uploaded initializers, and on a GPU its fixed buffers and captured CUDA graph) and a worker
+ * is one thread with one backend, so a kept plan is only ever run by one job at a time. The key
+ * is a SHA-256 (OpenSSL EVP, the digest the store addresses outputs by) of the graph's wire
+ * bytes, the inputs' dtypes and shapes and the planning limits, which is everything
+ * rtx_plan_new reads: a graph with the same name and other content, or other input shapes,
+ * misses. An entry owns the job's decoded graph, since the plan points into it. Admission
+ * still plans every job (that plan is its validation); a worker that holds the key runs the
+ * kept plan instead of the job's own, which is what lets a repeated graph replay on a GPU:
+ * run 1 of a plan goes node by node, run 2 captures a CUDA graph, later runs launch it
+ * (runtime/plan.c). A kept plan is taken out of the cache while its job runs and put back
+ * first (most recently used) when the job succeeded; a plan whose job failed is dropped. After
+ * a miss the job's own graph and plan move into the cache. The cache is bounded by count
+ * (jobs.plan_cache; 0 turns it off) and by the bytes its plans may hold
+ * (jobs.plan_cache_bytes: each plan's initializers, arena, inputs and outputs), least recently
+ * used dropped first; a plan larger than the byte bound is not kept. On a GPU those plans hold
+ * device memory, so a job that fails with RTX_ENOMEM while its worker keeps plans is run once
+ * more after the worker dropped them all. A worker whose device was lost drops its plans; a
+ * backend is never made again in a process, so no other reset exists. How each job that
+ * succeeded ran (mode, nodes, plan reused) is kept for the last RTX_JOBS_RUNS_KEPT jobs in a
+ * ring indexed by job id (rmu, never held while calling out) for rtx_jobs_get_run and the
+ * watchers; it is not journaled.
+ *
+ * Warm-up. A GPU worker first runs a tiny graph twice (matmul, bias add, tanh on a 1 MiB
+ * input: node by node, then captured) before it takes jobs, so that the lazily made state of
+ * its backend - kernels loaded, cuBLASLt's algorithm choice, device and pinned pool segments,
+ * the first graph capture - exists before the first job, and logs how long that took. Jobs
+ * placed on the device meanwhile wait in its queue. A warm-up that fails with a sticky device
+ * error marks the device unhealthy, as a failed job would.
+ *
  * Watchers live in their own table (wmu, hashed by job id) so that publishing never holds mu.
  * A publisher reads the job back from the store (only when someone watches it) and calls each
  * watch's callback without wmu held, marking the watch "in callback"; rtx_jobs_unwatch marks
@@ -92,6 +123,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/evp.h>
 #include <protobuf-c/protobuf-c.h>
 
 #include "daemon/jobs.h"
@@ -110,6 +142,11 @@ int64_t (*rtx__jobs_clock_hook)(void);
 #define HOUSEKEEP_MS 20    /* ms between sweeps of expired jobs (and brownout ticks) */
 #define COST_SAVE_MS 10000 /* ms between saves of changed learned costs */
 #define EXPIRE_BATCH 64    /* expired items taken per rtx_sched_expire call */
+#define PLAN_KEY_LEN 32    /* bytes of a plan key: a SHA-256 */
+#define RUN_BUCKETS 1024   /* hash buckets of the run records (a power of two) */
+#define WARMUP_ROWS 512    /* the warm-up input is f32[WARMUP_ROWS, WARMUP_ROWS]: 1 MiB, the
+                              size from which the CUDA backend stages copies in pinned memory */
+#define WARMUP_COLS 16     /* columns of the warm-up weight */
 
 static_assert(RTX_SCHED_MAX_LANES == 16, "struct rtx_jobs_stats holds 16 lanes");
 
@@ -128,6 +165,33 @@ struct prepared {
     struct rtx_tensor **inputs;
     struct rtx_plan *plan;
     uint64_t cost_key; /* the graph's wire bytes and the inputs' dtypes and shapes, hashed */
+    uint8_t plan_key[PLAN_KEY_LEN]; /* what the plan depends on, SHA-256 (plan_key_of) */
+};
+
+/* A plan a worker kept (see DESIGN), with the decoded graph it points into. */
+struct cached_plan {
+    uint8_t key[PLAN_KEY_LEN];
+    struct rtx_graph *graph;         /* owned: the plan points into it */
+    struct rtx_plan *plan;           /* owned */
+    size_t bytes;                    /* bytes it may hold: initializers, arena, inputs, outputs */
+    struct cached_plan *prev, *next; /* the LRU list, most recently used first */
+};
+
+/* The plans a worker kept. Only the worker's own thread touches it (and destroy, after the
+ * workers were joined). */
+struct plan_cache {
+    int max_plans;                   /* 0: off */
+    size_t max_bytes;                /* bytes; 0: no bound but the count */
+    int n;
+    size_t bytes;                    /* bytes: the sum of the entries' */
+    struct cached_plan *head, *tail;
+};
+
+/* The run of a job that succeeded (rtx_jobs_get_run), in a ring indexed by job id. */
+struct run_rec {
+    char id[RTX_JOB_ID_LEN]; /* "" while unused */
+    struct rtx_jobs_run run;
+    int hnext;               /* the next record of its bucket; -1: none */
 };
 
 /* Where an in-memory job is: being journaled by its submitter, queued in a scheduler, being
@@ -190,6 +254,9 @@ struct worker {
     int dev;             /* device slot */
     struct rtx_backend *be;
     struct job *current; /* under mu */
+    struct plan_cache plans; /* its thread's only */
+    int kept_plans;      /* under mu: plans.n as of its last change */
+    size_t kept_bytes;   /* under mu: plans.bytes as of its last change */
 };
 
 /* A device slot: the CPU or one CUDA device listed at start. */
@@ -203,6 +270,9 @@ struct dev {
     size_t peak_bytes;     /* under mu: largest job peak (reported for the CPU) */
     struct rtx_sched *sched; /* under mu: its queue; NULL when it has no workers */
     int queued, running;   /* under mu: jobs in sched */
+    int64_t plan_hits, plan_misses, plan_evictions; /* under mu: its workers' plan caches */
+    int workers_warm;      /* under mu: workers whose warm-up ended */
+    double warmup_ms;      /* under mu: ms, the longest of those warm-ups */
 };
 
 struct watch {
@@ -254,6 +324,13 @@ struct rtx_jobs {
     size_t gpu_pool_cap;     /* bytes */
     const struct rtx_jobs_gpu_i *gpu_iface;
     void *gpu_ctx;
+    int plan_cache;          /* plans kept per worker, 0: none */
+    size_t plan_cache_bytes; /* bytes per worker, 0: no bound but the count */
+
+    pthread_mutex_t rmu;     /* guards the run records (never held while calling out) */
+    struct run_rec *runs;    /* RTX_JOBS_RUNS_KEPT records, a ring */
+    int runs_next;           /* the record the next run takes */
+    int run_heads[RUN_BUCKETS]; /* the newest record of each bucket; -1: none */
 
     pthread_mutex_t wmu;
     pthread_cond_t wcv; /* a callback returned */
@@ -590,8 +667,6 @@ out:
     return rc;
 }
 
-/* Decodes the graph of a request (through runtime's wire decoder), binds its inputs and plans
- * it: every graph, input and limit problem shows here, naming the node or input. */
 /* FNV-1a over len bytes, continuing from h. */
 static uint64_t fnv1a(uint64_t h, const void *data, size_t len) {
     const unsigned char *p = data;
@@ -611,6 +686,42 @@ static uint64_t cost_key_of(const uint8_t *gbytes, size_t glen, const struct pre
         h = fnv1a(h, t->dims, (size_t)t->ndim * sizeof t->dims[0]);
     }
     return h ? h : 1;
+}
+
+/* Feeds v into a digest as 8 little-endian bytes (fixed width: no struct padding or host
+ * byte order in a key). */
+static int digest_i64(EVP_MD_CTX *c, int64_t v) {
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)v >> (8 * i));
+    return EVP_DigestUpdate(c, b, sizeof b);
+}
+
+/* The plan key of a job (see DESIGN): SHA-256 over its graph's wire bytes, its inputs' dtypes
+ * and shapes in graph-input order and the planning limits, everything rtx_plan_new reads. */
+static int plan_key_of(const uint8_t *gbytes, size_t glen, const struct prepared *p,
+                       const struct rtx_limits *lim, uint8_t key[PLAN_KEY_LEN],
+                       struct rtx_err *err) {
+    static const char tag[] = "rtxd plan key v1";
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    if (!c) return rtx_err_set(err, RTX_ENOMEM, "out of memory hashing the graph");
+    int ok = EVP_DigestInit_ex(c, EVP_sha256(), NULL) && EVP_DigestUpdate(c, tag, sizeof tag) &&
+             digest_i64(c, (int64_t)glen) && EVP_DigestUpdate(c, gbytes, glen) &&
+             digest_i64(c, p->n_inputs);
+    for (int i = 0; ok && i < p->n_inputs; i++) {
+        const struct rtx_tensor *t = p->inputs[i];
+        ok = digest_i64(c, (int64_t)t->dtype) && digest_i64(c, t->ndim);
+        for (int d = 0; ok && d < t->ndim; d++)
+            ok = digest_i64(c, t->dims[d]);
+    }
+    const int64_t limits[] = {lim->max_nodes,    lim->max_values,       lim->max_dims,
+                              lim->max_elements, lim->max_tensor_bytes, lim->max_total_bytes};
+    for (size_t i = 0; ok && i < sizeof limits / sizeof limits[0]; i++)
+        ok = digest_i64(c, limits[i]);
+    unsigned int n = 0;
+    ok = ok && EVP_DigestFinal_ex(c, key, &n) && n == PLAN_KEY_LEN;
+    EVP_MD_CTX_free(c);
+    return ok ? 0 : rtx_err_set(err, RTX_EINTERNAL, "SHA-256 of the graph failed (OpenSSL)");
 }
 
 /* Decodes the graph of a request (through runtime's wire decoder), binds its inputs and plans
@@ -642,6 +753,7 @@ static int prepare(const Rtx__V1__SubmitRequest *m, const struct rtx_limits *lim
                       &p->plan, err);
     if (rc < 0) goto fail;
     p->cost_key = cost_key_of(gbytes, glen, p);
+    if ((rc = plan_key_of(gbytes, glen, p, lim, p->plan_key, err)) < 0) goto fail;
     rtx_free(gbytes);
     *out = p;
     return 0;
@@ -667,6 +779,167 @@ static int load_prepared(struct rtx_jobs *j, const char *id, struct prepared **o
     rc = prepare(m, &j->limits, out, err);
     free_request(m);
     return rc;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Plan caches (one per worker, touched only by its thread; see DESIGN) and run records
+ * ---------------------------------------------------------------------------------------- */
+
+static void cached_plan_free(struct cached_plan *e) {
+    if (!e) return;
+    rtx_plan_free(e->plan); /* first: it points into the graph */
+    rtx_graph_free(e->graph);
+    rtx_free(e);
+}
+
+static void cache_unlink(struct plan_cache *c, struct cached_plan *e) {
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        c->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        c->tail = e->prev;
+    e->prev = e->next = NULL;
+    c->n--;
+    c->bytes -= e->bytes;
+}
+
+static void cache_push_front(struct plan_cache *c, struct cached_plan *e) {
+    e->prev = NULL;
+    e->next = c->head;
+    if (c->head)
+        c->head->prev = e;
+    else
+        c->tail = e;
+    c->head = e;
+    c->n++;
+    c->bytes += e->bytes;
+}
+
+/* Takes the plan of `key` out of the cache for its job to run (cache_put brings it back);
+ * NULL when the cache does not hold it. */
+static struct cached_plan *cache_take(struct plan_cache *c, const uint8_t *key) {
+    for (struct cached_plan *e = c->head; e; e = e->next) {
+        if (memcmp(e->key, key, PLAN_KEY_LEN) == 0) {
+            cache_unlink(c, e);
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* Whether a plan that may hold `bytes` can be kept at all. */
+static bool cache_fits(const struct plan_cache *c, size_t bytes) {
+    return c->max_plans > 0 && (c->max_bytes == 0 || bytes <= c->max_bytes);
+}
+
+/* Puts e first (most recently used) after dropping the least recently used plans until both
+ * bounds hold with it; e must fit (cache_fits). Returns how many plans it dropped. */
+static int cache_put(struct plan_cache *c, struct cached_plan *e) {
+    int dropped = 0;
+    while (c->tail &&
+           (c->n + 1 > c->max_plans || (c->max_bytes > 0 && c->bytes + e->bytes > c->max_bytes))) {
+        struct cached_plan *victim = c->tail;
+        cache_unlink(c, victim);
+        cached_plan_free(victim);
+        dropped++;
+    }
+    cache_push_front(c, e);
+    return dropped;
+}
+
+/* Drops every plan; returns how many. */
+static int cache_clear(struct plan_cache *c) {
+    int n = 0;
+    while (c->head) {
+        struct cached_plan *e = c->head;
+        cache_unlink(c, e);
+        cached_plan_free(e);
+        n++;
+    }
+    return n;
+}
+
+/* The bytes a kept plan of p may hold (see DESIGN): its graph's initializers, its arena, its
+ * inputs and its outputs. */
+static size_t plan_bytes(const struct prepared *p) {
+    const struct rtx_graph *g = p->graph;
+    size_t bytes = rtx_plan_arena_bytes(p->plan);
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].constant) bytes += rtx_tensor_nbytes(g->values[v].constant);
+    for (int i = 0; i < p->n_inputs; i++)
+        bytes += rtx_tensor_nbytes(p->inputs[i]);
+    for (int i = 0; i < g->n_outputs; i++) {
+        enum rtx_dtype dt;
+        int nd = 0;
+        int64_t dims[RTX_MAX_DIMS];
+        if (rtx_plan_value_shape(p->plan, g->outputs[i], &dt, &nd, dims) == 0)
+            bytes += (size_t)rtx_shape_numel(nd, dims) * rtx_dtype_size(dt);
+    }
+    return bytes;
+}
+
+/* Takes the slot of a run record out of its bucket's chain (under rmu). */
+static void run_unlink(struct rtx_jobs *j, int slot) {
+    int *pp = &j->run_heads[hash_id(j->runs[slot].id) & (RUN_BUCKETS - 1)];
+    while (*pp >= 0 && *pp != slot)
+        pp = &j->runs[*pp].hnext;
+    if (*pp == slot) *pp = j->runs[slot].hnext;
+}
+
+/* Remembers how a job that succeeded ran, in place of the oldest record. */
+static void record_run(struct rtx_jobs *j, const char *id, const struct rtx_jobs_run *run) {
+    pthread_mutex_lock(&j->rmu);
+    int slot = j->runs_next;
+    j->runs_next = (slot + 1) % RTX_JOBS_RUNS_KEPT;
+    struct run_rec *r = &j->runs[slot];
+    if (r->id[0]) run_unlink(j, slot);
+    snprintf(r->id, sizeof r->id, "%s", id);
+    r->run = *run;
+    size_t b = hash_id(r->id) & (RUN_BUCKETS - 1);
+    r->hnext = j->run_heads[b];
+    j->run_heads[b] = slot;
+    pthread_mutex_unlock(&j->rmu);
+}
+
+/* Forgets the run of a job (its outputs could not be journaled after all). */
+static void forget_run(struct rtx_jobs *j, const char *id) {
+    pthread_mutex_lock(&j->rmu);
+    for (int k = j->run_heads[hash_id(id) & (RUN_BUCKETS - 1)]; k >= 0; k = j->runs[k].hnext) {
+        if (strcmp(j->runs[k].id, id) == 0) {
+            run_unlink(j, k);
+            j->runs[k].id[0] = '\0';
+            break;
+        }
+    }
+    pthread_mutex_unlock(&j->rmu);
+}
+
+int rtx_jobs_get_run(struct rtx_jobs *j, const char *id, struct rtx_jobs_run *out) {
+    if (!j || !id || !out || !id[0] || strlen(id) >= RTX_JOB_ID_LEN) return RTX_ENOTFOUND;
+    int rc = RTX_ENOTFOUND;
+    pthread_mutex_lock(&j->rmu);
+    for (int k = j->run_heads[hash_id(id) & (RUN_BUCKETS - 1)]; k >= 0; k = j->runs[k].hnext) {
+        if (strcmp(j->runs[k].id, id) == 0) {
+            *out = j->runs[k].run;
+            rc = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&j->rmu);
+    return rc;
+}
+
+const char *rtx_jobs_exec_mode_name(enum rtx_exec_mode mode) {
+    switch (mode) {
+    case RTX_EXEC_PLAIN: return "plain";
+    case RTX_EXEC_FIXED: return "fixed";
+    case RTX_EXEC_CAPTURED: return "captured";
+    case RTX_EXEC_REPLAYED: return "replayed";
+    }
+    return "?";
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -884,9 +1157,11 @@ static void watch_unlink_free(struct rtx_jobs *j, struct watch *w) {
     rtx_free(w);
 }
 
-/* Delivers `info` to the watches of its job that have not yet seen a state of its rank (only
- * the watch `only` when it is not 0). A terminal state ends those watches. */
-static void deliver(struct rtx_jobs *j, const struct rtx_job_info *info, uint64_t only) {
+/* Delivers `info` (and its run, NULL when none) to the watches of its job that have not yet
+ * seen a state of its rank (only the watch `only` when it is not 0). A terminal state ends
+ * those watches. */
+static void deliver(struct rtx_jobs *j, const struct rtx_job_info *info,
+                    const struct rtx_jobs_run *run, uint64_t only) {
     int rank = state_rank(info->state);
     bool last = rank == 3;
     size_t b = watch_bucket(info->id);
@@ -905,7 +1180,7 @@ static void deliver(struct rtx_jobs *j, const struct rtx_job_info *info, uint64_
         w->cb_thread = pthread_self();
         w->rank = rank;
         pthread_mutex_unlock(&j->wmu);
-        w->cb(w->ctx, info, last);
+        w->cb(w->ctx, info, run, last);
         pthread_mutex_lock(&j->wmu);
         w->in_cb = false;
         if (last || w->removed) watch_unlink_free(j, w);
@@ -924,7 +1199,9 @@ static void publish(struct rtx_jobs *j, const char *id) {
                 err.msg, NULL);
         return;
     }
-    deliver(j, &info, 0);
+    struct rtx_jobs_run run;
+    bool ran = info.state == RTX_JOB_SUCCEEDED && rtx_jobs_get_run(j, id, &run) == 0;
+    deliver(j, &info, ran ? &run : NULL, 0);
     rtx_job_info_clear(&info);
 }
 
@@ -1022,9 +1299,11 @@ static void check_device(struct worker *w, char *reason, size_t len) {
  * Workers
  * ---------------------------------------------------------------------------------------- */
 
-/* Journals the outputs of a run (or fails the job when that is impossible). */
+/* Journals the outputs of a run (or fails the job when that is impossible). How it ran is
+ * remembered before the journal says it succeeded, so whoever reads it succeeded (a client, a
+ * watcher) finds the run too; a failed journal write forgets it again. */
 static void succeed_job(struct rtx_jobs *j, struct job *job, struct rtx_tensor **outs,
-                        const struct rtx_exec_stats *st) {
+                        const struct rtx_exec_stats *st, const struct rtx_jobs_run *run) {
     const struct rtx_graph *g = job->prep->graph;
     int n = g->n_outputs;
     const char **names = rtx_calloc((size_t)n + 1, sizeof *names);
@@ -1035,11 +1314,13 @@ static void succeed_job(struct rtx_jobs *j, struct job *job, struct rtx_tensor *
     }
     for (int i = 0; i < n; i++)
         names[i] = g->values[g->outputs[i]].name;
+    record_run(j, job->id, run);
     int rc =
         rtx_store_job_succeed(j->store, job->id, now_ms(), st->wall_ms, (int64_t)st->peak_bytes, n,
                               names, (const struct rtx_tensor *const *)outs, &err);
     rtx_free(names);
     if (rc < 0) {
+        forget_run(j, job->id);
         char reason[300];
         snprintf(reason, sizeof reason, "cannot store the outputs: %s", err.msg);
         rtx_log(RTX_LOG_ERROR, "cannot journal a job's outputs", "job", job->id, "error", err.msg,
@@ -1067,6 +1348,75 @@ static void stop_job(struct rtx_jobs *j, struct job *job, bool started) {
     }
     rtx_log(RTX_LOG_WARN, "job interrupted", "job", job->id, "lane", j->lanes[job->lane].name,
             "state", started ? "running" : "queued", NULL);
+}
+
+/* Counts plan cache hits, misses and dropped plans on w's device and publishes w's cache size
+ * for the stats (takes mu). */
+static void count_plans(struct worker *w, int hits, int misses, int dropped) {
+    struct rtx_jobs *j = w->j;
+    struct dev *dv = &j->devs[w->dev];
+    pthread_mutex_lock(&j->mu);
+    dv->plan_hits += hits;
+    dv->plan_misses += misses;
+    dv->plan_evictions += dropped;
+    w->kept_plans = w->plans.n;
+    w->kept_bytes = w->plans.bytes;
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* The plan w keeps for the job, taken out of its cache while the job runs; NULL when the
+ * cache is off or does not hold it (the job then runs its own plan). */
+static struct cached_plan *kept_plan_take(struct worker *w, const struct prepared *p) {
+    if (w->plans.max_plans == 0) return NULL;
+    struct cached_plan *kept = cache_take(&w->plans, p->plan_key);
+    count_plans(w, kept != NULL, kept == NULL, 0);
+    return kept;
+}
+
+/* After a job ran on w: a kept plan goes back first into the cache when the job succeeded and
+ * is dropped when it failed; after a miss, a job that succeeded leaves its own graph and plan
+ * in the cache when they fit. */
+static void kept_plan_return(struct worker *w, struct prepared *p, struct cached_plan *kept,
+                             bool ok) {
+    if (w->plans.max_plans == 0) return;
+    int dropped = 0;
+    if (kept && ok) {
+        dropped = cache_put(&w->plans, kept);
+    } else if (kept) {
+        cached_plan_free(kept);
+        dropped = 1;
+    } else if (ok) {
+        size_t bytes = plan_bytes(p);
+        struct cached_plan *e = cache_fits(&w->plans, bytes) ? rtx_calloc(1, sizeof *e) : NULL;
+        if (!e) return; /* too large to keep, or no memory for the entry: not kept */
+        memcpy(e->key, p->plan_key, PLAN_KEY_LEN);
+        e->graph = p->graph;
+        e->plan = p->plan;
+        e->bytes = bytes;
+        p->graph = NULL; /* the cache owns them now; the job's outputs are journaled */
+        p->plan = NULL;
+        dropped = cache_put(&w->plans, e);
+    }
+    count_plans(w, 0, 0, dropped);
+}
+
+/* Runs `plan` with the job's inputs on w's backend. A job that runs out of memory on a GPU
+ * while w keeps plans (which hold device memory) runs once more after w dropped them. */
+static int execute_job(struct worker *w, struct job *job, struct rtx_plan *plan,
+                       struct rtx_tensor **outs, struct rtx_exec_stats *st, struct rtx_err *err) {
+    struct prepared *p = job->prep;
+    int n_out = p->graph->n_outputs;
+    int rc = rtx_plan_execute(plan, w->be, p->inputs, p->n_inputs, outs, n_out, &job->cancel, st,
+                              err);
+    if (rc != RTX_ENOMEM || w->plans.n == 0 || rtx_backend_is_host(w->be)) return rc;
+    int dropped = cache_clear(&w->plans);
+    count_plans(w, 0, 0, dropped);
+    char nd[16];
+    snprintf(nd, sizeof nd, "%d", dropped);
+    rtx_log(RTX_LOG_INFO, "out of device memory: kept plans dropped, running the job again",
+            "job", job->id, "device", w->j->devs[w->dev].name, "plans", nd, NULL);
+    return rtx_plan_execute(plan, w->be, p->inputs, p->n_inputs, outs, n_out, &job->cancel, st,
+                            err);
 }
 
 /* How a worker's run of a job ended, for its scheduler. */
@@ -1129,17 +1479,20 @@ static enum run_result run_job(struct worker *w, struct job *job, int64_t *run_n
         fail_job(j, job, "out of memory running the job");
         return RUN_FAILED;
     }
+    struct cached_plan *kept = kept_plan_take(w, p);
     struct rtx_exec_stats st = {0};
     int64_t t0 = mono_ns();
-    rc = rtx_plan_execute(p->plan, w->be, p->inputs, p->n_inputs, outs, n_out, &job->cancel, &st,
-                          &err);
+    rc = execute_job(w, job, kept ? kept->plan : p->plan, outs, &st, &err);
     *run_ns = mono_ns() - t0;
     enum run_result res = RUN_OK;
     if (rc == 0) {
         pthread_mutex_lock(&j->mu);
         if (st.peak_bytes > dv->peak_bytes) dv->peak_bytes = st.peak_bytes;
         pthread_mutex_unlock(&j->mu);
-        succeed_job(j, job, outs, &st);
+        struct rtx_jobs_run run = {
+            .mode = st.mode, .nodes_run = st.nodes_run, .plan_reused = kept != NULL};
+        snprintf(run.device, sizeof run.device, "%s", dv->name);
+        succeed_job(j, job, outs, &st, &run);
     } else if (rc == RTX_ECANCELED) {
         stop_job(j, job, true);
         res = RUN_STOPPED;
@@ -1153,6 +1506,7 @@ static enum run_result run_job(struct worker *w, struct job *job, int64_t *run_n
     for (int i = 0; i < n_out; i++)
         rtx_tensor_unref(outs[i]);
     rtx_free(outs);
+    kept_plan_return(w, p, kept, rc == 0);
     return res;
 }
 
@@ -1185,12 +1539,110 @@ static void move_job(struct rtx_jobs *j, struct job *job) {
     settle_job(j, job, RTX_JOB_FAILED, reason);
 }
 
+/* The warm-up graph (see DESIGN): y = tanh(x @ w + b) with x f32[WARMUP_ROWS, WARMUP_ROWS]
+ * (its input, zeros, in *x), w f32[WARMUP_ROWS, WARMUP_COLS] and b f32[WARMUP_COLS]. */
+static int warmup_graph(struct rtx_graph **out, struct rtx_tensor **x, struct rtx_err *err) {
+    const int64_t xd[] = {WARMUP_ROWS, WARMUP_ROWS}, wd[] = {WARMUP_ROWS, WARMUP_COLS},
+                  bd[] = {WARMUP_COLS};
+    struct rtx_graph *g = NULL;
+    struct rtx_tensor *w = NULL, *b = NULL;
+    *out = NULL;
+    *x = NULL;
+    int rc = rtx_graph_new("rtxd-warmup", &g, err);
+    if (rc >= 0) rc = rtx_tensor_new(RTX_F32, 2, xd, x, err);
+    if (rc >= 0) rc = rtx_tensor_new(RTX_F32, 2, wd, &w, err);
+    if (rc >= 0) rc = rtx_tensor_new(RTX_F32, 1, bd, &b, err);
+    if (rc >= 0) rc = rtx_graph_add_input(g, "x", RTX_F32, 2, xd, err);
+    if (rc >= 0) rc = rtx_graph_add_initializer(g, "w", w, err);
+    if (rc >= 0) rc = rtx_graph_add_initializer(g, "b", b, err);
+    if (rc >= 0)
+        rc = rtx_graph_add_node(g, "matmul", "warmup_matmul", (const char *[]){"x", "w"}, 2,
+                                (const char *[]){"xw"}, 1, err);
+    if (rc >= 0)
+        rc = rtx_graph_add_node(g, "add", "warmup_bias", (const char *[]){"xw", "b"}, 2,
+                                (const char *[]){"z"}, 1, err);
+    if (rc >= 0)
+        rc = rtx_graph_add_node(g, "tanh", "warmup_tanh", (const char *[]){"z"}, 1,
+                                (const char *[]){"y"}, 1, err);
+    if (rc >= 0) rc = rtx_graph_add_output(g, "y", err);
+    rtx_tensor_unref(w);
+    rtx_tensor_unref(b);
+    if (rc < 0) {
+        rtx_graph_free(g);
+        rtx_tensor_unref(*x);
+        *x = NULL;
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+/* Runs the warm-up graph twice on a GPU worker's backend, node by node and then captured (see
+ * DESIGN), counts and logs how long it took; a sticky device error marks the device
+ * unhealthy. A backend that cannot run the graph is not warmed up. */
+static void warm_up(struct worker *w) {
+    struct rtx_jobs *j = w->j;
+    struct dev *dv = &j->devs[w->dev];
+    struct rtx_err err = {0};
+    int64_t t0 = mono_ns();
+    struct rtx_graph *g = NULL;
+    struct rtx_tensor *x = NULL;
+    struct rtx_plan *plan = NULL;
+    int rc = warmup_graph(&g, &x, &err);
+    bool skipped = rc == 0 && first_unsupported(w->be, g) >= 0;
+    if (rc == 0 && !skipped)
+        rc = rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &plan, &err);
+    for (int run = 0; rc == 0 && !skipped && run < 2; run++) {
+        struct rtx_tensor *y = NULL;
+        rc = rtx_plan_execute(plan, w->be, &x, 1, &y, 1, NULL, NULL, &err);
+        rtx_tensor_unref(y);
+    }
+    rtx_plan_free(plan);
+    rtx_graph_free(g);
+    rtx_tensor_unref(x);
+    double ms = (double)(mono_ns() - t0) / 1e6;
+    pthread_mutex_lock(&j->mu);
+    dv->workers_warm++;
+    if (ms > dv->warmup_ms) dv->warmup_ms = ms;
+    pthread_mutex_unlock(&j->mu);
+    char wk[16], mss[32];
+    snprintf(wk, sizeof wk, "%d", (int)(w - j->workers));
+    snprintf(mss, sizeof mss, "%.3f", ms);
+    if (skipped) {
+        rtx_log(RTX_LOG_DEBUG, "GPU worker not warmed up: its backend cannot run the warm-up graph",
+                "device", dv->name, "worker", wk, NULL);
+    } else if (rc == 0) {
+        rtx_log(RTX_LOG_INFO, "GPU worker warmed up", "device", dv->name, "worker", wk,
+                "warmup_ms", mss, NULL);
+    } else {
+        char reason[sizeof err.msg + 80];
+        snprintf(reason, sizeof reason, "%s", err.msg);
+        check_device(w, reason, sizeof reason);
+        rtx_log(RTX_LOG_WARN, "GPU worker warm-up failed", "device", dv->name, "worker", wk,
+                "warmup_ms", mss, "error", reason, NULL);
+    }
+}
+
+/* Drops the plans of a worker whose device was lost (called and returns with mu held,
+ * released meanwhile). */
+static void drop_lost_plans(struct worker *w) {
+    pthread_mutex_unlock(&w->j->mu);
+    int dropped = cache_clear(&w->plans);
+    count_plans(w, 0, 0, dropped);
+    pthread_mutex_lock(&w->j->mu);
+}
+
 static void *worker_main(void *arg) {
     struct worker *w = arg;
     struct rtx_jobs *j = w->j;
     struct dev *dv = &j->devs[w->dev];
+    if (w->dev != DEV_CPU) warm_up(w);
     pthread_mutex_lock(&j->mu);
     while (!j->stopping) {
+        if (!dv->healthy && w->plans.n > 0) {
+            drop_lost_plans(w);
+            continue;
+        }
         struct rtx_sched_item it;
         enum rtx_sched_pick pick = RTX_SCHED_NONE;
         if (!j->draining && dv->sched) pick = rtx_sched_dispatch(dv->sched, sched_now(), &it);
@@ -1416,6 +1868,9 @@ static int check_options(const struct rtx_jobs_options *o, struct rtx_err *err) 
     if (o->max_queued < 1) return rtx_err_set(err, RTX_EINVAL, "jobs: max_queued must be >= 1");
     if (o->gpu_workers_per_device < 0 || o->gpu_workers_per_device > 64)
         return rtx_err_set(err, RTX_EINVAL, "jobs: gpu_workers_per_device must be in [0, 64]");
+    if (o->plan_cache < 0 || o->plan_cache > RTX_JOBS_PLAN_CACHE_MAX)
+        return rtx_err_set(err, RTX_EINVAL, "jobs: plan_cache must be in [0, %d]",
+                           RTX_JOBS_PLAN_CACHE_MAX);
     if (o->default_restart_policy != RTX_RESTART_RERUN &&
         o->default_restart_policy != RTX_RESTART_FAIL)
         return rtx_err_set(err, RTX_EINVAL, "jobs: invalid default restart policy %d",
@@ -1581,12 +2036,15 @@ static void destroy(struct rtx_jobs *j) {
             rtx_free(w);
         }
     }
-    for (int i = 0; i < j->n_workers; i++)
+    for (int i = 0; i < j->n_workers; i++) {
+        cache_clear(&j->workers[i].plans); /* before the backend their plans hold memory of */
         rtx_backend_free(j->workers[i].be);
+    }
     for (int d = 0; d < j->n_devs; d++)
         rtx_sched_free(j->devs[d].sched);
     rtx_free(j->workers);
     rtx_free(j->index);
+    rtx_free(j->runs);
     pthread_cond_destroy(&j->work_cv);
     pthread_cond_destroy(&j->idle_cv);
     pthread_cond_destroy(&j->pending_cv);
@@ -1594,6 +2052,7 @@ static void destroy(struct rtx_jobs *j) {
     pthread_cond_destroy(&j->wcv);
     pthread_mutex_destroy(&j->mu);
     pthread_mutex_destroy(&j->wmu);
+    pthread_mutex_destroy(&j->rmu);
     rtx_free(j);
 }
 
@@ -1711,6 +2170,7 @@ static int init_sync(struct rtx_jobs *j) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&j->mu, NULL);
     pthread_mutex_init(&j->wmu, NULL);
+    pthread_mutex_init(&j->rmu, NULL);
     pthread_cond_init(&j->work_cv, NULL);
     pthread_cond_init(&j->idle_cv, &ca);
     pthread_cond_init(&j->pending_cv, NULL);
@@ -1750,9 +2210,14 @@ int rtx_jobs_start(const struct rtx_jobs_options *opt, struct rtx_jobs **out,
     j->n_lanes = opt->n_lanes;
     j->index_cap = INDEX_MIN_BUCKETS;
     j->index = rtx_calloc(j->index_cap, sizeof *j->index);
+    j->plan_cache = opt->plan_cache;
+    j->plan_cache_bytes = opt->plan_cache_bytes;
+    j->runs = rtx_calloc(RTX_JOBS_RUNS_KEPT, sizeof *j->runs);
+    for (int b = 0; b < RUN_BUCKETS; b++)
+        j->run_heads[b] = -1;
     int n_gpu_workers = devices_init(j, opt);
     j->workers = rtx_calloc((size_t)(opt->workers + n_gpu_workers), sizeof *j->workers);
-    if (!j->index || !j->workers) goto oom;
+    if (!j->index || !j->runs || !j->workers) goto oom;
     for (int i = 0; i < opt->n_lanes; i++) {
         if (!(j->lanes[i].name = rtx_strdup(opt->lanes[i]))) goto oom;
         if (strcmp(opt->lanes[i], opt->default_lane) == 0) j->default_lane = i;
@@ -1773,6 +2238,10 @@ int rtx_jobs_start(const struct rtx_jobs_options *opt, struct rtx_jobs **out,
         }
     }
     for (int d = 1; d < j->n_devs; d++) gpu_workers_new(j, d);
+    for (int i = 0; i < j->n_workers; i++) {
+        j->workers[i].plans.max_plans = j->plan_cache;
+        j->workers[i].plans.max_bytes = j->plan_cache_bytes;
+    }
     if ((rc = scheds_new(j, err)) < 0) goto fail;
     load_costs(j);
     if ((rc = recover(j, err)) < 0) goto fail;
@@ -1795,8 +2264,11 @@ int rtx_jobs_start(const struct rtx_jobs_options *opt, struct rtx_jobs **out,
     snprintf(nt, sizeof nt, "%d", j->cpu_threads);
     snprintf(ng, sizeof ng, "%d", j->n_workers - j->n_cpu_workers);
     class_text(j->default_cls, dd, sizeof dd);
+    char pc[16], pcb[32];
+    snprintf(pc, sizeof pc, "%d", j->plan_cache);
+    snprintf(pcb, sizeof pcb, "%zu", j->plan_cache_bytes);
     rtx_log(RTX_LOG_INFO, "job workers started", "workers", nw, "cpu_threads", nt, "gpu_workers",
-            ng, "default_device", dd, NULL);
+            ng, "default_device", dd, "plan_cache", pc, "plan_cache_bytes", pcb, NULL);
     *out = j;
     return 0;
 oom:
@@ -2119,7 +2591,9 @@ int rtx_jobs_watch(struct rtx_jobs *j, const char *id, rtx_jobs_watch_cb cb, voi
         return rc;
     }
     *watch = handle;
-    deliver(j, &info, handle);
+    struct rtx_jobs_run run;
+    bool ran = info.state == RTX_JOB_SUCCEEDED && rtx_jobs_get_run(j, id, &run) == 0;
+    deliver(j, &info, ran ? &run : NULL, handle);
     rtx_job_info_clear(&info);
     return 0;
 }
@@ -2230,6 +2704,16 @@ void rtx_jobs_get_stats(struct rtx_jobs *j, struct rtx_jobs_stats *st) {
         o->healthy = dv->healthy;
         snprintf(o->detail, sizeof o->detail, "%s", dv->detail);
         o->jobs_started = dv->jobs_started;
+        o->plan_cache_hits = dv->plan_hits;
+        o->plan_cache_misses = dv->plan_misses;
+        o->plan_cache_evictions = dv->plan_evictions;
+        o->workers_warm = dv->workers_warm;
+        o->warmup_ms = dv->warmup_ms;
+    }
+    for (int i = 0; i < j->n_workers; i++) {
+        const struct worker *w = &j->workers[i];
+        st->devices[w->dev].plan_cache_plans += w->kept_plans;
+        st->devices[w->dev].plan_cache_bytes += w->kept_bytes;
     }
     pthread_mutex_unlock(&j->mu);
 }

@@ -29,6 +29,14 @@
  * (the backend stays unusable) marks the device unhealthy: its workers take no more jobs,
  * "auto" jobs go to the other GPUs or the CPU, and queued jobs that can no longer be placed
  * (asked for that device, or for "cuda" with no healthy GPU left) fail with the reason.
+ *
+ * Plan reuse. Every worker keeps the plans of the jobs it ran (plan_cache of them, bounded in
+ * bytes by plan_cache_bytes, least recently used dropped first), keyed by a SHA-256 of the
+ * graph's wire bytes, the inputs' dtypes and shapes and the planning limits. A job whose key
+ * its worker holds runs on the kept plan, so on a GPU the second such job captures a CUDA
+ * graph and later ones replay it (runtime/plan.c). A GPU worker warms its backend up with a
+ * tiny graph before it takes its first job. How each job ran (rtx_jobs_get_run) is kept in
+ * memory for the last RTX_JOBS_RUNS_KEPT runs; it is not journaled.
  */
 #ifndef RTX_DAEMON_JOBS_H
 #define RTX_DAEMON_JOBS_H
@@ -80,7 +88,16 @@ struct rtx_jobs_options {
     size_t gpu_pool_cap_bytes;          /* bytes: cap of each GPU worker's device pool, 0: none */
     const struct rtx_jobs_gpu_i *gpu_iface; /* NULL: the CUDA backend */
     void *gpu_ctx;                      /* passed to gpu_iface's slots */
+    /* Plan reuse (setting jobs.plan_cache, jobs.plan_cache_bytes). */
+    int plan_cache;                     /* plans kept per worker, 0..RTX_JOBS_PLAN_CACHE_MAX;
+                                           0: none (every job plans and runs afresh) */
+    size_t plan_cache_bytes;            /* bytes: most the plans of one worker may hold
+                                           (initializers, arena, inputs and outputs of each),
+                                           0: no bound but the count */
 };
+
+#define RTX_JOBS_PLAN_CACHE_MAX 4096 /* plans per worker at most */
+#define RTX_JOBS_RUNS_KEPT 4096      /* runs rtx_jobs_get_run remembers (the latest) */
 
 /* Recovers unfinished jobs from the store (queued: queued again; running: by policy) and
  * starts the workers. */
@@ -109,11 +126,29 @@ int rtx_jobs_submit(struct rtx_jobs *j, const void *request, size_t len,
 int rtx_jobs_cancel(struct rtx_jobs *j, const char *id, struct rtx_job_info *out,
                     struct rtx_err *err);
 
-/* Calls cb(ctx, job) with the job's current state and then at each state change, from the
- * thread that made the change, until a terminal state has been delivered (then the watch ends
- * by itself and cb gets `last` = true). *watch receives a handle for rtx_jobs_unwatch.
- * RTX_ENOTFOUND for an unknown id. cb must not block and must not call back into rtx_jobs. */
-typedef void (*rtx_jobs_watch_cb)(void *ctx, const struct rtx_job_info *job, bool last);
+/* How a job's run executed, as the process that ran it saw it (not journaled). */
+struct rtx_jobs_run {
+    enum rtx_exec_mode mode;            /* plain, fixed, captured or replayed (runtime.h) */
+    int nodes_run;
+    bool plan_reused;                   /* its worker had kept the plan from an earlier job */
+    char device[24];                    /* where it ran: "cpu", "cuda:0" */
+};
+
+/* The run of a job that succeeded in this process: 0 and *out, or RTX_ENOTFOUND when the job
+ * has not succeeded here, or succeeded more than RTX_JOBS_RUNS_KEPT runs ago. Thread-safe; it
+ * may be called from a watch callback. */
+int rtx_jobs_get_run(struct rtx_jobs *j, const char *id, struct rtx_jobs_run *out);
+/* "plain", "fixed", "captured", "replayed"; "?" for other values. */
+const char *rtx_jobs_exec_mode_name(enum rtx_exec_mode mode);
+
+/* Calls cb(ctx, job, run, last) with the job's current state and then at each state change,
+ * from the thread that made the change, until a terminal state has been delivered (then the
+ * watch ends by itself and cb gets `last` = true). run is the job's rtx_jobs_get_run when it
+ * has one, else NULL. *watch receives a handle for rtx_jobs_unwatch. RTX_ENOTFOUND for an
+ * unknown id. cb must not block and must not call back into rtx_jobs (rtx_jobs_get_run
+ * excepted). */
+typedef void (*rtx_jobs_watch_cb)(void *ctx, const struct rtx_job_info *job,
+                                  const struct rtx_jobs_run *run, bool last);
 int rtx_jobs_watch(struct rtx_jobs *j, const char *id, rtx_jobs_watch_cb cb, void *ctx,
                    uint64_t *watch, struct rtx_err *err);
 /* Ends a watch early (client went away). After it returns cb is not running and will not be
@@ -141,6 +176,16 @@ struct rtx_jobs_device {
     bool healthy;                       /* false after a sticky device error */
     char detail[256];                   /* why not healthy; "" when healthy */
     int64_t jobs_started;               /* jobs started on it since start */
+    /* Its workers' plan caches (jobs.plan_cache; lookups only while the cache is on). */
+    int64_t plan_cache_hits;            /* jobs run on a plan their worker had kept */
+    int64_t plan_cache_misses;          /* jobs whose plan their worker did not have */
+    int64_t plan_cache_evictions;       /* plans dropped for room, after an out-of-memory
+                                           failure, or because the device was lost */
+    int plan_cache_plans;               /* plans kept now */
+    size_t plan_cache_bytes;            /* bytes those plans may hold */
+    /* GPU workers' warm-up (none on the CPU). */
+    int workers_warm;                   /* workers whose warm-up has ended */
+    double warmup_ms;                   /* ms: the longest of those warm-ups */
 };
 
 struct rtx_jobs_stats {

@@ -495,6 +495,8 @@ static int run(struct app *a) {
         .gpu_workers_per_device = a->cfg.gpu_workers_per_device,
         .default_device = a->cfg.device,
         .gpu_pool_cap_bytes = (size_t)a->cfg.gpu_pool_cap_bytes,
+        .plan_cache = a->cfg.plan_cache,
+        .plan_cache_bytes = (size_t)a->cfg.plan_cache_bytes,
     };
     if (rtx_jobs_start(&jo, &a->jobs, &err) != 0) {
         rtx_log(RTX_LOG_ERROR, "cannot start the job manager", "error", err.msg, NULL);

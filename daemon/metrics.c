@@ -12,6 +12,9 @@
  * schedulers and "inference" summing every model version's scheduler (rtx_serving_lanes);
  * each scheduler counter is an outcome of rtxd_lane_requests_total (admitted, rejected_full,
  * rejected_deadline and shed are the refusals by reason).
+ *
+ * The job workers' plan caches are summed per device (rtxd_job_plan_cache_*{device}), one
+ * sample per device that has workers.
  */
 #include "daemon/metrics.h"
 
@@ -237,6 +240,39 @@ static void render_memory(struct sbuf *b, struct rtx_daemon *d) {
                   mem.device_bytes[i]);
 }
 
+/* The job workers' plan caches (jobs.plan_cache), one sample per device that runs jobs. */
+static void render_plan_cache(struct sbuf *b, const struct rtx_jobs_stats *st) {
+    static const struct {
+        const char *name, *type, *help;
+    } fams[] = {
+        {"rtxd_job_plan_cache_hits_total", "counter",
+         "Jobs run on a plan their worker kept from an earlier job of the same graph, input "
+         "shapes and limits"},
+        {"rtxd_job_plan_cache_misses_total", "counter",
+         "Jobs whose plan their worker did not keep (counted while jobs.plan_cache is on)"},
+        {"rtxd_job_plan_cache_evictions_total", "counter",
+         "Kept plans dropped: for room, after an out-of-memory failure, or with a lost device"},
+        {"rtxd_job_plan_cache_plans", "gauge", "Plans the job workers keep now"},
+        {"rtxd_job_plan_cache_bytes", "gauge",
+         "Bytes the kept plans may hold (initializers, arena, inputs, outputs)"},
+    };
+    char dev[80];
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        family(b, fams[f].name, fams[f].type, fams[f].help);
+        for (int i = 0; i < st->n_devices && i < 1 + RTX_JOBS_MAX_GPUS; i++) {
+            const struct rtx_jobs_device *d = &st->devices[i];
+            if (d->workers == 0) continue;
+            int64_t v = f == 0   ? d->plan_cache_hits
+                        : f == 1 ? d->plan_cache_misses
+                        : f == 2 ? d->plan_cache_evictions
+                        : f == 3 ? d->plan_cache_plans
+                                 : (int64_t)d->plan_cache_bytes;
+            sb_printf(b, "%s{device=\"%s\"} %" PRId64 "\n", fams[f].name,
+                      rtx_metrics_escape(d->name, dev, sizeof dev), v);
+        }
+    }
+}
+
 static void render_jobs(struct sbuf *b, struct rtx_jobs *jobs) {
     struct rtx_jobs_stats st;
     memset(&st, 0, sizeof st);
@@ -256,6 +292,7 @@ static void render_jobs(struct sbuf *b, struct rtx_jobs *jobs) {
     sb_printf(b, "rtxd_jobs_finished_total{state=\"expired\"} %" PRId64 "\n", st.expired);
     family(b, "rtxd_draining", "gauge", "1 while the daemon drains (SIGTERM or Admin.Drain)");
     sb_printf(b, "rtxd_draining %d\n", st.draining ? 1 : 0);
+    render_plan_cache(b, &st);
 }
 
 /* Sums a device scheduler's lanes into acc (lanes matched by index: every device of the job

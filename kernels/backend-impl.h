@@ -164,4 +164,45 @@ int rtx__pool2d_geometry(const struct rtx_node *node, const struct rtx_tensor *X
                          const struct rtx_tensor *Y, bool is_max, struct rtx__pool2d_geom *g,
                          char *why, size_t why_len);
 
+/* An attention node: q [..., Lq, D], k [..., Lk, D], v [..., Lk, Dv] into y [..., Lq, Dv]
+ * (docs/ops.md), the leading dims equal and folded into BH, with the causal and scale
+ * attributes read (scale defaults to 1 / sqrt(D)) and an optional mask (NULL: none) of rank
+ * at most q's broadcasting to [..., Lq, Lk]: its element strides per leading dim, query and
+ * key (0 where it broadcasts). RTX_EINVAL for ranks and shapes, RTX_EINTERNAL when y's
+ * element count (inferred by validation) disagrees. The mask's dtype is the caller's check. */
+struct rtx__attention_geom {
+    int lead;                                /* leading dims: rank - 2 */
+    int64_t lead_dims[RTX_MAX_DIMS];
+    int64_t BH, Lq, Lk, D, Dv;
+    bool causal;
+    float scale;
+    int64_t mask_lead_str[RTX_MAX_DIMS];     /* elements */
+    int64_t mask_str_q, mask_str_k;          /* elements */
+};
+int rtx__attention_geometry(const struct rtx_node *node, const struct rtx_tensor *Q,
+                            const struct rtx_tensor *K, const struct rtx_tensor *V,
+                            const struct rtx_tensor *M, const struct rtx_tensor *Y,
+                            struct rtx__attention_geom *g, char *why, size_t why_len);
+
+/* The view a transpose, expand or slice node (chosen by its op) copies out of x, checked
+ * against its output y: RTX_EINVAL (why says which attribute) for a bad node, RTX_EINTERNAL
+ * when y's shape (inferred by validation) is not the view's or the op is not one of the three. */
+int rtx__shape_view(const struct rtx_node *node, const struct rtx_tensor *x,
+                    const struct rtx_tensor *y, struct rtx__strided_view *v, char *why,
+                    size_t why_len);
+/* Prepares a view for a copy loop: drops size-1 dims and merges each dim into its outer
+ * neighbour when the two are one run in the source (outer stride = stride * dim), so a
+ * contiguous view ends as one dim of stride 1 and a single element as rank 0. Returns the
+ * element count; when it is 0 (an empty view) v is left as it was. The offset is not touched. */
+int64_t rtx__view_simplify(struct rtx__strided_view *v);
+/* For device copies of a simplified view of esize-byte elements from src (the address of the
+ * view's first element, its offset already applied) into the contiguous dst: the widest unit
+ * of at most max_unit bytes (a power of two), above esize, that the data can move in. That
+ * needs the innermost stride to be 1, and the innermost run in bytes, every other stride in
+ * bytes and both addresses to be multiples of the unit. On success v's innermost dim and
+ * strides are rescaled to units and the unit is returned; otherwise v is unchanged and esize
+ * is returned. */
+size_t rtx__view_widen(struct rtx__strided_view *v, size_t esize, uintptr_t src, uintptr_t dst,
+                       size_t max_unit);
+
 #endif /* RTX_BACKEND_IMPL_H */

@@ -3,7 +3,16 @@
  * input a slice node selects, how a batched matmul's operands map onto its output batches,
  * and the window of a conv2d or 2-D pool. One implementation, so the CPU reference and the
  * device backends cannot drift.
+ *
+ * DESIGN
+ * A strided copy (transpose, expand, slice) goes through three steps here: rtx__shape_view
+ * gives the node's view of its input, rtx__view_simplify drops size-1 dims and merges dims that
+ * are one run in the source (what each backend's copy loop walks), and rtx__view_widen, for
+ * device kernels, regroups a unit-stride innermost run into 16-, 8-, 4- or 2-byte units when
+ * the sizes, strides and addresses allow it. They are pure arithmetic, so the unit tests check
+ * them on the CPU even where the kernel that uses them runs only on a GPU.
  */
+#include <math.h>
 #include <string.h>
 
 #include "kernels/backend-impl.h"
@@ -328,4 +337,127 @@ int rtx__pool2d_geometry(const struct rtx_node *node, const struct rtx_tensor *X
         return RTX_EINTERNAL;
     }
     return 0;
+}
+
+int rtx__attention_geometry(const struct rtx_node *node, const struct rtx_tensor *Q,
+                            const struct rtx_tensor *K, const struct rtx_tensor *V,
+                            const struct rtx_tensor *M, const struct rtx_tensor *Y,
+                            struct rtx__attention_geom *g, char *why, size_t why_len) {
+    memset(g, 0, sizeof *g);
+    int nd = Q->ndim;
+    if (nd < 2 || K->ndim != nd || V->ndim != nd) {
+        snprintf(why, why_len, "q, k, v need one rank >= 2");
+        return RTX_EINVAL;
+    }
+    g->lead = nd - 2;
+    g->BH = 1;
+    for (int d = 0; d < g->lead; d++) {
+        if (K->dims[d] != Q->dims[d] || V->dims[d] != Q->dims[d]) {
+            snprintf(why, why_len, "leading dimension %d differs", d);
+            return RTX_EINVAL;
+        }
+        g->lead_dims[d] = Q->dims[d];
+        g->BH *= Q->dims[d];
+    }
+    g->Lq = Q->dims[nd - 2];
+    g->D = Q->dims[nd - 1];
+    g->Lk = K->dims[nd - 2];
+    g->Dv = V->dims[nd - 1];
+    if (K->dims[nd - 1] != g->D || V->dims[nd - 2] != g->Lk) {
+        snprintf(why, why_len, "k or v does not match q's shape");
+        return RTX_EINVAL;
+    }
+    if (rtx_tensor_numel(Y) != g->BH * g->Lq * g->Dv) {
+        snprintf(why, why_len, "output has %lld elements, want %lld",
+                 (long long)rtx_tensor_numel(Y), (long long)(g->BH * g->Lq * g->Dv));
+        return RTX_EINTERNAL;
+    }
+    g->causal = rtx_node_attr_int(node, "causal", 0) != 0;
+    g->scale = (float)rtx_node_attr_float(node, "scale",
+                                          g->D > 0 ? 1.0 / sqrt((double)g->D) : 1.0);
+    if (!M) return 0;
+    if (M->ndim > nd) {
+        snprintf(why, why_len, "mask has rank %d > %d", M->ndim, nd);
+        return RTX_EINVAL;
+    }
+    int64_t full[RTX_MAX_DIMS], str[RTX_MAX_DIMS], step = 1;
+    memcpy(full, Q->dims, (size_t)g->lead * sizeof *full);
+    full[nd - 2] = g->Lq;
+    full[nd - 1] = g->Lk;
+    for (int d = nd - 1; d >= 0; d--) {
+        int md = d - (nd - M->ndim);
+        int64_t dm = md >= 0 ? M->dims[md] : 1;
+        if (dm != 1 && dm != full[d]) {
+            snprintf(why, why_len, "mask dimension %d (%lld) does not broadcast to %lld", md,
+                     (long long)dm, (long long)full[d]);
+            return RTX_EINVAL;
+        }
+        str[d] = dm == 1 ? 0 : step;
+        step *= dm;
+    }
+    memcpy(g->mask_lead_str, str, (size_t)g->lead * sizeof *str);
+    g->mask_str_q = str[nd - 2];
+    g->mask_str_k = str[nd - 1];
+    return 0;
+}
+
+int rtx__shape_view(const struct rtx_node *node, const struct rtx_tensor *x,
+                    const struct rtx_tensor *y, struct rtx__strided_view *v, char *why,
+                    size_t why_len) {
+    int rc;
+    switch (node->op) {
+    case RTX_OP_TRANSPOSE:
+        rc = rtx__transpose_view(node, x->ndim, x->dims, v, why, why_len);
+        break;
+    case RTX_OP_EXPAND:
+        rc = rtx__expand_view(x->ndim, x->dims, y->ndim, y->dims, v, why, why_len);
+        break;
+    case RTX_OP_SLICE: rc = rtx__slice_view(node, x->ndim, x->dims, v, why, why_len); break;
+    default:
+        snprintf(why, why_len, "%s is not a view op", rtx_op_name(node->op));
+        return RTX_EINTERNAL;
+    }
+    if (rc) return rc;
+    if (!rtx__view_matches(v, y)) {
+        snprintf(why, why_len, "output shape does not match the %s", rtx_op_name(node->op));
+        return RTX_EINTERNAL;
+    }
+    return 0;
+}
+
+int64_t rtx__view_simplify(struct rtx__strided_view *v) {
+    int64_t numel = 1;
+    for (int d = 0; d < v->ndim; d++) numel *= v->dims[d];
+    if (numel == 0) return 0;
+    int m = 0;
+    for (int d = 0; d < v->ndim; d++) {
+        if (v->dims[d] == 1) continue;
+        if (m > 0 && v->strides[m - 1] == v->strides[d] * v->dims[d]) {
+            v->dims[m - 1] *= v->dims[d]; /* one run with its outer neighbour */
+            v->strides[m - 1] = v->strides[d];
+            continue;
+        }
+        v->dims[m] = v->dims[d];
+        v->strides[m] = v->strides[d];
+        m++;
+    }
+    v->ndim = m;
+    return numel;
+}
+
+size_t rtx__view_widen(struct rtx__strided_view *v, size_t esize, uintptr_t src,
+                       uintptr_t dst, size_t max_unit) {
+    int nd = v->ndim;
+    if (nd == 0 || v->strides[nd - 1] != 1) return esize;
+    int64_t es = (int64_t)esize;
+    for (int64_t unit = (int64_t)max_unit; unit > es; unit /= 2) {
+        bool fits = (v->dims[nd - 1] * es) % unit == 0 && src % (uintptr_t)unit == 0 &&
+                    dst % (uintptr_t)unit == 0;
+        for (int d = 0; d < nd - 1 && fits; d++) fits = (v->strides[d] * es) % unit == 0;
+        if (!fits) continue;
+        v->dims[nd - 1] = v->dims[nd - 1] * es / unit;
+        for (int d = 0; d < nd - 1; d++) v->strides[d] = v->strides[d] * es / unit;
+        return (size_t)unit;
+    }
+    return esize;
 }

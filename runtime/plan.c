@@ -2,29 +2,54 @@
  * plan.c - planning and execution of a graph.
  *
  * DESIGN
- * rtx_plan_new binds concrete input shapes, orders the nodes, drops nodes that no graph
- * output depends on, infers every value, and assigns each intermediate (a node output that is
- * not a graph output) a 64-byte aligned offset in one arena. Offsets come from a linear scan
- * in execution order with a best-fit free list: a node's outputs are placed before its inputs'
- * last uses are released, so an output never aliases an input of the same node. Graph outputs
- * get buffers of their own, handed to the caller. rtx_plan_execute allocates the arena from
- * the backend once, views every intermediate into it and runs the nodes in order. Before
- * each node it asks the backend how many of the next nodes it runs as one fused group
- * (rtx_backend_fused_span, given every value's reader count in p->uses); a backend without
- * fusion answers 1.
+ * rtx_plan_new binds concrete input shapes, orders the nodes (rtx__topo_order: the smallest
+ * ready node index first, so the author's order wherever the data flow allows), drops nodes
+ * that no graph output depends on, infers every value, and assigns each intermediate (a node
+ * output that is not a graph output) a 64-byte aligned offset in one arena. Offsets come from
+ * a linear scan in execution order with a best-fit free list: a node's outputs are placed
+ * before its inputs' last uses are released, so an output never aliases an input of the same
+ * node. Graph outputs get buffers of their own, handed to the caller. rtx_plan_execute
+ * allocates the arena from the backend once, binds every node output to its tensor (a view
+ * into the arena, a view of another value, or a graph output's buffer) and runs the nodes in
+ * order.
+ *
+ * Views. A reshape only reinterprets bytes, and every value the executor holds is contiguous
+ * (arena views, graph inputs made contiguous or required to be, uploaded or contiguous
+ * initializers, output buffers), so a reshape whose output is not a graph output is a view:
+ * its output is a tensor over its input's bytes (alias_of names the value that holds them;
+ * a view of a view names the first one's source), it takes no arena bytes, and the node is
+ * not run on any backend, node by node or in a captured graph (exec is the order without
+ * them; rtx_exec_stats.nodes_run counts only nodes that ran). The viewed storage stays live
+ * until the last reader of any view of it is done: the offset scan counts a read of a view as
+ * a read of its storage. Views are read-only: no kernel writes its inputs (every op writes
+ * only its output tensors), and the arena never places an output over live storage, so bytes
+ * that a view shows cannot change while the view still has readers. A reshape whose output is
+ * a graph output still runs and copies, since that buffer goes to the caller; so does one of
+ * an initializer the caller gave as a strided view.
+ *
+ * Fusion. Before the first run on a backend the executor asks it, once, which nodes it runs
+ * as one group (rtx_backend_fused_span over the nodes that run, given every value's reader
+ * count in p->uses; a backend without fusion answers 1) and keeps the answer with a layout of
+ * its own (schedule). A fused group reads the inputs of all its nodes while it writes, so in
+ * that layout storage a group reads but does not produce stays live until the group's last
+ * node: otherwise the output of the group's second node could take the bytes of an input
+ * whose last reader is its first node (the block's v = h @ wv + bv did). Values a group
+ * produces itself follow the plain rule. rtx_plan_arena_bytes reports the layout without
+ * groups; a run's peak_bytes counts the arena it used.
  *
  * Graph replay (backends with graph capture, i.e. CUDA graphs). A captured graph replays
  * fixed kernels on fixed addresses, so for such a backend the plan keeps one tensor per value
  * (rp_vals): fixed input buffers that each run copies the caller's inputs into, views into a
- * kept arena, fixed buffers for node-produced outputs, and the uploaded initializers. Run 1
- * goes node by node on them (so lazily built state such as cuBLASLt's algorithm choice and
- * pool segments exist before capture), run 2 captures the same node loop and launches the
- * graph, later runs only launch it. The executor only calls the backend's capture slots; it
- * knows nothing of CUDA. A failed capture is discarded (nothing recorded has run), the run
- * repeats node by node, and the plan stays node by node from then on with the reason kept in
- * rp_note. Cancellation is read before the launch: a graph is one launch and cannot stop
- * between ops, which costs at most one graph's run time (well under a millisecond for the
- * transformer block) against the per-op launch overhead it saves.
+ * kept arena, fixed buffers for node-produced outputs, the uploaded initializers, and views
+ * over the fixed bytes of their source, so a recorded kernel that reads a view reads the
+ * source's memory. Run 1 goes node by node on them (so lazily built state such as cuBLASLt's
+ * algorithm choice and pool segments exist before capture), run 2 captures the same node loop
+ * and launches the graph, later runs only launch it. The executor only calls the backend's
+ * capture slots; it knows nothing of CUDA. A failed capture is discarded (nothing recorded has
+ * run), the run repeats node by node, and the plan stays node by node from then on with the
+ * reason kept in rp_note. Cancellation is read before the launch: a graph is one launch and
+ * cannot stop between ops, which costs at most one graph's run time (well under a millisecond
+ * for the transformer block) against the per-op launch overhead it saves.
  */
 #include <string.h>
 #include <time.h>
@@ -37,14 +62,22 @@
 struct rtx_plan {
     const struct rtx_graph *g;
     int n_order;
-    int *order;                 /* live nodes in execution order */
+    int *order;                 /* live nodes in execution order, views included */
+    int n_exec;
+    int *exec;                  /* the nodes that run: order without the views (DESIGN) */
+    int *alias_of;              /* per value: the value whose storage a view shares, else -1 */
     struct rtx__shape *shapes;  /* per value */
     int64_t *offset;            /* per value: arena offset, -1 when not in the arena */
     bool *is_output;            /* per value */
     int *uses;                  /* per value: live nodes reading it, +1 for a graph output */
-    size_t arena_bytes;
+    size_t arena_bytes;         /* with every node run by itself */
     size_t unplanned_bytes;
     int max_inputs;
+    /* The schedule on the backend that ran the plan last (DESIGN: fusion). */
+    struct rtx_backend *sched_be;
+    int *span;                  /* per exec position: nodes of the group it starts, 0 inside */
+    int64_t *sched_offset;      /* per value: arena offsets that keep each group's inputs */
+    size_t sched_arena_bytes;
     /* Device copies of the initializers for a backend that is not host memory, made on the
      * first execution with that backend and reused by the next ones. */
     struct rtx_backend *const_be;
@@ -163,45 +196,115 @@ static int prune_dead(const struct rtx_graph *g, int *order, int n, struct rtx_e
     return m;
 }
 
-static int assign_offsets(struct rtx_plan *p, struct rtx_err *err) {
+/* Whether a node only reinterprets its input's bytes, so that its output can share the
+ * input's storage. Reshape is the one such op (docs/ops.md has no squeeze, unsqueeze or
+ * flatten: importers write them as reshape); transpose, expand and slice move bytes. */
+static bool reinterprets_input(const struct rtx_node *n) {
+    return n->op == RTX_OP_RESHAPE && n->n_inputs == 1 && n->n_outputs == 1;
+}
+
+/* Whether node n, a reshape, can be a view: its output is not a graph output (those are
+ * buffers of their own, handed to the caller) and its input's storage is contiguous (every
+ * value the executor holds is, except an initializer the caller gave as a strided view). */
+static bool can_be_view(const struct rtx_plan *p, const struct rtx_node *n) {
+    int src = n->inputs[0], out = n->outputs[0];
+    if (src < 0 || p->is_output[out]) return false;
+    const struct rtx_tensor *c = p->g->values[src].constant;
+    return (!c || rtx_tensor_is_contiguous(c)) && p->shapes[src].dtype == p->shapes[out].dtype &&
+           shape_bytes(&p->shapes[src]) == shape_bytes(&p->shapes[out]);
+}
+
+/* Marks the views (DESIGN) in p->alias_of, each naming the value that holds the bytes (a
+ * view of a view names the first one's source), and lists the nodes that run in p->exec. */
+static void mark_views(struct rtx_plan *p) {
     const struct rtx_graph *g = p->g;
-    int *last = rtx_malloc(sizeof *last * (size_t)(g->n_values + 1));
+    for (int v = 0; v < g->n_values; v++) p->alias_of[v] = -1;
+    p->n_exec = 0;
+    for (int k = 0; k < p->n_order; k++) {
+        const struct rtx_node *n = &g->nodes[p->order[k]];
+        if (reinterprets_input(n) && can_be_view(p, n)) {
+            int src = n->inputs[0];
+            p->alias_of[n->outputs[0]] = p->alias_of[src] >= 0 ? p->alias_of[src] : src;
+        } else {
+            p->exec[p->n_exec++] = p->order[k];
+        }
+    }
+}
+
+/* The value whose storage v uses: the value a view shares, else v itself (-1 stays -1). */
+static int storage_of(const struct rtx_plan *p, int v) {
+    return v >= 0 && p->alias_of[v] >= 0 ? p->alias_of[v] : v;
+}
+
+/* Whether value v is a node output that takes arena bytes. */
+static bool in_arena(const struct rtx_plan *p, int v) {
+    return p->g->values[v].producer >= 0 && !p->is_output[v] && p->alias_of[v] < 0;
+}
+
+/* Arena offsets by a linear scan over the order (DESIGN) into offset[] (-1 outside the arena)
+ * and *arena_bytes. Storage is freed after the last node that reads it, directly or through a
+ * view; with groups (start[k] and end[k]: the first and last order position of the fused
+ * group holding position k; NULL: none), storage that a group reads but does not produce is
+ * freed after the group's last node instead. Views take no bytes of their own. */
+static int assign_offsets(const struct rtx_plan *p, const int *start, const int *end,
+                          int64_t *offset, size_t *arena_bytes, struct rtx_err *err) {
+    const struct rtx_graph *g = p->g;
+    size_t nv = (size_t)g->n_values;
+    int *scratch = rtx_malloc(sizeof *scratch * (3 * nv + (size_t)p->n_order + 1));
     struct freelist fl = {0};
     int rc = 0;
-    if (!last) return rtx_err_set(err, RTX_ENOMEM, "out of memory planning");
-    for (int v = 0; v < g->n_values; v++) last[v] = -1;
+    if (!scratch) return rtx_err_set(err, RTX_ENOMEM, "out of memory planning");
+    int *made = scratch;            /* per value: position of the node that produces it */
+    int *last = made + nv;          /* per value: position of its last reader */
+    int *next = last + nv;          /* per value: the next value freed at the same position */
+    int *freed = next + nv;         /* per position: the first value freed after it, or -1 */
+    for (size_t v = 0; v < nv; v++) {
+        last[v] = -1;
+        offset[v] = -1;
+    }
     for (int k = 0; k < p->n_order; k++) {
         const struct rtx_node *n = &g->nodes[p->order[k]];
         for (int i = 0; i < n->n_inputs; i++)
-            if (n->inputs[i] >= 0) last[n->inputs[i]] = k;
+            if (n->inputs[i] >= 0) last[storage_of(p, n->inputs[i])] = k;
+        for (int o = 0; o < n->n_outputs; o++) {
+            made[n->outputs[o]] = k;
+            if (last[n->outputs[o]] < 0) last[n->outputs[o]] = k; /* unused: freed after it */
+        }
+        freed[k] = -1;
+    }
+    for (int v = (int)nv - 1; v >= 0; v--) {
+        if (!in_arena(p, v) || last[v] < 0) continue;
+        int at = last[v];
+        if (start && made[v] < start[at]) at = end[at];
+        next[v] = freed[at];
+        freed[at] = v;
     }
     for (int k = 0; k < p->n_order && !rc; k++) {
         const struct rtx_node *n = &g->nodes[p->order[k]];
         for (int o = 0; o < n->n_outputs; o++) {
             int v = n->outputs[o];
-            if (p->is_output[v]) continue;
-            size_t len = align_up(shape_bytes(&p->shapes[v]));
+            if (!in_arena(p, v)) continue;
             size_t off;
-            fl_alloc(&fl, len, &off);
-            p->offset[v] = (int64_t)off;
-            p->unplanned_bytes += len;
-            if (last[v] < 0) last[v] = k; /* unused output: free right after the node */
+            fl_alloc(&fl, align_up(shape_bytes(&p->shapes[v])), &off);
+            offset[v] = (int64_t)off;
         }
-        /* release values whose last use is this node (inputs, and unused outputs) */
-        for (int i = 0; i < n->n_inputs + n->n_outputs && !rc; i++) {
-            int v = i < n->n_inputs ? n->inputs[i] : n->outputs[i - n->n_inputs];
-            if (v < 0 || p->offset[v] < 0 || last[v] != k) continue;
-            bool dup = false; /* the same value may appear twice among the inputs */
-            for (int j = 0; j < i && !dup; j++)
-                dup = (j < n->n_inputs ? n->inputs[j] : n->outputs[j - n->n_inputs]) == v;
-            if (dup) continue;
-            if (fl_free(&fl, (size_t)p->offset[v], align_up(shape_bytes(&p->shapes[v]))))
+        /* outputs are placed before anything is freed: never over an input of the node */
+        for (int v = freed[k]; v >= 0 && !rc; v = next[v])
+            if (fl_free(&fl, (size_t)offset[v], align_up(shape_bytes(&p->shapes[v]))))
                 rc = rtx_err_set(err, RTX_ENOMEM, "out of memory planning");
-        }
     }
-    p->arena_bytes = fl.end;
+    *arena_bytes = fl.end;
     rtx_free(fl.gaps);
-    rtx_free(last);
+    rtx_free(scratch);
+    return rc;
+}
+
+/* The layout with every node run by itself: what rtx_plan_arena_bytes reports. */
+static int assign_plain_offsets(struct rtx_plan *p, struct rtx_err *err) {
+    int rc = assign_offsets(p, NULL, NULL, p->offset, &p->arena_bytes, err);
+    for (int v = 0; v < p->g->n_values && rc == 0; v++)
+        if (in_arena(p, v) && p->offset[v] >= 0)
+            p->unplanned_bytes += align_up(shape_bytes(&p->shapes[v]));
     return rc;
 }
 
@@ -221,11 +324,16 @@ int rtx_plan_new(const struct rtx_graph *g, const struct rtx_tensor *const *inpu
     if (!p || !ins) goto oom;
     p->g = g;
     p->order = rtx_malloc(sizeof *p->order * (size_t)(g->n_nodes + 1));
+    p->exec = rtx_malloc(sizeof *p->exec * (size_t)(g->n_nodes + 1));
+    p->span = rtx_malloc(sizeof *p->span * (size_t)(g->n_nodes + 1));
     p->shapes = rtx_calloc((size_t)g->n_values + 1, sizeof *p->shapes);
     p->offset = rtx_malloc(sizeof *p->offset * (size_t)(g->n_values + 1));
+    p->sched_offset = rtx_malloc(sizeof *p->sched_offset * (size_t)(g->n_values + 1));
+    p->alias_of = rtx_malloc(sizeof *p->alias_of * (size_t)(g->n_values + 1));
     p->is_output = rtx_calloc((size_t)g->n_values + 1, sizeof *p->is_output);
-    if (!p->order || !p->shapes || !p->offset || !p->is_output) goto oom;
-    for (int v = 0; v < g->n_values; v++) p->offset[v] = -1;
+    if (!p->order || !p->exec || !p->span || !p->shapes || !p->offset || !p->sched_offset ||
+        !p->alias_of || !p->is_output)
+        goto oom;
     for (int i = 0; i < g->n_outputs; i++) p->is_output[g->outputs[i]] = true;
     /* bind inputs: dtype and rank must match; declared dims must match unless -1 */
     for (int i = 0; i < n_inputs; i++) {
@@ -264,7 +372,8 @@ int rtx_plan_new(const struct rtx_graph *g, const struct rtx_tensor *const *inpu
         for (int i = 0; i < n->n_inputs; i++)
             if (n->inputs[i] >= 0) p->uses[n->inputs[i]]++;
     }
-    if ((rc = assign_offsets(p, err))) goto fail;
+    mark_views(p);
+    if ((rc = assign_plain_offsets(p, err))) goto fail;
     size_t total = p->arena_bytes;
     for (int i = 0; i < g->n_outputs; i++) total += shape_bytes(&p->shapes[g->outputs[i]]);
     if ((int64_t)total > lim->max_total_bytes) {
@@ -331,6 +440,10 @@ void rtx_plan_free(struct rtx_plan *p) {
     if (p->g) drop_replay(p);
     if (p->g) drop_device_constants(p);
     rtx_free(p->order);
+    rtx_free(p->exec);
+    rtx_free(p->span);
+    rtx_free(p->sched_offset);
+    rtx_free(p->alias_of);
     rtx_free(p->shapes);
     rtx_free(p->offset);
     rtx_free(p->is_output);
@@ -393,26 +506,112 @@ static int check_inputs(const struct rtx_plan *p, struct rtx_tensor *const *inpu
     return 0;
 }
 
-/* Runs the live nodes in order on vals (inputs and constants set), in groups the backend
- * fuses (rtx_backend_fused_span) or one by one. With fixed, vals holds every node output
- * already; otherwise outputs are views into arena or new device tensors (graph outputs),
- * counted into *peak. in holds RTX_BACKEND_FUSE_MAX * p->max_inputs pointers. */
+/* start[k] and end[k] for the groups in p->span: the first and last order position of the
+ * group holding position k; k itself outside groups (a view between two nodes of a group
+ * belongs to it). */
+static void group_bounds(const struct rtx_plan *p, int *start, int *end) {
+    int first = -1; /* order position of the first node of the group being walked */
+    for (int k = 0, e = 0; k < p->n_order; k++) {
+        bool runs = e < p->n_exec && p->exec[e] == p->order[k];
+        bool inside = e > 0 && e < p->n_exec && p->span[e] == 0; /* the group goes on at k */
+        if (runs && !inside) first = k;
+        start[k] = runs || inside ? first : k;
+        if (runs) e++;
+    }
+    int last = -1;
+    for (int k = p->n_order - 1, e = p->n_exec - 1; k >= 0; k--) {
+        bool runs = e >= 0 && p->exec[e] == p->order[k];
+        bool inside = e + 1 < p->n_exec && p->span[e + 1] == 0; /* the group goes on after k */
+        if (runs && !inside) last = k;
+        end[k] = runs || inside ? last : k;
+        if (runs) e--;
+    }
+}
+
+/* The schedule of p on be (DESIGN: fusion): the groups be fuses, asked once, and arena offsets
+ * that keep the inputs of each group until the group's last node. Kept until another backend
+ * runs the plan. */
+static int schedule(struct rtx_plan *p, struct rtx_backend *be, struct rtx_err *err) {
+    if (p->sched_be == be) return 0;
+    p->sched_be = NULL;
+    bool fused = false;
+    for (int e = 0; e < p->n_exec;) {
+        int span = rtx_backend_fused_span(be, p->g, p->exec + e, p->n_exec - e, p->uses);
+        p->span[e] = span;
+        for (int j = 1; j < span; j++) p->span[e + j] = 0;
+        fused = fused || span > 1;
+        e += span;
+    }
+    if (!fused) {
+        memcpy(p->sched_offset, p->offset, sizeof *p->offset * (size_t)p->g->n_values);
+        p->sched_arena_bytes = p->arena_bytes;
+    } else {
+        int *start = rtx_malloc(sizeof *start * (2 * (size_t)p->n_order + 1));
+        if (!start) return rtx_err_set(err, RTX_ENOMEM, "out of memory executing");
+        group_bounds(p, start, start + p->n_order);
+        int rc = assign_offsets(p, start, start + p->n_order, p->sched_offset,
+                                &p->sched_arena_bytes, err);
+        rtx_free(start);
+        if (rc) return rc;
+    }
+    p->sched_be = be;
+    return 0;
+}
+
+/* A tensor of shape s over the bytes of src, which is contiguous (a view, DESIGN). */
+static int view_tensor(const struct rtx_tensor *src, const struct rtx__shape *s,
+                       struct rtx_tensor **out, struct rtx_err *err) {
+    if (!src || !rtx_tensor_is_contiguous(src) || src->dtype != s->dtype ||
+        rtx_tensor_nbytes(src) != shape_bytes(s))
+        return rtx_err_set(err, RTX_EINTERNAL, "a view needs a contiguous value of its bytes");
+    return rtx_tensor_from_buffer(src->buf, (size_t)src->offset, s->dtype, s->ndim, s->dims,
+                                  out, err);
+}
+
+/* The tensor of every node output on be, in order (DESIGN): a view shares its source's bytes,
+ * an intermediate is a view into arena at its offset in the schedule, a graph output gets a
+ * new buffer (counted into *peak). vals holds the inputs and the constants already. */
+static int bind_outputs(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tensor **vals,
+                        struct rtx_buffer *arena, size_t *peak, struct rtx_err *err) {
+    const struct rtx_graph *g = p->g;
+    int rc = 0;
+    for (int k = 0; k < p->n_order && rc == 0; k++) {
+        const struct rtx_node *n = &g->nodes[p->order[k]];
+        for (int o = 0; o < n->n_outputs && rc == 0; o++) {
+            int v = n->outputs[o];
+            const struct rtx__shape *s = &p->shapes[v];
+            if (p->alias_of[v] >= 0) {
+                rc = view_tensor(vals[p->alias_of[v]], s, &vals[v], err);
+            } else if (p->sched_offset[v] >= 0 && arena) {
+                rc = rtx_tensor_from_buffer(arena, (size_t)p->sched_offset[v], s->dtype,
+                                            s->ndim, s->dims, &vals[v], err);
+            } else { /* a graph output, or an empty intermediate when the arena is empty */
+                rc = new_device_tensor(be, s, &vals[v], err);
+                *peak += shape_bytes(s);
+            }
+        }
+    }
+    return rc;
+}
+
+/* Runs p->exec on vals (every value bound: bind_outputs) in the groups of the schedule
+ * (schedule). in holds RTX_BACKEND_FUSE_MAX * p->max_inputs pointers. *nodes_run counts the
+ * nodes run; views are not run. */
 static int run_nodes(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tensor **vals,
-                     bool fixed, struct rtx_buffer *arena, struct rtx_tensor **in,
-                     const volatile int *cancel, int *nodes_run, size_t *peak,
+                     struct rtx_tensor **in, const volatile int *cancel, int *nodes_run,
                      struct rtx_err *err) {
     const struct rtx_graph *g = p->g;
     struct rtx_tensor *outs[RTX_BACKEND_FUSE_MAX][1];
     struct rtx_node_args args[RTX_BACKEND_FUSE_MAX];
     char label[96];
     int rc;
-    for (int k = 0; k < p->n_order;) {
+    for (int k = 0; k < p->n_exec;) {
         if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
             return rtx_err_set(err, RTX_ECANCELED, "canceled before %s",
-                               rtx__node_label(g, p->order[k], label, sizeof label));
-        int span = rtx_backend_fused_span(be, g, p->order + k, p->n_order - k, p->uses);
+                               rtx__node_label(g, p->exec[k], label, sizeof label));
+        int span = p->span[k];
         for (int j = 0; j < span; j++) {
-            int ni = p->order[k + j];
+            int ni = p->exec[k + j];
             const struct rtx_node *n = &g->nodes[ni];
             struct rtx_tensor **nin = in + (size_t)j * (size_t)p->max_inputs;
             if (!rtx_backend_supports_node(be, g, n))
@@ -425,20 +624,10 @@ static int run_nodes(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tens
                 return rtx_err_set(err, RTX_EINTERNAL, "%s: too many outputs",
                                    rtx__node_label(g, ni, label, sizeof label));
             for (int o = 0; o < n->n_outputs; o++) {
-                int v = n->outputs[o];
-                const struct rtx__shape *s = &p->shapes[v];
-                if (fixed) {
-                    rc = vals[v] ? 0
-                                 : rtx_err_set(err, RTX_EINTERNAL, "value %d has no tensor", v);
-                } else if (p->offset[v] >= 0) {
-                    rc = rtx_tensor_from_buffer(arena, (size_t)p->offset[v], s->dtype, s->ndim,
-                                                s->dims, &vals[v], err);
-                } else {
-                    rc = new_device_tensor(be, s, &vals[v], err);
-                    *peak += shape_bytes(s);
-                }
-                if (rc) return rc;
-                outs[j][o] = vals[v];
+                outs[j][o] = vals[n->outputs[o]];
+                if (!outs[j][o])
+                    return rtx_err_set(err, RTX_EINTERNAL, "value %d has no tensor",
+                                       n->outputs[o]);
             }
             args[j] = (struct rtx_node_args){
                 .graph = g, .node = n, .n_in = n->n_inputs, .in = nin,
@@ -450,7 +639,6 @@ static int run_nodes(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tens
         if (rc) return rc;
         *nodes_run += span;
         k += span;
-        /* arena views of dead values can go now; the memory itself stays in the arena */
     }
     return 0;
 }
@@ -471,11 +659,12 @@ static int exec_plain(struct rtx_plan *p, struct rtx_backend *be,
                                         sizeof *in);
     struct rtx_buffer *arena = NULL;
     int rc = 0;
-    *peak = p->arena_bytes;
     if (!vals || !in) {
         rc = rtx_err_set(err, RTX_ENOMEM, "out of memory executing");
         goto out;
     }
+    if ((rc = schedule(p, be, err))) goto out;
+    *peak = p->sched_arena_bytes;
     for (int i = 0; i < g->n_inputs; i++) {
         const struct rtx_tensor *t = inputs[i];
         if (on_device) {
@@ -495,9 +684,11 @@ static int exec_plain(struct rtx_plan *p, struct rtx_backend *be,
     if (!rtx_backend_is_host(be) && (rc = device_constants(p, be, err))) goto out;
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].constant) vals[v] = rtx_tensor_ref(constant_of(p, be, v));
-    if (p->arena_bytes && (rc = rtx_backend_buffer_new(be, p->arena_bytes, &arena, err)))
+    if (p->sched_arena_bytes &&
+        (rc = rtx_backend_buffer_new(be, p->sched_arena_bytes, &arena, err)))
         goto out;
-    if ((rc = run_nodes(p, be, vals, false, arena, in, cancel, nodes_run, peak, err))) goto out;
+    if ((rc = bind_outputs(p, be, vals, arena, peak, err))) goto out;
+    if ((rc = run_nodes(p, be, vals, in, cancel, nodes_run, err))) goto out;
     if ((rc = rtx_backend_synchronize(be, err))) goto out;
     for (int i = 0; i < g->n_outputs && rc == 0; i++) {
         struct rtx_tensor *t = vals[g->outputs[i]];
@@ -522,7 +713,7 @@ static int replay_prepare(struct rtx_plan *p, struct rtx_backend *be, struct rtx
     p->rp_vals = rtx_calloc((size_t)g->n_values + 1, sizeof *p->rp_vals);
     if (!p->rp_vals) return rtx_err_set(err, RTX_ENOMEM, "out of memory executing");
     p->rp_be = be;
-    p->rp_peak = p->arena_bytes;
+    p->rp_peak = p->sched_arena_bytes;
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].constant) p->rp_vals[v] = rtx_tensor_ref(constant_of(p, be, v));
     for (int i = 0; i < g->n_inputs && rc == 0; i++) {
@@ -531,22 +722,9 @@ static int replay_prepare(struct rtx_plan *p, struct rtx_backend *be, struct rtx
         rc = new_device_tensor(be, &p->shapes[v], &p->rp_vals[v], err);
         p->rp_peak += shape_bytes(&p->shapes[v]);
     }
-    if (rc == 0 && p->arena_bytes)
-        rc = rtx_backend_buffer_new(be, p->arena_bytes, &p->rp_arena, err);
-    for (int k = 0; k < p->n_order && rc == 0; k++) {
-        const struct rtx_node *n = &g->nodes[p->order[k]];
-        for (int o = 0; o < n->n_outputs && rc == 0; o++) {
-            int v = n->outputs[o];
-            const struct rtx__shape *s = &p->shapes[v];
-            if (p->offset[v] >= 0) {
-                rc = rtx_tensor_from_buffer(p->rp_arena, (size_t)p->offset[v], s->dtype,
-                                            s->ndim, s->dims, &p->rp_vals[v], err);
-            } else {
-                rc = new_device_tensor(be, s, &p->rp_vals[v], err);
-                p->rp_peak += shape_bytes(s);
-            }
-        }
-    }
+    if (rc == 0 && p->sched_arena_bytes)
+        rc = rtx_backend_buffer_new(be, p->sched_arena_bytes, &p->rp_arena, err);
+    if (rc == 0) rc = bind_outputs(p, be, p->rp_vals, p->rp_arena, &p->rp_peak, err);
     if (rc) drop_replay(p);
     return rc;
 }
@@ -556,11 +734,10 @@ static int replay_prepare(struct rtx_plan *p, struct rtx_backend *be, struct rtx
 static int capture(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tensor **in,
                    const volatile int *cancel, struct rtx_err *err) {
     struct rtx_err ce = {0};
-    size_t peak = 0;
     int nodes = 0;
     int rc = rtx_backend_capture_begin(be, &ce);
     if (rc == 0) {
-        int nrc = run_nodes(p, be, p->rp_vals, true, NULL, in, cancel, &nodes, &peak, &ce);
+        int nrc = run_nodes(p, be, p->rp_vals, in, cancel, &nodes, &ce);
         struct rtx_err end_err = {0};
         rc = rtx_backend_capture_end(be, nrc == 0, &p->rp_graph, &end_err);
         if (nrc == RTX_ECANCELED) {
@@ -587,6 +764,7 @@ static int exec_replay(struct rtx_plan *p, struct rtx_backend *be,
     const struct rtx_graph *g = p->g;
     int rc = 0;
     if (p->rp_be != be) drop_replay(p);
+    if ((rc = schedule(p, be, err))) return rc;
     if (!rtx_backend_is_host(be) && (rc = device_constants(p, be, err))) return rc;
     if (!p->rp_vals && (rc = replay_prepare(p, be, err))) return rc;
     *peak = p->rp_peak;
@@ -617,11 +795,10 @@ static int exec_replay(struct rtx_plan *p, struct rtx_backend *be,
         if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
             rc = rtx_err_set(err, RTX_ECANCELED, "canceled before the graph launch");
         else if ((rc = rtx_backend_graph_launch(be, p->rp_graph, err)) == 0)
-            *nodes_run = p->n_order;
+            *nodes_run = p->n_exec;
     } else if (rc == 0) {
         *mode = RTX_EXEC_FIXED;
-        size_t unused = 0;
-        rc = run_nodes(p, be, p->rp_vals, true, NULL, in, cancel, nodes_run, &unused, err);
+        rc = run_nodes(p, be, p->rp_vals, in, cancel, nodes_run, err);
         if (rc == 0) p->rp_runs++;
     }
     rtx_free(in);

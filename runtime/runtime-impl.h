@@ -33,7 +33,9 @@ const struct rtx__op_info *rtx__op_info(enum rtx_op op);
 /* Checks a node's attributes against its op's table entry (names, types, required). */
 int rtx__check_attrs(const struct rtx_node *n, struct rtx_err *err);
 
-/* Topological order of g's nodes into order[n_nodes]; RTX_EGRAPH naming a node on a cycle. */
+/* Topological order of g's nodes into order[n_nodes]: of the nodes whose producers are all
+ * placed, the smallest node index first (the author's order where the data flow allows).
+ * RTX_EGRAPH naming a node on a cycle. */
 int rtx__topo_order(const struct rtx_graph *g, int *order, struct rtx_err *err);
 
 /* Structural validation shared by rtx_graph_validate and rtx_plan_new. */

@@ -405,51 +405,22 @@ static int run_attention(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     const struct rtx_tensor *Q = a->in[0], *K = a->in[1], *V = a->in[2];
     const struct rtx_tensor *Mk = a->n_in > 3 ? a->in[3] : NULL;
     struct rtx_tensor *Y = a->out[0];
-    int nd = Q->ndim;
-    if (nd < 2 || K->ndim != nd || V->ndim != nd)
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "q, k, v need one rank >= 2");
-    int lead = nd - 2;
-    int64_t BH = 1;
-    for (int d = 0; d < lead; d++) {
-        if (K->dims[d] != Q->dims[d] || V->dims[d] != Q->dims[d])
-            return rtx__cpu_node_err(err, a, RTX_EINVAL, "leading dimension %d differs", d);
-        BH *= Q->dims[d];
-    }
+    struct rtx__attention_geom geo;
+    char why[128];
+    int grc = rtx__attention_geometry(a->node, Q, K, V, Mk, Y, &geo, why, sizeof why);
+    if (grc) return rtx__cpu_node_err(err, a, grc, "%s", why);
+    int64_t BH = geo.BH;
     struct attn_job j = {
-        .out = Y, .lead = lead, .Lq = Q->dims[nd - 2], .D = Q->dims[nd - 1],
-        .Lk = K->dims[nd - 2], .Dv = V->dims[nd - 1],
-        .causal = rtx_node_attr_int(a->node, "causal", 0) != 0,
+        .out = Y, .lead = geo.lead, .Lq = geo.Lq, .D = geo.D, .Lk = geo.Lk, .Dv = geo.Dv,
+        .causal = geo.causal, .scale = geo.scale,
     };
-    if (K->dims[nd - 1] != j.D || V->dims[nd - 2] != j.Lk)
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "k or v does not match q's shape");
-    if (rtx_tensor_numel(Y) != BH * j.Lq * j.Dv)
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output has %lld elements, want %lld",
-                                 (long long)rtx_tensor_numel(Y), (long long)(BH * j.Lq * j.Dv));
     if (!fits_int(j.Lq) || !fits_int(j.Lk) || !fits_int(j.D) || !fits_int(j.Dv))
         return rtx__cpu_node_err(err, a, RTX_ELIMIT, "dimension over %d", INT_MAX);
-    j.scale = (float)rtx_node_attr_float(a->node, "scale", j.D > 0 ? 1.0 / sqrt((double)j.D)
-                                                                    : 1.0);
-    memcpy(j.lead_dims, Q->dims, (size_t)lead * sizeof *j.lead_dims);
+    memcpy(j.lead_dims, geo.lead_dims, (size_t)geo.lead * sizeof *j.lead_dims);
     if (Mk) {
-        if (Mk->ndim > nd)
-            return rtx__cpu_node_err(err, a, RTX_EINVAL, "mask has rank %d > %d", Mk->ndim, nd);
-        int64_t full[RTX_MAX_DIMS], str[RTX_MAX_DIMS], step = 1;
-        memcpy(full, Q->dims, (size_t)lead * sizeof *full);
-        full[nd - 2] = j.Lq;
-        full[nd - 1] = j.Lk;
-        for (int d = nd - 1; d >= 0; d--) {
-            int md = d - (nd - Mk->ndim);
-            int64_t dm = md >= 0 ? Mk->dims[md] : 1;
-            if (dm != 1 && dm != full[d])
-                return rtx__cpu_node_err(err, a, RTX_EINVAL,
-                                         "mask dimension %d (%lld) does not broadcast to %lld",
-                                         md, (long long)dm, (long long)full[d]);
-            str[d] = dm == 1 ? 0 : step;
-            step *= dm;
-        }
-        memcpy(j.mask_lead_str, str, (size_t)lead * sizeof *str);
-        j.mask_str_q = str[nd - 2];
-        j.mask_str_k = str[nd - 1];
+        memcpy(j.mask_lead_str, geo.mask_lead_str, (size_t)geo.lead * sizeof *j.mask_lead_str);
+        j.mask_str_q = geo.mask_str_q;
+        j.mask_str_k = geo.mask_str_k;
         j.mask = rtx_tensor_data(Mk);
         j.mask_dt = Mk->dtype;
     }

@@ -5,9 +5,10 @@
  * DESIGN
  * transpose, expand, slice and constant all reduce to one strided gather into a contiguous
  * output: output dims plus a source stride per output dim (a permuted stride, 0 for a
- * broadcast dim, stride * step for a slice, possibly negative). Dims of size 1 are dropped
- * and neighbours that are contiguous in the source are merged, so a reshape-like or
- * row-preserving copy becomes memcpy of long rows. When the source's unit-stride dim is the
+ * broadcast dim, stride * step for a slice, possibly negative), which kernels/geometry.c
+ * computes for both backends (rtx__shape_view). Dims of size 1 are dropped and neighbours that
+ * are contiguous in the source are merged (rtx__view_simplify, also shared), so a reshape-like
+ * or row-preserving copy becomes memcpy of long rows. When the source's unit-stride dim is the
  * second to last output dim (a transpose of the last two dims after merging) the copy goes
  * in 32x32 tiles so reads and writes both stay in cache. Rows, or rows of tiles, are split
  * over the pool.
@@ -116,35 +117,18 @@ static void copy_tiles_chunk(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* Copies the strided source described by (nd, dims, str, src) into the contiguous dst. */
-static void strided_copy(struct rtx_cpu *cpu, int nd, const int64_t *dims, const int64_t *str,
-                         const void *src, void *dst, size_t esize) {
-    struct copy_job j = {.src = src, .dst = dst, .esize = esize};
-    int64_t numel = 1;
-    for (int d = 0; d < nd; d++) {
-        numel *= dims[d];
-        if (dims[d] == 1) continue;
-        j.dims[j.nd] = dims[d];
-        j.str[j.nd] = str[d];
-        j.nd++;
-    }
+/* Copies the strided view v (its offset already applied to src) into the contiguous dst. */
+static void strided_copy(struct rtx_cpu *cpu, struct rtx__strided_view v, const void *src,
+                         void *dst, size_t esize) {
+    int64_t numel = rtx__view_simplify(&v);
     if (numel == 0) return;
-    if (j.nd == 0) {
+    if (v.ndim == 0) {
         memcpy(dst, src, esize);
         return;
     }
-    int m = 0; /* merge neighbours contiguous in the source */
-    for (int d = 1; d < j.nd; d++) {
-        if (j.str[m] == j.str[d] * j.dims[d]) {
-            j.dims[m] *= j.dims[d];
-            j.str[m] = j.str[d];
-        } else {
-            m++;
-            j.dims[m] = j.dims[d];
-            j.str[m] = j.str[d];
-        }
-    }
-    j.nd = m + 1;
+    struct copy_job j = {.nd = v.ndim, .src = src, .dst = dst, .esize = esize};
+    memcpy(j.dims, v.dims, (size_t)v.ndim * sizeof *j.dims);
+    memcpy(j.str, v.strides, (size_t)v.ndim * sizeof *j.str);
     int64_t inner = j.dims[j.nd - 1];
     if (j.nd >= 2 && j.str[j.nd - 2] == 1 && j.str[j.nd - 1] != 1 && j.str[j.nd - 1] != 0 &&
         inner >= 4) {
@@ -165,21 +149,18 @@ static void strided_copy(struct rtx_cpu *cpu, int nd, const int64_t *dims, const
  * The ops
  * ---------------------------------------------------------------------------------------- */
 
-static int run_transpose(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+/* transpose, expand and slice: the node's view of its input, copied out. */
+static int run_view_copy(struct rtx_cpu *cpu, const struct rtx_node_args *a,
                          struct rtx_err *err) {
     const struct rtx_tensor *x = a->in[0];
     struct rtx_tensor *y = a->out[0];
     struct rtx__strided_view v;
     char why[128];
-    if (rtx__transpose_view(a->node, x->ndim, x->dims, &v, why, sizeof why))
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "%s", why);
-    if (!rtx__view_matches(&v, y))
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL,
-                                 "output shape does not match the transpose");
+    int rc = rtx__shape_view(a->node, x, y, &v, why, sizeof why);
+    if (rc) return rtx__cpu_node_err(err, a, rc, "%s", why);
     size_t es = rtx_dtype_size(x->dtype);
-    strided_copy(cpu, v.ndim, v.dims, v.strides,
-                 (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es, rtx_tensor_data(y),
-                 es);
+    strided_copy(cpu, v, (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es,
+                 rtx_tensor_data(y), es);
     return 0;
 }
 
@@ -191,23 +172,6 @@ static int run_reshape(const struct rtx_node_args *a, struct rtx_err *err) {
         return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output size differs from input");
     void *src = rtx_tensor_data(x), *dst = rtx_tensor_data(y);
     if (bytes > 0 && src != dst) memmove(dst, src, bytes);
-    return 0;
-}
-
-static int run_expand(struct rtx_cpu *cpu, const struct rtx_node_args *a,
-                      struct rtx_err *err) {
-    const struct rtx_tensor *x = a->in[0];
-    struct rtx_tensor *y = a->out[0];
-    struct rtx__strided_view v;
-    char why[128];
-    if (rtx__expand_view(x->ndim, x->dims, y->ndim, y->dims, &v, why, sizeof why))
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "%s", why);
-    if (!rtx__view_matches(&v, y))
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output shape does not match the expand");
-    size_t es = rtx_dtype_size(x->dtype);
-    strided_copy(cpu, v.ndim, v.dims, v.strides,
-                 (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es, rtx_tensor_data(y),
-                 es);
     return 0;
 }
 
@@ -264,23 +228,6 @@ static int run_concat(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     int64_t row = y->dims[axis] * j.inner_bytes;
     if (row == 0) return 0;
     rtx__cpu_parallel_for(cpu, outer, COPY_GRAIN_BYTES / row + 1, concat_chunk, &j);
-    return 0;
-}
-
-static int run_slice(struct rtx_cpu *cpu, const struct rtx_node_args *a,
-                     struct rtx_err *err) {
-    const struct rtx_tensor *x = a->in[0];
-    struct rtx_tensor *y = a->out[0];
-    struct rtx__strided_view v;
-    char why[128];
-    if (rtx__slice_view(a->node, x->ndim, x->dims, &v, why, sizeof why))
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "%s", why);
-    if (!rtx__view_matches(&v, y))
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output shape does not match the slice");
-    size_t es = rtx_dtype_size(x->dtype);
-    strided_copy(cpu, v.ndim, v.dims, v.strides,
-                 (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es, rtx_tensor_data(y),
-                 es);
     return 0;
 }
 
@@ -353,18 +300,19 @@ static int run_constant(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     if (t->dtype != y->dtype || t->ndim != y->ndim ||
         memcmp(t->dims, y->dims, (size_t)t->ndim * sizeof *t->dims) != 0)
         return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output differs from value's shape");
-    strided_copy(cpu, t->ndim, t->dims, t->strides, rtx_tensor_data(t), rtx_tensor_data(y),
-                 rtx_dtype_size(t->dtype));
+    struct rtx__strided_view v = {.ndim = t->ndim};
+    memcpy(v.dims, t->dims, (size_t)t->ndim * sizeof *v.dims);
+    memcpy(v.strides, t->strides, (size_t)t->ndim * sizeof *v.strides);
+    strided_copy(cpu, v, rtx_tensor_data(t), rtx_tensor_data(y), rtx_dtype_size(t->dtype));
     return 0;
 }
 
 int rtx__cpu_shape(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
     switch (a->node->op) {
-    case RTX_OP_TRANSPOSE: return run_transpose(cpu, a, err);
+    case RTX_OP_TRANSPOSE: case RTX_OP_EXPAND: case RTX_OP_SLICE:
+        return run_view_copy(cpu, a, err);
     case RTX_OP_RESHAPE: return run_reshape(a, err);
-    case RTX_OP_EXPAND: return run_expand(cpu, a, err);
     case RTX_OP_CONCAT: return run_concat(cpu, a, err);
-    case RTX_OP_SLICE: return run_slice(cpu, a, err);
     case RTX_OP_GATHER: return run_gather(cpu, a, err);
     case RTX_OP_CONSTANT: return run_constant(cpu, a, err);
     default: break;

@@ -53,6 +53,7 @@
 
 #include "kernels/backend-impl.h"
 #include "kernels/cuda/cuda-impl.h"
+#include "kernels/cuda/attention-cudnn.h"
 #include "runtime/mem-pool.h"
 
 #define BLASLT_WORKSPACE_BYTES ((size_t)32 << 20) /* bytes */
@@ -232,6 +233,7 @@ static void destroy(struct cuda_backend *b) {
     if (cudaSetDevice(cu->device) != cudaSuccess) (void)cudaGetLastError();
     if (b->have_stream && cudaStreamSynchronize(cu->stream) != cudaSuccess)
         (void)cudaGetLastError();
+    rtx__cudnn_free(cu);
     if (cu->blaslt) cublasLtDestroy((cublasLtHandle_t)cu->blaslt);
     if (cu->blaslt_workspace) dev_free(cu, cu->blaslt_workspace);
     rtx_mem_pool_free(cu->pool);

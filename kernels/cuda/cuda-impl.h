@@ -60,6 +60,7 @@ struct rtx_cuda {
     int sm_count;
     int cc_major, cc_minor;
     struct rtx_backend_graph *capture; /* the graph being captured on stream, else NULL */
+    void *cudnn;                   /* attention-cudnn.c's state, made on first use, else NULL */
 };
 
 /* Device scratch memory from the backend's pool, ordered on cu->stream; release with

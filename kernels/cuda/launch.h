@@ -44,15 +44,20 @@ struct rtx_cuda_ew {
 cudaError_t rtx__cuda_ew_launch(const struct rtx_cuda_ew *p, cudaStream_t stream);
 
 /* A strided gather into a contiguous destination: dst[i] = src[offset(i)], where offset
- * walks dims with per-dim source strides (elements, negative for reversed slices, 0 for
- * broadcast dims). esize is 1, 2, 4 or 8 bytes. */
+ * walks dims with per-dim source strides (units, negative for reversed slices, 0 for
+ * broadcast dims). A unit is an element or, where the C side widened a unit-stride innermost
+ * run, several elements moved as one: 1, 2, 4, 8 or 16 bytes, src and dst aligned to it.
+ * tile >= 0 asks for the tiled transpose: dims[tile] and the last dim go through shared-memory
+ * tiles, loads coalesced along dims[tile] (source stride 1 for speed; any stride is correct)
+ * and stores along the last dim; units of at most 8 bytes. */
 struct rtx_cuda_copy {
     int32_t ndim;                  /* >= 1 */
-    int32_t esize;                 /* bytes per element: 1, 2, 4 or 8 */
-    int64_t n;                     /* elements, > 0 */
+    int32_t esize;                 /* bytes per unit: 1, 2, 4, 8 or 16 */
+    int32_t tile;                  /* dim tiled with the last one (< ndim - 1), or -1 */
+    int64_t n;                     /* units, > 0 */
     int64_t dims[RTX_CUDA_DIMS];
-    int64_t str[RTX_CUDA_DIMS];    /* source elements per step of each dim */
-    const void *src;               /* source element of output element 0 */
+    int64_t str[RTX_CUDA_DIMS];    /* source units per step of each dim */
+    const void *src;               /* source unit of output unit 0 */
     void *dst;
 };
 

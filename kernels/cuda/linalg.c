@@ -17,10 +17,13 @@
  * gemm. c is broadcast into y first by a small kernel (linalg-kernels.cu), then the GEMM adds
  * alpha op(a) op(b) with beta as its C scale (C = D = y). With K = 0 the kernel writes beta c.
  *
- * attention. f16 / bf16 with head dim 64 or 128 (q's and v's) runs the fused kernel of
- * attention-flash.cu in one launch for every head; RTX_ATTN_ROUTE (environment) can force the
- * unfused route ("unfused") or pick a fused tile ("flash:wg1n64" ...) to measure the routes
- * against each other (docs/gpu.md). Everything else takes the unfused route.
+ * attention. Three routes, chosen per run by RTX_ATTN_ROUTE (environment; "auto" when unset):
+ * "cudnn", cuDNN's fused flash-attention engine (attention-cudnn.c: loaded at run time,
+ * unmasked f16 / bf16, head dims multiples of 8); "flash" / "flash:TILE", the hand-written
+ * fused kernels of attention-flash.cu (f16 / bf16, head dim 64 or 128, masks too); "unfused",
+ * below. auto takes cuDNN wherever it can run the problem (cudnn_preferred: it measured faster
+ * everywhere, docs/benchmarks.md), else the hand-written kernel where it applies, else the
+ * unfused route; a forced route that cannot run the problem fails the node.
  * Unfused, per block of heads: scores S = scale q k^T in f32 scratch by one strided-batched
  * call (f16/bf16 q and k, f32 output), a row-softmax kernel with the causal and user masks, then
  * out = P v by a second strided-batched call. For f32 inputs P overwrites S; for f16/bf16, P is
@@ -34,6 +37,7 @@
 #include <string.h>
 
 #include "kernels/backend-impl.h"
+#include "kernels/cuda/attention-cudnn.h"
 #include "kernels/cuda/attention-flash.h"
 #include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/linalg-kernels.h"
@@ -175,6 +179,38 @@ static int run_gemm(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
  * attention
  * ---------------------------------------------------------------------------------------- */
 
+/* RTX_ATTN_ROUTE (decision 68): auto, cudnn, flash, flash:TILE or unfused. */
+enum { ROUTE_AUTO, ROUTE_CUDNN, ROUTE_FLASH, ROUTE_UNFUSED };
+struct attn_route {
+    int kind;
+    int tile; /* enum rtx_flash_tile for the hand-written kernel */
+};
+
+static int attn_route_parse(const char *s, struct attn_route *r) {
+    r->kind = ROUTE_AUTO;
+    r->tile = RTX_FLASH_TILE_AUTO;
+    if (!s || !*s || strcmp(s, "auto") == 0) return 0;
+    if (strcmp(s, "cudnn") == 0) r->kind = ROUTE_CUDNN;
+    else if (strcmp(s, "unfused") == 0) r->kind = ROUTE_UNFUSED;
+    else if (strcmp(s, "flash") == 0) r->kind = ROUTE_FLASH;
+    else if (strncmp(s, "flash:", 6) == 0) {
+        r->kind = ROUTE_FLASH;
+        r->tile = rtx__cuda_flash_tile_parse(s + 6);
+    } else {
+        return -1;
+    }
+    return r->tile < 0 ? -1 : 0;
+}
+
+/* Whether auto takes cuDNN's engine for this problem: wherever it can run it (it measured
+ * 1.2 to 1.8 times the hand-written kernels on every benchmark case, docs/benchmarks.md),
+ * except non-causal problems of more than 1024 keys on cuDNN 9.13 and 9.14, whose engine is
+ * known to fault under CUDA graph replay there (decision 78). */
+static bool cudnn_preferred(bool causal, int64_t lk) {
+    long v = rtx__cudnn_version(NULL, 0);
+    return !(v >= 91300 && v < 91500 && !causal && lk > 1024);
+}
+
 static int run_attention(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
     const struct rtx_tensor *Q = a->in[0], *K = a->in[1], *V = a->in[2];
     const struct rtx_tensor *Mk = a->n_in > 3 ? a->in[3] : NULL;
@@ -183,78 +219,64 @@ static int run_attention(struct rtx_cuda *cu, const struct rtx_node_args *a, str
     cudaDataType_t ct;
     if (rtx__cuda_data_type(dt, &ct) < 0 || K->dtype != dt || V->dtype != dt || Y->dtype != dt)
         return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "attention of %s", rtx_dtype_name(dt));
+    struct rtx__attention_geom geo;
+    char why[128];
+    int grc = rtx__attention_geometry(a->node, Q, K, V, Mk, Y, &geo, why, sizeof why);
+    if (grc) return rtx__cuda_node_err(err, a, grc, "%s", why);
+    if (Mk && Mk->dtype != RTX_BOOL && Mk->dtype != dt)
+        return rtx__cuda_node_err(err, a, RTX_EINVAL, "mask of %s", rtx_dtype_name(Mk->dtype));
     int nd = Q->ndim;
-    if (nd < 2 || K->ndim != nd || V->ndim != nd)
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "q, k, v need one rank >= 2");
-    int lead = nd - 2;
-    int64_t BH = 1;
-    for (int d = 0; d < lead; d++) {
-        if (K->dims[d] != Q->dims[d] || V->dims[d] != Q->dims[d])
-            return rtx__cuda_node_err(err, a, RTX_EINVAL, "leading dimension %d differs", d);
-        BH *= Q->dims[d];
-    }
-    int64_t Lq = Q->dims[nd - 2], D = Q->dims[nd - 1], Lk = K->dims[nd - 2];
-    int64_t Dv = V->dims[nd - 1];
-    if (K->dims[nd - 1] != D || V->dims[nd - 2] != Lk)
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "k or v does not match q's shape");
-    if (rtx_tensor_numel(Y) != BH * Lq * Dv)
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output has %lld elements, want %lld",
-                                  (long long)rtx_tensor_numel(Y), (long long)(BH * Lq * Dv));
-    bool causal = rtx_node_attr_int(a->node, "causal", 0) != 0;
-    float scale =
-        (float)rtx_node_attr_float(a->node, "scale", D > 0 ? 1.0 / sqrt((double)D) : 1.0);
+    int64_t BH = geo.BH, Lq = geo.Lq, D = geo.D, Lk = geo.Lk, Dv = geo.Dv;
+    bool causal = geo.causal;
+    float scale = geo.scale;
     struct rtx_cuda_attn_mask mk;
     memset(&mk, 0, sizeof mk);
     if (Mk) {
-        if (Mk->ndim > nd)
-            return rtx__cuda_node_err(err, a, RTX_EINVAL, "mask has rank %d > %d", Mk->ndim, nd);
-        if (Mk->dtype != RTX_BOOL && Mk->dtype != dt)
-            return rtx__cuda_node_err(err, a, RTX_EINVAL, "mask of %s", rtx_dtype_name(Mk->dtype));
-        int64_t full[RTX_MAX_DIMS], str[RTX_MAX_DIMS], step = 1;
-        memcpy(full, Q->dims, (size_t)lead * sizeof *full);
-        full[nd - 2] = Lq;
-        full[nd - 1] = Lk;
-        for (int d = nd - 1; d >= 0; d--) {
-            int md = d - (nd - Mk->ndim);
-            int64_t dm = md >= 0 ? Mk->dims[md] : 1;
-            if (dm != 1 && dm != full[d])
-                return rtx__cuda_node_err(err, a, RTX_EINVAL,
-                                          "mask dimension %d (%lld) does not broadcast to %lld",
-                                          md, (long long)dm, (long long)full[d]);
-            str[d] = dm == 1 ? 0 : step;
-            step *= dm;
-        }
         mk.data = rtx_tensor_data(Mk);
         mk.dt = Mk->dtype;
-        mk.lead = lead;
-        memcpy(mk.lead_dims, Q->dims, (size_t)lead * sizeof *mk.lead_dims);
-        memcpy(mk.lead_str, str, (size_t)lead * sizeof *str);
-        mk.str_q = str[nd - 2];
-        mk.str_k = str[nd - 1];
+        mk.lead = geo.lead;
+        memcpy(mk.lead_dims, geo.lead_dims, (size_t)geo.lead * sizeof *mk.lead_dims);
+        memcpy(mk.lead_str, geo.mask_lead_str, (size_t)geo.lead * sizeof *mk.lead_str);
+        mk.str_q = geo.mask_str_q;
+        mk.str_k = geo.mask_str_k;
     }
     if (BH * Lq * Dv == 0) return 0;
     size_t esz = rtx_dtype_size(dt);
     if (Lk == 0)
         return RTX_CUDA_CHECK(
             err, cudaMemsetAsync(rtx_tensor_data(Y), 0, rtx_tensor_nbytes(Y), cu->stream));
-    int tile = RTX_FLASH_TILE_AUTO;
-    bool fused = true;
-    const char *route = getenv("RTX_ATTN_ROUTE");
-    if (route && strcmp(route, "unfused") == 0) {
-        fused = false;
-    } else if (route && strncmp(route, "flash:", 6) == 0) {
-        tile = rtx__cuda_flash_tile_parse(route + 6);
-    } else if (route && strcmp(route, "flash") != 0 && strcmp(route, "auto") != 0) {
-        tile = -1;
-    }
-    if (tile < 0)
+    struct attn_route rt;
+    if (attn_route_parse(getenv("RTX_ATTN_ROUTE"), &rt) < 0)
         return rtx__cuda_node_err(err, a, RTX_EINVAL,
-                                  "RTX_ATTN_ROUTE='%s': want auto, flash, unfused or flash:TILE "
-                                  "(m64n64, m128n64, wg1n64, wp1n64)",
-                                  route);
-    if (fused && rtx__cuda_flash_supported(
-                     dt, D, Dv, Lq, Lk, rtx_tensor_data(Q), rtx_tensor_data(K), rtx_tensor_data(V),
-                     rtx_tensor_data(Y), &mk, cu->cc_major * 10 + cu->cc_minor)) {
+                                  "RTX_ATTN_ROUTE='%s': want auto, cudnn, flash, unfused or "
+                                  "flash:TILE (m64n64, m128n64, wg1n64, wp1n64)",
+                                  getenv("RTX_ATTN_ROUTE"));
+    int cc = cu->cc_major * 10 + cu->cc_minor;
+    bool try_cudnn = rt.kind == ROUTE_CUDNN ||
+                     (rt.kind == ROUTE_AUTO && !Mk && cudnn_preferred(causal, Lk));
+    if (try_cudnn) {
+        int64_t h = nd >= 3 ? Q->dims[nd - 3] : 1;
+        struct rtx_cuda_sdpa sp = {
+            .dt = dt, .b = BH / h, .h = h, .lq = Lq, .lk = Lk, .d = D, .dv = Dv,
+            .q_str = {h * Lq * D, Lq * D, D, 1}, .k_str = {h * Lk * D, Lk * D, D, 1},
+            .v_str = {h * Lk * Dv, Lk * Dv, Dv, 1}, .o_str = {h * Lq * Dv, Lq * Dv, Dv, 1},
+            .causal = causal, .scale = scale,
+            .q = rtx_tensor_data(Q), .k = rtx_tensor_data(K), .v = rtx_tensor_data(V),
+            .out = rtx_tensor_data(Y),
+        };
+        if (rt.kind == ROUTE_CUDNN || rtx__cudnn_sdpa_supported(&sp, cc)) {
+            int rc = Mk ? rtx_err_set(err, RTX_EUNSUPPORTED, "the cuDNN route takes no mask")
+                        : rtx__cudnn_sdpa(cu, &sp, err);
+            if (rc == 0) return 0;
+            if (rt.kind == ROUTE_CUDNN || rc != RTX_EUNSUPPORTED)
+                return rtx__cuda_node_fail(a, rc, err);
+            /* auto: cuDNN cannot run it here (no library, no engine); the other routes can */
+            if (err) memset(err, 0, sizeof *err);
+        }
+    }
+    if (rt.kind != ROUTE_UNFUSED &&
+        rtx__cuda_flash_supported(dt, D, Dv, Lq, Lk, rtx_tensor_data(Q), rtx_tensor_data(K),
+                                  rtx_tensor_data(V), rtx_tensor_data(Y), &mk, cc)) {
         struct rtx_cuda_flash fp = {
             .q = rtx_tensor_data(Q),
             .k = rtx_tensor_data(K),
@@ -266,8 +288,8 @@ static int run_attention(struct rtx_cuda *cu, const struct rtx_node_args *a, str
             .d = (int32_t)D,
             .dt = dt,
             .causal = causal,
-            .tile = tile,
-            .cc = cu->cc_major * 10 + cu->cc_minor,
+            .tile = rt.tile,
+            .cc = cc,
             .scale = scale,
             .mask = mk,
         };

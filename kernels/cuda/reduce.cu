@@ -36,6 +36,13 @@
  * take a warp each (several rows per block, shuffle reductions only); longer ones a block of
  * up to 512 threads with 4 packs each. Math is f32 with one rounding on store, as above; only
  * the order of the partial sums differs from the block-strided kernels.
+ *
+ * softmax's per-element work decides its speed in f16/bf16 (a 16-byte pack holds 8 elements,
+ * twice f32's work per byte): the register-row kernel is specialised for softmax and
+ * log_softmax, pads rows with -inf so its reductions need no bounds checks, takes the max with
+ * PTX max.NaN, converts bf16 by shifting 32-bit words, and every f16/bf16 softmax kernel takes
+ * e^d as the SFU's ex2.approx of d * log2(e) (softmax_exp: 2 instructions, not expf's 8; f32
+ * keeps expf, whose accuracy its outputs can show).
  */
 #include <limits.h>
 #include <math.h>
@@ -530,24 +537,80 @@ static void argmax_launch(const void *x, int64_t *y, int64_t outer, int64_t r, i
 #define REG_WARP_PACKS 128   /* longest row that a warp takes */
 #define REG_WARP_BLOCK 128   /* threads (4 warps, 4 rows) per block of the warp kernels */
 
+/* max that propagates NaN (as nan_max), in one instruction (PTX max.NaN, sm_80 and later). */
+__device__ __forceinline__ float max_nan(float a, float b) {
+    float m;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(a), "f"(b));
+    return m;
+}
+
+/* e^d for the softmax kernels, d = x - max (<= 0, or NaN). f32 keeps expf. f16 and bf16, whose
+ * outputs carry 11 and 8 bits, take the special-function unit's 2^x of d * log2(e)
+ * (ex2.approx.ftz: about 2 ulp of f32, results below 2^-126 flushed to 0, -inf gives 0 and
+ * NaN NaN): two instructions where expf takes about eight, which is what kept bf16 softmax
+ * below the copy bandwidth. d is formed before scaling so large |x| lose nothing. */
+template <typename T> __device__ __forceinline__ float softmax_exp(float d) {
+    return expf(d);
+}
+__device__ __forceinline__ float sfu_exp(float d) {
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(d * 1.4426950408889634f));
+    return e;
+}
+template <> __device__ __forceinline__ float softmax_exp<__half>(float d) {
+    return sfu_exp(d);
+}
+template <> __device__ __forceinline__ float softmax_exp<__nv_bfloat16>(float d) {
+    return sfu_exp(d);
+}
+
 template <typename T, int V> struct __align__(16) vpack {
     T v[V];
 };
 
+/* The 32-bit word holding two (one for f32) copies of v, exact in T (0 and -inf here). */
+template <typename T> __device__ __forceinline__ uint32_t splat_word(float v) {
+    return __float_as_uint(v);
+}
+template <> __device__ __forceinline__ uint32_t splat_word<__nv_bfloat16>(float v) {
+    return (__float_as_uint(v) >> 16) * 0x10001u;
+}
+template <> __device__ __forceinline__ uint32_t splat_word<__half>(float v) {
+    return (uint32_t)__half_as_ushort(__float2half_rn(v)) * 0x10001u;
+}
+
+/* The 1 (f32) or 2 values of T in a 32-bit word as f32: a bf16 is the high half of its f32,
+ * so one shift or mask each; f16 pairs through the paired conversion. */
+template <typename T> __device__ __forceinline__ void word_f32(uint32_t w, float *f) {
+    f[0] = __uint_as_float(w);
+}
+template <> __device__ __forceinline__ void word_f32<__nv_bfloat16>(uint32_t w, float *f) {
+    f[0] = __uint_as_float(w << 16);
+    f[1] = __uint_as_float(w & 0xffff0000u);
+}
+template <> __device__ __forceinline__ void word_f32<__half>(uint32_t w, float *f) {
+    __half2 h = *reinterpret_cast<const __half2 *>(&w);
+    float2 t = __half22float2(h);
+    f[0] = t.x;
+    f[1] = t.y;
+}
+
 /* Loads packs lane, lane + lanes, ... (NV of them) of a row of cp packs as f32; packs past
- * the row read as 0 and are never used. */
+ * the row read as `pad` (0 or -inf: a value that leaves the caller's reductions unchanged). */
 template <typename T, int NV, int V>
-__device__ __forceinline__ void row_load(const T *p, int cp, int lane, int lanes,
+__device__ __forceinline__ void row_load(const T *p, int cp, int lane, int lanes, float pad,
                                          float (&f)[NV][V]) {
-    typedef vpack<T, V> P;
+    constexpr int PER_WORD = 4 / sizeof(T);
+    uint32_t pw = splat_word<T>(pad);
 #pragma unroll
     for (int k = 0; k < NV; k++) {
         int c = k * lanes + lane;
-        P x;
-        if (c < cp) x = ((const P *)p)[c];
-#pragma unroll
-        for (int j = 0; j < V; j++)
-            f[k][j] = c < cp ? to_f32(x.v[j]) : 0.0f;
+        uint4 x = make_uint4(pw, pw, pw, pw);
+        if (c < cp) x = ((const uint4 *)p)[c];
+        word_f32<T>(x.x, &f[k][0]);
+        word_f32<T>(x.y, &f[k][PER_WORD]);
+        word_f32<T>(x.z, &f[k][2 * PER_WORD]);
+        word_f32<T>(x.w, &f[k][3 * PER_WORD]);
     }
 }
 
@@ -571,36 +634,46 @@ template <bool WARP> struct RowWalk {
     }
 };
 
-/* softmax / log_softmax of rows of cp packs held in registers. */
-template <typename T, int NV, bool WARP>
+/* softmax / log_softmax (LOG) of rows of cp packs held in registers. Packs past the row
+ * load as -inf: they leave the max alone and add exp(-inf) = 0 to the sum (a row whose max
+ * is -inf, NaN or +inf gives NaN either way), so only the store checks the row's end. Max and
+ * sum keep one partial per pack, NV independent chains instead of one. */
+template <typename T, int NV, bool WARP, bool LOG>
 __global__ static void __launch_bounds__(REG_MAX_THREADS)
-softmax_reg_kernel(const T *x, T *y, int64_t rows, int cp, bool is_log) {
+softmax_reg_kernel(const T *x, T *y, int64_t rows, int cp) {
     constexpr int V = 16 / sizeof(T);
     typedef vpack<T, V> P;
     __shared__ float sh[32];
     RowWalk<WARP> w;
     for (int64_t row = w.first; row < rows; row += w.step) {
-        float f[NV][V];
-        row_load<T, NV, V>(x + row * cp * V, cp, w.lane, w.lanes, f);
-        float mx = -INFINITY;
-#pragma unroll
-        for (int k = 0; k < NV; k++)
-            if (k * w.lanes + w.lane < cp)
-#pragma unroll
-                for (int j = 0; j < V; j++)
-                    mx = nan_max(mx, f[k][j]);
-        mx = row_max<WARP>(mx, sh);
-        float sum = 0.0f;
+        float f[NV][V], part[NV];
+        row_load<T, NV, V>(x + row * cp * V, cp, w.lane, w.lanes, -INFINITY, f);
 #pragma unroll
         for (int k = 0; k < NV; k++) {
-            if (k * w.lanes + w.lane >= cp) continue;
+            part[k] = f[k][0];
+#pragma unroll
+            for (int j = 1; j < V; j++)
+                part[k] = max_nan(part[k], f[k][j]);
+        }
+        float mx = part[0];
+#pragma unroll
+        for (int k = 1; k < NV; k++)
+            mx = max_nan(mx, part[k]);
+        mx = row_max<WARP>(mx, sh);
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            part[k] = 0.0f;
 #pragma unroll
             for (int j = 0; j < V; j++) {
-                float e = expf(f[k][j] - mx);
-                sum += e;
-                if (!is_log) f[k][j] = e;
+                float e = softmax_exp<T>(f[k][j] - mx);
+                part[k] += e;
+                if (!LOG) f[k][j] = e;
             }
         }
+        float sum = part[0];
+#pragma unroll
+        for (int k = 1; k < NV; k++)
+            sum += part[k];
         sum = row_sum<WARP>(sum, sh);
         float lse = logf(sum), inv = 1.0f / sum;
         P *q = (P *)(y + row * cp * V);
@@ -611,7 +684,7 @@ softmax_reg_kernel(const T *x, T *y, int64_t rows, int cp, bool is_log) {
             P o;
 #pragma unroll
             for (int j = 0; j < V; j++)
-                o.v[j] = from_f32<T>(is_log ? f[k][j] - mx - lse : f[k][j] * inv);
+                o.v[j] = from_f32<T>(LOG ? f[k][j] - mx - lse : f[k][j] * inv);
             q[c] = o;
         }
     }
@@ -629,7 +702,7 @@ norm_reg_kernel(const T *x, const T *scale, const T *bias, T *y, int64_t rows, i
     float r = (float)((int64_t)cp * V);
     for (int64_t row = w.first; row < rows; row += w.step) {
         float f[NV][V];
-        row_load<T, NV, V>(x + row * cp * V, cp, w.lane, w.lanes, f);
+        row_load<T, NV, V>(x + row * cp * V, cp, w.lane, w.lanes, 0.0f, f);
         float mean = 0.0f, acc = 0.0f;
         if (is_layer) {
 #pragma unroll
@@ -708,22 +781,29 @@ static bool reg_cfg(int64_t rows, int64_t r, size_t esize, RegCfg *c) {
     return true;
 }
 
+template <typename T, bool LOG>
+static void softmax_reg_launch(const T *x, T *y, int64_t rows, const RegCfg &c,
+                               cudaStream_t s) {
+    if (!c.warp)
+        softmax_reg_kernel<T, REG_PACKS, false, LOG>
+            <<<c.blocks, c.threads, 0, s>>>(x, y, rows, c.cp);
+    else if (c.nv == 1)
+        softmax_reg_kernel<T, 1, true, LOG><<<c.blocks, c.threads, 0, s>>>(x, y, rows, c.cp);
+    else if (c.nv == 2)
+        softmax_reg_kernel<T, 2, true, LOG><<<c.blocks, c.threads, 0, s>>>(x, y, rows, c.cp);
+    else
+        softmax_reg_kernel<T, 4, true, LOG><<<c.blocks, c.threads, 0, s>>>(x, y, rows, c.cp);
+}
+
 template <typename T>
 static bool softmax_reg(const void *xv, void *yv, int64_t rows, int64_t r, bool lg,
                         cudaStream_t s) {
     RegCfg c;
     if (!aligned16(xv) || !aligned16(yv) || !reg_cfg(rows, r, sizeof(T), &c)) return false;
-    const T *x = (const T *)xv;
-    T *y = (T *)yv;
-    if (!c.warp)
-        softmax_reg_kernel<T, REG_PACKS, false><<<c.blocks, c.threads, 0, s>>>(x, y, rows, c.cp,
-                                                                               lg);
-    else if (c.nv == 1)
-        softmax_reg_kernel<T, 1, true><<<c.blocks, c.threads, 0, s>>>(x, y, rows, c.cp, lg);
-    else if (c.nv == 2)
-        softmax_reg_kernel<T, 2, true><<<c.blocks, c.threads, 0, s>>>(x, y, rows, c.cp, lg);
+    if (lg)
+        softmax_reg_launch<T, true>((const T *)xv, (T *)yv, rows, c, s);
     else
-        softmax_reg_kernel<T, 4, true><<<c.blocks, c.threads, 0, s>>>(x, y, rows, c.cp, lg);
+        softmax_reg_launch<T, false>((const T *)xv, (T *)yv, rows, c, s);
     return true;
 }
 
@@ -765,7 +845,7 @@ __global__ static void softmax_rows_kernel(const T *x, T *y, int64_t rows, int64
         mx = block_max(mx, sh);
         float sum = 0.0f;
         for (int64_t j = threadIdx.x; j < r; j += blockDim.x)
-            sum += expf(to_f32(p[j]) - mx);
+            sum += softmax_exp<T>(to_f32(p[j]) - mx);
         sum = block_sum(sum, sh);
         if (is_log) {
             float lse = logf(sum);
@@ -774,7 +854,7 @@ __global__ static void softmax_rows_kernel(const T *x, T *y, int64_t rows, int64
         } else {
             float inv = 1.0f / sum;
             for (int64_t j = threadIdx.x; j < r; j += blockDim.x)
-                q[j] = from_f32<T>(expf(to_f32(p[j]) - mx) * inv);
+                q[j] = from_f32<T>(softmax_exp<T>(to_f32(p[j]) - mx) * inv);
         }
     }
 }
@@ -791,11 +871,12 @@ __global__ static void softmax_cols_kernel(const T *x, T *y, int64_t outer, int6
             mx = nan_max(mx, to_f32(x[base + j * inner]));
         float sum = 0.0f;
         for (int64_t j = 0; j < r; j++)
-            sum += expf(to_f32(x[base + j * inner]) - mx);
+            sum += softmax_exp<T>(to_f32(x[base + j * inner]) - mx);
         float lse = logf(sum), inv = 1.0f / sum;
         for (int64_t j = 0; j < r; j++) {
             float v = to_f32(x[base + j * inner]);
-            y[base + j * inner] = from_f32<T>(is_log ? v - mx - lse : expf(v - mx) * inv);
+            y[base + j * inner] =
+                from_f32<T>(is_log ? v - mx - lse : softmax_exp<T>(v - mx) * inv);
         }
     }
 }

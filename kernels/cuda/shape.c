@@ -5,9 +5,16 @@
  * DESIGN
  * As on the CPU (kernels/cpu/ops-shape.c), transpose, expand and slice are one strided
  * gather into the contiguous output: output dims plus a source stride per dim (permuted,
- * 0 where broadcast, times the step for a slice, negative for a reversed one). Size-1 dims
- * are dropped and neighbours contiguous in the source merged; what is then one unit-stride
- * run is a cudaMemcpyAsync, anything else shape.cu's kernel. reshape is a device copy.
+ * 0 where broadcast, times the step for a slice, negative for a reversed one), from the view
+ * both backends share (kernels/geometry.c). Size-1 dims are dropped and neighbours contiguous
+ * in the source merged; what is then one unit-stride run is a cudaMemcpyAsync, anything else
+ * shape.cu's kernel. When the innermost dim is a unit-stride run, the kernel moves 16-, 8-, 4-
+ * or 2-byte units instead of elements where the run's length, the other strides and both
+ * addresses allow (rtx__view_widen): a transpose that keeps the last dim (attention's head
+ * split) then copies whole 16-byte vectors. When instead the last dim's source stride is not
+ * 1 but an earlier dim's is (a transpose that moves the last dim), the kernel goes through
+ * 32 x 32 tiles in shared memory so that loads and stores both coalesce. reshape is a device
+ * copy.
  * concat is one cudaMemcpy2DAsync per input: the input's rows (its slab along the axis and
  * everything after it) into the matching columns of the output's rows. constant copies its
  * attribute tensor from the host. gather checks its indices on the device and, when one is
@@ -21,6 +28,9 @@
 #include "kernels/backend-impl.h"
 #include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/launch.h"
+
+#define COPY_MAX_UNIT 16  /* bytes: the widest unit a copy moves (uint4) */
+#define COPY_TILE_MIN 16  /* shortest dims the tiled transpose takes (its tiles are 32 x 32) */
 
 /* A failed CUDA call inside a node: the node's label before the call's message. */
 static int node_gpu_err(const struct rtx_node_args *a, int rc, struct rtx_err *err) {
@@ -48,51 +58,55 @@ bool rtx__cuda_shape_supports(const struct rtx_graph *g, const struct rtx_node *
     }
 }
 
-/* Copies the strided source (nd, dims, str from src) into the contiguous dst. */
-static int strided_copy(struct rtx_cuda *cu, int nd, const int64_t *dims, const int64_t *str,
-                        const void *src, void *dst, size_t esize, struct rtx_err *err) {
-    struct rtx_cuda_copy p;
-    memset(&p, 0, sizeof p);
-    p.esize = (int32_t)esize;
-    p.src = src;
-    p.dst = dst;
-    p.n = 1;
-    for (int d = 0; d < nd; d++) {
-        p.n *= dims[d];
-        if (dims[d] == 1) continue;
-        if (p.ndim > 0 && p.str[p.ndim - 1] == str[d] * dims[d]) {
-            p.dims[p.ndim - 1] *= dims[d];
-            p.str[p.ndim - 1] = str[d];
-            continue;
-        }
-        p.dims[p.ndim] = dims[d];
-        p.str[p.ndim] = str[d];
-        p.ndim++;
-    }
-    if (p.n == 0) return 0;
-    if (p.ndim == 0 || (p.ndim == 1 && p.str[0] == 1))
-        return RTX_CUDA_CHECK(err, cudaMemcpyAsync(dst, src, (size_t)p.n * esize,
+/* The dim that the tiled kernel moves with the last one: the last dim's source stride is
+ * neither 1 nor 0 (a broadcast), an earlier dim's is 1, and both dims are long enough that the
+ * kernel's square tiles are mostly full. -1: the plain kernel. */
+static int tile_dim(const struct rtx__strided_view *v) {
+    int nd = v->ndim;
+    int64_t last = v->strides[nd - 1];
+    if (nd < 2 || last == 1 || last == 0 || v->dims[nd - 1] < COPY_TILE_MIN) return -1;
+    for (int d = nd - 2; d >= 0; d--)
+        if (v->strides[d] == 1) return v->dims[d] >= COPY_TILE_MIN ? d : -1;
+    return -1;
+}
+
+/* Copies the strided view v (its offset already applied to src) into the contiguous dst: a
+ * cudaMemcpyAsync when it is one run, else shape.cu's kernel, in the widest unit that fits. */
+static int strided_copy(struct rtx_cuda *cu, struct rtx__strided_view v, const void *src,
+                        void *dst, size_t esize, struct rtx_err *err) {
+    int64_t numel = rtx__view_simplify(&v);
+    if (numel == 0) return 0;
+    if (v.ndim == 0 || (v.ndim == 1 && v.strides[0] == 1))
+        return RTX_CUDA_CHECK(err, cudaMemcpyAsync(dst, src, (size_t)numel * esize,
                                                    cudaMemcpyDeviceToDevice, cu->stream));
+    size_t unit = rtx__view_widen(&v, esize, (uintptr_t)src, (uintptr_t)dst, COPY_MAX_UNIT);
+    struct rtx_cuda_copy p = {
+        .ndim = v.ndim, .esize = (int32_t)unit, .tile = tile_dim(&v),
+        .n = numel / (int64_t)(unit / esize), .src = src, .dst = dst,
+    };
+    memcpy(p.dims, v.dims, (size_t)v.ndim * sizeof *p.dims);
+    memcpy(p.str, v.strides, (size_t)v.ndim * sizeof *p.str);
     return RTX_CUDA_CHECK(err, rtx__cuda_copy_launch(&p, cu->stream));
 }
 
-static int run_transpose(struct rtx_cuda *cu, const struct rtx_node_args *a,
+/* transpose, expand and slice: the node's view of its input, copied out. */
+static int run_view_copy(struct rtx_cuda *cu, const struct rtx_node_args *a,
                          struct rtx_err *err) {
     const struct rtx_tensor *x = a->in[0];
     struct rtx_tensor *y = a->out[0];
     struct rtx__strided_view v;
     char why[128];
-    if (rtx__transpose_view(a->node, x->ndim, x->dims, &v, why, sizeof why))
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "%s", why);
-    if (!rtx__view_matches(&v, y))
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL,
-                                  "output shape does not match the transpose");
+    int rc = rtx__shape_view(a->node, x, y, &v, why, sizeof why);
+    if (rc) return rtx__cuda_node_err(err, a, rc, "%s", why);
     size_t es = rtx_dtype_size(x->dtype);
-    return strided_copy(cu, v.ndim, v.dims, v.strides,
-                        (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es,
+    return strided_copy(cu, v, (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es,
                         rtx_tensor_data(y), es, err);
 }
 
+/* Copies x's bytes into y. The executor runs a reshape only when its output is a graph output
+ * (a buffer handed to the caller) or its input an initializer given as a strided view; any
+ * other reshape is a view of its input's bytes and never reaches a backend (runtime/plan.c,
+ * DESIGN: views). */
 static int run_reshape(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
     const struct rtx_tensor *x = a->in[0];
     struct rtx_tensor *y = a->out[0];
@@ -103,22 +117,6 @@ static int run_reshape(struct rtx_cuda *cu, const struct rtx_node_args *a, struc
     if (bytes == 0 || src == dst) return 0;
     return RTX_CUDA_CHECK(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
                                                cu->stream));
-}
-
-static int run_expand(struct rtx_cuda *cu, const struct rtx_node_args *a,
-                      struct rtx_err *err) {
-    const struct rtx_tensor *x = a->in[0];
-    struct rtx_tensor *y = a->out[0];
-    struct rtx__strided_view v;
-    char why[128];
-    if (rtx__expand_view(x->ndim, x->dims, y->ndim, y->dims, &v, why, sizeof why))
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "%s", why);
-    if (!rtx__view_matches(&v, y))
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output shape does not match the expand");
-    size_t es = rtx_dtype_size(x->dtype);
-    return strided_copy(cu, v.ndim, v.dims, v.strides,
-                        (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es,
-                        rtx_tensor_data(y), es, err);
 }
 
 static int run_concat(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
@@ -164,22 +162,6 @@ static int run_concat(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
         col += row;
     }
     return 0;
-}
-
-static int run_slice(struct rtx_cuda *cu, const struct rtx_node_args *a,
-                     struct rtx_err *err) {
-    const struct rtx_tensor *x = a->in[0];
-    struct rtx_tensor *y = a->out[0];
-    struct rtx__strided_view v;
-    char why[128];
-    if (rtx__slice_view(a->node, x->ndim, x->dims, &v, why, sizeof why))
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "%s", why);
-    if (!rtx__view_matches(&v, y))
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output shape does not match the slice");
-    size_t es = rtx_dtype_size(x->dtype);
-    return strided_copy(cu, v.ndim, v.dims, v.strides,
-                        (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es,
-                        rtx_tensor_data(y), es, err);
 }
 
 static int run_gather(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
@@ -266,11 +248,11 @@ int rtx__cuda_shape(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
             return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "input %d is missing", i);
     int rc;
     switch (a->node->op) {
-    case RTX_OP_TRANSPOSE: rc = run_transpose(cu, a, err); break;
+    case RTX_OP_TRANSPOSE: case RTX_OP_EXPAND: case RTX_OP_SLICE:
+        rc = run_view_copy(cu, a, err);
+        break;
     case RTX_OP_RESHAPE: rc = run_reshape(cu, a, err); break;
-    case RTX_OP_EXPAND: rc = run_expand(cu, a, err); break;
     case RTX_OP_CONCAT: rc = run_concat(cu, a, err); break;
-    case RTX_OP_SLICE: rc = run_slice(cu, a, err); break;
     case RTX_OP_GATHER:
         if (a->n_in < 2) return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "indices missing");
         return run_gather(cu, a, err);

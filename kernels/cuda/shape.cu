@@ -4,10 +4,16 @@
  *
  * DESIGN
  * Elements are moved by size, never converted, so the kernels are templated on an unsigned
- * type of the element's width (1, 2, 4 or 8 bytes). Each thread computes the source offset
- * of its output element from the merged dims and strides (32-bit divisions when the output
- * has fewer than 2^31 elements); consecutive threads write consecutive outputs, so stores
- * always coalesce and loads do whenever the innermost source stride is small. gather copies
+ * type of the unit's width (1, 2, 4, 8 or 16 bytes; shape.c widens unit-stride runs to 16-,
+ * 8-, 4- or 2-byte units where it can, so one thread then moves up to 16 bytes per offset it
+ * computes). Each thread computes the source offset of its output unit from the merged dims
+ * and strides (32-bit divisions when the output has fewer than 2^31 units); consecutive
+ * threads write consecutive outputs, so stores always coalesce and loads do whenever the
+ * innermost source stride is small. When it is not but another dim has stride 1 (a transpose
+ * that moves the last dim), the tiled kernel stages 32 x 32 tiles in shared memory (one column
+ * of padding against bank conflicts): a warp loads 32 units along the stride-1 dim and stores
+ * 32 along the last dim, one block per tile in a grid-stride loop over batches x tiles, the
+ * batch offsets decomposed once per tile. gather copies
  * whole rows in the widest unit that divides them; an index out of range writes zeros and
  * records its position with atomicMin, which the C side reads after a stream sync to fail
  * the node with the same message as the CPU.
@@ -18,6 +24,8 @@
 
 #define SHAPE_THREADS 256
 #define SHAPE_MAX_BLOCKS 8192
+#define COPY_TILE 32      /* units per side of a tiled copy's tile */
+#define COPY_TILE_ROWS 8  /* thread rows of its blocks: 32 x 8 threads, 4 units each */
 
 __device__ __forceinline__ int64_t thread_index() {
     return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -44,6 +52,52 @@ __global__ void strided_copy(const rtx_cuda_copy p) {
         int64_t off = p.n <= INT32_MAX ? src_offset<uint32_t>(p, (uint32_t)i)
                                        : src_offset<int64_t>(p, i);
         dst[i] = src[off];
+    }
+}
+
+/* Source and destination offsets (units) of batch b of a tiled copy, b decomposed over every
+ * dim but p.tile and the last; *tile_out: the destination stride of dims[p.tile]. */
+__device__ __forceinline__ void tile_batch(const rtx_cuda_copy &p, int64_t b, int64_t *src,
+                                           int64_t *dst, int64_t *tile_out) {
+    int64_t s = 0, d = 0, out_str = p.dims[p.ndim - 1];
+    for (int k = p.ndim - 2; k >= 0; k--) {
+        if (k == p.tile) {
+            *tile_out = out_str;
+        } else {
+            int64_t i = b % p.dims[k];
+            b /= p.dims[k];
+            s += i * p.str[k];
+            d += i * out_str;
+        }
+        out_str *= p.dims[k];
+    }
+    *src = s;
+    *dst = d;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(COPY_TILE * COPY_TILE_ROWS) tiled_copy(const rtx_cuda_copy p) {
+    __shared__ T tile[COPY_TILE][COPY_TILE + 1];
+    const T *src = (const T *)p.src;
+    T *dst = (T *)p.dst;
+    const int64_t R = p.dims[p.tile], C = p.dims[p.ndim - 1];
+    const int64_t rs = p.str[p.tile], cs = p.str[p.ndim - 1];
+    const int64_t tr = (R + COPY_TILE - 1) / COPY_TILE, tc = (C + COPY_TILE - 1) / COPY_TILE;
+    const int64_t tiles = p.n / (R * C) * tr * tc;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int64_t c0 = t % tc * COPY_TILE, r0 = t / tc % tr * COPY_TILE, so, dof, r_out;
+        tile_batch(p, t / tc / tr, &so, &dof, &r_out);
+        for (int j = ty; j < COPY_TILE; j += COPY_TILE_ROWS) { /* loads along the tiled dim */
+            int64_t r = r0 + tx, c = c0 + j;
+            if (r < R && c < C) tile[j][tx] = src[so + r * rs + c * cs];
+        }
+        __syncthreads();
+        for (int j = ty; j < COPY_TILE; j += COPY_TILE_ROWS) { /* stores along the last dim */
+            int64_t r = r0 + j, c = c0 + tx;
+            if (r < R && c < C) dst[dof + r * r_out + c] = tile[tx][j];
+        }
+        __syncthreads(); /* the tile is rewritten by the next iteration */
     }
 }
 
@@ -75,15 +129,34 @@ static unsigned blocks_for(int64_t work) {
     return (unsigned)(b < SHAPE_MAX_BLOCKS ? b : SHAPE_MAX_BLOCKS);
 }
 
+static cudaError_t tiled_copy_launch(const struct rtx_cuda_copy *p, cudaStream_t stream) {
+    if (p->tile < 0 || p->tile >= p->ndim - 1) return cudaErrorInvalidValue;
+    int64_t R = p->dims[p->tile], C = p->dims[p->ndim - 1];
+    int64_t tiles = p->n / (R * C) * ((R + COPY_TILE - 1) / COPY_TILE) *
+                    ((C + COPY_TILE - 1) / COPY_TILE);
+    unsigned b = (unsigned)(tiles < SHAPE_MAX_BLOCKS ? tiles : SHAPE_MAX_BLOCKS);
+    dim3 t(COPY_TILE, COPY_TILE_ROWS);
+    switch (p->esize) {
+    case 1: tiled_copy<uint8_t><<<b, t, 0, stream>>>(*p); break;
+    case 2: tiled_copy<uint16_t><<<b, t, 0, stream>>>(*p); break;
+    case 4: tiled_copy<uint32_t><<<b, t, 0, stream>>>(*p); break;
+    case 8: tiled_copy<uint64_t><<<b, t, 0, stream>>>(*p); break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t rtx__cuda_copy_launch(const struct rtx_cuda_copy *p,
                                              cudaStream_t stream) {
     if (p->n <= 0) return cudaSuccess;
+    if (p->tile >= 0) return tiled_copy_launch(p, stream);
     unsigned b = blocks_for(p->n);
     switch (p->esize) {
     case 1: strided_copy<uint8_t><<<b, SHAPE_THREADS, 0, stream>>>(*p); break;
     case 2: strided_copy<uint16_t><<<b, SHAPE_THREADS, 0, stream>>>(*p); break;
     case 4: strided_copy<uint32_t><<<b, SHAPE_THREADS, 0, stream>>>(*p); break;
     case 8: strided_copy<uint64_t><<<b, SHAPE_THREADS, 0, stream>>>(*p); break;
+    case 16: strided_copy<uint4><<<b, SHAPE_THREADS, 0, stream>>>(*p); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();

@@ -2,7 +2,9 @@
  * gpu-attention.c - the CUDA backend's attention against the CPU reference, aimed at the fused
  * kernels (kernels/cuda/attention-flash.cu): f16 and bf16, head dims 64 and 128, query and key
  * lengths 1, 17, 127 and 1000 (equal and different), causal and not, on the default route and
- * on each tile configuration of both fused kernels (mma.sync and wgmma), boolean masks (a padding
+ * on each tile configuration of both fused kernels (mma.sync and wgmma) and on cuDNN's fused
+ * engine (attention-cudnn.c; skipped with a note when libcudnn.so.9 cannot be loaded, since
+ * cuDNN is optional at run time), boolean masks (a padding
  * mask over the keys, a full [Lq, Lk] mask with a dead row), additive masks with -inf entries,
  * batch and heads > 1, a scale that makes the softmax peaked; the cases the fused kernel does
  * not take (head dim 96, f32) through the unfused route; both routes on one case, agreeing;
@@ -204,15 +206,18 @@ static void append(struct acase *c, const char *s) {
 
 /* Every length case on the default route and on each fused tile configuration (on a device
  * without sm_90a the wg* tiles run the default mma.sync tile instead). */
+static bool have_cudnn(void);
+
 static void length_tests(void) {
-    static const char *const routes[] = {NULL, "flash:m64n64", "flash:m128n64", "flash:wg1n64",
-                                         "flash:wp1n64"};
+    static const char *const routes[] = {NULL,           "flash:m64n64", "flash:m128n64",
+                                         "flash:wg1n64", "flash:wp1n64", "cudnn"};
     static const enum rtx_dtype dts[2] = {RTX_F16, RTX_BF16};
     static const int64_t dims[2] = {64, 128};
     static const int64_t lens[][2] = {{1, 1},    {17, 17},  {127, 127}, {1000, 1000},
                                       {17, 127}, {127, 17}, {1, 1000},  {1000, 17}};
     for (size_t ri = 0; ri < sizeof routes / sizeof routes[0]; ri++) {
         route = routes[ri];
+        if (route && strcmp(route, "cudnn") == 0 && !have_cudnn()) continue;
         for (int di = 0; di < 2; di++)
             for (int hi = 0; hi < 2; hi++)
                 for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
@@ -234,14 +239,19 @@ static void scale_and_mask_tests(void) {
         for (int hi = 0; hi < 2; hi++) {
             int64_t d = hi ? 128 : 64;
             /* scale 1: scores of several units, a peaked softmax across many key tiles */
-            struct acase c = qkv(dt, 2, 2, 300, 517, d, d, 0);
-            c.scale = 1.0;
-            append(&c, " scale 1");
-            run_case(&c);
-            c = qkv(dt, 2, 2, 517, 300, d, d, 1);
-            c.scale = 0.7;
-            append(&c, " scale 0.7");
-            run_case(&c);
+            for (int ci = 0; ci < (have_cudnn() ? 2 : 1); ci++) {
+                route = ci ? "cudnn" : NULL;
+                struct acase sc = qkv(dt, 2, 2, 300, 517, d, d, 0);
+                sc.scale = 1.0;
+                append(&sc, " scale 1");
+                run_case(&sc);
+                sc = qkv(dt, 2, 2, 517, 300, d, d, 1);
+                sc.scale = 0.7;
+                append(&sc, " scale 0.7");
+                run_case(&sc);
+            }
+            route = NULL;
+            struct acase c;
             /* padding mask over the keys, broadcast over batch, heads and queries */
             c = qkv(dt, 2, 3, 127, 200, d, d, 0);
             c.n_in = 4;
@@ -317,6 +327,31 @@ static void route_tests(void) {
         gpu_check(e <= 2e-2, "attention routes: %s against unfused: rel err %.3g (tol 2e-2)",
                   tiles[i], e);
     }
+    if (have_cudnn()) {
+        setenv("RTX_ATTN_ROUTE", "cudnn", 1);
+        rtx_tensor_unref(fused);
+        fused = NULL;
+        rc = run_on(gpu_be, &c, in, &fused, &err);
+        if (gpu_check(rc == 0, "attention routes: cudnn runs%s%s", rc ? ": " : "", err.msg)) {
+            double e = rel_err(unfused, fused);
+            gpu_check(e <= 2e-2, "attention routes: cudnn against unfused: rel err %.3g (tol 2e-2)",
+                      e);
+        }
+        /* a mask is the hand-written kernel's: a forced cuDNN route refuses it by name */
+        struct acase m = qkv(RTX_BF16, 1, 2, 64, 64, 64, 64, 0);
+        m.n_in = 4;
+        m.in[3] = (struct ain){RTX_BOOL, 1, {64}, F_BOOL_PAD};
+        struct rtx_tensor *min[4] = {NULL, NULL, NULL, NULL}, *my = NULL;
+        for (int k = 0; k < 4; k++)
+            min[k] = make_input(&m.in[k]);
+        memset(&err, 0, sizeof err);
+        rc = run_on(gpu_be, &m, min, &my, &err);
+        gpu_check(rc == RTX_EUNSUPPORTED && strstr(err.msg, "mask") != NULL,
+                  "attention routes: cudnn refuses a mask with RTX_EUNSUPPORTED (%s)", err.msg);
+        rtx_tensor_unref(my);
+        for (int k = 0; k < 4; k++)
+            rtx_tensor_unref(min[k]);
+    }
     setenv("RTX_ATTN_ROUTE", "flash:m7n7", 1);
     memset(&err, 0, sizeof err);
     rc = run_on(gpu_be, &c, in, &y, &err);
@@ -333,6 +368,34 @@ done:
     rtx_tensor_unref(unfused);
     for (int k = 0; k < 3; k++)
         rtx_tensor_unref(in[k]);
+}
+
+/* Whether the cuDNN route can run here: one small forced run, remembered. Without
+ * libcudnn.so.9 the route's cases are skipped with a note; any other failure is the route's
+ * own and the cases report it. */
+static bool have_cudnn(void) {
+    static int known = -1;
+    if (known >= 0) return known;
+    const char *old = getenv("RTX_ATTN_ROUTE");
+    char saved[64] = "";
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    struct acase c = qkv(RTX_F16, 1, 1, 16, 16, 64, 64, 0);
+    struct rtx_tensor *in[3] = {NULL, NULL, NULL}, *y = NULL;
+    struct rtx_err err = {0};
+    for (int k = 0; k < 3; k++)
+        in[k] = make_input(&c.in[k]);
+    setenv("RTX_ATTN_ROUTE", "cudnn", 1);
+    int rc = in[0] && in[1] && in[2] ? run_on(gpu_be, &c, in, &y, &err) : RTX_ENOMEM;
+    if (old)
+        setenv("RTX_ATTN_ROUTE", saved, 1);
+    else
+        unsetenv("RTX_ATTN_ROUTE");
+    known = !(rc == RTX_EUNSUPPORTED && strstr(err.msg, "libcudnn") != NULL);
+    if (!known) printf("note: attention's cuDNN route skipped: %s\n", err.msg);
+    rtx_tensor_unref(y);
+    for (int k = 0; k < 3; k++)
+        rtx_tensor_unref(in[k]);
+    return known;
 }
 
 void gpu_attention_tests(int index) {

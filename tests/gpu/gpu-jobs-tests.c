@@ -6,6 +6,9 @@
  * error (an illegal address) marks the device unhealthy, later jobs go elsewhere and the
  * process keeps working. Prints one line per check and "N passed, M failed"; exits 1 when a
  * check failed, 0 without a GPU (unless a GPU device node exists or RTX_REQUIRE_GPU=1).
+ * Every test runs with plan reuse on (jobs.plan_cache's default): the same graph submitted
+ * again to one GPU worker runs its kept plan, so the third such job replays a captured CUDA
+ * graph with the first job's results, bit for bit; the worker warmed up before its first job.
  *
  * DESIGN
  * The illegal address comes from a test-only hook that production code does not carry: the
@@ -20,6 +23,7 @@
  * A plain C program (no Check, no fork) for the reason tests/gpu/gpu-tests.c gives.
  */
 #include <ftw.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,6 +203,7 @@ static struct rtx_jobs_options options(struct rtx_store *s, const struct rtx_cud
         .store = s, .workers = 1, .cpu_threads = 4, .max_queued = 1000,
         .default_restart_policy = RTX_RESTART_RERUN, .n_lanes = 1, .lanes = lanes,
         .default_lane = "batch", .gpus = l, .gpu_workers_per_device = per_device,
+        .plan_cache = 16, .plan_cache_bytes = (size_t)1 << 30, /* the daemon's defaults */
     };
 }
 
@@ -327,6 +332,105 @@ static void test_oom_is_not_sticky(struct rtx_store *s, const struct rtx_cuda_de
     rtx_graph_free(g);
 }
 
+/* Whether a and b hold the same bytes with the same element count. */
+static bool same_bits(const struct rtx_tensor *a, const struct rtx_tensor *b) {
+    return a && b && rtx_tensor_nbytes(a) == rtx_tensor_nbytes(b) &&
+           memcmp(rtx_tensor_data(a), rtx_tensor_data(b), rtx_tensor_nbytes(a)) == 0;
+}
+
+/* Waits (up to 60 s) until no job is queued or running; returns the stats then. */
+static struct rtx_jobs_stats settle(struct rtx_jobs *j) {
+    struct rtx_jobs_stats st;
+    for (int i = 0; i < 60000; i++) {
+        rtx_jobs_get_stats(j, &st);
+        int busy = 0;
+        for (int k = 0; k < st.n_lanes; k++)
+            busy += st.lanes[k].queued + st.lanes[k].running;
+        if (busy == 0) break;
+        usleep(1000);
+    }
+    return st;
+}
+
+/* Waits (up to 60 s) until every worker of cuda:0 (device slot 1) warmed up. */
+static struct rtx_jobs_device wait_warm(struct rtx_jobs *j) {
+    struct rtx_jobs_stats st;
+    for (int i = 0; i < 60000; i++) {
+        rtx_jobs_get_stats(j, &st);
+        if (st.devices[1].workers_warm == st.devices[1].workers) break;
+        usleep(1000);
+    }
+    return st.devices[1];
+}
+
+/* One GPU worker, the same graph five times: the worker keeps the plan, so job 1 runs node by
+ * node (fixed), job 2 captures a CUDA graph, jobs 3 to 5 replay it, each with job 1's output
+ * bit for bit; another input of the same shape replays too and matches the CPU. */
+static void test_repeated_graph_replays(struct rtx_store *s, const struct rtx_cuda_devices *l) {
+    struct rtx_jobs_options o = options(s, l, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = mlp_graph("out");
+    struct rtx_tensor *x = random_tensor(2, (const int64_t[]){64, 256}, 21);
+    struct rtx_tensor *x2 = random_tensor(2, (const int64_t[]){64, 256}, 22);
+    struct rtx_jobs_device d = wait_warm(j);
+    gpu_check(d.workers_warm == 1 && d.warmup_ms > 0 && d.jobs_started == 0,
+              "cuda:0's worker warmed up before its first job (%.3f ms)", d.warmup_ms);
+    struct rtx_err err = {0};
+    char id[RTX_JOB_ID_LEN];
+    enum { N = 5 };
+    const enum rtx_exec_mode want[N] = {RTX_EXEC_FIXED, RTX_EXEC_CAPTURED, RTX_EXEC_REPLAYED,
+                                        RTX_EXEC_REPLAYED, RTX_EXEC_REPLAYED};
+    struct rtx_tensor *first = NULL;
+    for (int i = 0; i < N; i++) {
+        if (submit(j, g, x, "cuda:0", id, &err) != 0) die("submit the repeated graph", &err);
+        struct rtx_job_info info = wait_job(s, id);
+        struct rtx_jobs_run run = {0};
+        int rc = rtx_jobs_get_run(j, id, &run);
+        gpu_check(info.state == RTX_JOB_SUCCEEDED && rc == 0 && run.mode == want[i] &&
+                      run.plan_reused == (i > 0) && strcmp(run.device, "cuda:0") == 0,
+                  "job %d of the same graph on cuda:0: %s, ran %s (want %s), plan reused %d, "
+                  "%.3f ms %s",
+                  i + 1, rtx_job_state_name(info.state), rtx_jobs_exec_mode_name(run.mode),
+                  rtx_jobs_exec_mode_name(want[i]), run.plan_reused, info.run_ms, info.reason);
+        struct rtx_tensor *got = output_of(s, id);
+        if (i == 0)
+            first = got;
+        else
+            gpu_check(same_bits(got, first), "job %d's output is job 1's, bit for bit", i + 1);
+        if (i > 0) rtx_tensor_unref(got);
+        rtx_job_info_clear(&info);
+    }
+
+    char cpu_id[RTX_JOB_ID_LEN];
+    if (submit(j, g, x2, "cuda:0", id, &err) != 0) die("submit another input", &err);
+    if (submit(j, g, x2, "cpu", cpu_id, &err) != 0) die("submit on the CPU", &err);
+    struct rtx_job_info info = wait_job(s, id), cinfo = wait_job(s, cpu_id);
+    struct rtx_jobs_run run = {0};
+    int rc = rtx_jobs_get_run(j, id, &run);
+    struct rtx_tensor *got = output_of(s, id), *want_cpu = output_of(s, cpu_id);
+    double e = max_rel_err(got, want_cpu);
+    gpu_check(info.state == RTX_JOB_SUCCEEDED && rc == 0 && run.mode == RTX_EXEC_REPLAYED &&
+                  e >= 0 && e < 2e-3,
+              "another input of the same shape replays (%s) within 2e-3 of the CPU (%.3g)",
+              rtx_jobs_exec_mode_name(run.mode), e);
+    rtx_job_info_clear(&info);
+    rtx_job_info_clear(&cinfo);
+    struct rtx_jobs_stats st = settle(j); /* the worker has put the plan back */
+    gpu_check(st.devices[1].plan_cache_hits == N && st.devices[1].plan_cache_misses == 1 &&
+                  st.devices[1].plan_cache_plans == 1,
+              "cuda:0's plan cache: %" PRId64 " hits, %" PRId64 " misses, %d plan(s) kept "
+              "(%zu bytes)",
+              st.devices[1].plan_cache_hits, st.devices[1].plan_cache_misses,
+              st.devices[1].plan_cache_plans, st.devices[1].plan_cache_bytes);
+    rtx_tensor_unref(got);
+    rtx_tensor_unref(want_cpu);
+    rtx_tensor_unref(first);
+    rtx_jobs_stop(j);
+    rtx_tensor_unref(x);
+    rtx_tensor_unref(x2);
+    rtx_graph_free(g);
+}
+
 /* The test-only hook (see DESIGN): the CUDA backend with a run_node that faults on demand. */
 struct hook_be {
     struct rtx_backend be; /* be.ctx is the CUDA backend's own context */
@@ -446,6 +550,7 @@ int main(void) {
     if (gpu_check(l.devs[0].healthy, "cuda:0 is healthy at start %s", l.devs[0].detail)) {
         test_placement_and_parity(s, &l);
         test_oom_is_not_sticky(s, &l);
+        test_repeated_graph_replays(s, &l);
         test_sticky_error(s, &l); /* last: it poisons cuda:0 for the rest of the process */
     }
     store_close(s);

@@ -2,8 +2,11 @@
  * gpu-parity.c - the CUDA backend against the CPU reference (ggml's test-backend-ops idea):
  * every elementwise and shape op on several shapes (odd sizes, broadcasting, rank 0, size-1
  * dims) and dtypes, as a one-node graph run through rtx_plan_execute on both backends and
- * compared element by element; a random multi-node elementwise graph with an initializer,
- * run twice; gather's out-of-range error; and a bandwidth figure for add.
+ * compared element by element, with cases aimed at each unit the strided copy can move and at
+ * its tiled transpose; softmax and log_softmax through each of their kernels; a random
+ * multi-node elementwise graph with an initializer, run twice; gather's out-of-range error;
+ * and bandwidth figures for add, the attention block's transposes (beside a device copy of the
+ * same bytes) and bf16 softmax.
  *
  * DESIGN
  * Tolerances by output dtype: |gpu - cpu| <= tol * max(1, |cpu|), tol 1e-5 for f32, 1e-3
@@ -22,7 +25,7 @@
 #include "kernels/backend.h"
 #include "tests/gpu/gpu-tests.h"
 
-enum fill { F_ANY, F_POS, F_SMALL, F_SPECIAL, F_HALF };
+enum fill { F_ANY, F_POS, F_SMALL, F_SPECIAL, F_HALF, F_WIDE };
 
 struct tin {
     enum rtx_dtype dt;
@@ -86,6 +89,7 @@ static double draw(const struct tin *t) {
     case F_SMALL: return fl ? (double)rng_int(-4, 4) * 0.5 : (double)rng_int(-3, 3);
     case F_HALF: return fl ? (double)rng_int(-6, 6) * 0.5 : (double)rng_int(-2, 5);
     case F_SPECIAL: return special_value(dt);
+    case F_WIDE: return fl ? (rng_unit() - 0.5) * 80.0 : (double)rng_int(-40, 40);
     case F_ANY: break;
     }
     if (t->bound > 0) return (double)rng_int(-t->bound, t->bound - 1);
@@ -350,6 +354,46 @@ static void elementwise_tests(void) {
  * Shape ops
  * ---------------------------------------------------------------------------------------- */
 
+/* The CUDA copy's unit widening and tiled transpose (shape.c / shape.cu) on dtype dt: each
+ * case's comment says which unit or kernel it takes for 4-byte / 2-byte / 1-byte / 8-byte
+ * elements (device buffers are at least 16-byte aligned). */
+static void wide_copy_tests(enum rtx_dtype dt) {
+    const struct spec cases[] = {
+        /* head split, runs of 16 elements: 16-byte units for every size */
+        {.op = "transpose", .n_in = 1, .in = {T(dt, 4, 2, 6, 4, 16)},
+         .ints = {{"perm", 4, {0, 2, 1, 3}}}},
+        /* runs of 2: units of 8 / 4 / 2 / 16 bytes */
+        {.op = "transpose", .n_in = 1, .in = {T(dt, 3, 3, 5, 2, 0)},
+         .ints = {{"perm", 3, {1, 0, 2}}}},
+        /* runs of 3: no wider unit fits, element by element */
+        {.op = "transpose", .n_in = 1, .in = {T(dt, 3, 4, 6, 3, 0)},
+         .ints = {{"perm", 3, {1, 0, 2}}}},
+        /* slices of rows: at 8 elements in (16 / 16 / 8 / 16 bytes), 2 in (8 / 4 / 2 / 16), 1 in
+         * (misaligned for every wider unit), and rows reversed (a negative outer stride) */
+        {.op = "slice", .n_in = 1, .in = {T(dt, 2, 6, 32, 0, 0)},
+         .ints = {{"starts", 1, {8}}, {"ends", 1, {24}}, {"axes", 1, {1}}}},
+        {.op = "slice", .n_in = 1, .in = {T(dt, 2, 6, 32, 0, 0)},
+         .ints = {{"starts", 1, {2}}, {"ends", 1, {18}}, {"axes", 1, {1}}}},
+        {.op = "slice", .n_in = 1, .in = {T(dt, 2, 6, 32, 0, 0)},
+         .ints = {{"starts", 1, {1}}, {"ends", 1, {17}}, {"axes", 1, {1}}}},
+        {.op = "slice", .n_in = 1, .in = {T(dt, 2, 6, 32, 0, 0)},
+         .ints = {{"starts", 1, {-1}}, {"ends", 1, {-100}}, {"axes", 1, {0}},
+                  {"steps", 1, {-1}}}},
+        /* broadcast rows (stride 0) in 16-byte units */
+        {.op = "expand", .n_in = 1, .in = {T(dt, 3, 5, 1, 16, 0)},
+         .ints = {{"shape", 3, {5, 7, 16}}}},
+        /* the tiled transpose: last two dims with partial tiles, the tiled dim first with a
+         * batch dim between, and batch dims on both sides */
+        {.op = "transpose", .n_in = 1, .in = {T(dt, 3, 3, 40, 50, 0)},
+         .ints = {{"perm", 3, {0, 2, 1}}}},
+        {.op = "transpose", .n_in = 1, .in = {T(dt, 3, 40, 3, 50, 0)},
+         .ints = {{"perm", 3, {2, 1, 0}}}},
+        {.op = "transpose", .n_in = 1, .in = {T(dt, 4, 5, 20, 3, 18)},
+         .ints = {{"perm", 4, {0, 3, 2, 1}}}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) parity(&cases[k]);
+}
+
 static void shape_tests(void) {
     const enum rtx_dtype dts[] = {RTX_F32, RTX_F16, RTX_I8, RTX_I64, RTX_BOOL, RTX_BF16};
     for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
@@ -400,6 +444,8 @@ static void shape_tests(void) {
                                     {"steps", 1, {-1}}}};
         parity(&sl4); /* reversed */
 
+        wide_copy_tests(dt);
+
         struct spec gt = {.op = "gather", .n_in = 2,
                           .in = {T(dt, 3, 10, 4, 3, 0), T(RTX_I64, 2, 2, 3, 0, 0)}};
         gt.in[1].bound = 10;
@@ -439,6 +485,40 @@ static void shape_tests(void) {
         rtx_graph_free(g);
         rtx_tensor_unref(v);
     }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * softmax / log_softmax (reduce.cu): every kernel the last axis can take, per float dtype
+ * ---------------------------------------------------------------------------------------- */
+
+static void softmax_tests(void) {
+    const enum rtx_dtype dts[] = {RTX_F32, RTX_F16, RTX_BF16};
+    const char *const ops[] = {"softmax", "log_softmax"};
+    /* rows of r elements; for 2-byte types (8 per 16-byte pack) and f32 (4 per pack): */
+    const struct {
+        int64_t rows, r;
+        enum fill fill;
+    } shapes[] = {
+        {33, 64, F_ANY},    /* a warp per row, 1 pack per lane (bf16 8 packs, f32 16) */
+        {9, 400, F_ANY},    /* bf16: 2 packs per lane; f32: 4 */
+        {5, 1000, F_WIDE},  /* bf16: 4 per lane; f32: a block, packs past the row */
+        {3, 4096, F_ANY},   /* the benchmark's row: a block of 128 (bf16) or 256 (f32) */
+        {2, 8200, F_ANY},   /* bf16: a block with packs past the row; f32: too long, rows kernel */
+        {4, 4100, F_WIDE},  /* not whole packs: the block-per-row kernel */
+        {16, 64, F_SPECIAL}, /* NaN, infinities and 1e30 in the rows: NaN where the CPU has NaN */
+    };
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
+        for (size_t o = 0; o < 2; o++) {
+            for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+                struct spec s = {.op = ops[o], .n_in = 1,
+                                 .in = {TF(T(dts[d], 2, shapes[k].rows, shapes[k].r, 0, 0),
+                                           shapes[k].fill)}};
+                parity(&s);
+            }
+            struct spec cols = {.op = ops[o], .n_in = 1, .iattr = "axis", .ival = 0,
+                                .in = {TF(T(dts[d], 2, 50, 24, 0, 0), F_WIDE)}};
+            parity(&cols); /* another axis: a thread per column */
+        }
 }
 
 /* gather with an index out of range fails on both backends with the same message. */
@@ -603,25 +683,26 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void bandwidth(enum rtx_dtype dt, int64_t n, bool row_broadcast) {
+/* Times the one-node spec s on device-resident inputs (zeros) into an output of out_dims, 20
+ * runs after two warm-up runs, through the backend's run_node; reports GB/s for `moved` bytes
+ * per run. */
+static void bandwidth_case(const char *what, const struct spec *s, int out_ndim,
+                           const int64_t *out_dims, double moved) {
     struct rtx_graph *g = NULL;
     struct rtx_err err = {0};
-    int64_t dims[2] = {n / 1024, 1024}, bdims[1] = {1024};
-    struct spec s = {.op = "add", .n_in = 2};
-    s.in[0] = T(dt, 2, dims[0], dims[1], 0, 0);
-    s.in[1] = row_broadcast ? T(dt, 1, bdims[0], 0, 0, 0) : s.in[0];
-    struct rtx_tensor *host[2] = {NULL}, *dev[2] = {NULL}, *y = NULL;
+    struct rtx_tensor *host[4] = {NULL}, *dev[4] = {NULL}, *y = NULL;
     struct rtx_buffer *buf = NULL;
-    int rc = build(&s, &g, &err);
-    for (int i = 0; i < 2 && rc == 0; i++) {
-        rc = rtx_tensor_new(dt, s.in[i].ndim, s.in[i].dims, &host[i], &err);
+    enum rtx_dtype dt = s->in[0].dt;
+    int rc = build(s, &g, &err);
+    for (int i = 0; i < s->n_in && rc == 0; i++) {
+        rc = rtx_tensor_new(s->in[i].dt, s->in[i].ndim, s->in[i].dims, &host[i], &err);
         if (rc == 0) rc = rtx_backend_upload(gpu_be, host[i], &dev[i], &err);
     }
-    size_t bytes = (size_t)n * rtx_dtype_size(dt);
+    size_t bytes = (size_t)rtx_shape_numel(out_ndim, out_dims) * rtx_dtype_size(dt);
     if (rc == 0) rc = rtx_backend_buffer_new(gpu_be, bytes, &buf, &err);
-    if (rc == 0) rc = rtx_tensor_from_buffer(buf, 0, dt, 2, dims, &y, &err);
+    if (rc == 0) rc = rtx_tensor_from_buffer(buf, 0, dt, out_ndim, out_dims, &y, &err);
     struct rtx_tensor *outs[1] = {y};
-    struct rtx_node_args a = {.graph = g, .node = g ? &g->nodes[0] : NULL, .n_in = 2,
+    struct rtx_node_args a = {.graph = g, .node = g ? &g->nodes[0] : NULL, .n_in = s->n_in,
                               .in = dev, .n_out = 1, .out = outs};
     const int reps = 20;
     double t0 = 0, t1 = 0;
@@ -634,17 +715,58 @@ static void bandwidth(enum rtx_dtype dt, int64_t n, bool row_broadcast) {
     }
     if (rc == 0) rc = rtx_backend_synchronize(gpu_be, &err);
     t1 = now_s();
-    double moved = (double)bytes * (row_broadcast ? 2.0 : 3.0) * reps;
-    gpu_check(rc == 0, "add %s [%lld]%s: %.3f ms per run, %.0f GB/s%s%s", rtx_dtype_name(dt),
-              (long long)n, row_broadcast ? " + row" : "", (t1 - t0) * 1e3 / reps,
-              rc == 0 ? moved / (t1 - t0) / 1e9 : 0.0, rc ? ": " : "", err.msg);
+    gpu_check(rc == 0, "%s: %.3f ms per run, %.0f GB/s%s%s", what, (t1 - t0) * 1e3 / reps,
+              rc == 0 ? moved * reps / (t1 - t0) / 1e9 : 0.0, rc ? ": " : "", err.msg);
     rtx_tensor_unref(y);
     rtx_buffer_unref(buf);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < s->n_in; i++) {
         rtx_tensor_unref(host[i]);
         rtx_tensor_unref(dev[i]);
     }
     rtx_graph_free(g);
+}
+
+static void bandwidth(enum rtx_dtype dt, int64_t n, bool row_broadcast) {
+    int64_t dims[2] = {n / 1024, 1024}, bdims[1] = {1024};
+    struct spec s = {.op = "add", .n_in = 2};
+    s.in[0] = T(dt, 2, dims[0], dims[1], 0, 0);
+    s.in[1] = row_broadcast ? T(dt, 1, bdims[0], 0, 0, 0) : s.in[0];
+    char what[64];
+    snprintf(what, sizeof what, "add %s [%lld]%s", rtx_dtype_name(dt), (long long)n,
+             row_broadcast ? " + row" : "");
+    double bytes = (double)n * (double)rtx_dtype_size(dt);
+    bandwidth_case(what, &s, 2, dims, bytes * (row_broadcast ? 2.0 : 3.0));
+}
+
+/* The copies of the bf16 transformer block's attention (8 x 512 tokens, 16 heads of 64) and
+ * the benchmark's softmax, beside a plain device copy (reshape) of the same bytes: the
+ * memory-bound figures of docs/gpu.md. */
+static void memory_bound_bandwidth(void) {
+    const double head_bytes = 8.0 * 512 * 16 * 64 * 2;
+    struct spec copy = {.op = "reshape", .n_in = 1, .in = {T(RTX_BF16, 4, 8, 512, 16, 64)},
+                        .ints = {{"shape", 3, {8, 512, 1024}}}};
+    bandwidth_case("device copy (reshape) bf16 [8,512,16,64]", &copy, 3,
+                   (const int64_t[]){8, 512, 1024}, 2 * head_bytes);
+    struct spec split = {.op = "transpose", .n_in = 1, .in = {T(RTX_BF16, 4, 8, 512, 16, 64)},
+                         .ints = {{"perm", 4, {0, 2, 1, 3}}}};
+    bandwidth_case("transpose bf16 [8,512,16,64] perm (0,2,1,3)", &split, 4,
+                   (const int64_t[]){8, 16, 512, 64}, 2 * head_bytes);
+    struct spec merge = {.op = "transpose", .n_in = 1, .in = {T(RTX_BF16, 4, 8, 16, 512, 64)},
+                         .ints = {{"perm", 4, {0, 2, 1, 3}}}};
+    bandwidth_case("transpose bf16 [8,16,512,64] perm (0,2,1,3)", &merge, 4,
+                   (const int64_t[]){8, 512, 16, 64}, 2 * head_bytes);
+    struct spec keys = {.op = "transpose", .n_in = 1, .in = {T(RTX_BF16, 4, 8, 16, 512, 64)},
+                        .ints = {{"perm", 4, {0, 1, 3, 2}}}};
+    bandwidth_case("transpose bf16 [8,16,512,64] perm (0,1,3,2)", &keys, 4,
+                   (const int64_t[]){8, 16, 64, 512}, 2 * head_bytes);
+    const int64_t rows = 32768, cols = 4096;
+    const double sm_bytes = 2.0 * (double)rows * cols * 2;
+    struct spec sm = {.op = "softmax", .n_in = 1, .in = {T(RTX_BF16, 2, rows, cols, 0, 0)}};
+    bandwidth_case("softmax bf16 [32768,4096]", &sm, 2, (const int64_t[]){rows, cols}, sm_bytes);
+    struct spec lsm = {.op = "log_softmax", .n_in = 1,
+                       .in = {T(RTX_BF16, 2, rows, cols, 0, 0)}};
+    bandwidth_case("log_softmax bf16 [32768,4096]", &lsm, 2, (const int64_t[]){rows, cols},
+                   sm_bytes);
 }
 
 void gpu_parity_tests(int index) {
@@ -665,11 +787,13 @@ void gpu_parity_tests(int index) {
     gpu_check(!rtx_backend_is_host(gpu_be), "the CUDA backend is not host memory");
     elementwise_tests();
     shape_tests();
+    softmax_tests();
     gather_error_test();
     random_graph_tests();
     bandwidth(RTX_F32, (int64_t)1 << 26, false);
     bandwidth(RTX_BF16, (int64_t)1 << 26, false);
     bandwidth(RTX_F32, (int64_t)1 << 26, true);
+    memory_bound_bandwidth();
     rtx_backend_free(gpu_be);
     rtx_backend_free(cpu_be);
     gpu_be = cpu_be = NULL;

@@ -3,12 +3,15 @@
  * attention-flash.h) where CI runs it, without a GPU: which problems the fused route takes
  * (dtype, head dims, lengths, pointer alignment, mask dtype, compute capability), the names of
  * the tile configurations RTX_ATTN_ROUTE accepts, and the launcher refusing a problem it does
- * not support, or queuing nothing for an empty one, before any CUDA call. The kernels
- * themselves run on the GPU machine (tests/gpu/gpu-attention.c).
+ * not support, or queuing nothing for an empty one, before any CUDA call. Also the cuDNN
+ * route's side that needs no GPU (kernels/cuda/attention-cudnn.h): which problems it takes,
+ * and that loading libcudnn.so.9 either succeeds with a 9.x version or says why not. The
+ * kernels themselves run on the GPU machine (tests/gpu/gpu-attention.c).
  */
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cuda/attention-cudnn.h"
 #include "kernels/cuda/attention-flash.h"
 #include "tests/unit/test-util.h"
 
@@ -112,6 +115,75 @@ START_TEST(flash_launcher_refuses_before_any_cuda_call) {
 }
 END_TEST
 
+/* A contiguous [2, 4, lq, d] problem of dtype dt on 16-byte aligned stand-in pointers. */
+static struct rtx_cuda_sdpa sdpa(enum rtx_dtype dt, int64_t lq, int64_t lk, int64_t d) {
+    struct rtx_cuda_sdpa p = {
+        .dt = dt, .b = 2, .h = 4, .lq = lq, .lk = lk, .d = d, .dv = d,
+        .q_str = {4 * lq * d, lq * d, d, 1}, .k_str = {4 * lk * d, lk * d, d, 1},
+        .v_str = {4 * lk * d, lk * d, d, 1}, .o_str = {4 * lq * d, lq * d, d, 1},
+        .scale = 0.125f, .q = P16, .k = P16, .v = P16, .out = (void *)buf,
+    };
+    return p;
+}
+
+START_TEST(cudnn_route_takes_f16_bf16_head_dims_multiple_of_8) {
+    struct rtx_cuda_sdpa p = sdpa(RTX_BF16, 100, 200, 64);
+    long v = rtx__cudnn_version(NULL, 0);
+    (void)v;
+    /* the headers may be absent at build time: then nothing is supported */
+    bool built = rtx__cudnn_sdpa_supported(&p, 90);
+    if (!built) return;
+    ck_assert(rtx__cudnn_sdpa_supported(&p, 80));
+    p = sdpa(RTX_F16, 1, 1, 128);
+    ck_assert(rtx__cudnn_sdpa_supported(&p, 90));
+    p = sdpa(RTX_F16, 17, 33, 256);
+    ck_assert(rtx__cudnn_sdpa_supported(&p, 90));
+    ck_assert(!rtx__cudnn_sdpa_supported(&p, 80)); /* 256 needs Hopper */
+    p = sdpa(RTX_F16, 17, 33, 72);
+    ck_assert(rtx__cudnn_sdpa_supported(&p, 90));
+    p = sdpa(RTX_F16, 17, 33, 68); /* not a multiple of 8 */
+    ck_assert(!rtx__cudnn_sdpa_supported(&p, 90));
+    p = sdpa(RTX_F32, 17, 33, 64);
+    ck_assert(!rtx__cudnn_sdpa_supported(&p, 90));
+    p = sdpa(RTX_BF16, 17, 33, 64);
+    ck_assert(!rtx__cudnn_sdpa_supported(&p, 75));
+    p.lk = 0;
+    ck_assert(!rtx__cudnn_sdpa_supported(&p, 90));
+}
+END_TEST
+
+START_TEST(cudnn_route_needs_unit_last_strides_and_alignment) {
+    struct rtx_cuda_sdpa p = sdpa(RTX_BF16, 64, 64, 64);
+    if (!rtx__cudnn_sdpa_supported(&p, 90)) return; /* built without the headers */
+    /* [b, s, h, d] layout: strides permuted, still unit last stride: taken */
+    int64_t bshd[4] = {64 * 4 * 64, 64, 4 * 64, 1};
+    memcpy(p.q_str, bshd, sizeof bshd);
+    ck_assert(rtx__cudnn_sdpa_supported(&p, 90));
+    p.k_str[3] = 2;
+    ck_assert(!rtx__cudnn_sdpa_supported(&p, 90));
+    p = sdpa(RTX_BF16, 64, 64, 64);
+    p.v_str[2] = 60; /* 120 bytes between rows: not 16-byte aligned */
+    ck_assert(!rtx__cudnn_sdpa_supported(&p, 90));
+    p = sdpa(RTX_BF16, 64, 64, 64);
+    p.out = (void *)(buf + 8);
+    ck_assert(!rtx__cudnn_sdpa_supported(&p, 90));
+}
+END_TEST
+
+START_TEST(cudnn_library_loads_as_9x_or_says_why) {
+    char why[256] = "";
+    long v = rtx__cudnn_version(why, sizeof why);
+    if (v) {
+        ck_assert_int_eq(v / 10000, 9);
+    } else {
+        ck_assert(why[0] != '\0');
+        ck_assert(strstr(why, "cuDNN") != NULL || strstr(why, "libcudnn") != NULL);
+    }
+    /* the answer is remembered: a second call agrees */
+    ck_assert_int_eq(rtx__cudnn_version(NULL, 0), v);
+}
+END_TEST
+
 Suite *rtx_cuda_flash_suite(void) {
     Suite *s = suite_create("cuda_flash");
     TCase *tc = tcase_create("host");
@@ -120,6 +192,9 @@ Suite *rtx_cuda_flash_suite(void) {
     tcase_add_test(tc, flash_mask_must_be_bool_or_the_input_dtype);
     tcase_add_test(tc, flash_tile_names);
     tcase_add_test(tc, flash_launcher_refuses_before_any_cuda_call);
+    tcase_add_test(tc, cudnn_route_takes_f16_bf16_head_dims_multiple_of_8);
+    tcase_add_test(tc, cudnn_route_needs_unit_last_strides_and_alignment);
+    tcase_add_test(tc, cudnn_library_loads_as_9x_or_says_why);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,7 +1,9 @@
 /*
- * test-geometry.c - the conv2d / pool window geometry both backends share (kernels/geometry.c):
- * the fields it computes and every error path, called directly (the validator infers shapes
- * that never reach most of these checks through a plan).
+ * test-geometry.c - the geometry both backends share (kernels/geometry.c), called directly (the
+ * validator infers shapes that never reach most of these checks through a plan): the conv2d /
+ * pool window, its fields and every error path; the strided-copy views (which view each of
+ * transpose, expand and slice reads, how dims simplify, and the CUDA copy's unit widening,
+ * whose kernel runs only on a GPU but whose choice of unit is pure arithmetic).
  */
 #include <string.h>
 
@@ -149,6 +151,177 @@ START_TEST(pool_window_ceil_mode_and_errors) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------
+ * Strided-copy views: rtx__shape_view, rtx__view_simplify, rtx__view_widen
+ * ---------------------------------------------------------------------------------------- */
+
+static struct rtx__strided_view view2(int nd, const int64_t *dims, const int64_t *strides) {
+    struct rtx__strided_view v = {.ndim = nd};
+    memcpy(v.dims, dims, (size_t)nd * sizeof *dims);
+    memcpy(v.strides, strides, (size_t)nd * sizeof *strides);
+    return v;
+}
+
+static void assert_view(const struct rtx__strided_view *v, int nd, const int64_t *dims,
+                        const int64_t *strides) {
+    ck_assert_int_eq(v->ndim, nd);
+    for (int d = 0; d < nd; d++) {
+        ck_assert_int_eq(v->dims[d], dims[d]);
+        ck_assert_int_eq(v->strides[d], strides[d]);
+    }
+}
+
+START_TEST(shape_view_of_each_op) {
+    char why[128] = "";
+    struct rtx__strided_view v;
+    /* attention's head split: [8, 512, 16, 64] perm (0, 2, 1, 3) */
+    struct rtx_graph *gt = one_node("transpose");
+    const int64_t perm[4] = {0, 2, 1, 3};
+    set_ints(gt, "perm", perm, 4);
+    struct rtx_tensor *x = t4(8, 512, 16, 64), *y = t4(8, 16, 512, 64), *bad = t4(8, 512, 16, 64);
+    ck_assert_int_eq(rtx__shape_view(&gt->nodes[0], x, y, &v, why, sizeof why), 0);
+    assert_view(&v, 4, (const int64_t[]){8, 16, 512, 64}, (const int64_t[]){524288, 64, 1024, 1});
+    ck_assert_int_eq(v.offset, 0);
+    ck_assert_int_eq(rtx__shape_view(&gt->nodes[0], x, bad, &v, why, sizeof why), RTX_EINTERNAL);
+    ck_assert_ptr_nonnull(strstr(why, "does not match the transpose"));
+    struct rtx_graph *gp = one_node("transpose");
+    const int64_t not_perm[4] = {0, 2, 2, 3};
+    set_ints(gp, "perm", not_perm, 4);
+    ck_assert_int_eq(rtx__shape_view(&gp->nodes[0], x, y, &v, why, sizeof why), RTX_EINVAL);
+    ck_assert_ptr_nonnull(strstr(why, "permutation"));
+    rtx_graph_free(gp);
+    /* expand [3, 1, 5] to [2, 3, 4, 5]: stride 0 where it repeats */
+    struct rtx_graph *ge = one_node("expand");
+    const int64_t xd[3] = {3, 1, 5};
+    struct rtx_tensor *xe = tu_tensor(RTX_F32, 3, xd, NULL), *ye = t4(2, 3, 4, 5);
+    ck_assert_int_eq(rtx__shape_view(&ge->nodes[0], xe, ye, &v, why, sizeof why), 0);
+    assert_view(&v, 4, (const int64_t[]){2, 3, 4, 5}, (const int64_t[]){0, 5, 0, 1});
+    /* slice [:, 8:24] of [6, 32]: offset 8, strides of the input */
+    struct rtx_graph *gs = one_node("slice");
+    set_ints(gs, "starts", (const int64_t[]){8}, 1);
+    set_ints(gs, "ends", (const int64_t[]){24}, 1);
+    set_ints(gs, "axes", (const int64_t[]){1}, 1);
+    const int64_t sd[2] = {6, 32}, sy[2] = {6, 16};
+    struct rtx_tensor *xs = tu_tensor(RTX_F32, 2, sd, NULL), *ys = tu_tensor(RTX_F32, 2, sy, NULL);
+    ck_assert_int_eq(rtx__shape_view(&gs->nodes[0], xs, ys, &v, why, sizeof why), 0);
+    assert_view(&v, 2, sy, (const int64_t[]){32, 1});
+    ck_assert_int_eq(v.offset, 8);
+    ck_assert_int_eq(rtx__shape_view(&gs->nodes[0], xs, xs, &v, why, sizeof why), RTX_EINTERNAL);
+    ck_assert_ptr_nonnull(strstr(why, "does not match the slice"));
+    /* an op that is not a view */
+    struct rtx_graph *gr = one_node("relu");
+    ck_assert_int_eq(rtx__shape_view(&gr->nodes[0], x, x, &v, why, sizeof why), RTX_EINTERNAL);
+    ck_assert_ptr_nonnull(strstr(why, "not a view op"));
+    rtx_graph_free(gr);
+    rtx_tensor_unref(ys);
+    rtx_tensor_unref(xs);
+    rtx_graph_free(gs);
+    rtx_tensor_unref(ye);
+    rtx_tensor_unref(xe);
+    rtx_graph_free(ge);
+    rtx_tensor_unref(bad);
+    rtx_tensor_unref(y);
+    rtx_tensor_unref(x);
+    rtx_graph_free(gt);
+}
+END_TEST
+
+START_TEST(view_simplify_drops_and_merges) {
+    /* size-1 dims dropped, a contiguous view becomes one run */
+    struct rtx__strided_view v = view2(4, (const int64_t[]){2, 1, 3, 4},
+                                       (const int64_t[]){12, 99, 4, 1});
+    v.offset = 7;
+    ck_assert_int_eq(rtx__view_simplify(&v), 24);
+    assert_view(&v, 1, (const int64_t[]){24}, (const int64_t[]){1});
+    ck_assert_int_eq(v.offset, 7);
+    /* a transpose stays two dims; the head split stays four */
+    v = view2(2, (const int64_t[]){4, 3}, (const int64_t[]){1, 4});
+    ck_assert_int_eq(rtx__view_simplify(&v), 12);
+    assert_view(&v, 2, (const int64_t[]){4, 3}, (const int64_t[]){1, 4});
+    v = view2(4, (const int64_t[]){8, 16, 512, 64}, (const int64_t[]){524288, 64, 1024, 1});
+    ck_assert_int_eq(rtx__view_simplify(&v), 4194304);
+    ck_assert_int_eq(v.ndim, 4);
+    /* [2, 3, 4, 5] perm (0, 1, 3, 2): the batch dims merge, the swapped pair does not */
+    v = view2(4, (const int64_t[]){2, 3, 5, 4}, (const int64_t[]){60, 20, 1, 5});
+    ck_assert_int_eq(rtx__view_simplify(&v), 120);
+    assert_view(&v, 3, (const int64_t[]){6, 5, 4}, (const int64_t[]){20, 1, 5});
+    v = view2(3, (const int64_t[]){2, 3, 4}, (const int64_t[]){4, 8, 1});
+    ck_assert_int_eq(rtx__view_simplify(&v), 24);
+    assert_view(&v, 3, (const int64_t[]){2, 3, 4}, (const int64_t[]){4, 8, 1});
+    /* broadcasts: a repeated row stays two dims, repeats of one element merge */
+    v = view2(2, (const int64_t[]){3, 4}, (const int64_t[]){0, 1});
+    rtx__view_simplify(&v);
+    assert_view(&v, 2, (const int64_t[]){3, 4}, (const int64_t[]){0, 1});
+    v = view2(2, (const int64_t[]){2, 3}, (const int64_t[]){0, 0});
+    rtx__view_simplify(&v);
+    assert_view(&v, 1, (const int64_t[]){6}, (const int64_t[]){0});
+    /* reversed: rows reversed stay apart, a fully reversed block is one run of stride -1 */
+    v = view2(2, (const int64_t[]){5, 4}, (const int64_t[]){-4, 1});
+    rtx__view_simplify(&v);
+    assert_view(&v, 2, (const int64_t[]){5, 4}, (const int64_t[]){-4, 1});
+    v = view2(2, (const int64_t[]){5, 4}, (const int64_t[]){-4, -1});
+    rtx__view_simplify(&v);
+    assert_view(&v, 1, (const int64_t[]){20}, (const int64_t[]){-1});
+    /* one element: rank 0; empty: 0 and v untouched */
+    v = view2(2, (const int64_t[]){1, 1}, (const int64_t[]){5, 3});
+    ck_assert_int_eq(rtx__view_simplify(&v), 1);
+    ck_assert_int_eq(v.ndim, 0);
+    v = view2(2, (const int64_t[]){3, 0}, (const int64_t[]){0, 1});
+    ck_assert_int_eq(rtx__view_simplify(&v), 0);
+    assert_view(&v, 2, (const int64_t[]){3, 0}, (const int64_t[]){0, 1});
+}
+END_TEST
+
+/* rtx__view_widen of a copy of v; checks the unit and the resulting view. */
+static void widen_is(struct rtx__strided_view v, size_t esize, uintptr_t src, uintptr_t dst,
+                     size_t max_unit, size_t unit, int nd, const int64_t *dims,
+                     const int64_t *strides) {
+    ck_assert_uint_eq(rtx__view_widen(&v, esize, src, dst, max_unit), unit);
+    assert_view(&v, nd, dims, strides);
+}
+
+START_TEST(view_widen_picks_the_widest_unit) {
+    const uintptr_t A = 0x10000, B = 0x20000; /* aligned to everything */
+    const int64_t d616[2] = {6, 16}, s32[2] = {32, 1};
+    struct rtx__strided_view rows = view2(2, d616, s32); /* [6, 16] rows of a [6, 32] */
+    /* f32: 64-byte runs, 128-byte strides: 16-byte units */
+    widen_is(rows, 4, A + 32, B, 16, 16, 2, (const int64_t[]){6, 4}, (const int64_t[]){8, 1});
+    /* the head split in bf16: 8 units of 16 bytes per 64-element row */
+    widen_is(view2(4, (const int64_t[]){8, 16, 512, 64},
+                   (const int64_t[]){524288, 64, 1024, 1}),
+             2, A, B, 16, 16, 4, (const int64_t[]){8, 16, 512, 8},
+             (const int64_t[]){65536, 8, 128, 1});
+    /* i8 from a slice starting 8 bytes in: 8-byte units (the source is not 16-aligned) */
+    widen_is(rows, 1, A + 8, B, 16, 8, 2, (const int64_t[]){6, 2}, (const int64_t[]){4, 1});
+    /* a destination 8 bytes off 16: 8-byte units */
+    widen_is(rows, 4, A, B + 8, 16, 8, 2, (const int64_t[]){6, 8}, (const int64_t[]){16, 1});
+    /* max_unit caps */
+    widen_is(rows, 4, A, B, 8, 8, 2, (const int64_t[]){6, 8}, (const int64_t[]){16, 1});
+    /* bf16 pairs ([3, 5, 2] perm (1, 0, 2)): 4-byte units */
+    widen_is(view2(3, (const int64_t[]){5, 3, 2}, (const int64_t[]){2, 10, 1}), 2, A, B, 16, 4,
+             3, (const int64_t[]){5, 3, 1}, (const int64_t[]){1, 5, 1});
+    /* a stride of 24 bytes allows 8-byte units, not 16 */
+    widen_is(view2(2, (const int64_t[]){4, 8}, (const int64_t[]){12, 1}), 2, A, B, 16, 8, 2,
+             (const int64_t[]){4, 2}, (const int64_t[]){3, 1});
+    /* broadcast rows and reversed rows widen too */
+    widen_is(view2(2, (const int64_t[]){7, 16}, (const int64_t[]){0, 1}), 2, A, B, 16, 16, 2,
+             (const int64_t[]){7, 2}, (const int64_t[]){0, 1});
+    widen_is(view2(2, d616, (const int64_t[]){-32, 1}), 4, A + 160 * 4, B, 16, 16, 2,
+             (const int64_t[]){6, 4}, (const int64_t[]){-8, 1});
+    /* no wider unit: odd run (6 bytes), source off by one element, inner stride not 1, rank 0 */
+    const int64_t d43[2] = {4, 3}, s61[2] = {6, 1};
+    widen_is(view2(2, d43, s61), 2, A, B, 16, 2, 2, d43, s61);
+    widen_is(rows, 4, A + 4, B, 16, 4, 2, d616, s32);
+    widen_is(rows, 2, A + 2, B, 16, 2, 2, d616, s32);
+    const int64_t d48[2] = {4, 8}, s14[2] = {1, 4};
+    widen_is(view2(2, d48, s14), 2, A, B, 16, 2, 2, d48, s14);
+    struct rtx__strided_view scalar = {.ndim = 0};
+    ck_assert_uint_eq(rtx__view_widen(&scalar, 2, A, B, 16), 2);
+    /* an 8-byte element already is the unit when only 8 fits */
+    widen_is(rows, 8, A + 8, B, 16, 8, 2, d616, s32);
+}
+END_TEST
+
 Suite *rtx_geometry_suite(void) {
     Suite *s = suite_create("geometry");
     TCase *tc = tcase_create("window");
@@ -156,5 +329,10 @@ Suite *rtx_geometry_suite(void) {
     tcase_add_test(tc, conv_window_errors);
     tcase_add_test(tc, pool_window_ceil_mode_and_errors);
     suite_add_tcase(s, tc);
+    TCase *tv = tcase_create("views");
+    tcase_add_test(tv, shape_view_of_each_op);
+    tcase_add_test(tv, view_simplify_drops_and_merges);
+    tcase_add_test(tv, view_widen_picks_the_widest_unit);
+    suite_add_tcase(s, tv);
     return s;
 }

@@ -10,7 +10,13 @@
  * job manager over fake CUDA devices (a backend over host memory that is not a host backend,
  * with faults triggered by node names): placement by the device field, validation of the
  * field, the CPU fallback of "auto" jobs, sticky and ordinary device errors, the queued jobs a
- * lost device strands, recovery of jobs for a device that is gone, pool statistics.
+ * lost device strands, recovery of jobs for a device that is gone, pool statistics. The "plans"
+ * case covers plan reuse and warm-up: a repeated graph runs its worker's kept plan (counted,
+ * reported per job, in /metrics and in Jobs.Get), other shapes, limits-equal graphs with the
+ * same name and other content, and a disabled cache miss; eviction by count (least recently
+ * used first) and by bytes; on a fake GPU that captures graphs, the third job of a graph
+ * replays with the first job's results; a lost device and an out-of-memory failure drop the
+ * kept plans; GPU workers warm up before their first job.
  */
 #include <check.h>
 #include <ftw.h>
@@ -22,6 +28,8 @@
 #include <unistd.h>
 
 #include "daemon/jobs.h"
+#include "daemon/metrics.h"
+#include "daemon/server.h"
 #include "kernels/backend-impl.h"
 #include "rtx/v1/jobs.pb-c.h"
 #include "tests/unit/test-util.h"
@@ -74,6 +82,8 @@ static struct rtx_jobs_options jobs_opts(struct fx *f, int workers) {
         .n_lanes = 3,
         .lanes = lanes3,
         .default_lane = "batch",
+        .plan_cache = 16, /* the daemon's default: every test runs with plan reuse */
+        .plan_cache_bytes = (size_t)1 << 30,
     };
 }
 
@@ -84,13 +94,13 @@ static struct rtx_jobs *start(const struct rtx_jobs_options *o) {
     return j;
 }
 
-/* y = relu(x @ w + b), x f32[2,3] (the input), w f32[3,4], b f32[4]. */
-static struct rtx_graph *small_graph(void) {
+/* y = relu(x @ w + b), x f32[-1,3] (the input), w f32[3,4] drawn with seed wseed, b f32[4]. */
+static struct rtx_graph *small_graph_seeded(unsigned wseed) {
     struct rtx_graph *g = NULL;
     struct rtx_err err = {0};
     ck_assert(rtx_graph_new("small", &g, &err) == 0);
     ck_assert(rtx_graph_add_input(g, "x", RTX_F32, 2, (const int64_t[]){-1, 3}, &err) >= 0);
-    struct rtx_tensor *w = tu_tensor_random(RTX_F32, 2, (const int64_t[]){3, 4}, -1, 1, 7);
+    struct rtx_tensor *w = tu_tensor_random(RTX_F32, 2, (const int64_t[]){3, 4}, -1, 1, wseed);
     struct rtx_tensor *b = tu_tensor_random(RTX_F32, 1, (const int64_t[]){4}, -1, 1, 8);
     ck_assert(rtx_graph_add_initializer(g, "w", w, &err) >= 0);
     ck_assert(rtx_graph_add_initializer(g, "b", b, &err) >= 0);
@@ -104,6 +114,10 @@ static struct rtx_graph *small_graph(void) {
                                  1, &err) >= 0);
     ck_assert(rtx_graph_add_output(g, "y", &err) == 0);
     return g;
+}
+
+static struct rtx_graph *small_graph(void) {
+    return small_graph_seeded(7);
 }
 
 /* What a SubmitRequest holds besides the graph. */
@@ -304,6 +318,8 @@ struct rec {
     int in_cb;    /* atomic: inside the callback */
     int calls;    /* atomic */
     int delay_us; /* sleep inside the callback */
+    bool have_run[16];            /* the callback got the job's run */
+    struct rtx_jobs_run runs[16]; /* that run */
 };
 
 static int g_seq; /* atomic */
@@ -313,7 +329,8 @@ static void rec_init(struct rec *r) {
     pthread_mutex_init(&r->mu, NULL);
 }
 
-static void rec_cb(void *ctx, const struct rtx_job_info *job, bool last) {
+static void rec_cb(void *ctx, const struct rtx_job_info *job, const struct rtx_jobs_run *run,
+                   bool last) {
     struct rec *r = ctx;
     ck_assert_int_eq(__atomic_fetch_add(&r->in_cb, 1, __ATOMIC_SEQ_CST), 0);
     __atomic_fetch_add(&r->calls, 1, __ATOMIC_SEQ_CST);
@@ -322,6 +339,8 @@ static void rec_cb(void *ctx, const struct rtx_job_info *job, bool last) {
     if (r->n < 16) {
         r->states[r->n] = job->state;
         r->last[r->n] = last;
+        r->have_run[r->n] = run != NULL;
+        if (run) r->runs[r->n] = *run;
         r->seq[r->n] = __atomic_add_fetch(&g_seq, 1, __ATOMIC_SEQ_CST);
         r->n++;
     }
@@ -560,6 +579,11 @@ START_TEST(failing_run_is_journaled_failed) {
     struct rtx_jobs_stats st;
     rtx_jobs_get_stats(j, &st);
     ck_assert_int_eq(st.failed, 1);
+    /* a failed job has no run, and its plan is not kept */
+    struct rtx_jobs_run run;
+    ck_assert_int_eq(rtx_jobs_get_run(j, id, &run), RTX_ENOTFOUND);
+    ck_assert_int_eq(st.devices[0].plan_cache_misses, 1);
+    ck_assert_int_eq(st.devices[0].plan_cache_plans, 0);
     rtx_tensor_unref(ids);
     finish(&f, j, g, NULL);
 }
@@ -809,7 +833,8 @@ struct self_unwatch {
     int calls;       /* atomic */
 };
 
-static void self_unwatch_cb(void *ctx, const struct rtx_job_info *job, bool last) {
+static void self_unwatch_cb(void *ctx, const struct rtx_job_info *job,
+                            const struct rtx_jobs_run *run, bool last) {
     struct self_unwatch *su = ctx;
     __atomic_fetch_add(&su->calls, 1, __ATOMIC_SEQ_CST);
     uint64_t h = __atomic_load_n(&su->handle, __ATOMIC_SEQ_CST);
@@ -1250,6 +1275,12 @@ START_TEST(start_rejects_bad_options) {
     o = jobs_opts(&f, 1);
     o.n_lanes = 17;
     ck_assert_int_eq(rtx_jobs_start(&o, &j, &err), RTX_EINVAL);
+    o = jobs_opts(&f, 1);
+    o.plan_cache = -1;
+    ck_assert_int_eq(rtx_jobs_start(&o, &j, &err), RTX_EINVAL);
+    o.plan_cache = RTX_JOBS_PLAN_CACHE_MAX + 1;
+    ck_assert_int_eq(rtx_jobs_start(&o, &j, &err), RTX_EINVAL);
+    ck_assert_msg(strstr(err.msg, "plan_cache"), "%s", err.msg);
     ck_assert_ptr_null(j);
     rtx_jobs_stop(NULL);
     fx_close(&f);
@@ -1556,7 +1587,26 @@ END_TEST
  * download, is not a host backend, so the job manager treats it as a GPU. Node names trigger
  * faults: "sticky*" fails with RTX_EGPU and leaves the backend faulted (every later call and
  * synchronize fail with RTX_EGPU), as an illegal address does on a real device; "oom*" fails
- * with RTX_ENOMEM and leaves it usable. fake_refuse_op is an op its supports_node refuses. */
+ * with RTX_ENOMEM and leaves it usable. fake_refuse_op is an op its supports_node refuses.
+ * With fake_capture set when it is made, it also captures graphs the way CUDA graphs behave
+ * (as tests/unit/test-plan-replay.c's fake does): while capturing, run_node records the node
+ * and its tensor pointers and runs nothing, and a launch runs the recorded nodes again on
+ * those same tensors, so a replay is right only if the plan kept every address and the graph
+ * it points into. */
+#define FAKE_REC_MAX_IO 4
+
+struct fake_rec {
+    const struct rtx_graph *graph;
+    const struct rtx_node *node;
+    int n_in, n_out;
+    struct rtx_tensor *in[FAKE_REC_MAX_IO], *out[FAKE_REC_MAX_IO];
+};
+
+struct rtx_backend_graph {
+    struct fake_rec *recs;
+    int n;
+};
+
 struct fake_gpu {
     struct rtx_backend be;
     struct rtx_backend *cpu;
@@ -1564,17 +1614,26 @@ struct fake_gpu {
     int device;
     bool faulted;          /* only its worker thread touches it */
     int buffers;           /* atomic: buffers allocated */
+    bool capturing;        /* only its worker thread touches these */
+    struct fake_rec *recs; /* the capture in progress */
+    int n_recs, cap_recs;
+    int launches;          /* atomic: graphs launched */
 };
 
 static int fake_refuse_op = -1;    /* an RTX_OP_* the fake GPUs do not support; -1: none */
 static int fake_fail_device = -1;  /* a device whose backend cannot be created; -1: none */
+static bool fake_capture;          /* fake GPUs made from now on capture graphs */
+static struct fake_gpu *fake_made[4]; /* the fake GPU of each device last made (one worker) */
 
 static const char *fake_gpu_name(struct rtx_backend *be) {
     return ((struct fake_gpu *)be->ctx)->name;
 }
 static void fake_gpu_free(struct rtx_backend *be) {
     struct fake_gpu *f = be->ctx;
+    for (int d = 0; d < 4; d++)
+        if (fake_made[d] == f) fake_made[d] = NULL;
     rtx_backend_free(f->cpu);
+    free(f->recs);
     free(f);
 }
 static bool fake_gpu_supports(struct rtx_backend *be, const struct rtx_graph *g,
@@ -1608,7 +1667,61 @@ static int fake_gpu_run(struct rtx_backend *be, const struct rtx_node_args *a,
     }
     if (strncmp(name, "oom", 3) == 0)
         return rtx_err_set(err, RTX_ENOMEM, "node '%s': out of device memory (fake)", name);
-    return rtx_backend_run_node(f->cpu, a, err);
+    if (!f->capturing) return rtx_backend_run_node(f->cpu, a, err);
+    ck_assert(a->n_in <= FAKE_REC_MAX_IO && a->n_out <= FAKE_REC_MAX_IO);
+    if (f->n_recs == f->cap_recs) {
+        f->cap_recs = f->cap_recs ? 2 * f->cap_recs : 8;
+        f->recs = realloc(f->recs, sizeof *f->recs * (size_t)f->cap_recs);
+        ck_assert_ptr_nonnull(f->recs);
+    }
+    struct fake_rec *r = &f->recs[f->n_recs++];
+    *r = (struct fake_rec){.graph = a->graph, .node = a->node, .n_in = a->n_in,
+                           .n_out = a->n_out};
+    for (int i = 0; i < a->n_in; i++) r->in[i] = a->in[i];
+    for (int i = 0; i < a->n_out; i++) r->out[i] = a->out[i];
+    return 0;
+}
+static int fake_capture_begin(struct rtx_backend *be, struct rtx_err *err) {
+    struct fake_gpu *f = be->ctx;
+    int rc = fake_gpu_check(f, err);
+    if (rc) return rc;
+    ck_assert(!f->capturing);
+    f->capturing = true;
+    f->n_recs = 0;
+    return 0;
+}
+static int fake_capture_end(struct rtx_backend *be, bool keep, struct rtx_backend_graph **graph,
+                            struct rtx_err *err) {
+    struct fake_gpu *f = be->ctx;
+    ck_assert(f->capturing);
+    f->capturing = false;
+    *graph = NULL;
+    if (!keep) return 0;
+    struct rtx_backend_graph *g = calloc(1, sizeof *g);
+    ck_assert_ptr_nonnull(g);
+    g->recs = f->recs;
+    g->n = f->n_recs;
+    f->recs = NULL;
+    f->n_recs = f->cap_recs = 0;
+    *graph = g;
+    return 0;
+}
+static int fake_graph_launch(struct rtx_backend *be, struct rtx_backend_graph *g,
+                             struct rtx_err *err) {
+    struct fake_gpu *f = be->ctx;
+    int rc = fake_gpu_check(f, err);
+    __atomic_fetch_add(&f->launches, 1, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < g->n && rc == 0; i++) {
+        struct fake_rec *r = &g->recs[i];
+        struct rtx_node_args a = {.graph = r->graph, .node = r->node, .n_in = r->n_in,
+                                  .in = r->in, .n_out = r->n_out, .out = r->out};
+        rc = rtx_backend_run_node(f->cpu, &a, err);
+    }
+    return rc;
+}
+static void fake_graph_free(struct rtx_backend *be, struct rtx_backend_graph *g) {
+    free(g->recs);
+    free(g);
 }
 static int fake_gpu_sync(struct rtx_backend *be, struct rtx_err *err) {
     return fake_gpu_check(be->ctx, err);
@@ -1638,6 +1751,20 @@ static const struct rtx_backend_i fake_gpu_iface = {
     .upload = fake_gpu_upload,
     .download = fake_gpu_download,
 };
+static const struct rtx_backend_i fake_gpu_capture_iface = {
+    .name = fake_gpu_name,
+    .free = fake_gpu_free,
+    .supports_node = fake_gpu_supports,
+    .buffer_new = fake_gpu_buffer,
+    .run_node = fake_gpu_run,
+    .synchronize = fake_gpu_sync,
+    .upload = fake_gpu_upload,
+    .download = fake_gpu_download,
+    .capture_begin = fake_capture_begin,
+    .capture_end = fake_capture_end,
+    .graph_launch = fake_graph_launch,
+    .graph_free = fake_graph_free,
+};
 
 static int fake_gpu_new(void *ctx, int device, struct rtx_backend **out, struct rtx_err *err) {
     if (device == fake_fail_device)
@@ -1648,8 +1775,9 @@ static int fake_gpu_new(void *ctx, int device, struct rtx_backend **out, struct 
     ck_assert(rtx_backend_cpu_new(&co, &f->cpu, err) == 0);
     snprintf(f->name, sizeof f->name, "cuda:%d", device);
     f->device = device;
-    f->be.iface = &fake_gpu_iface;
+    f->be.iface = fake_capture ? &fake_gpu_capture_iface : &fake_gpu_iface;
     f->be.ctx = f;
+    if (device >= 0 && device < 4) fake_made[device] = f;
     *out = &f->be;
     return 0;
 }
@@ -1657,7 +1785,7 @@ static int fake_gpu_new(void *ctx, int device, struct rtx_backend **out, struct 
 /* Device pool: the buffers allocated and 1 MiB reserved per backend; pinned: empty. */
 static int fake_gpu_pools(void *ctx, struct rtx_backend *be, struct rtx_mem_pool_stats *dev,
                           struct rtx_mem_pool_stats *pinned, struct rtx_err *err) {
-    ck_assert_ptr_eq(be->iface, &fake_gpu_iface);
+    ck_assert(be->iface == &fake_gpu_iface || be->iface == &fake_gpu_capture_iface);
     struct fake_gpu *f = be->ctx;
     memset(dev, 0, sizeof *dev);
     memset(pinned, 0, sizeof *pinned);
@@ -2132,6 +2260,510 @@ START_TEST(pools_sum_the_workers_pools) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------
+ * Plans: reuse across jobs, eviction, replay on a capturing fake GPU, warm-up
+ * ---------------------------------------------------------------------------------------- */
+
+/* Submits g with input x on `device` (NULL: the default), waits for its success and for the
+ * worker to be done with it; returns the job's run (id filled). */
+static struct rtx_jobs_run run_ok(struct rtx_jobs *j, struct fx *f, const struct rtx_graph *g,
+                                  struct rtx_tensor *x, const char *device,
+                                  char id[RTX_JOB_ID_LEN]) {
+    struct req_opts ro = {.device = device};
+    submit_ok(j, g, x, &ro, id);
+    if (wait_state(f->store, id, 0, 20000) != RTX_JOB_SUCCEEDED) {
+        struct rtx_job_info info = get_job(f->store, id);
+        ck_abort_msg("job %s: %s: %s", id, rtx_job_state_name(info.state), info.reason);
+    }
+    settle(j); /* the worker has put the plan back */
+    struct rtx_jobs_run run;
+    ck_assert_int_eq(rtx_jobs_get_run(j, id, &run), 0);
+    return run;
+}
+
+/* The hex digest of a succeeded job's first output. */
+static void output_sha(struct fx *f, const char *id, char sha[65]) {
+    struct rtx_job_info info = get_job(f->store, id);
+    ck_assert_int_ge(info.n_outputs, 1);
+    memcpy(sha, info.outputs[0].sha256, 65);
+    rtx_job_info_clear(&info);
+}
+
+/* small_graph()'s input with `rows` rows (a fixed random f32[rows, 3]). */
+static struct rtx_tensor *rows_x(int rows) {
+    return tu_tensor_random(RTX_F32, 2, (const int64_t[]){rows, 3}, -1, 1, 20 + (unsigned)rows);
+}
+
+/* Jobs.Get through its handler (daemon/handlers-jobs.c) on j and f's store: the reply's Job
+ * (free with rtx__v1__job__free_unpacked(m, NULL)). */
+static Rtx__V1__Job *get_via_handler(struct rtx_jobs *j, struct fx *f, const char *id) {
+    struct rtx_daemon d;
+    struct rtx_err err = {0};
+    ck_assert_int_eq(rtx__daemon_init(&d, &err), 0);
+    d.store = f->store;
+    d.jobs = j;
+    Rtx__V1__GetJobRequest req = RTX__V1__GET_JOB_REQUEST__INIT;
+    req.job_id = (char *)id;
+    uint8_t buf[128];
+    ck_assert_uint_le(rtx__v1__get_job_request__get_packed_size(&req), sizeof buf);
+    size_t len = rtx__v1__get_job_request__pack(&req, buf);
+    struct rtx_server_reply rep = {.code = GRPC_STATUS_OK};
+    rtx__daemon_jobs_get(&d, buf, len, &rep);
+    ck_assert_msg(rep.code == GRPC_STATUS_OK, "%s", rep.msg);
+    Rtx__V1__Job *m = rtx__v1__job__unpack(NULL, rep.len, rep.data);
+    ck_assert_ptr_nonnull(m);
+    rtx_free(rep.data);
+    rtx__daemon_close(&d);
+    return m;
+}
+
+/* /metrics of a daemon whose job manager is j (rtx_free the text). */
+static char *metrics_of(struct rtx_jobs *j, struct fx *f) {
+    struct rtx_daemon d;
+    struct rtx_err err = {0};
+    ck_assert_int_eq(rtx__daemon_init(&d, &err), 0);
+    d.store = f->store;
+    d.jobs = j;
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_msg(rtx_metrics_render(&d, &text, &len, &err) == 0, "%s", err.msg);
+    rtx__daemon_close(&d);
+    return text;
+}
+
+START_TEST(same_graph_reuses_its_plan) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = small_x();
+    char a[RTX_JOB_ID_LEN], b[RTX_JOB_ID_LEN];
+    struct rtx_jobs_run r1 = run_ok(j, &f, g, x, NULL, a);
+    struct rtx_jobs_run r2 = run_ok(j, &f, g, x, NULL, b);
+    ck_assert(!r1.plan_reused);
+    ck_assert(r2.plan_reused);
+    ck_assert_int_eq(r1.mode, RTX_EXEC_PLAIN); /* the CPU never captures */
+    ck_assert_int_eq(r2.mode, RTX_EXEC_PLAIN);
+    ck_assert_int_eq(r2.nodes_run, 3);
+    ck_assert_str_eq(r2.device, "cpu");
+    char sa[65], sb[65];
+    output_sha(&f, a, sa);
+    output_sha(&f, b, sb);
+    ck_assert_str_eq(sa, sb);
+
+    struct rtx_jobs_device d = dev_stats(j, 0);
+    ck_assert_int_eq(d.plan_cache_misses, 1);
+    ck_assert_int_eq(d.plan_cache_hits, 1);
+    ck_assert_int_eq(d.plan_cache_evictions, 0);
+    ck_assert_int_eq(d.plan_cache_plans, 1);
+    /* initializers 48 + 16, input 24, output 32 bytes, and the arena */
+    ck_assert_uint_ge(d.plan_cache_bytes, 120);
+    ck_assert_int_eq(d.workers_warm, 0); /* the CPU has no warm-up */
+
+    /* only jobs that succeeded here have a run */
+    struct rtx_jobs_run run;
+    ck_assert_int_eq(rtx_jobs_get_run(j, "jnosuch", &run), RTX_ENOTFOUND);
+    ck_assert_int_eq(rtx_jobs_get_run(j, "", &run), RTX_ENOTFOUND);
+    ck_assert_int_eq(rtx_jobs_get_run(j, NULL, &run), RTX_ENOTFOUND);
+
+    /* Jobs.Get reports the run */
+    Rtx__V1__Job *m = get_via_handler(j, &f, a);
+    ck_assert_str_eq(m->exec_mode, "plain");
+    ck_assert(!m->plan_reused);
+    rtx__v1__job__free_unpacked(m, NULL);
+    m = get_via_handler(j, &f, b);
+    ck_assert_str_eq(m->exec_mode, "plain");
+    ck_assert(m->plan_reused);
+    rtx__v1__job__free_unpacked(m, NULL);
+
+    /* and /metrics the counters */
+    char *text = metrics_of(j, &f);
+    ck_assert_ptr_nonnull(strstr(text, "# TYPE rtxd_job_plan_cache_hits_total counter\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nrtxd_job_plan_cache_hits_total{device=\"cpu\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nrtxd_job_plan_cache_misses_total{device=\"cpu\"} 1\n"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "\nrtxd_job_plan_cache_evictions_total{device=\"cpu\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nrtxd_job_plan_cache_plans{device=\"cpu\"} 1\n"));
+    rtx_free(text);
+    finish(&f, j, g, x);
+}
+END_TEST
+
+START_TEST(other_shapes_and_contents_miss) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = small_graph(), *same_name = small_graph_seeded(99);
+    struct rtx_tensor *x2 = rows_x(2), *x5 = rows_x(5);
+    char a[RTX_JOB_ID_LEN], b[RTX_JOB_ID_LEN], c[RTX_JOB_ID_LEN], e[RTX_JOB_ID_LEN];
+    ck_assert(!run_ok(j, &f, g, x2, NULL, a).plan_reused);
+    ck_assert(!run_ok(j, &f, g, x5, NULL, b).plan_reused);       /* another shape */
+    ck_assert(run_ok(j, &f, g, x2, NULL, c).plan_reused);        /* the first again */
+    ck_assert(!run_ok(j, &f, same_name, x2, NULL, e).plan_reused); /* "small", other weights */
+    char sa[65], sc[65], se[65];
+    output_sha(&f, a, sa);
+    output_sha(&f, c, sc);
+    output_sha(&f, e, se);
+    ck_assert_str_eq(sa, sc);
+    ck_assert_str_ne(sa, se); /* computed with its own weights, not the kept plan's */
+    struct rtx_job_info info = get_job(f.store, e);
+    ck_assert_str_eq(info.graph_name, "small");
+    rtx_job_info_clear(&info);
+    struct rtx_jobs_device d = dev_stats(j, 0);
+    ck_assert_int_eq(d.plan_cache_misses, 3);
+    ck_assert_int_eq(d.plan_cache_hits, 1);
+    ck_assert_int_eq(d.plan_cache_plans, 3);
+    rtx_tensor_unref(x5);
+    rtx_graph_free(same_name);
+    finish(&f, j, g, x2);
+}
+END_TEST
+
+START_TEST(cache_evicts_least_recently_used) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    o.plan_cache = 2;
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *xa = rows_x(1), *xb = rows_x(2), *xc = rows_x(3);
+    char id[RTX_JOB_ID_LEN];
+    ck_assert(!run_ok(j, &f, g, xa, NULL, id).plan_reused); /* A */
+    ck_assert(!run_ok(j, &f, g, xb, NULL, id).plan_reused); /* B */
+    ck_assert(run_ok(j, &f, g, xa, NULL, id).plan_reused);  /* A, now the most recent */
+    ck_assert(!run_ok(j, &f, g, xc, NULL, id).plan_reused); /* C drops B */
+    struct rtx_jobs_device d = dev_stats(j, 0);
+    ck_assert_int_eq(d.plan_cache_evictions, 1);
+    ck_assert_int_eq(d.plan_cache_plans, 2);
+    ck_assert(run_ok(j, &f, g, xa, NULL, id).plan_reused);  /* A stayed */
+    ck_assert(!run_ok(j, &f, g, xb, NULL, id).plan_reused); /* B was dropped; drops C */
+    ck_assert(run_ok(j, &f, g, xa, NULL, id).plan_reused);
+    d = dev_stats(j, 0);
+    ck_assert_int_eq(d.plan_cache_hits, 3);
+    ck_assert_int_eq(d.plan_cache_misses, 4);
+    ck_assert_int_eq(d.plan_cache_evictions, 2);
+    ck_assert_int_eq(d.plan_cache_plans, 2);
+    rtx_tensor_unref(xb);
+    rtx_tensor_unref(xc);
+    finish(&f, j, g, xa);
+}
+END_TEST
+
+START_TEST(cache_evicts_by_bytes) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x1 = rows_x(1), *x8 = rows_x(8), *x64 = rows_x(64);
+    char id[RTX_JOB_ID_LEN];
+    run_ok(j, &f, g, x8, NULL, id);
+    size_t bytes8 = dev_stats(j, 0).plan_cache_bytes; /* what the 8-row plan may hold */
+    rtx_jobs_stop(j);
+
+    o.plan_cache_bytes = bytes8; /* room for the 8-row plan alone */
+    j = start(&o);
+    ck_assert(!run_ok(j, &f, g, x8, NULL, id).plan_reused);
+    ck_assert_uint_eq(dev_stats(j, 0).plan_cache_bytes, bytes8);
+    ck_assert(!run_ok(j, &f, g, x64, NULL, id).plan_reused); /* larger than the bound: not kept */
+    struct rtx_jobs_device d = dev_stats(j, 0);
+    ck_assert_int_eq(d.plan_cache_plans, 1);
+    ck_assert_int_eq(d.plan_cache_evictions, 0);
+    ck_assert(!run_ok(j, &f, g, x64, NULL, id).plan_reused);
+    ck_assert(run_ok(j, &f, g, x8, NULL, id).plan_reused);
+    ck_assert(!run_ok(j, &f, g, x1, NULL, id).plan_reused); /* fits alone: drops the 8-row plan */
+    d = dev_stats(j, 0);
+    ck_assert_int_eq(d.plan_cache_plans, 1);
+    ck_assert_int_eq(d.plan_cache_evictions, 1);
+    ck_assert_uint_lt(d.plan_cache_bytes, bytes8);
+    ck_assert(!run_ok(j, &f, g, x8, NULL, id).plan_reused);
+    rtx_tensor_unref(x1);
+    rtx_tensor_unref(x64);
+    finish(&f, j, g, x8);
+}
+END_TEST
+
+START_TEST(cache_off_plans_every_job) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    o.plan_cache = 0;
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = small_x();
+    char a[RTX_JOB_ID_LEN], b[RTX_JOB_ID_LEN];
+    ck_assert(!run_ok(j, &f, g, x, NULL, a).plan_reused);
+    ck_assert(!run_ok(j, &f, g, x, NULL, b).plan_reused);
+    char sa[65], sb[65];
+    output_sha(&f, a, sa);
+    output_sha(&f, b, sb);
+    ck_assert_str_eq(sa, sb);
+    struct rtx_jobs_device d = dev_stats(j, 0);
+    ck_assert_int_eq(d.plan_cache_hits, 0);
+    ck_assert_int_eq(d.plan_cache_misses, 0);
+    ck_assert_int_eq(d.plan_cache_plans, 0);
+    ck_assert_uint_eq(d.plan_cache_bytes, 0);
+    finish(&f, j, g, x);
+}
+END_TEST
+
+START_TEST(repeated_gpu_job_replays) {
+    struct fx f;
+    struct gpu_list gl;
+    struct rtx_jobs_options o;
+    fake_capture = true;
+    struct rtx_jobs *j = gpu_start(&f, &gl, 1, 1, &o);
+    fake_capture = false;
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = small_x(), *x2 = rows_x(2);
+    char cpu[RTX_JOB_ID_LEN], ids[4][RTX_JOB_ID_LEN];
+    run_ok(j, &f, g, x, "cpu", cpu);
+    const enum rtx_exec_mode want[3] = {RTX_EXEC_FIXED, RTX_EXEC_CAPTURED, RTX_EXEC_REPLAYED};
+    char want_sha[65], sha[65];
+    output_sha(&f, cpu, want_sha);
+    struct rec r;
+    rec_init(&r);
+    for (int i = 0; i < 3; i++) {
+        struct rtx_jobs_run run = run_ok(j, &f, g, x, "cuda:0", ids[i]);
+        ck_assert_msg(run.mode == want[i], "job %d ran %s", i, rtx_jobs_exec_mode_name(run.mode));
+        ck_assert(run.plan_reused == (i > 0));
+        ck_assert_str_eq(run.device, "cuda:0");
+        output_sha(&f, ids[i], sha);
+        ck_assert_str_eq(sha, want_sha); /* the replayed graph computes what the CPU did */
+    }
+    /* the warm-up launched one graph, the second and third jobs one each */
+    ck_assert_ptr_nonnull(fake_made[0]);
+    ck_assert_int_eq(__atomic_load_n(&fake_made[0]->launches, __ATOMIC_SEQ_CST), 3);
+
+    /* other values of the same shape: replayed on the new inputs */
+    ck_assert_int_eq(run_ok(j, &f, g, x2, "cuda:0", ids[3]).mode, RTX_EXEC_REPLAYED);
+    run_ok(j, &f, g, x2, "cpu", cpu);
+    output_sha(&f, cpu, want_sha);
+    output_sha(&f, ids[3], sha);
+    ck_assert_str_eq(sha, want_sha);
+
+    /* a watcher hears how the job ran, and so does Jobs.Get */
+    uint64_t w;
+    struct rtx_err err = {0};
+    ck_assert(rtx_jobs_watch(j, ids[2], rec_cb, &r, &w, &err) == 0);
+    rec_wait_last(&r, 10000);
+    ck_assert_int_eq(r.n, 1);
+    ck_assert(r.have_run[0]);
+    ck_assert_int_eq(r.runs[0].mode, RTX_EXEC_REPLAYED);
+    ck_assert(r.runs[0].plan_reused);
+    Rtx__V1__Job *m = get_via_handler(j, &f, ids[2]);
+    ck_assert_str_eq(m->exec_mode, "replayed");
+    ck_assert(m->plan_reused);
+    rtx__v1__job__free_unpacked(m, NULL);
+    struct rtx_jobs_device d = dev_stats(j, 1);
+    ck_assert_int_eq(d.plan_cache_hits, 3);
+    ck_assert_int_eq(d.plan_cache_misses, 1);
+    rtx_tensor_unref(x2);
+    finish(&f, j, g, x);
+}
+END_TEST
+
+START_TEST(watch_of_a_new_job_gets_its_run) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *lg = long_graph(200), *g = small_graph();
+    struct rtx_tensor *xl = long_x(), *x = small_x();
+    char busy[RTX_JOB_ID_LEN], id[RTX_JOB_ID_LEN];
+    submit_running(j, &f, lg, xl, NULL, busy); /* keeps the worker until the watch is set */
+    submit_ok(j, g, x, NULL, id);
+    struct rec r;
+    rec_init(&r);
+    uint64_t w;
+    struct rtx_err err = {0};
+    ck_assert(rtx_jobs_watch(j, id, rec_cb, &r, &w, &err) == 0);
+    ck_assert(rtx_jobs_cancel(j, busy, NULL, &err) == 0);
+    rec_wait_last(&r, 10000);
+    ck_assert_int_eq(r.n, 3); /* queued, running, succeeded */
+    ck_assert(!r.have_run[0] && !r.have_run[1]);
+    ck_assert_int_eq(r.states[2], RTX_JOB_SUCCEEDED);
+    ck_assert(r.have_run[2]);
+    ck_assert_int_eq(r.runs[2].mode, RTX_EXEC_PLAIN);
+    ck_assert_str_eq(r.runs[2].device, "cpu");
+    rtx_tensor_unref(xl);
+    rtx_graph_free(lg);
+    finish(&f, j, g, x);
+}
+END_TEST
+
+/* The run records keep the latest RTX_JOBS_RUNS_KEPT runs: older ones are forgotten, every
+ * later one is still found (the ring's slots are reused and unlinked from their buckets). */
+START_TEST(run_records_keep_the_latest) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = small_x();
+    size_t len;
+    void *req = make_request(g, 1, (const char *[]){"x"}, &x, NULL, &len);
+    enum { N = RTX_JOBS_RUNS_KEPT + 3, BATCH = 500 };
+    char (*ids)[RTX_JOB_ID_LEN] = calloc(N, sizeof *ids);
+    ck_assert_ptr_nonnull(ids);
+    for (int i = 0; i < N; i++) {
+        bool dedup;
+        struct rtx_err err = {0};
+        ck_assert_msg(rtx_jobs_submit(j, req, len, ids[i], &dedup, &err) == 0, "%s", err.msg);
+        if (i % BATCH == BATCH - 1 || i == N - 1) settle(j);
+    }
+    struct rtx_jobs_run run;
+    for (int i = 0; i < N; i++) {
+        int rc = rtx_jobs_get_run(j, ids[i], &run);
+        ck_assert_msg(rc == (i < 3 ? RTX_ENOTFOUND : 0), "job %d of %d: %d", i, N, rc);
+    }
+    ck_assert(run.plan_reused);
+    ck_assert_int_eq(dev_stats(j, 0).plan_cache_hits, N - 1);
+    free(ids);
+    free(req);
+    finish(&f, j, g, x);
+}
+END_TEST
+
+/* A job whose outputs cannot be journaled (its journal row left "running" under it) failed
+ * after all: its run is forgotten again, and its plan is kept anyway (the run itself was fine). */
+START_TEST(run_is_forgotten_when_outputs_are_not_journaled) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *lg = long_graph(40);
+    struct rtx_tensor *xl = long_x();
+    char id[RTX_JOB_ID_LEN];
+    submit_running(j, &f, lg, xl, NULL, id);
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_store_job_set_state(f.store, id, RTX_JOB_FAILED, "moved by the test",
+                                          wall_ms(), &err) == 0, "%s", err.msg);
+    settle(j);
+    struct rtx_job_info info = get_job(f.store, id);
+    ck_assert_int_eq(info.state, RTX_JOB_FAILED);
+    rtx_job_info_clear(&info);
+    struct rtx_jobs_run run;
+    ck_assert_int_eq(rtx_jobs_get_run(j, id, &run), RTX_ENOTFOUND);
+    ck_assert_int_eq(dev_stats(j, 0).plan_cache_plans, 1);
+    rtx_tensor_unref(xl);
+    finish(&f, j, lg, NULL);
+}
+END_TEST
+
+/* Waits until device slot `slot` keeps `plans` plans. */
+static struct rtx_jobs_device wait_plans(struct rtx_jobs *j, int slot, int plans) {
+    for (int waited = 0;; waited++) {
+        struct rtx_jobs_device d = dev_stats(j, slot);
+        if (d.plan_cache_plans == plans) return d;
+        ck_assert_msg(waited < 10000, "slot %d keeps %d plans, not %d", slot,
+                      d.plan_cache_plans, plans);
+        usleep(1000);
+    }
+}
+
+START_TEST(lost_device_drops_its_plans) {
+    struct fx f;
+    struct gpu_list gl;
+    struct rtx_jobs_options o;
+    struct rtx_jobs *j = gpu_start(&f, &gl, 1, 1, &o);
+    struct rtx_graph *ok = named_graph("act"), *sticky = named_graph("sticky_relu");
+    struct rtx_tensor *x = small_x();
+    char id[RTX_JOB_ID_LEN];
+    run_ok(j, &f, ok, x, "cuda:0", id);
+    ck_assert_int_eq(dev_stats(j, 1).plan_cache_plans, 1);
+    struct rtx_job_info info = run_on(j, &f, sticky, x, "cuda:0");
+    ck_assert_int_eq(info.state, RTX_JOB_FAILED);
+    rtx_job_info_clear(&info);
+    ck_assert(!dev_stats(j, 1).healthy);
+    struct rtx_jobs_device d = wait_plans(j, 1, 0);
+    ck_assert_int_eq(d.plan_cache_evictions, 1);
+    ck_assert_uint_eq(d.plan_cache_bytes, 0);
+    rtx_graph_free(ok);
+    rtx_graph_free(sticky);
+    finish(&f, j, NULL, x);
+}
+END_TEST
+
+START_TEST(out_of_memory_drops_kept_plans) {
+    struct fx f;
+    struct gpu_list gl;
+    struct rtx_jobs_options o;
+    struct rtx_jobs *j = gpu_start(&f, &gl, 1, 1, &o);
+    struct rtx_graph *ok = named_graph("act"), *oom = named_graph("oom_relu");
+    struct rtx_tensor *x = small_x();
+    char id[RTX_JOB_ID_LEN];
+    run_ok(j, &f, ok, x, "cuda:0", id);
+    ck_assert_int_eq(dev_stats(j, 1).plan_cache_plans, 1);
+    struct rtx_job_info info = run_on(j, &f, oom, x, "cuda:0");
+    ck_assert_int_eq(info.state, RTX_JOB_FAILED);
+    ck_assert_str_eq(info.reason, "node 'oom_relu': out of device memory (fake)");
+    rtx_job_info_clear(&info);
+    settle(j);
+    struct rtx_jobs_device d = dev_stats(j, 1);
+    ck_assert(d.healthy);
+    ck_assert_int_eq(d.plan_cache_plans, 0); /* dropped before the job ran again */
+    ck_assert_int_eq(d.plan_cache_evictions, 1);
+    ck_assert(!run_ok(j, &f, ok, x, "cuda:0", id).plan_reused);
+    rtx_graph_free(ok);
+    rtx_graph_free(oom);
+    finish(&f, j, NULL, x);
+}
+END_TEST
+
+/* Waits until every worker of device slot `slot` warmed up. */
+static struct rtx_jobs_device wait_warm(struct rtx_jobs *j, int slot) {
+    for (int waited = 0;; waited++) {
+        struct rtx_jobs_device d = dev_stats(j, slot);
+        if (d.workers_warm == d.workers) return d;
+        ck_assert_msg(waited < 10000, "%d of %d workers of slot %d warm", d.workers_warm,
+                      d.workers, slot);
+        usleep(1000);
+    }
+}
+
+/* The device pool allocations of cuda:0 (the fake counts the buffers its backends made). */
+static uint64_t cuda0_allocs(struct rtx_jobs *j) {
+    struct rtx_jobs_pool_row rows[RTX_JOBS_MAX_POOL_ROWS];
+    int n = 0;
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_jobs_get_pools(j, rows, RTX_JOBS_MAX_POOL_ROWS, &n, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_str_eq(rows[0].device, "cuda:0");
+    return rows[0].total.n_allocs;
+}
+
+START_TEST(gpu_workers_warm_up_before_jobs) {
+    struct fx f;
+    struct gpu_list gl;
+    struct rtx_jobs_options o;
+    struct rtx_jobs *j = gpu_start(&f, &gl, 2, 2, &o);
+    for (int slot = 1; slot <= 2; slot++) {
+        struct rtx_jobs_device d = wait_warm(j, slot);
+        ck_assert_int_eq(d.workers_warm, 2);
+        ck_assert(d.warmup_ms > 0);
+        ck_assert_int_eq(d.jobs_started, 0);
+    }
+    ck_assert_int_eq(dev_stats(j, 0).workers_warm, 0);
+    ck_assert_uint_ge(cuda0_allocs(j), 2); /* the warm-up ran on both workers' backends */
+    rtx_jobs_stop(j);
+
+    /* a backend that cannot run the warm-up graph is not warmed up, and still takes jobs */
+    fake_refuse_op = RTX_OP_TANH;
+    j = start(&o);
+    wait_warm(j, 1);
+    ck_assert_uint_eq(cuda0_allocs(j), 0);
+    struct rtx_graph *g = small_graph();
+    struct rtx_tensor *x = small_x();
+    char id[RTX_JOB_ID_LEN];
+    ck_assert_str_eq(run_ok(j, &f, g, x, "cuda:0", id).device, "cuda:0");
+    fake_refuse_op = -1;
+    finish(&f, j, g, x);
+}
+END_TEST
+
 Suite *rtx_jobs_suite(void) {
     Suite *s = suite_create("jobs");
     TCase *tc = tcase_create("jobs");
@@ -2176,5 +2808,20 @@ Suite *rtx_jobs_suite(void) {
     tcase_add_test(dc, recovery_fails_jobs_for_missing_devices);
     tcase_add_test(dc, pools_sum_the_workers_pools);
     suite_add_tcase(s, dc);
+    TCase *pc = tcase_create("plans");
+    tcase_set_timeout(pc, 120);
+    tcase_add_test(pc, same_graph_reuses_its_plan);
+    tcase_add_test(pc, other_shapes_and_contents_miss);
+    tcase_add_test(pc, cache_evicts_least_recently_used);
+    tcase_add_test(pc, cache_evicts_by_bytes);
+    tcase_add_test(pc, cache_off_plans_every_job);
+    tcase_add_test(pc, repeated_gpu_job_replays);
+    tcase_add_test(pc, watch_of_a_new_job_gets_its_run);
+    tcase_add_test(pc, run_records_keep_the_latest);
+    tcase_add_test(pc, run_is_forgotten_when_outputs_are_not_journaled);
+    tcase_add_test(pc, lost_device_drops_its_plans);
+    tcase_add_test(pc, out_of_memory_drops_kept_plans);
+    tcase_add_test(pc, gpu_workers_warm_up_before_jobs);
+    suite_add_tcase(s, pc);
     return s;
 }

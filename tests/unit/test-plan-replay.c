@@ -13,7 +13,10 @@
  * (a node or the end of the capture failing), cancellation before a launch and inside a
  * capture, device-resident execution, and moving a plan between backends. The fake also
  * fuses matmul -> add groups (as the CUDA backend does), so the executor's fused-group path
- * and its single-reader rule are covered too.
+ * and its single-reader rule are covered too; its fused run fails the test when an output of
+ * the group shares bytes with an input the group does not produce (a fused kernel would read
+ * that input while writing over it). Reshapes that are views must never reach the backend,
+ * recorded or not, and a block-shaped graph must fuse every projection.
  */
 #include <math.h>
 #include <string.h>
@@ -46,6 +49,8 @@ struct fake {
     bool fail_end;               /* capture_end fails as an invalidated capture */
     int captures, launches, direct_nodes, graphs_live;
     int fused_groups;            /* run_fused calls */
+    int reshapes;                /* reshape nodes given to run_node, run or recorded */
+    int recorded;                /* nodes in the last kept capture */
 };
 
 static const char *f_name(struct rtx_backend *be) {
@@ -67,6 +72,7 @@ static int f_buffer(struct rtx_backend *be, size_t bytes, struct rtx_buffer **ou
 }
 static int f_run(struct rtx_backend *be, const struct rtx_node_args *a, struct rtx_err *err) {
     struct fake *f = be->ctx;
+    if (a->node->op == RTX_OP_RESHAPE) f->reshapes++;
     if (!f->capturing) {
         f->direct_nodes++;
         return rtx_backend_run_node(f->cpu, a, err);
@@ -95,9 +101,34 @@ static int f_fused_span(struct rtx_backend *be, const struct rtx_graph *g, const
     if (a->op != RTX_OP_MATMUL || b->op != RTX_OP_ADD || uses[a->outputs[0]] != 1) return 1;
     return b->inputs[0] == a->outputs[0] || b->inputs[1] == a->outputs[0] ? 2 : 1;
 }
+/* Whether tensors a and b share bytes (both contiguous). */
+static bool overlap(const struct rtx_tensor *a, const struct rtx_tensor *b) {
+    size_t na = rtx_tensor_nbytes(a), nb = rtx_tensor_nbytes(b);
+    if (a->buf != b->buf || na == 0 || nb == 0) return false;
+    size_t oa = (size_t)a->offset, ob = (size_t)b->offset;
+    return oa < ob + nb && ob < oa + na;
+}
+
+/* Fails the test when an output of the group shares bytes with an input that no earlier
+ * node of the group produces: a fused kernel reads those inputs while it writes. */
+static void check_group_memory(const struct rtx_node_args *args, int n) {
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < args[j].n_in; i++) {
+            const struct rtx_tensor *t = args[j].in[i];
+            bool made_here = false;
+            for (int w = 0; w < j; w++) made_here = made_here || args[w].out[0] == t;
+            for (int w = 0; w < n && t && !made_here; w++)
+                ck_assert_msg(!overlap(t, args[w].out[0]),
+                              "fused group at node '%s': input %d of '%s' shares bytes with "
+                              "the output of '%s'", args[0].node->name, i, args[j].node->name,
+                              args[w].node->name);
+        }
+}
+
 static int f_run_fused(struct rtx_backend *be, const struct rtx_node_args *args, int n,
                        struct rtx_err *err) {
     ((struct fake *)be->ctx)->fused_groups++;
+    check_group_memory(args, n);
     for (int i = 0; i < n; i++) {
         int rc = f_run(be, &args[i], err);
         if (rc) return rc;
@@ -139,6 +170,7 @@ static int f_capture_end(struct rtx_backend *be, bool keep, struct rtx_backend_g
     f->recs = NULL;
     f->n = f->cap = 0;
     f->graphs_live++;
+    f->recorded = g->n;
     *graph = g;
     return 0;
 }
@@ -495,6 +527,263 @@ START_TEST(fusion_needs_a_single_reader) {
 }
 END_TEST
 
+/* Adds node `op` named after its output, inputs a comma-separated list; returns its index. */
+static int add_node(struct rtx_graph *g, const char *op, const char *ins, const char *out) {
+    char buf[128];
+    const char *in[4];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", ins);
+    for (char *tok = strtok(buf, ","); tok && n < 4; tok = strtok(NULL, ",")) in[n++] = tok;
+    struct rtx_err err;
+    int idx = rtx_graph_add_node(g, op, out, in, n, &out, 1, &err);
+    ck_assert_msg(idx >= 0, "%s: %s", out, err.msg);
+    return idx;
+}
+
+static void set_ints(struct rtx_graph *g, int node, const char *name, const int64_t *v, int n) {
+    struct rtx_err err;
+    ck_assert_msg(rtx_graph_set_attr_ints(g, node, name, v, n, &err) == 0, "%s", err.msg);
+}
+
+static void add_weight(struct rtx_graph *g, const char *name, int ndim, const int64_t *dims,
+                       unsigned seed) {
+    struct rtx_tensor *t = tu_tensor_random(RTX_F32, ndim, dims, -1, 1, seed);
+    struct rtx_err err;
+    ck_assert_msg(rtx_graph_add_initializer(g, name, t, &err) >= 0, "%s", err.msg);
+    rtx_tensor_unref(t);
+}
+
+/* Runs g on the fake `runs` times on two alternating inputs of shape xd, each bit for bit
+ * against plain CPU execution; returns the last run's stats. */
+static struct rtx_exec_stats run_against_cpu(struct fake *f, struct rtx_graph *g, int ndim,
+                                             const int64_t *xd, int n_out, int runs) {
+    struct rtx_tensor *x[2], *ref[2][4], *y[4];
+    struct rtx_plan *p;
+    struct rtx_exec_stats st = {0};
+    struct rtx_err err;
+    ck_assert(n_out <= 4);
+    for (int s = 0; s < 2; s++) {
+        x[s] = tu_tensor_random(RTX_F32, ndim, xd, -2, 2, 40 + (unsigned)s);
+        ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x[s], 1, NULL, &p,
+                                      &err), 0);
+        ck_assert_msg(rtx_plan_execute(p, f->cpu, &x[s], 1, ref[s], n_out, NULL, NULL, &err) == 0,
+                      "%s", err.msg);
+        rtx_plan_free(p);
+    }
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x[0], 1, NULL, &p, &err),
+                     0);
+    for (int r = 0; r < runs; r++) {
+        int s = r % 2;
+        ck_assert_msg(rtx_plan_execute(p, &f->be, &x[s], 1, y, n_out, NULL, &st, &err) == 0,
+                      "run %d: %s", r, err.msg);
+        ck_assert_int_eq(st.mode, r == 0 ? RTX_EXEC_FIXED : r == 1 ? RTX_EXEC_CAPTURED
+                                                                  : RTX_EXEC_REPLAYED);
+        for (int o = 0; o < n_out; o++) {
+            ck_assert_msg(same_bits(ref[s][o], y[o]), "run %d output %d", r, o);
+            rtx_tensor_unref(y[o]);
+        }
+    }
+    rtx_plan_free(p);
+    for (int s = 0; s < 2; s++) {
+        rtx_tensor_unref(x[s]);
+        for (int o = 0; o < n_out; o++) rtx_tensor_unref(ref[s][o]);
+    }
+    return st;
+}
+
+/* Views of a graph input (rx), of a fused group's result (rs), of a view (rs2) and of an
+ * intermediate read by the last node (tr), plus a reshape to a graph output (o, a copy). */
+START_TEST(views_replay_over_their_sources_memory) {
+    struct fake f;
+    struct rtx_graph *g;
+    struct rtx_err err;
+    int64_t xd[] = {-1, 8}, wd[] = {8, 8}, bd[] = {8};
+    int64_t s24[] = {0, 2, 4}, s8[] = {0, 8}, s42[] = {0, 4, 2};
+    fake_init(&f);
+    ck_assert_int_eq(rtx_graph_new("views", &g, &err), 0);
+    ck_assert_int_ge(rtx_graph_add_input(g, "x", RTX_F32, 2, xd, &err), 0);
+    add_weight(g, "w", 2, wd, 1);
+    add_weight(g, "b", 1, bd, 2);
+    set_ints(g, add_node(g, "reshape", "x", "rx"), "shape", s24, 3);
+    add_node(g, "matmul", "x,w", "m");
+    add_node(g, "add", "m,b", "s");
+    set_ints(g, add_node(g, "reshape", "s", "rs"), "shape", s24, 3);
+    set_ints(g, add_node(g, "reshape", "rs", "rs2"), "shape", s8, 2);
+    add_node(g, "tanh", "rs2", "t");
+    set_ints(g, add_node(g, "reshape", "t", "tr"), "shape", s24, 3);
+    add_node(g, "mul", "tr,rx", "y");
+    set_ints(g, add_node(g, "reshape", "s", "o"), "shape", s42, 3);
+    ck_assert_int_ge(rtx_graph_add_output(g, "y", &err), 0);
+    ck_assert_int_ge(rtx_graph_add_output(g, "o", &err), 0);
+    int64_t x3[] = {3, 8};
+    struct rtx_exec_stats st = run_against_cpu(&f, g, 2, x3, 2, 20);
+    /* matmul, add, tanh, mul and the output's reshape run; four views do not */
+    ck_assert_int_eq(st.nodes_run, 5);
+    ck_assert_int_eq(f.direct_nodes, 5);   /* run 1 */
+    ck_assert_int_eq(f.recorded, 5);       /* the capture */
+    ck_assert_int_eq(f.reshapes, 2);       /* o, in run 1 and in the capture */
+    ck_assert_int_eq(f.fused_groups, 2);   /* matmul + add, in run 1 and in the capture */
+    ck_assert_int_eq(f.launches, 19);      /* the capture's run launches too */
+    rtx_graph_free(g);
+    f_free(&f.be);
+}
+END_TEST
+
+/* h = neg(x); s = add(matmul(h, w), b); y = tanh(s). h's last reader is the matmul, so with
+ * each node run by itself s may take h's bytes; fused, matmul + add read h while writing s,
+ * so the backend's layout keeps h until the add. */
+START_TEST(fused_group_keeps_its_inputs_until_it_ends) {
+    struct fake f;
+    struct rtx_graph *g;
+    struct rtx_err err;
+    int64_t xd[] = {4, 4}, bd[] = {4};
+    fake_init(&f);
+    ck_assert_int_eq(rtx_graph_new("group inputs", &g, &err), 0);
+    ck_assert_int_ge(rtx_graph_add_input(g, "x", RTX_F32, 2, xd, &err), 0);
+    add_weight(g, "w", 2, xd, 3);
+    add_weight(g, "b", 1, bd, 4);
+    add_node(g, "neg", "x", "h");
+    add_node(g, "matmul", "h,w", "m");
+    add_node(g, "add", "m,b", "s");
+    add_node(g, "tanh", "s", "y");
+    ck_assert_int_ge(rtx_graph_add_output(g, "y", &err), 0);
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, xd, -1, 1, 5);
+    struct rtx_plan *p;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err), 0);
+    ck_assert_uint_eq(rtx_plan_arena_bytes(p), 2 * 64); /* node by node: s reuses h's bytes */
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    struct rtx_exec_stats st = run_against_cpu(&f, g, 2, xd, 1, 4);
+    ck_assert_int_eq(f.fused_groups, 2);
+    /* h, m and s live at once, with the input and the output held by the plan */
+    ck_assert_uint_eq(st.peak_bytes, 3 * 64 + 2 * 64);
+    rtx_graph_free(g);
+    f_free(&f.be);
+}
+END_TEST
+
+/* One projection of the block as bench/bench-gpu.c writes it: matmul, bias add, split into
+ * heads (a view), heads first. */
+static void block_projection(struct rtx_graph *g, const char *name, int64_t width,
+                             int64_t heads, unsigned seed) {
+    char w[16], b[16], mm[16], split[16], hd[16], ins[64];
+    int64_t wd[] = {width, width}, split_shape[] = {0, 0, heads, width / heads};
+    int64_t perm[] = {0, 2, 1, 3};
+    snprintf(w, sizeof w, "w%s", name);
+    snprintf(b, sizeof b, "b%s", name);
+    snprintf(mm, sizeof mm, "%s_mm", name);
+    snprintf(split, sizeof split, "%s_split", name);
+    snprintf(hd, sizeof hd, "%s_heads", name);
+    add_weight(g, w, 2, wd, seed);
+    add_weight(g, b, 1, &width, seed + 1);
+    snprintf(ins, sizeof ins, "h,%s", w);
+    add_node(g, "matmul", ins, mm);
+    snprintf(ins, sizeof ins, "%s,%s", mm, b);
+    add_node(g, "add", ins, name);
+    set_ints(g, add_node(g, "reshape", name, split), "shape", split_shape, 4);
+    set_ints(g, add_node(g, "transpose", split, hd), "perm", perm, 4);
+}
+
+/* The transformer block of bench/bench-gpu.c (pre-norm, causal attention, tanh-GELU MLP) at
+ * a small size: 26 nodes, four of them reshapes that are views. */
+static struct rtx_graph *block_graph(int64_t width, int64_t heads) {
+    struct rtx_graph *g;
+    struct rtx_err err;
+    int64_t xd[] = {-1, -1, width}, ff = 4 * width, wo[] = {width, width};
+    int64_t up[] = {width, ff}, down[] = {ff, width}, merge[] = {0, 0, width};
+    int64_t perm[] = {0, 2, 1, 3};
+    ck_assert_int_eq(rtx_graph_new("block", &g, &err), 0);
+    ck_assert_int_ge(rtx_graph_add_input(g, "x", RTX_F32, 3, xd, &err), 0);
+    add_weight(g, "ln1_scale", 1, &width, 10);
+    add_weight(g, "ln1_bias", 1, &width, 11);
+    add_node(g, "layer_norm", "x,ln1_scale,ln1_bias", "h");
+    block_projection(g, "q", width, heads, 12);
+    block_projection(g, "k", width, heads, 14);
+    block_projection(g, "v", width, heads, 16);
+    int n = add_node(g, "attention", "q_heads,k_heads,v_heads", "att");
+    ck_assert_int_eq(rtx_graph_set_attr_int(g, n, "causal", 1, &err), 0);
+    set_ints(g, add_node(g, "transpose", "att", "att_t"), "perm", perm, 4);
+    set_ints(g, add_node(g, "reshape", "att_t", "att_m"), "shape", merge, 3);
+    add_weight(g, "wo", 2, wo, 18);
+    add_weight(g, "bo", 1, &width, 19);
+    add_node(g, "matmul", "att_m,wo", "o_mm");
+    add_node(g, "add", "o_mm,bo", "o");
+    add_node(g, "add", "x,o", "res1");
+    add_weight(g, "ln2_scale", 1, &width, 20);
+    add_weight(g, "ln2_bias", 1, &width, 21);
+    add_node(g, "layer_norm", "res1,ln2_scale,ln2_bias", "h2");
+    add_weight(g, "w_up", 2, up, 22);
+    add_weight(g, "b_up", 1, &ff, 23);
+    add_weight(g, "w_down", 2, down, 24);
+    add_weight(g, "b_down", 1, &width, 25);
+    add_node(g, "matmul", "h2,w_up", "up_mm");
+    add_node(g, "add", "up_mm,b_up", "up");
+    n = add_node(g, "gelu", "up", "act");
+    ck_assert_int_eq(rtx_graph_set_attr_string(g, n, "approximate", "tanh", &err), 0);
+    add_node(g, "matmul", "act,w_down", "down_mm");
+    add_node(g, "add", "down_mm,b_down", "down");
+    add_node(g, "add", "res1,down", "y");
+    ck_assert_int_ge(rtx_graph_add_output(g, "y", &err), 0);
+    return g;
+}
+
+/* In the author's order each matmul is followed by its bias add, so all six fuse (a
+ * breadth-first order ran q, k and v's matmuls before their adds: three groups); the views
+ * never reach the backend and no fused group writes over its own inputs. */
+START_TEST(block_fuses_every_projection) {
+    struct fake f;
+    fake_init(&f);
+    struct rtx_graph *g = block_graph(16, 2);
+    ck_assert_int_eq(g->n_nodes, 26);
+    int64_t xd[] = {2, 5, 16};
+    struct rtx_exec_stats st = run_against_cpu(&f, g, 3, xd, 1, 6);
+    ck_assert_int_eq(st.nodes_run, 22);
+    ck_assert_int_eq(f.fused_groups, 2 * 6); /* run 1 and the capture */
+    ck_assert_int_eq(f.direct_nodes, 22);
+    ck_assert_int_eq(f.recorded, 22);
+    ck_assert_int_eq(f.reshapes, 0);
+    rtx_graph_free(g);
+    f_free(&f.be);
+}
+END_TEST
+
+START_TEST(block_survives_allocation_failures) {
+    struct fake f;
+    fake_init(&f);
+    struct rtx_graph *g = block_graph(8, 2);
+    int64_t xd[] = {1, 3, 8};
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 3, xd, -1, 1, 6), *ref, *y;
+    struct rtx_plan *p;
+    struct rtx_err err;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err), 0);
+    ck_assert_int_eq(rtx_plan_execute(p, f.cpu, &x, 1, &ref, 1, NULL, NULL, &err), 0);
+    rtx_plan_free(p);
+    int ok = 0;
+    for (long n = 1; n < 2000 && !ok; n++) {
+        p = NULL;
+        y = NULL;
+        rtx_alloc_fail_after(n);
+        int rc = rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, NULL);
+        if (rc == 0) rc = rtx_plan_execute(p, &f.be, &x, 1, &y, 1, NULL, NULL, NULL);
+        rtx_alloc_fail_after(0);
+        if (rc == 0) {
+            ok = 1;
+            ck_assert(same_bits(ref, y));
+        } else {
+            ck_assert_msg(rc == RTX_ENOMEM, "failure %ld gave %d", n, rc);
+            ck_assert_ptr_null(y);
+        }
+        rtx_tensor_unref(y);
+        rtx_plan_free(p);
+    }
+    ck_assert(ok);
+    rtx_tensor_unref(ref);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+    f_free(&f.be);
+}
+END_TEST
+
 Suite *rtx_plan_replay_suite(void) {
     Suite *s = suite_create("plan_replay");
     TCase *tc = tcase_create("core");
@@ -506,6 +795,10 @@ Suite *rtx_plan_replay_suite(void) {
     tcase_add_test(tc, another_backend_drops_the_graph_and_shapes_get_their_own);
     tcase_add_test(tc, replay_survives_allocation_failures);
     tcase_add_test(tc, fusion_needs_a_single_reader);
+    tcase_add_test(tc, views_replay_over_their_sources_memory);
+    tcase_add_test(tc, fused_group_keeps_its_inputs_until_it_ends);
+    tcase_add_test(tc, block_fuses_every_projection);
+    tcase_add_test(tc, block_survives_allocation_failures);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,7 +1,9 @@
 /*
  * test-plan.c - the planner and executor: input binding, dead-node pruning, buffer reuse,
- * correct results through multi-node graphs, pass-through outputs, cancellation, and an
- * out-of-memory loop over plan + execute.
+ * correct results through multi-node graphs, pass-through outputs, cancellation, reshapes as
+ * views of their input's bytes (intermediates, chains, graph inputs and initializers, the
+ * storage kept live for a view's readers, graph outputs still copied), and an out-of-memory
+ * loop over plan + execute.
  */
 #include <math.h>
 #include <string.h>
@@ -37,6 +39,23 @@ static struct rtx_graph *chain(int n) {
     }
     rtx_graph_add_output(g, a, NULL);
     return g;
+}
+
+/* A reshape node in -> out with the given shape. */
+static void add_reshape(struct rtx_graph *g, const char *in, const char *out, int ndim,
+                        const int64_t *shape) {
+    const char *i[] = {in}, *o[] = {out};
+    struct rtx_err err;
+    int n = rtx_graph_add_node(g, "reshape", out, i, 1, o, 1, &err);
+    ck_assert_msg(n >= 0, "%s", err.msg);
+    ck_assert_int_eq(rtx_graph_set_attr_ints(g, n, "shape", shape, ndim, &err), 0);
+}
+
+static void add_binary(struct rtx_graph *g, const char *op, const char *a, const char *b,
+                       const char *out) {
+    const char *i[] = {a, b}, *o[] = {out};
+    struct rtx_err err;
+    ck_assert_msg(rtx_graph_add_node(g, op, out, i, 2, o, 1, &err) >= 0, "%s", err.msg);
 }
 
 START_TEST(chain_reuses_two_buffers) {
@@ -250,6 +269,204 @@ START_TEST(cancel_flag_stops_between_ops) {
 }
 END_TEST
 
+/* x -> a = neg(x) -> r = reshape(a) -> z = exp(r): r is a view of a */
+START_TEST(reshape_of_an_intermediate_is_a_view) {
+    struct rtx_graph *g;
+    int64_t d[] = {2, 8}, flat[] = {16};
+    rtx_graph_new("view", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_F32, 2, d, NULL);
+    add_unary(g, "neg", "x", "a");
+    add_reshape(g, "a", "r", 1, flat);
+    add_unary(g, "exp", "r", "z");
+    rtx_graph_add_output(g, "z", NULL);
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, d, -2, 2, 4), *z;
+    struct rtx_plan *p;
+    struct rtx_exec_stats st;
+    struct rtx_err err;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err), 0);
+    /* a alone: the view adds no bytes */
+    ck_assert_uint_eq(rtx_plan_arena_bytes(p), 64);
+    ck_assert_uint_eq(rtx_plan_unplanned_bytes(p), 64);
+    struct rtx_backend *be = cpu();
+    ck_assert_msg(rtx_plan_execute(p, be, &x, 1, &z, 1, NULL, &st, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st.nodes_run, 2); /* neg and exp; the reshape is not run */
+    int64_t zd[] = {16};
+    tu_assert_shape(z, RTX_F32, 1, zd);
+    for (int i = 0; i < 16; i++)
+        ck_assert_double_eq_tol(rtx_tensor_get(z, i), exp(-rtx_tensor_get(x, i)), 1e-6);
+    rtx_tensor_unref(z);
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+}
+END_TEST
+
+/* x [1,16] -> a = neg(x); r = reshape(a, [16]); c = exp(x); z = add(r, c). a's last direct
+ * reader is the reshape (not run); if a's bytes were freed there, best fit would give c the
+ * only gap, a's, and z would be exp(x) + exp(x). */
+START_TEST(view_keeps_its_storage_live_past_later_outputs) {
+    struct rtx_graph *g;
+    int64_t d[] = {1, 16}, flat[] = {16};
+    rtx_graph_new("live", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_F32, 2, d, NULL);
+    add_unary(g, "neg", "x", "a");
+    add_reshape(g, "a", "r", 1, flat);
+    add_unary(g, "exp", "x", "c");
+    add_binary(g, "add", "r", "c", "z");
+    rtx_graph_add_output(g, "z", NULL);
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, d, -2, 2, 5), *z;
+    struct rtx_plan *p;
+    struct rtx_exec_stats st;
+    struct rtx_err err;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err), 0);
+    ck_assert_uint_eq(rtx_plan_arena_bytes(p), 2 * 64); /* a and c side by side */
+    struct rtx_backend *be = cpu();
+    ck_assert_msg(rtx_plan_execute(p, be, &x, 1, &z, 1, NULL, &st, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st.nodes_run, 3);
+    for (int i = 0; i < 16; i++) {
+        double v = rtx_tensor_get(x, i);
+        ck_assert_double_eq_tol(rtx_tensor_get(z, i), -v + exp(v), 1e-5);
+    }
+    rtx_tensor_unref(z);
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+}
+END_TEST
+
+/* a = neg(x) [4,6] -> [24] -> [6,4] -> [4,6], then c = exp(x) and z = add(r3, c): a chain of
+ * views of a, read after c is placed. */
+START_TEST(reshape_chain_shares_one_storage) {
+    struct rtx_graph *g;
+    int64_t d[] = {4, 6}, s1[] = {24}, s2[] = {6, 4};
+    rtx_graph_new("chain of views", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_F32, 2, d, NULL);
+    add_unary(g, "neg", "x", "a");
+    add_reshape(g, "a", "r1", 1, s1);
+    add_reshape(g, "r1", "r2", 2, s2);
+    add_reshape(g, "r2", "r3", 2, d);
+    add_unary(g, "exp", "x", "c");
+    add_binary(g, "add", "r3", "c", "z");
+    rtx_graph_add_output(g, "z", NULL);
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, d, -2, 2, 6), *z;
+    struct rtx_plan *p;
+    struct rtx_exec_stats st;
+    struct rtx_err err;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err), 0);
+    ck_assert_uint_eq(rtx_plan_unplanned_bytes(p), 2 * 128); /* a and c: 96 bytes, aligned */
+    ck_assert_uint_eq(rtx_plan_arena_bytes(p), 2 * 128);
+    struct rtx_backend *be = cpu();
+    ck_assert_msg(rtx_plan_execute(p, be, &x, 1, &z, 1, NULL, &st, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st.nodes_run, 3);
+    tu_assert_shape(z, RTX_F32, 2, d);
+    for (int i = 0; i < 24; i++) {
+        double v = rtx_tensor_get(x, i);
+        ck_assert_double_eq_tol(rtx_tensor_get(z, i), -v + exp(v), 1e-5);
+    }
+    rtx_tensor_unref(z);
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+}
+END_TEST
+
+/* z = add(reshape(x, [16]), w) and y = mul(x, reshape(w, [2, 8])): views of a graph input and
+ * of an initializer, on the host and on a device backend; the caller's x is never written. */
+static struct rtx_graph *input_views_graph(void) {
+    struct rtx_graph *g;
+    int64_t d[] = {2, 8}, flat[] = {16};
+    rtx_graph_new("input views", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_F32, 2, d, NULL);
+    struct rtx_tensor *w = tu_tensor_random(RTX_F32, 1, flat, -1, 1, 9);
+    rtx_graph_add_initializer(g, "w", w, NULL);
+    rtx_tensor_unref(w);
+    add_reshape(g, "x", "rx", 1, flat);
+    add_reshape(g, "w", "rw", 2, d);
+    add_binary(g, "add", "rx", "w", "z");
+    add_binary(g, "mul", "x", "rw", "y");
+    rtx_graph_add_output(g, "z", NULL);
+    rtx_graph_add_output(g, "y", NULL);
+    return g;
+}
+
+static void check_input_views(const struct rtx_graph *g, const struct rtx_tensor *x,
+                              struct rtx_tensor *const *out) {
+    const struct rtx_tensor *w = g->values[1].constant;
+    ck_assert_ptr_nonnull(w);
+    for (int i = 0; i < 16; i++) {
+        double xv = rtx_tensor_get(x, i), wv = rtx_tensor_get(w, i);
+        ck_assert_double_eq_tol(rtx_tensor_get(out[0], i), xv + wv, 1e-6);
+        ck_assert_double_eq_tol(rtx_tensor_get(out[1], i), xv * wv, 1e-6);
+    }
+}
+
+/* A reshape whose output is a graph output runs and fills a buffer of its own: of a graph
+ * input (r = reshape(x)) and of an intermediate (s = reshape(neg(x))). */
+START_TEST(reshape_to_a_graph_output_gets_its_own_buffer) {
+    struct rtx_graph *g;
+    int64_t d[] = {2, 3}, flat[] = {6}, t[] = {3, 2};
+    rtx_graph_new("output reshape", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_F32, 2, d, NULL);
+    add_reshape(g, "x", "r", 1, flat);
+    add_unary(g, "neg", "x", "a");
+    add_reshape(g, "a", "s", 2, t);
+    add_unary(g, "abs", "s", "b");
+    rtx_graph_add_output(g, "r", NULL);
+    rtx_graph_add_output(g, "s", NULL);
+    rtx_graph_add_output(g, "b", NULL);
+    double xv[] = {1, -2, 3, -4, 5, -6};
+    struct rtx_tensor *x = tu_tensor(RTX_F32, 2, d, xv), *out[3];
+    struct rtx_plan *p;
+    struct rtx_exec_stats st;
+    struct rtx_err err;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err), 0);
+    ck_assert_uint_eq(rtx_plan_arena_bytes(p), 64); /* a */
+    struct rtx_backend *be = cpu();
+    /* device-resident on the CPU: the outputs are the executor's own tensors */
+    ck_assert_msg(rtx_plan_execute_device(p, be, &x, 1, out, 3, NULL, &st, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(st.nodes_run, 4); /* both reshapes copy */
+    ck_assert_ptr_ne(out[0]->buf, x->buf);
+    ck_assert_ptr_ne(out[1]->buf, out[2]->buf);
+    double nx[] = {-1, 2, -3, 4, -5, 6}, ax[] = {1, 2, 3, 4, 5, 6};
+    tu_assert_shape(out[0], RTX_F32, 1, flat);
+    tu_assert_shape(out[1], RTX_F32, 2, t);
+    tu_assert_close(out[0], xv, 0, 0);
+    tu_assert_close(out[1], nx, 0, 0);
+    tu_assert_close(out[2], ax, 0, 0);
+    for (int i = 0; i < 3; i++) rtx_tensor_unref(out[i]);
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+}
+END_TEST
+
+/* Intermediates of zero bytes: the arena is empty, and the run still binds them. */
+START_TEST(empty_intermediates_need_no_arena) {
+    struct rtx_graph *g = chain(3);
+    int64_t d[] = {0};
+    struct rtx_tensor *x = tu_tensor(RTX_F32, 1, d, NULL), *y;
+    struct rtx_plan *p;
+    struct rtx_exec_stats st;
+    struct rtx_err err;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err), 0);
+    ck_assert_uint_eq(rtx_plan_arena_bytes(p), 0);
+    struct rtx_backend *be = cpu();
+    ck_assert_msg(rtx_plan_execute(p, be, &x, 1, &y, 1, NULL, &st, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st.nodes_run, 3);
+    tu_assert_shape(y, RTX_F32, 1, d);
+    rtx_tensor_unref(y);
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+}
+END_TEST
+
 START_TEST(plan_and_execute_survive_allocation_failures) {
     struct rtx_graph *g = chain(4);
     int64_t d[] = {16};
@@ -365,6 +582,43 @@ START_TEST(device_backend_uploads_once_and_downloads_outputs) {
 }
 END_TEST
 
+START_TEST(reshape_of_graph_inputs_and_initializers_is_a_view) {
+    struct rtx_graph *g = input_views_graph();
+    int64_t d[] = {2, 8};
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, d, -1, 1, 10), *out[2];
+    struct rtx_tensor *x0 = tu_tensor(RTX_F32, 2, d, NULL);
+    memcpy(rtx_tensor_data(x0), rtx_tensor_data(x), rtx_tensor_nbytes(x));
+    struct rtx_plan *p;
+    struct rtx_exec_stats st;
+    struct rtx_err err;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err), 0);
+    ck_assert_uint_eq(rtx_plan_arena_bytes(p), 0); /* both reshapes are views */
+    ck_assert_uint_eq(rtx_plan_unplanned_bytes(p), 0);
+    struct rtx_backend *be = cpu();
+    ck_assert_msg(rtx_plan_execute(p, be, &x, 1, out, 2, NULL, &st, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st.nodes_run, 2);
+    check_input_views(g, x, out);
+    ck_assert(memcmp(rtx_tensor_data(x), rtx_tensor_data(x0), rtx_tensor_nbytes(x)) == 0);
+    rtx_tensor_unref(out[0]);
+    rtx_tensor_unref(out[1]);
+    rtx_backend_free(be);
+    /* a device backend: views of the uploaded input and initializer */
+    struct fake_device f = {.be = {.iface = &fake_iface, .ctx = &f}, .cpu = cpu()};
+    ck_assert_msg(rtx_plan_execute(p, &f.be, &x, 1, out, 2, NULL, &st, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(st.nodes_run, 2);
+    ck_assert_int_eq(f.uploads, 2); /* x and w */
+    check_input_views(g, x, out);
+    rtx_tensor_unref(out[0]);
+    rtx_tensor_unref(out[1]);
+    fake_free(&f.be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_tensor_unref(x0);
+    rtx_graph_free(g);
+}
+END_TEST
+
 Suite *rtx_plan_suite(void) {
     Suite *s = suite_create("plan");
     TCase *tc = tcase_create("core");
@@ -378,6 +632,12 @@ Suite *rtx_plan_suite(void) {
     tcase_add_test(tc, cancel_flag_stops_between_ops);
     tcase_add_test(tc, plan_and_execute_survive_allocation_failures);
     tcase_add_test(tc, device_backend_uploads_once_and_downloads_outputs);
+    tcase_add_test(tc, reshape_of_an_intermediate_is_a_view);
+    tcase_add_test(tc, view_keeps_its_storage_live_past_later_outputs);
+    tcase_add_test(tc, reshape_chain_shares_one_storage);
+    tcase_add_test(tc, reshape_of_graph_inputs_and_initializers_is_a_view);
+    tcase_add_test(tc, reshape_to_a_graph_output_gets_its_own_buffer);
+    tcase_add_test(tc, empty_intermediates_need_no_arena);
     suite_add_tcase(s, tc);
     return s;
 }

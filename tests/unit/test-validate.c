@@ -1,10 +1,12 @@
 /*
  * test-validate.c - one test per validation error class: arity, attributes, dtypes, shapes,
  * dangling inputs, cycles, limits, outputs. Each checks the code and that the message names
- * the node and the reason.
+ * the node and the reason. Also the node order (rtx__topo_order): the smallest ready index
+ * first, on hand-made graphs and against a quadratic reference on random ones.
  */
 #include <string.h>
 
+#include "runtime/runtime-impl.h"
 #include "tests/unit/test-util.h"
 
 /* Splits "a,b" into names (empty list for ""); returns the count. */
@@ -252,6 +254,121 @@ START_TEST(dynamic_inputs_skip_shape_inference_until_bound) {
 }
 END_TEST
 
+/* The order of g as rtx__topo_order gives it, checked against want[n]. */
+static void expect_order(const struct rtx_graph *g, const int *want, int n) {
+    int order[64];
+    struct rtx_err err = {0};
+    ck_assert_int_eq(g->n_nodes, n);
+    ck_assert_msg(rtx__topo_order(g, order, &err) == 0, "%s", err.msg);
+    for (int k = 0; k < n; k++)
+        ck_assert_msg(order[k] == want[k], "position %d: node %d, want %d", k, order[k],
+                      want[k]);
+}
+
+START_TEST(order_takes_the_smallest_ready_index) {
+    /* a diamond as written: breadth-first would run abs (2) before exp (1) */
+    struct rtx_graph *g = graph_xy(RTX_F32, 2, d23, 0, -1, NULL);
+    node(g, "neg", "a", "x", "a");
+    node(g, "exp", "b", "a", "b");
+    node(g, "abs", "c", "x", "c");
+    node(g, "relu", "d", "b", "d");
+    node(g, "add", "z", "d,c", "z");
+    rtx_graph_add_output(g, "z", NULL);
+    expect_order(g, (const int[]){0, 1, 2, 3, 4}, 5);
+    rtx_graph_free(g);
+    /* written out of order: the smallest index among the ready nodes, not overall */
+    g = graph_xy(RTX_F32, 2, d23, 0, -1, NULL);
+    node(g, "add", "z", "b,c", "z");
+    node(g, "exp", "b", "a", "b");
+    node(g, "neg", "a", "x", "a");
+    node(g, "abs", "c", "x", "c");
+    rtx_graph_add_output(g, "z", NULL);
+    expect_order(g, (const int[]){2, 1, 3, 0}, 4);
+    rtx_graph_free(g);
+}
+END_TEST
+
+START_TEST(order_keeps_each_matmul_next_to_its_add) {
+    /* the block's three projections of one h: breadth-first ran 1, 3, 5, 2, 4, 6 */
+    int64_t wd[] = {3, 3};
+    struct rtx_graph *g = graph_xy(RTX_F32, 2, d23, RTX_F32, 2, wd);
+    node(g, "relu", "ln", "x", "h");
+    node(g, "matmul", "q_mm", "h,y", "q_mm");
+    node(g, "add", "q", "q_mm,h", "q");
+    node(g, "matmul", "k_mm", "h,y", "k_mm");
+    node(g, "add", "k", "k_mm,h", "k");
+    node(g, "matmul", "v_mm", "h,y", "v_mm");
+    node(g, "add", "v", "v_mm,h", "v");
+    node(g, "attention", "att", "q,k,v", "att");
+    rtx_graph_add_output(g, "att", NULL);
+    expect_order(g, (const int[]){0, 1, 2, 3, 4, 5, 6, 7}, 8);
+    rtx_graph_free(g);
+}
+END_TEST
+
+/* The reference: repeatedly the smallest index whose producers are all placed, O(n^2). */
+static void reference_order(const struct rtx_graph *g, int *order) {
+    bool placed[300] = {false};
+    for (int k = 0; k < g->n_nodes; k++) {
+        for (int i = 0; i < g->n_nodes; i++) {
+            const struct rtx_node *n = &g->nodes[i];
+            bool ready = !placed[i];
+            for (int j = 0; j < n->n_inputs && ready; j++) {
+                int p = g->values[n->inputs[j]].producer;
+                ready = p < 0 || placed[p];
+            }
+            if (ready) {
+                order[k] = i;
+                placed[i] = true;
+                break;
+            }
+        }
+    }
+}
+
+START_TEST(order_matches_the_reference_on_random_graphs) {
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (int round = 0; round < 20; round++) {
+        enum { N = 300 };
+        /* value t_i comes from node i and reads 1-3 earlier values (or x); the nodes are added
+         * in a shuffled order, so node indices and the data flow disagree */
+        int perm[N], srcs[N][3], nsrc[N];
+        for (int i = 0; i < N; i++) {
+            perm[i] = i;
+            nsrc[i] = 1 + (int)((s = s * 6364136223846793005ull + 1) >> 62) % 3;
+            for (int j = 0; j < nsrc[i]; j++)
+                srcs[i][j] = (int)((s = s * 6364136223846793005ull + 1) >> 33) % (i + 1) - 1;
+        }
+        for (int i = N - 1; i > 0; i--) {
+            int j = (int)((s = s * 6364136223846793005ull + 1) >> 33) % (i + 1);
+            int t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        int64_t d[] = {2};
+        struct rtx_graph *g = graph_xy(RTX_F32, 1, d, 0, -1, NULL);
+        for (int k = 0; k < N; k++) {
+            int i = perm[k];
+            char ins[64] = "", out[16];
+            for (int j = 0; j < nsrc[i]; j++) {
+                char one[16];
+                if (srcs[i][j] < 0) snprintf(one, sizeof one, "x");
+                else snprintf(one, sizeof one, "t%d", srcs[i][j]);
+                snprintf(ins + strlen(ins), sizeof ins - strlen(ins), "%s%s", j ? "," : "", one);
+            }
+            snprintf(out, sizeof out, "t%d", i);
+            node(g, nsrc[i] == 1 ? "neg" : nsrc[i] == 2 ? "add" : "where", out, ins, out);
+        }
+        int got[N], want[N];
+        struct rtx_err err = {0};
+        ck_assert_msg(rtx__topo_order(g, got, &err) == 0, "%s", err.msg);
+        reference_order(g, want);
+        for (int k = 0; k < N; k++) ck_assert_int_eq(got[k], want[k]);
+        rtx_graph_free(g);
+    }
+}
+END_TEST
+
 Suite *rtx_validate_suite(void) {
     Suite *s = suite_create("validate");
     TCase *tc = tcase_create("core");
@@ -271,6 +388,9 @@ Suite *rtx_validate_suite(void) {
     tcase_add_test(tc, rejects_graph_without_outputs_or_with_unproduced_output);
     tcase_add_test(tc, enforces_limits);
     tcase_add_test(tc, dynamic_inputs_skip_shape_inference_until_bound);
+    tcase_add_test(tc, order_takes_the_smallest_ready_index);
+    tcase_add_test(tc, order_keeps_each_matmul_next_to_its_add);
+    tcase_add_test(tc, order_matches_the_reference_on_random_graphs);
     suite_add_tcase(s, tc);
     return s;
 }
