@@ -103,6 +103,8 @@ int rtx__client_job_fill(struct rtx_client_job *dst, const Rtx__V1__Job *src,
     dst->outputs_available = src->outputs_available;
     dst->device = rtx__client_str(src->device);
     dst->requested_device = rtx__client_str(src->requested_device);
+    dst->exec_mode = rtx__client_str(src->exec_mode);
+    dst->plan_reused = src->plan_reused;
     for (size_t i = 0; i < src->n_labels; i++) {
         labels[i].key = rtx__client_str(src->labels[i]->key);
         labels[i].value = rtx__client_str(src->labels[i]->value);

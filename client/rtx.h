@@ -442,6 +442,10 @@ struct rtx_client_job {
     const char *device;                 /* where it runs or ran: "cpu", "cuda:0"; "" before */
     const char *requested_device;       /* as submitted, the default applied: "auto", "cpu",
                                            "cuda", "cuda:N" ("" from an older daemon) */
+    const char *exec_mode;              /* how its last run executed: "plain", "fixed",
+                                           "captured" or "replayed" (a CUDA graph); "" when
+                                           unknown (not run since the daemon started) */
+    bool plan_reused;                   /* the last run used a plan kept from an earlier job */
 };
 
 /* Fetches job `job_id`. *out is freed with rtx_client_job_free. Returns 0,

@@ -583,6 +583,8 @@ static void j_job(struct json *j, const struct rtx_client_job *job) {
     j_kbool(j, "outputs_available", job->outputs_available);
     j_kstr(j, "device", job->device);
     j_kstr(j, "requested_device", job->requested_device);
+    j_kstr(j, "exec_mode", job->exec_mode);
+    j_kbool(j, "plan_reused", job->plan_reused);
     j_close(j, '}');
 }
 
@@ -605,6 +607,9 @@ static void print_job(const struct rtx_client_job *job) {
     printf("%-16s %s\n", "lane:", dash(job->lane));
     printf("%-16s %s (asked for %s)\n", "device:", dash(job->device),
            dash(job->requested_device));
+    if (*job->exec_mode)
+        printf("%-16s %s%s\n", "execution:", job->exec_mode,
+               job->plan_reused ? " (plan reused)" : "");
     printf("%-16s %s\n", "labels:", fmt_labels(job, l, sizeof l));
     printf("%-16s %s\n", "idempotency key:", dash(job->idempotency_key));
     printf("%-16s %s\n", "restart policy:", rtx_client_restart_policy_name(job->restart_policy));

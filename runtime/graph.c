@@ -207,10 +207,17 @@ int rtx_graph_add_input(struct rtx_graph *g, const char *name, enum rtx_dtype dt
 
 int rtx_graph_add_initializer(struct rtx_graph *g, const char *name, struct rtx_tensor *t,
                               struct rtx_err *err) {
+    /* kernels read initializers as contiguous buffers: a strided view is copied once here */
+    struct rtx_tensor *c = NULL;
+    int rc = rtx_tensor_contiguous(t, &c, err);
+    if (rc < 0) return rc;
     int v = define_value(g, name, "initializer", err);
-    if (v < 0) return v;
+    if (v < 0) {
+        rtx_tensor_unref(c);
+        return v;
+    }
     struct rtx_value *val = &g->values[v];
-    val->constant = rtx_tensor_ref(t);
+    val->constant = c;
     val->dtype = t->dtype;
     val->ndim = t->ndim;
     for (int i = 0; i < t->ndim; i++) val->dims[i] = t->dims[i];

@@ -315,7 +315,8 @@ int rtx_graph_find_value(const struct rtx_graph *g, const char *name);
  * value index (>= 0) or a negative code. */
 int rtx_graph_add_input(struct rtx_graph *g, const char *name, enum rtx_dtype dt, int ndim,
                         const int64_t *dims, struct rtx_err *err);
-/* Adds a named constant tensor (takes a new reference to t). Returns the value index. */
+/* Adds a named constant tensor: takes a new reference to t, or a contiguous copy of it when t
+ * is a strided view (kernels read constants as contiguous buffers). Returns the value index. */
 int rtx_graph_add_initializer(struct rtx_graph *g, const char *name, struct rtx_tensor *t,
                               struct rtx_err *err);
 /* Adds a node. Input names that do not exist yet are created as unproduced values (valid

@@ -153,6 +153,14 @@ def test_rtxctl_submit_device(daemon, tmp_path):
     assert job["device"] == "cpu" and job["requested_device"] == "cpu", job
     r = h.rtxctl("jobs", "show", job["id"], address=daemon.address, check_rc=0)
     assert re.search(r"^device:\s+cpu \(asked for cpu\)$", r.out, re.M), r.describe()
+    assert re.search(r"^execution:\s+plain$", r.out, re.M), r.describe()
+    # the same graph and shapes again: the worker's kept plan runs it
+    r = h.rtxctl("--json", "submit", gp, "--random-inputs", "--device", "cpu", "--wait",
+                 address=daemon.address, check_rc=0)
+    again = h.find_key(r.json(), "job")
+    assert again["exec_mode"] == "plain" and again["plan_reused"] is True, again
+    r = h.rtxctl("jobs", "show", again["id"], address=daemon.address, check_rc=0)
+    assert re.search(r"^execution:\s+plain \(plan reused\)$", r.out, re.M), r.describe()
     r = h.rtxctl("submit", gp, "--random-inputs", "--device", address=daemon.address,
                  check_rc=2)
 

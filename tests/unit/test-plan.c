@@ -249,6 +249,43 @@ START_TEST(non_contiguous_inputs_are_made_contiguous) {
 }
 END_TEST
 
+/* A strided view given as an initializer is stored contiguous: a reshape of it (a raw view of
+ * its bytes in the plan, a byte copy for a graph output) sees the logical element order. */
+START_TEST(non_contiguous_initializers_are_stored_contiguous) {
+    struct rtx_graph *g;
+    int64_t td[] = {2, 3}, six[] = {6};
+    double v[] = {0, 1, 2, 3, 4, 5};
+    struct rtx_tensor *t = tu_tensor(RTX_F32, 2, td, v), *w, *x = NULL, *y[2] = {NULL, NULL};
+    int perm[] = {1, 0};
+    ck_assert_int_eq(rtx_tensor_permute(t, perm, &w, NULL), 0); /* [3, 2], strides {1, 3} */
+    rtx_graph_new("nci", &g, NULL);
+    rtx_graph_add_input(g, "x", RTX_F32, 1, six, NULL);
+    ck_assert_int_ge(rtx_graph_add_initializer(g, "w", w, NULL), 0);
+    add_reshape(g, "w", "flat", 1, six);   /* a view (read by the add) */
+    add_binary(g, "add", "flat", "x", "y");
+    add_reshape(g, "w", "wflat", 1, six);  /* a graph output: copied */
+    rtx_graph_add_output(g, "y", NULL);
+    rtx_graph_add_output(g, "wflat", NULL);
+    double zeros[] = {0, 0, 0, 0, 0, 0};
+    x = tu_tensor(RTX_F32, 1, six, zeros);
+    struct rtx_plan *p;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, NULL), 0);
+    struct rtx_backend *be = cpu();
+    ck_assert_int_eq(rtx_plan_execute(p, be, &x, 1, y, 2, NULL, NULL, NULL), 0);
+    double want[] = {0, 3, 1, 4, 2, 5};
+    tu_assert_close(y[0], want, 0, 0);
+    tu_assert_close(y[1], want, 0, 0);
+    rtx_tensor_unref(y[0]);
+    rtx_tensor_unref(y[1]);
+    rtx_backend_free(be);
+    rtx_plan_free(p);
+    rtx_tensor_unref(x);
+    rtx_tensor_unref(w);
+    rtx_tensor_unref(t);
+    rtx_graph_free(g);
+}
+END_TEST
+
 START_TEST(cancel_flag_stops_between_ops) {
     struct rtx_graph *g = chain(3);
     int64_t d[] = {4};
@@ -629,6 +666,7 @@ Suite *rtx_plan_suite(void) {
     tcase_add_test(tc, binding_checks_dtype_rank_and_fixed_dims);
     tcase_add_test(tc, execute_rejects_inputs_unlike_the_plan);
     tcase_add_test(tc, non_contiguous_inputs_are_made_contiguous);
+    tcase_add_test(tc, non_contiguous_initializers_are_stored_contiguous);
     tcase_add_test(tc, cancel_flag_stops_between_ops);
     tcase_add_test(tc, plan_and_execute_survive_allocation_failures);
     tcase_add_test(tc, device_backend_uploads_once_and_downloads_outputs);
