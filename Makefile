@@ -335,7 +335,7 @@ $(BUILD)/bin/rtx-bench-mem-pool: $(BUILD)/obj/bench/bench-mem-pool.o $(LIBRT)
 # bench/bench-gpu.c: the CUDA backend's ops on device-resident data, the transformer block and
 # the caching allocator (it calls CUDA directly for the allocator's raw baseline).
 $(BUILD)/obj/bench/bench-gpu.o: CFLAGS += $(CUDA_CFLAGS)
-$(BUILD)/bin/rtx-bench-gpu: $(BUILD)/obj/bench/bench-gpu.o $(LIBRT)
+$(BUILD)/bin/rtx-bench-gpu: $(BUILD)/obj/bench/bench-gpu.o $(BUILD)/obj/tests/gpu/block-graph.o $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 

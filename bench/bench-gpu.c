@@ -44,6 +44,7 @@
 
 #include "kernels/backend.h"
 #include "runtime/mem-pool.h"
+#include "tests/gpu/block-graph.h"
 
 static struct rtx_backend *be;
 static bool quick;
@@ -240,60 +241,6 @@ static void attention_case(int64_t b, int64_t h, int64_t l, int64_t d, bool caus
  * structure), bf16, through rtx_plan_execute.
  * ---------------------------------------------------------------------------------------- */
 
-struct gb {
-    struct rtx_graph *g;
-    int rc;
-    struct rtx_err err;
-};
-
-static int gb_node(struct gb *b, const char *op, const char *name, const char *const *ins,
-                   int n, const char *out) {
-    if (b->rc) return -1;
-    int rc = rtx_graph_add_node(b->g, op, name, ins, n, &out, 1, &b->err);
-    if (rc < 0) b->rc = rc;
-    return rc;
-}
-
-static void gb_weight(struct gb *b, const char *name, int ndim, const int64_t *dims,
-                      float center, float scale) {
-    if (b->rc) return;
-    struct rtx_tensor *t = NULL;
-    b->rc = host_random(RTX_BF16, ndim, dims, center, scale, &t, &b->err);
-    if (b->rc == 0) {
-        int rc = rtx_graph_add_initializer(b->g, name, t, &b->err);
-        if (rc < 0) b->rc = rc;
-    }
-    rtx_tensor_unref(t);
-}
-
-static void gb_ints(struct gb *b, int node, const char *name, const int64_t *v, int n) {
-    if (b->rc == 0) b->rc = rtx_graph_set_attr_ints(b->g, node, name, v, n, &b->err);
-}
-
-#define IN(...)                                                                                   \
-    (const char *const[]){__VA_ARGS__},                                                           \
-        (int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *))
-
-static void block_projection(struct gb *b, const char *src, const char *name, int64_t width,
-                             int64_t heads) {
-    char w[16], bias[16], mm[16], sum[16], split[16], hd[16];
-    snprintf(w, sizeof w, "w%s", name);
-    snprintf(bias, sizeof bias, "b%s", name);
-    snprintf(mm, sizeof mm, "%s_mm", name);
-    snprintf(sum, sizeof sum, "%s", name);
-    snprintf(split, sizeof split, "%s_split", name);
-    snprintf(hd, sizeof hd, "%s_heads", name);
-    float s = 1.0f / sqrtf((float)width);
-    gb_weight(b, w, 2, (const int64_t[]){width, width}, 0, s);
-    gb_weight(b, bias, 1, &width, 0, s);
-    gb_node(b, "matmul", mm, IN(src, w), mm);
-    gb_node(b, "add", sum, IN(mm, bias), sum);
-    int n = gb_node(b, "reshape", split, IN(sum), split);
-    gb_ints(b, n, "shape", (const int64_t[]){0, 0, heads, width / heads}, 4);
-    n = gb_node(b, "transpose", hd, IN(split), hd);
-    gb_ints(b, n, "perm", (const int64_t[]){0, 2, 1, 3}, 4);
-}
-
 /* The block device-resident: x uploaded once, y left on the device, on the graph-replaying
  * backend and on a node-by-node one; one JSON line each. */
 static void block_device(const struct rtx_graph *g, const struct rtx_tensor *x, int64_t heads,
@@ -336,47 +283,13 @@ static void block_device(const struct rtx_graph *g, const struct rtx_tensor *x, 
 }
 
 static void block_case(int64_t batch, int64_t seq, int64_t width, int64_t heads, int reps) {
-    struct gb b = {0};
+    struct {
+        struct rtx_graph *g;
+        int rc;
+        struct rtx_err err;
+    } b = {0};
     int64_t ff = 4 * width;
-    float s = 1.0f / sqrtf((float)width), sf = 1.0f / sqrtf((float)ff);
-    b.rc = rtx_graph_new("block", &b.g, &b.err);
-    if (b.rc == 0) {
-        int rc = rtx_graph_add_input(b.g, "x", RTX_BF16, 3, (const int64_t[]){batch, seq, width},
-                                     &b.err);
-        if (rc < 0) b.rc = rc;
-    }
-    gb_weight(&b, "ln1_scale", 1, &width, 1, 0.1f);
-    gb_weight(&b, "ln1_bias", 1, &width, 0, 0.1f);
-    gb_node(&b, "layer_norm", "ln1", IN("x", "ln1_scale", "ln1_bias"), "h");
-    block_projection(&b, "h", "q", width, heads);
-    block_projection(&b, "h", "k", width, heads);
-    block_projection(&b, "h", "v", width, heads);
-    int n = gb_node(&b, "attention", "attention", IN("q_heads", "k_heads", "v_heads"), "att");
-    if (b.rc == 0) b.rc = rtx_graph_set_attr_int(b.g, n, "causal", 1, &b.err);
-    n = gb_node(&b, "transpose", "att_t", IN("att"), "att_t");
-    gb_ints(&b, n, "perm", (const int64_t[]){0, 2, 1, 3}, 4);
-    n = gb_node(&b, "reshape", "att_merge", IN("att_t"), "att_m");
-    gb_ints(&b, n, "shape", (const int64_t[]){0, 0, width}, 3);
-    gb_weight(&b, "wo", 2, (const int64_t[]){width, width}, 0, s);
-    gb_weight(&b, "bo", 1, &width, 0, s);
-    gb_node(&b, "matmul", "o_mm", IN("att_m", "wo"), "o_mm");
-    gb_node(&b, "add", "o", IN("o_mm", "bo"), "o");
-    gb_node(&b, "add", "res1", IN("x", "o"), "res1");
-    gb_weight(&b, "ln2_scale", 1, &width, 1, 0.1f);
-    gb_weight(&b, "ln2_bias", 1, &width, 0, 0.1f);
-    gb_node(&b, "layer_norm", "ln2", IN("res1", "ln2_scale", "ln2_bias"), "h2");
-    gb_weight(&b, "w_up", 2, (const int64_t[]){width, ff}, 0, s);
-    gb_weight(&b, "b_up", 1, &ff, 0, s);
-    gb_weight(&b, "w_down", 2, (const int64_t[]){ff, width}, 0, sf);
-    gb_weight(&b, "b_down", 1, &width, 0, sf);
-    gb_node(&b, "matmul", "up_mm", IN("h2", "w_up"), "up_mm");
-    gb_node(&b, "add", "up", IN("up_mm", "b_up"), "up");
-    n = gb_node(&b, "gelu", "gelu", IN("up"), "act");
-    if (b.rc == 0) b.rc = rtx_graph_set_attr_string(b.g, n, "approximate", "tanh", &b.err);
-    gb_node(&b, "matmul", "down_mm", IN("act", "w_down"), "down_mm");
-    gb_node(&b, "add", "down", IN("down_mm", "b_down"), "down");
-    gb_node(&b, "add", "y", IN("res1", "down"), "y");
-    if (b.rc == 0) b.rc = rtx_graph_add_output(b.g, "y", &b.err);
+    b.rc = block_graph_new(batch, seq, width, heads, rnd(), &b.g, &b.err);
 
     struct rtx_tensor *x = NULL, *y = NULL;
     struct rtx_plan *plan = NULL;

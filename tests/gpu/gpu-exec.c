@@ -14,6 +14,10 @@
  * moves a plan between backends. Gather synchronizes inside its kernel, so its graph cannot
  * be captured: that plan must fall back to node-by-node execution with a note saying why.
  * RTX_GPU_LIGHT=1 cuts the 100 replays to 10 and skips the timing, for compute-sanitizer.
+ * The bf16 transformer block (block-graph.h) runs end to end against the CPU backend: fused
+ * GEMM epilogues, reshape views, the fused arena layout and cuDNN's attention all take part,
+ * so a GPU-only mistake in any of them (a group overwriting its own input) shows as a
+ * difference from the CPU, which replaying against another GPU backend would not reveal.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +26,7 @@
 #include <time.h>
 
 #include "kernels/backend.h"
+#include "tests/gpu/block-graph.h"
 #include "tests/gpu/gpu-tests.h"
 
 static struct rtx_backend *cpu_be, *gpu_be, *plain_be;
@@ -674,6 +679,59 @@ static void copy_tests(void) {
     rtx_tensor_unref(small);
 }
 
+/* ------------------------------------------------------------------------------------------
+ * The bf16 transformer block against the CPU
+ * ---------------------------------------------------------------------------------------- */
+
+/* max |a - b| / max |b| and mean |a - b| / mean |b|. */
+static void block_errors(const struct rtx_tensor *a, const struct rtx_tensor *b, double *max_rel,
+                         double *mean_rel) {
+    double md = 0, mb = 0, sd = 0, sb = 0;
+    int64_t n = rtx_tensor_numel(b);
+    for (int64_t i = 0; i < n; i++) {
+        double x = rtx_tensor_get(a, i), y = rtx_tensor_get(b, i), d = fabs(x - y);
+        if (!(d <= md)) md = d; /* NaN sticks */
+        if (fabs(y) > mb) mb = fabs(y);
+        sd += d;
+        sb += fabs(y);
+    }
+    *max_rel = mb > 0 ? md / mb : md;
+    *mean_rel = sb > 0 ? sd / sb : sd;
+}
+
+static void block_test(void) {
+    struct rtx_err err = {0};
+    struct rtx_graph *g = NULL;
+    struct rtx_tensor *x = NULL, *want = NULL;
+    struct rtx_plan *plan = NULL;
+    const int64_t dims[3] = {2, 128, 256};
+    int rc = block_graph_new(2, 128, 256, 4, 7, &g, &err);
+    if (rc == 0) rc = rtx_tensor_random(&rng, RTX_BF16, 3, dims, &x, &err);
+    if (rc == 0) rc = rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &plan, &err);
+    if (rc == 0) rc = rtx_plan_execute(plan, cpu_be, &x, 1, &want, 1, NULL, NULL, &err);
+    if (!gpu_check(rc == 0, "bf16 block [2,128,256] h4 on the CPU%s%s", rc ? ": " : "", err.msg))
+        goto out;
+    for (int r = 0; r < 3; r++) { /* fixed, captured, replayed */
+        struct rtx_tensor *got = NULL;
+        struct rtx_exec_stats st = {0};
+        rc = rtx_plan_execute(plan, gpu_be, &x, 1, &got, 1, NULL, &st, &err);
+        double max_rel = 0, mean_rel = 0;
+        if (rc == 0) block_errors(got, want, &max_rel, &mean_rel);
+        static const char *const modes[] = {"plain", "fixed", "captured", "replayed"};
+        gpu_check(rc == 0 && st.mode == replay_modes[r] && max_rel <= 4e-2 && mean_rel <= 1e-2,
+                  "bf16 block [2,128,256] h4 on the GPU, run %d (%s) against the CPU: max err "
+                  "%.3g of max |y| (tol 4e-2), mean err %.3g of mean |y| (tol 1e-2)%s%s",
+                  r + 1, (unsigned)st.mode < 4 ? modes[st.mode] : "?", max_rel, mean_rel,
+                  rc ? ": " : "", err.msg);
+        rtx_tensor_unref(got);
+    }
+out:
+    rtx_plan_free(plan);
+    rtx_tensor_unref(want);
+    rtx_tensor_unref(x);
+    rtx_graph_free(g);
+}
+
 void gpu_exec_tests(int index) {
     struct rtx_err err = {0};
     struct rtx_cpu_options co = {.n_threads = 0};
@@ -694,6 +752,7 @@ void gpu_exec_tests(int index) {
         fused_tests();
         copy_tests();
         replay_tests();
+        block_test();
     }
     rtx_backend_free(plain_be);
     rtx_backend_free(gpu_be);
