@@ -378,6 +378,14 @@ static int gpus_probe(struct app *a, struct rtx_err *err) {
             rtx_log(RTX_LOG_WARN, "cuda device unhealthy", "index", idx, "name", g->name, "error",
                     g->detail, NULL);
     }
+    char why[256], ver[32];
+    long v = rtx_cuda_cudnn_version(why, sizeof why);
+    snprintf(ver, sizeof ver, "%ld.%ld.%ld", v / 10000, v / 100 % 100, v % 100);
+    if (v)
+        rtx_log(RTX_LOG_INFO, "attention uses cuDNN's fused engine where it applies", "cudnn", ver,
+                NULL);
+    else
+        rtx_log(RTX_LOG_INFO, "attention uses rtxd's own kernels (no cuDNN)", "reason", why, NULL);
     return 0;
 }
 

@@ -183,6 +183,12 @@ int rtx_cuda_device_query(int index, struct rtx_cuda_device *out, struct rtx_err
  * RTX_EGPU with the failing call or the first wrong element otherwise. */
 int rtx_cuda_device_selftest(int index, struct rtx_err *err);
 
+/* The cuDNN the CUDA backend's attention uses (libcudnn.so.9, loaded at run time on the first
+ * call; docs/gpu.md "Fused attention"): its version as major * 10000 + minor * 100 + patch,
+ * or 0 with the reason in why (may be NULL) when it cannot be loaded, in which case attention
+ * runs on rtxd's own kernels. */
+long rtx_cuda_cudnn_version(char *why, size_t why_size);
+
 #ifdef __cplusplus
 }
 #endif

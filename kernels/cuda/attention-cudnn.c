@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/backend.h"
 #include "kernels/cuda/attention-cudnn.h"
 #include "runtime/runtime.h"
 
@@ -631,3 +632,7 @@ int rtx__cudnn_sdpa(struct rtx_cuda *cu, const struct rtx_cuda_sdpa *p, struct r
 void rtx__cudnn_free(struct rtx_cuda *cu) {}
 
 #endif /* RTX_HAVE_CUDNN */
+
+long rtx_cuda_cudnn_version(char *why, size_t why_size) {
+    return rtx__cudnn_version(why, why_size);
+}
