@@ -910,18 +910,33 @@ int rtx_config_reload(struct rtx_config *cfg, int *changed, struct rtx_err *err)
 
 int rtx_config_list(const struct rtx_config *cfg, struct rtx_setting_view **views, int *n) {
     if (!cfg || !views || !n) return RTX_EINVAL;
-    struct rtx_setting_view *v = rtx_malloc(sizeof *v * N_SETTINGS);
-    if (!v) return RTX_ENOMEM;
+    struct rtx_sched_setting *ss = rtx_malloc(sizeof *ss * RTX_SCHED_SETTINGS_MAX);
+    struct rtx_setting_view *v = rtx_malloc(sizeof *v * (N_SETTINGS + RTX_SCHED_SETTINGS_MAX));
+    if (!v || !ss) {
+        rtx_free(ss);
+        rtx_free(v);
+        return RTX_ENOMEM;
+    }
     for (int i = 0; i < N_SETTINGS; i++) {
         const struct setting *s = &settings[i];
-        v[i].name = s->name;
+        snprintf(v[i].name, sizeof v[i].name, "%s", s->name);
         format_value(cfg, s, v[i].value, sizeof v[i].value);
         v[i].origin = cfg->origin[i] < ORIGIN_COUNT ? origin_names[cfg->origin[i]] : "default";
         v[i].is_mutable = s->is_mutable;
         v[i].description = s->description;
     }
+    int ns = rtx_sched_config_list(&cfg->sched, ss);
+    for (int k = 0; k < ns; k++) {
+        struct rtx_setting_view *o = &v[N_SETTINGS + k];
+        snprintf(o->name, sizeof o->name, "%s.%s", ss[k].section, ss[k].key);
+        snprintf(o->value, sizeof o->value, "%s", ss[k].value);
+        o->origin = ss[k].is_default ? "default" : "file";
+        o->is_mutable = false;
+        o->description = ss[k].description;
+    }
+    rtx_free(ss);
     *views = v;
-    *n = N_SETTINGS;
+    *n = N_SETTINGS + ns;
     return 0;
 }
 
@@ -945,6 +960,15 @@ void rtx_config_print(const struct rtx_config *cfg, FILE *out) {
             fprintf(out, "%s\n", str_value(cfg, s));
         else
             fprintf(out, "%lld\n", (long long)num_value(cfg, s));
+    }
+    /* the scheduler's sections (docs/scheduler.md): read at start, so immutable */
+    struct rtx_sched_setting ss[RTX_SCHED_SETTINGS_MAX];
+    int ns = rtx_sched_config_list(&cfg->sched, ss);
+    for (int k = 0; k < ns; k++) {
+        if (k == 0 || strcmp(ss[k].section, ss[k - 1].section) != 0)
+            fprintf(out, "\n[%s]\n", ss[k].section);
+        fprintf(out, "# %s\n# origin: %s, immutable\n%s = %s\n", ss[k].description,
+                ss[k].is_default ? "default" : "file", ss[k].key, ss[k].value);
     }
 }
 

@@ -84,7 +84,7 @@ struct rtx_config {
 
 /* One setting as Admin.Config and --print-config show it. */
 struct rtx_setting_view {
-    const char *name;              /* "server.listen" */
+    char name[80];                 /* "server.listen", "lane.realtime.weight" */
     char value[256];
     const char *origin;            /* "default", "file", "env", "flag", "reload" */
     bool is_mutable;
@@ -106,9 +106,12 @@ int rtx_config_load(struct rtx_config *cfg, int *argc, char **argv, struct rtx_e
  * unchanged when the file is invalid. */
 int rtx_config_reload(struct rtx_config *cfg, int *changed, struct rtx_err *err);
 void rtx_config_free(struct rtx_config *cfg);
-/* Every setting, in table order; *views is rtx_malloc'ed (rtx_free it). */
+/* Every setting, in table order, then the [scheduler] and [lane.NAME] ones as
+ * "scheduler.KEY" and "lane.NAME.KEY" (immutable; origin "default" when the value is the
+ * built-in one, else "file"); *views is rtx_malloc'ed (rtx_free it). */
 int rtx_config_list(const struct rtx_config *cfg, struct rtx_setting_view **views, int *n);
-/* Writes every setting as an INI file with origins as comments (rtxd --print-config). */
+/* Writes every setting as an INI file with origins as comments (rtxd --print-config), the
+ * [scheduler] and [lane.NAME] sections last; the file loads back to the same settings. */
 void rtx_config_print(const struct rtx_config *cfg, FILE *out);
 /* Usage text for the settings (rtxd --help). */
 void rtx_config_usage(FILE *out);

@@ -314,7 +314,7 @@ void rtx__daemon_admin_config(struct rtx_daemon *d, const uint8_t *req, size_t l
     } else {
         for (size_t i = 0; i < cnt; i++) {
             rtx__v1__setting__init(&s[i]);
-            s[i].name = (char *)(views[i].name ? views[i].name : "");
+            s[i].name = views[i].name;
             s[i].value = views[i].value;
             s[i].origin = (char *)(views[i].origin ? views[i].origin : "");
             s[i].mutable_ = views[i].is_mutable;

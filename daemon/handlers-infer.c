@@ -1247,6 +1247,15 @@ static int infer_start(struct infer_ctx *c, const volatile int *cancel, int64_t 
                                v);
         priority = (int)v;
     }
+    const char *lane = NULL;
+    p = PARAM(rq, "lane");
+    if (p) {
+        if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM ||
+            !p->string_param || !p->string_param[0])
+            return rtx_err_set(err, RTX_EINVAL,
+                               "parameter 'lane' must name a lane (a non-empty string_param)");
+        lane = p->string_param;
+    }
     p = PARAM(rq, "timeout");
     if (p) {
         int64_t us = 0;
@@ -1288,6 +1297,7 @@ static int infer_start(struct infer_ctx *c, const volatile int *cancel, int64_t 
         .outputs = c->out_names,
         .deadline_ns = deadline_ns,
         .priority = priority,
+        .lane = lane,
         .cancel = cancel,
         .done = infer_done,
         .ctx = c,

@@ -91,6 +91,7 @@ void rtx__http_infer_free(struct rtx_http_infer *q) {
     rtx_free(q->outputs);
     rtx_free(q->output_names);
     rtx_free(q->id);
+    rtx_free(q->lane);
     rtx_free(q);
 }
 
@@ -463,6 +464,14 @@ static int parse_root(json_t *root, const char *bin, size_t bin_len, bool have_b
         return rtx_err_set(err, RTX_EINVAL, "request: parameter timeout is too large");
     q->binary_output = bin_out == 1;
     q->priority = (int)prio;
+    json_t *lane = params ? json_object_get(params, "lane") : NULL;
+    if (lane) {
+        if (!json_is_string(lane) || !json_string_value(lane)[0])
+            return rtx_err_set(err, RTX_EINVAL,
+                               "request: parameter lane must be a lane's name (a string)");
+        if (!(q->lane = rtx_strdup(json_string_value(lane))))
+            return rtx_err_set(err, RTX_ENOMEM, "out of memory");
+    }
     q->timeout_us = (int64_t)timeout;
 
     json_t *inputs = json_object_get(root, "inputs");

@@ -165,11 +165,9 @@ static void respond(h2o_req_t *req, int status, const char *ctype, const char *b
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype,
                        strlen(ctype));
     if (status == 429 && body) { /* Retry-After, whole seconds rounded up, from the hint */
-        static const char hint[] = "retry after ";
-        const char *at = memmem(body, len, hint, sizeof hint - 1);
-        long long ms = at ? strtoll(at + sizeof hint - 1, NULL, 10) : 0;
+        int64_t ms = rtx_err_retry_after_ms(body, len);
         char *v = h2o_mem_alloc_pool(&req->pool, 24);
-        int n = snprintf(v, 24, "%lld", ms > 0 ? (ms + 999) / 1000 : 1);
+        int n = snprintf(v, 24, "%" PRId64, ms > 0 ? (ms + 999) / 1000 : 1);
         h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("retry-after"), 0, NULL,
                               v, (size_t)n);
     }
@@ -647,6 +645,7 @@ static void post_infer(struct rtx_http *h, h2o_req_t *req, const char *name, int
         .outputs = q->output_names,
         .deadline_ns = q->timeout_us > 0 ? now_ns() + q->timeout_us * 1000 : 0,
         .priority = q->priority,
+        .lane = q->lane,
         .cancel = &p->cancel,
         .done = on_infer_done,
         .ctx = p,

@@ -95,6 +95,7 @@ struct rtx_http_infer {
     const char **output_names;     /* n_outputs names, for struct rtx_infer_request */
     bool binary_output;            /* request parameter binary_data_output */
     int priority;                  /* parameter "priority"; 0 = default */
+    char *lane;                    /* parameter "lane" (an SLA lane); NULL = default */
     int64_t timeout_us;            /* parameter "timeout", microseconds; 0 = none */
 };
 

@@ -59,6 +59,7 @@
 #include <grpc/slice.h>
 #include <grpc/support/log.h>
 #include <grpc/support/time.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -176,6 +177,8 @@ struct call {
     char request_id[RTX_SERVER_REQUEST_ID_MAX + 1];
     grpc_metadata out_md; /* x-request-id, echoed in the initial metadata */
     bool out_md_set;
+    grpc_metadata pushback_md; /* grpc-retry-pushback-ms, trailing, on RESOURCE_EXHAUSTED */
+    bool pushback_set;
     grpc_byte_buffer *reply; /* unary reply in flight */
     grpc_status_code status; /* final status sent (or to send) */
     char status_msg[256];
@@ -487,6 +490,7 @@ static void call_free(struct call *c) {
     if (c->recv) grpc_byte_buffer_destroy(c->recv);
     if (c->details_set) grpc_slice_unref(c->status_details);
     if (c->out_md_set) grpc_slice_unref(c->out_md.value);
+    if (c->pushback_set) grpc_slice_unref(c->pushback_md.value);
     grpc_metadata_array_destroy(&c->md);
     if (c->method == UNKNOWN_METHOD) grpc_call_details_destroy(&c->details);
     if (c->call) grpc_call_unref(c->call);
@@ -567,6 +571,21 @@ static void op_status(struct call *c, grpc_op *op) {
         c->status_details = grpc_slice_from_copied_string(c->status_msg);
         c->details_set = true;
         op->data.send_status_from_server.status_details = &c->status_details;
+    }
+    /* admission's retry hint as gRPC's standard pushback, which clients with a retry policy
+     * wait out before retrying (the hint stays in the message for people) */
+    int64_t ms = c->status == GRPC_STATUS_RESOURCE_EXHAUSTED
+                     ? rtx_err_retry_after_ms(c->status_msg, strlen(c->status_msg))
+                     : -1;
+    if (ms >= 0) {
+        char v[24];
+        snprintf(v, sizeof v, "%" PRId64, ms);
+        if (c->pushback_set) grpc_slice_unref(c->pushback_md.value);
+        c->pushback_md.key = grpc_slice_from_static_string("grpc-retry-pushback-ms");
+        c->pushback_md.value = grpc_slice_from_copied_string(v);
+        c->pushback_set = true;
+        op->data.send_status_from_server.trailing_metadata_count = 1;
+        op->data.send_status_from_server.trailing_metadata = &c->pushback_md;
     }
 }
 

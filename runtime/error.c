@@ -96,3 +96,17 @@ void *rtx_malloc_aligned(size_t bytes) {
 }
 
 void rtx_free_aligned(void *p) { free(p); }
+
+int64_t rtx_err_retry_after_ms(const char *msg, size_t len) {
+    static const char hint[] = "retry after ";
+    const char *at = msg ? memmem(msg, len, hint, sizeof hint - 1) : NULL;
+    if (!at) return -1;
+    int64_t ms = 0;
+    const char *p = at + sizeof hint - 1, *end = msg + len;
+    if (p >= end || *p < '0' || *p > '9') return -1;
+    for (; p < end && *p >= '0' && *p <= '9'; p++) {
+        if (ms > (INT64_MAX - 9) / 10) return -1;
+        ms = ms * 10 + (*p - '0');
+    }
+    return ms;
+}

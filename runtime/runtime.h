@@ -69,6 +69,11 @@ const char *rtx_strerror(int code);
 int rtx_err_set(struct rtx_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The retry hint of an RTX_EOVERLOAD message ("...; retry after N ms", as admission control
+ * words it) in milliseconds, or -1 when msg (len bytes, need not be terminated) has none. The
+ * servers turn it into HTTP's Retry-After and gRPC's grpc-retry-pushback-ms. */
+int64_t rtx_err_retry_after_ms(const char *msg, size_t len);
+
 /* Prepends "prefix: " to an error message already set (keeps the code). Returns err->code, or
  * RTX_EINVAL when err is NULL: callers that may pass NULL return their own code instead. */
 int rtx_err_prefix(struct rtx_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -99,36 +99,53 @@ struct key {
     int64_t min, max; /* integers: bounds of the text's value (before scaling) */
     int64_t scale;    /* KEY_INT64: multiplier from the text's unit to the field's */
     double dmin, dmax;
+    const char *description;
 };
 
 #define L(field) offsetof(struct rtx_sched_lane_config, field)
 #define C(field) offsetof(struct rtx_sched_config, field)
 /* clang-format off */
 static const struct key lane_keys[] = {
-    {"target_p99_us", KEY_INT64, L(target_ns), 1, 3600LL * 1000 * 1000, US, 0, 0},
-    {"weight", KEY_INT, L(weight), 1, 1000, 0, 0, 0},
-    {"max_queued", KEY_INT64, L(max_queued), 1, 10000000, 1, 0, 0},
-    {"on_timeout", KEY_TIMEOUT, L(on_timeout), 0, 0, 0, 0, 0},
-    {"preemptible", KEY_BOOL, L(preemptible), 0, 0, 0, 0, 0},
+    {"target_p99_us", KEY_INT64, L(target_ns), 1, 3600LL * 1000 * 1000, US, 0, 0,
+     "the lane's latency target: p99 of queueing + run, microseconds"},
+    {"weight", KEY_INT, L(weight), 1, 1000, 0, 0, 0,
+     "the lane's share of the executors against the other lanes"},
+    {"max_queued", KEY_INT64, L(max_queued), 1, 10000000, 1, 0, 0,
+     "items queued in the lane at most (admission refuses beyond)"},
+    {"on_timeout", KEY_TIMEOUT, L(on_timeout), 0, 0, 0, 0, 0,
+     "reject: refuse what cannot meet its deadline; delay: queue it anyway"},
+    {"preemptible", KEY_BOOL, L(preemptible), 0, 0, 0, 0, 0,
+     "running work may yield at a batch boundary"},
 };
 static const struct key sched_keys[] = {
-    {"executors", KEY_INT, C(executors), 1, 65536, 0, 0, 0},
-    {"max_running", KEY_INT64, C(max_running), 1, 10000000, 1, 0, 0},
-    {"default_cost_us", KEY_INT64, C(default_cost_ns), 1, 3600LL * 1000 * 1000, US, 0, 0},
-    {"cost_ema_alpha", KEY_DOUBLE, C(cost_ema_alpha), 0, 0, 0, 0.0, 1.0},
-    {"cost_keys", KEY_INT, C(cost_keys), 1, 1 << 20, 0, 0, 0},
-    {"brownout_window_ms", KEY_INT64, C(brownout_window_ns), 1, 3600 * 1000, MS, 0, 0},
+    {"executors", KEY_INT, C(executors), 1, 65536, 0, 0, 0,
+     "items that run at once (the job manager and serving set their own)"},
+    {"max_running", KEY_INT64, C(max_running), 1, 10000000, 1, 0, 0,
+     "items dispatched and not finished at most"},
+    {"default_cost_us", KEY_INT64, C(default_cost_ns), 1, 3600LL * 1000 * 1000, US, 0, 0,
+     "cost of an item with no learned estimate, microseconds"},
+    {"cost_ema_alpha", KEY_DOUBLE, C(cost_ema_alpha), 0, 0, 0, 0.0, 1.0,
+     "weight of a new run time in the learned moving average"},
+    {"cost_keys", KEY_INT, C(cost_keys), 1, 1 << 20, 0, 0, 0,
+     "learned cost keys remembered at most"},
+    {"brownout_window_ms", KEY_INT64, C(brownout_window_ns), 1, 3600 * 1000, MS, 0, 0,
+     "overload lasting this long sheds one more lane, milliseconds"},
     {"brownout_exit_window_ms", KEY_INT64, C(brownout_exit_window_ns), 1, 3600 * 1000, MS,
-     0, 0},
-    {"brownout_enter_pressure", KEY_DOUBLE, C(brownout_enter_pressure), 0, 0, 0, 0.0, 1000.0},
-    {"brownout_exit_pressure", KEY_DOUBLE, C(brownout_exit_pressure), 0, 0, 0, 0.0, 1000.0},
-    {"brownout_delay_factor", KEY_DOUBLE, C(brownout_delay_factor), 0, 0, 0, 0.0, 1.0},
+     0, 0, "calm lasting this long readmits one shed lane, milliseconds"},
+    {"brownout_enter_pressure", KEY_DOUBLE, C(brownout_enter_pressure), 0, 0, 0, 0.0, 1000.0,
+     "estimated delay / target above which a lane is overloaded"},
+    {"brownout_exit_pressure", KEY_DOUBLE, C(brownout_exit_pressure), 0, 0, 0, 0.0, 1000.0,
+     "estimated delay / target below which a lane is calm"},
+    {"brownout_delay_factor", KEY_DOUBLE, C(brownout_delay_factor), 0, 0, 0, 0.0, 1.0,
+     "batching delays are multiplied by this per shed lane"},
 };
 /* clang-format on */
 #undef L
 #undef C
 #define N_LANE_KEYS ((int)(sizeof lane_keys / sizeof lane_keys[0]))
 #define N_SCHED_KEYS ((int)(sizeof sched_keys / sizeof sched_keys[0]))
+_Static_assert(N_SCHED_KEYS + N_LANE_KEYS * RTX_SCHED_MAX_LANES <= RTX_SCHED_SETTINGS_MAX,
+               "RTX_SCHED_SETTINGS_MAX holds every setting");
 
 static int parse_integer(const char *text, int64_t *out) {
     const char *p = text;
@@ -436,4 +453,63 @@ int rtx_sched_config_check(const struct rtx_sched_config *cfg, struct rtx_err *e
                            "more than 20000000",
                            (long long)slots);
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Listing
+ * ---------------------------------------------------------------------------------------- */
+
+/* The text of key k's field in the struct at base, in the INI file's units. */
+static void format_key(const void *base, const struct key *k, char *out, size_t len) {
+    const char *field = (const char *)base + k->offset;
+    switch (k->type) {
+    case KEY_INT: snprintf(out, len, "%d", *(const int *)field); return;
+    case KEY_INT64: snprintf(out, len, "%lld", (long long)(*(const int64_t *)field / k->scale));
+        return;
+    case KEY_DOUBLE: {
+        double v = *(const double *)field;
+        snprintf(out, len, "%.15g", v); /* the shortest form that reads back exactly */
+        if (strtod(out, NULL) != v) snprintf(out, len, "%.17g", v);
+        return;
+    }
+    case KEY_BOOL: snprintf(out, len, "%s", *(const bool *)field ? "true" : "false"); return;
+    case KEY_TIMEOUT:
+        snprintf(out, len, "%s", rtx_sched_timeout_name(*(const enum rtx_sched_timeout *)field));
+        return;
+    }
+    snprintf(out, len, "?");
+}
+
+static void list_keys(const void *base, const void *def, const struct key *keys, int n,
+                      const char *section, struct rtx_sched_setting *out) {
+    for (int i = 0; i < n; i++) {
+        char dv[sizeof out[i].value];
+        snprintf(out[i].section, sizeof out[i].section, "%s", section);
+        out[i].key = keys[i].name;
+        out[i].description = keys[i].description;
+        format_key(base, &keys[i], out[i].value, sizeof out[i].value);
+        format_key(def, &keys[i], dv, sizeof dv);
+        out[i].is_default = strcmp(dv, out[i].value) == 0;
+    }
+}
+
+int rtx_sched_config_list(const struct rtx_sched_config *cfg, struct rtx_sched_setting *out) {
+    struct rtx_sched_config def;
+    rtx_sched_config_init(&def);
+    list_keys(cfg, &def, sched_keys, N_SCHED_KEYS, "scheduler", out);
+    int n = N_SCHED_KEYS;
+    for (int l = 0; l < cfg->n_lanes && l < RTX_SCHED_MAX_LANES; l++) {
+        const struct rtx_sched_lane_config *lane = &cfg->lanes[l];
+        struct rtx_sched_lane_config ld;
+        int d = lane_index(&def, lane->name, strlen(lane->name));
+        if (d >= 0)
+            ld = def.lanes[d];
+        else
+            lane_generic(&ld, lane->name);
+        char section[sizeof out->section];
+        snprintf(section, sizeof section, "lane.%s", lane->name);
+        list_keys(lane, &ld, lane_keys, N_LANE_KEYS, section, out + n);
+        n += N_LANE_KEYS;
+    }
+    return n;
 }

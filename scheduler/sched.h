@@ -112,6 +112,21 @@ void rtx_sched_config_init(struct rtx_sched_config *cfg);
 int rtx_sched_config_set(struct rtx_sched_config *cfg, const char *section, const char *key,
                          const char *value, struct rtx_err *err);
 
+/* One [scheduler] or [lane.NAME] setting of a config, as text in the INI file's units. */
+struct rtx_sched_setting {
+    char section[8 + RTX_SCHED_LANE_NAME_MAX]; /* "scheduler" or "lane.NAME" */
+    const char *key;                            /* "executors", "target_p99_us", ... */
+    char value[32];                             /* reads back as the same value */
+    const char *description;
+    bool is_default;                            /* the built-in value (for a lane not among
+                                                 * the defaults: that of a lane added by name) */
+};
+/* The [scheduler] knobs, then every setting of each lane in lane order. */
+#define RTX_SCHED_SETTINGS_MAX (10 + 5 * RTX_SCHED_MAX_LANES)
+/* Writes cfg's settings into out (room for RTX_SCHED_SETTINGS_MAX); returns their count. What
+ * rtxd --print-config and Admin.Config show of the scheduler. */
+int rtx_sched_config_list(const struct rtx_sched_config *cfg, struct rtx_sched_setting *out);
+
 /* Applies every [scheduler] and [lane.NAME] setting of an INI text (rtxd's config file) to
  * cfg, through rtx_sched_config_set; other sections are ignored. Errors are prefixed with
  * "ORIGIN:LINE: " (origin names the text, e.g. the file's path). On error cfg may hold the

@@ -8,7 +8,8 @@ runs, and a rate fixed in advance would be anything from 1x to 4x the capacity.
 
 Checks: realtime jobs (each with a deadline of its lane's target) are admitted and finish
 within the target at the 99th percentile; batch jobs beyond their lane's bound are refused at
-once with RESOURCE_EXHAUSTED and a retry-after hint, and are not journaled; every Submit gets
+once with RESOURCE_EXHAUSTED and a retry-after hint (in the message and as the
+grpc-retry-pushback-ms trailer), and are not journaled; every Submit gets
 exactly one answer (a job id or RESOURCE_EXHAUSTED, nothing else); every admitted job ends in
 a terminal state, none stays queued or running and none is missing from the journal; the
 daemon's RSS stays flat; `rtxctl lanes` (table and --json) shows the lanes with the counts the
@@ -146,8 +147,12 @@ def test_realtime_meets_target_while_batch_is_shed(make_daemon, tmp_path):
                 continue
             assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (
                 f"{lane} Submit answered {e.code()}: {e.details()}{d.log_excerpt()}")
-            assert re.search(r"overloaded on cpu \((lane_full|deadline|shed)\).*retry after "
-                             r"\d+ ms", e.details()), e.details()
+            m = re.search(r"overloaded on cpu \((lane_full|deadline|shed)\).*retry after "
+                          r"(\d+) ms", e.details())
+            assert m, e.details()
+            # the same hint as gRPC's standard retry pushback, in the trailing metadata
+            trailers = dict(e.trailing_metadata() or ())
+            assert trailers.get("grpc-retry-pushback-ms") == m.group(2), (trailers, e.details())
             refused[lane] += 1
     n_rt = len(accepted["realtime"]) + refused["realtime"] + arrived_late
     assert arrived_late <= max(2, 0.05 * n_rt), f"{arrived_late} of {n_rt} realtime came late"

@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 import pytest
+import tritonclient.grpc as tg
+from tritonclient.utils import InferenceServerException
 
 import grpc_util as gu
 import http_util as hu
@@ -154,6 +156,35 @@ def test_batching_on_and_off_give_identical_outputs(d):
         np.testing.assert_array_equal(got[i]["probs"], ref["probs"])
 
 
+def _inference_lane_requests(d):
+    """{lane: admitted requests} of rtxd_lane_requests_total for inference."""
+    out = {}
+    for line in hu.get(d, "/metrics").body.decode().splitlines():
+        if (line.startswith("rtxd_lane_requests_total{") and 'kind="inference"' in line and
+                'outcome="admitted"' in line):
+            lane = line.split('lane="', 1)[1].split('"', 1)[0]
+            out[lane] = out.get(lane, 0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_request_lane_parameter(d):
+    """A request's "lane" parameter puts it in that SLA lane, over HTTP and gRPC."""
+    for lane in ("batch", "realtime"):
+        before = _inference_lane_requests(d).get(lane, 0)
+        r = hu.post(d, "/v2/models/simple/infer", {**_simple_json(), "parameters": {"lane": lane}})
+        assert r.status == 200, r
+        a, b = hu.simple_inputs(1)
+        c = tg.InferenceServerClient(d.address)
+        res = c.infer("simple", gu.inputs(("INPUT0", a), ("INPUT1", b)),
+                      parameters={"lane": lane})
+        np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + b)
+        assert _inference_lane_requests(d).get(lane, 0) == before + 2, (lane, before)
+    with pytest.raises(InferenceServerException) as ei:
+        c.infer("simple", gu.inputs(("INPUT0", a), ("INPUT1", b)), parameters={"lane": "gold"})
+    assert "INVALID_ARGUMENT" in str(ei.value.status()) and "gold" in ei.value.message()
+    hu.assert_serving(d)
+
+
 def test_statistics(d):
     before = hu.get(d, "/v2/models/simple/stats").json()["model_stats"]
     assert len(before) == 1 and before[0]["name"] == "simple" and before[0]["version"] == "1"
@@ -270,6 +301,10 @@ ERRORS = [
      {**_simple_json(), "outputs": [{"name": "OUTPUT0", "parameters": {
          "shared_memory_region": "gone_region", "shared_memory_byte_size": 64}}]},
      400, ["gone_region"]),
+    ("unknown-lane", "/v2/models/simple/infer",
+     {**_simple_json(), "parameters": {"lane": "gold"}}, 400, ["lane", "gold"]),
+    ("lane-not-a-string", "/v2/models/simple/infer",
+     {**_simple_json(), "parameters": {"lane": 3}}, 400, ["lane", "string"]),
     ("binary-without-header", "/v2/models/simple/infer",
      _simple_json(INPUT0={"data": None, "parameters": {"binary_data_size": 64}}), 400,
      ["Inference-Header-Content-Length"]),

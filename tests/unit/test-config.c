@@ -185,13 +185,22 @@ START_TEST(config_defaults_without_sources) {
     struct rtx_setting_view *v;
     int n;
     ck_assert_int_eq(rtx_config_list(&cfg, &v, &n), 0);
-    ck_assert_int_eq(n, RTX_CONFIG_N_SETTINGS);
+    /* the table, then [scheduler] (10 knobs) and the three default lanes (5 keys each) */
+    ck_assert_int_eq(n, RTX_CONFIG_N_SETTINGS + 10 + 3 * 5);
     ck_assert_str_eq(v[0].name, "server.listen");
     ck_assert_str_eq(v[0].value, "127.0.0.1:8001");
+    ck_assert_str_eq(v[RTX_CONFIG_N_SETTINGS].name, "scheduler.executors");
+    bool saw_target = false;
     for (int i = 0; i < n; i++) {
         ck_assert_str_eq(v[i].origin, "default");
         ck_assert(strlen(v[i].description) > 0);
+        if (strcmp(v[i].name, "lane.realtime.target_p99_us") == 0) {
+            ck_assert_str_eq(v[i].value, "50000");
+            ck_assert(!v[i].is_mutable);
+            saw_target = true;
+        }
     }
+    ck_assert(saw_target);
     rtx_free(v);
     rtx_config_free(&cfg);
     rtx_config_free(&cfg); /* a freed config is zeroed: freeing again is harmless */
@@ -456,6 +465,28 @@ START_TEST(config_lane_sections) {
     ck_assert_int_eq(cfg.sched.lanes[3].max_queued, 50);
     ck_assert_int_eq(cfg.sched.lanes[3].on_timeout, RTX_SCHED_TIMEOUT_DELAY);
     ck_assert_int_eq(cfg.sched.default_cost_ns, 5000000);
+    /* Admin.Config and --print-config list them: changed values with origin "file" */
+    struct rtx_setting_view *v;
+    int n, found = 0;
+    ck_assert_int_eq(rtx_config_list(&cfg, &v, &n), 0);
+    static const char *const want_list[][3] = {
+        {"lane.realtime.weight", "16", "file"},  {"lane.realtime.target_p99_us", "20000", "file"},
+        {"lane.bulk.on_timeout", "delay", "file"}, {"lane.bulk.weight", "1", "default"},
+        {"scheduler.default_cost_us", "5000", "file"}, {"scheduler.cost_ema_alpha", "0.2", "default"},
+    };
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < sizeof want_list / sizeof want_list[0]; k++)
+            if (strcmp(v[i].name, want_list[k][0]) == 0) {
+                ck_assert_str_eq(v[i].value, want_list[k][1]);
+                ck_assert_str_eq(v[i].origin, want_list[k][2]);
+                found++;
+            }
+    ck_assert_int_eq(found, 6);
+    rtx_free(v);
+    char *text = print_config(&cfg);
+    ck_assert_ptr_nonnull(strstr(text, "\n[lane.bulk]\n"));
+    ck_assert_ptr_nonnull(strstr(text, "# origin: file, immutable\non_timeout = delay\n"));
+    free(text);
     rtx_config_free(&cfg);
 
     /* an explicit jobs.lanes orders them and keeps their settings */
@@ -855,13 +886,17 @@ START_TEST(config_print_load_round_trip) {
     for (int i = 0; i < n1; i++) {
         ck_assert_str_eq(v1[i].name, v2[i].name);
         ck_assert_str_eq(v1[i].value, v2[i].value);
-        ck_assert_str_eq(v2[i].origin, "file");
+        /* lane and scheduler settings say "default" for built-in values wherever they came
+         * from; the table's origins are tracked */
+        if (i < RTX_CONFIG_N_SETTINGS)
+            ck_assert_str_eq(v2[i].origin, "file");
+        else
+            ck_assert_str_eq(v2[i].origin, v1[i].origin);
         ck_assert(v1[i].is_mutable == v2[i].is_mutable);
     }
     ck_assert_int_eq(back.max_message_bytes, 3 << 20);
     ck_assert_str_eq(back.store_path, "/var/lib/rtx d/j;obs#1.db");
-    /* the lanes jobs.lanes selected read back the same (the [lane.NAME] and [scheduler]
-     * sections are not printed: like Admin.Config, --print-config shows the table) */
+    /* the lanes jobs.lanes selected read back the same, from their printed sections */
     ck_assert_int_eq(back.sched.n_lanes, 2);
     ck_assert_str_eq(back.sched.lanes[0].name, "a");
     ck_assert_str_eq(back.sched.lanes[1].name, "b");
@@ -885,7 +920,7 @@ START_TEST(config_usage_lists_every_setting) {
     FILE *f = open_memstream(&buf, &len);
     rtx_config_usage(f);
     fclose(f);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < RTX_CONFIG_N_SETTINGS; i++) { /* lanes and [scheduler]: file only */
         char flag[96];
         snprintf(flag, sizeof flag, "  --%s=", v[i].name);
         ck_assert_msg(strstr(buf, flag) != NULL, "usage lacks %s", v[i].name);

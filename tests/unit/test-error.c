@@ -39,6 +39,22 @@ START_TEST(err_messages_truncate_safely) {
 }
 END_TEST
 
+START_TEST(retry_hint_is_read_from_overload_messages) {
+    const char *m = "overloaded on cpu (shed): lane batch; retry after 250 ms";
+    ck_assert_int_eq(rtx_err_retry_after_ms(m, strlen(m)), 250);
+    const char *z = "retry after 0 ms";
+    ck_assert_int_eq(rtx_err_retry_after_ms(z, strlen(z)), 0);
+    /* a length that cuts the number short reads only what is inside it */
+    ck_assert_int_eq(rtx_err_retry_after_ms(m, strlen(m) - 4), 25);
+    const char *none[] = {"no hint here", "retry after soon", "retry after -5 ms", "retry after ",
+                          "retry after 99999999999999999999 ms"};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        ck_assert_int_eq(rtx_err_retry_after_ms(none[i], strlen(none[i])), -1);
+    ck_assert_int_eq(rtx_err_retry_after_ms(NULL, 0), -1);
+    ck_assert_int_eq(rtx_err_retry_after_ms(m, 0), -1);
+}
+END_TEST
+
 START_TEST(alloc_fail_after_fails_nth_and_later) {
     rtx_alloc_fail_after(3);
     void *a = rtx_malloc(8), *b = rtx_malloc(8), *c = rtx_malloc(8), *d = rtx_calloc(1, 8);
@@ -62,6 +78,7 @@ Suite *rtx_error_suite(void) {
     tcase_add_test(tc, err_set_formats_and_prefix_keeps_code);
     tcase_add_test(tc, err_messages_truncate_safely);
     tcase_add_test(tc, alloc_fail_after_fails_nth_and_later);
+    tcase_add_test(tc, retry_hint_is_read_from_overload_messages);
     suite_add_tcase(s, tc);
     return s;
 }
