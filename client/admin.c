@@ -359,6 +359,7 @@ int rtx_client_list_lanes(struct rtx_client *c, struct rtx_client_lane_list **ou
         const Rtx__V1__LaneScheduler *s = pb->schedulers[i];
         struct rtx_client_lane_scheduler *o = &b->scheds[i];
         o->device = rtx__client_str(s->device);
+        o->kind = rtx__client_str(s->kind);
         o->executors = s->executors;
         o->healthy = s->healthy;
         o->running = s->running;

@@ -623,7 +623,7 @@ void rtx_client_pool_list_free(struct rtx_client_pool_list *list); /* NULL: no-o
 /* One lane of one device's SLA scheduler, as rtx.v1.LaneStats (times in µs; see
  * docs/scheduler.md). */
 struct rtx_client_lane {
-    const char *device;                 /* the scheduler: "cpu", "cuda:0" */
+    const char *device;                 /* the scheduler: "cpu", "cuda:0", "inference" */
     const char *lane;
     int priority;                       /* 0 = the highest lane */
     int64_t target_p99_us;              /* latency target (wait + run) */
@@ -642,9 +642,11 @@ struct rtx_client_lane {
     int64_t expired, dispatched, completed, failed, cancelled, preempted;
 };
 
-/* The scheduler of one device that runs jobs, as rtx.v1.LaneScheduler. */
+/* The scheduler of one device that runs jobs, or the inference lanes summed over every model
+ * version (kind "inference", device "inference"), as rtx.v1.LaneScheduler. */
 struct rtx_client_lane_scheduler {
     const char *device;
+    const char *kind;                   /* "jobs", "inference" ("" from an older daemon) */
     int executors;                      /* its job workers */
     bool healthy;
     int64_t running;

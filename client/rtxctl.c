@@ -1054,6 +1054,7 @@ static int cmd_lanes(struct ctl *ctl, int argc, char **argv) {
             const struct rtx_client_lane_scheduler *s = &l->schedulers[i];
             j_open(&j, '{');
             j_kstr(&j, "device", s->device);
+            j_kstr(&j, "kind", s->kind);
             j_kint(&j, "executors", s->executors);
             j_kbool(&j, "healthy", s->healthy);
             j_kint(&j, "running", s->running);
@@ -1099,9 +1100,11 @@ static int cmd_lanes(struct ctl *ctl, int argc, char **argv) {
         table_free(&t);
         for (int i = 0; i < l->n_schedulers; i++) {
             const struct rtx_client_lane_scheduler *s = &l->schedulers[i];
-            printf("%s: %d executor%s, %" PRId64 " running, brownout %s (level %d; %" PRId64
+            bool infer = strcmp(s->kind, "inference") == 0;
+            printf("%s: %d %s%s, %" PRId64 " running, brownout %s (level %d; %" PRId64
                    " entries, %" PRId64 " exits), %" PRId64 " learned cost%s\n",
-                   s->device, s->executors, s->executors == 1 ? "" : "s", s->running,
+                   s->device, s->executors, infer ? "model instance" : "executor",
+                   s->executors == 1 ? "" : "s", s->running,
                    s->brownout_level ? "on" : "off", s->brownout_level, s->brownout_entries,
                    s->brownout_exits, s->cost_keys, s->cost_keys == 1 ? "" : "s");
         }

@@ -419,43 +419,62 @@ static void lane_to_msg(const char *device, int priority, const struct rtx_sched
     m->preempted = c[RTX_SCHED_CTR_PREEMPTED];
 }
 
+static void sched_to_msg(const char *device, const char *kind, int executors, bool healthy,
+                         const struct rtx_sched_stats *st, Rtx__V1__LaneScheduler *m) {
+    rtx__v1__lane_scheduler__init(m);
+    m->device = (char *)device;
+    m->kind = (char *)kind;
+    m->executors = executors;
+    m->healthy = healthy;
+    m->running = st->running;
+    m->brownout_level = st->brownout_level;
+    m->brownout_entries = st->brownout_entries;
+    m->brownout_exits = st->brownout_exits;
+    m->batch_delay_factor = st->batch_delay_factor;
+    m->cost_keys = st->cost_keys;
+}
+
 void rtx__daemon_admin_lanes(struct rtx_daemon *d, const uint8_t *req, size_t len,
                              struct rtx_server_reply *rep) {
     if (!check_empty_request(&rtx__v1__lanes_request__descriptor, req, len, rep)) return;
-    enum { MAX_ROWS = (1 + RTX_JOBS_MAX_GPUS) * RTX_SCHED_MAX_LANES };
+    /* one scheduler per job device, plus the inference row when serving runs */
+    enum { MAX_SCHEDS = 2 + RTX_JOBS_MAX_GPUS, MAX_ROWS = MAX_SCHEDS * RTX_SCHED_MAX_LANES };
     struct rtx_jobs_lanes *st = rtx_malloc(sizeof *st);
+    struct rtx_sched_stats *inf = rtx_malloc(sizeof *inf);
     Rtx__V1__LaneStats *ls = rtx_calloc(MAX_ROWS, sizeof *ls);
     Rtx__V1__LaneStats **lp = rtx_calloc(MAX_ROWS, sizeof *lp);
-    Rtx__V1__LaneScheduler *ss = rtx_calloc(1 + RTX_JOBS_MAX_GPUS, sizeof *ss);
-    Rtx__V1__LaneScheduler **sp = rtx_calloc(1 + RTX_JOBS_MAX_GPUS, sizeof *sp);
-    if (!st || !ls || !lp || !ss || !sp) {
+    Rtx__V1__LaneScheduler *ss = rtx_calloc(MAX_SCHEDS, sizeof *ss);
+    Rtx__V1__LaneScheduler **sp = rtx_calloc(MAX_SCHEDS, sizeof *sp);
+    if (!st || !inf || !ls || !lp || !ss || !sp) {
         rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory listing lanes");
     } else {
         rtx_jobs_get_lanes(d->jobs, st);
         size_t n = 0;
         for (int i = 0; i < st->n_devices; i++) {
             const struct rtx_jobs_lane_device *dv = &st->devices[i];
-            Rtx__V1__LaneScheduler *m = &ss[i];
-            rtx__v1__lane_scheduler__init(m);
-            m->device = (char *)dv->device;
-            m->executors = dv->workers;
-            m->healthy = dv->healthy;
-            m->running = dv->stats.running;
-            m->brownout_level = dv->stats.brownout_level;
-            m->brownout_entries = dv->stats.brownout_entries;
-            m->brownout_exits = dv->stats.brownout_exits;
-            m->batch_delay_factor = dv->stats.batch_delay_factor;
-            m->cost_keys = dv->stats.cost_keys;
-            sp[i] = m;
+            sched_to_msg(dv->device, "jobs", dv->workers, dv->healthy, &dv->stats, &ss[i]);
+            sp[i] = &ss[i];
             for (int l = 0; l < dv->stats.n_lanes && n < MAX_ROWS; l++) {
                 lane_to_msg(dv->device, l, &dv->stats.lanes[l], &ls[n]);
                 lp[n] = &ls[n];
                 n++;
             }
         }
+        int n_sched = st->n_devices;
+        if (d->serving) {
+            rtx_serving_lanes(d->serving, inf);
+            sched_to_msg("inference", "inference", inf->executors, true, inf, &ss[n_sched]);
+            sp[n_sched] = &ss[n_sched];
+            n_sched++;
+            for (int l = 0; l < inf->n_lanes && n < MAX_ROWS; l++) {
+                lane_to_msg("inference", l, &inf->lanes[l], &ls[n]);
+                lp[n] = &ls[n];
+                n++;
+            }
+        }
         Rtx__V1__LanesResponse m = RTX__V1__LANES_RESPONSE__INIT;
         m.default_lane = st->default_lane;
-        m.n_schedulers = (size_t)st->n_devices;
+        m.n_schedulers = (size_t)n_sched;
         m.schedulers = sp;
         m.n_lanes = n;
         m.lanes = lp;
@@ -465,6 +484,7 @@ void rtx__daemon_admin_lanes(struct rtx_daemon *d, const uint8_t *req, size_t le
     rtx_free(ss);
     rtx_free(lp);
     rtx_free(ls);
+    rtx_free(inf);
     rtx_free(st);
 }
 

@@ -10,6 +10,7 @@ Capacity is measured first (sequential requests), so the offered load follows th
 """
 
 import concurrent.futures as cf
+import json
 import time
 
 import numpy as np
@@ -169,3 +170,29 @@ def test_realtime_served_batch_shed_under_overload(d):
     assert all(v == 0 for v in depth.values()), depth
     hu.assert_serving(d)
     gu.assert_serving(d)
+
+
+def test_rtxctl_lanes_lists_the_inference_lanes(d):
+    """Admin.Lanes (rtxctl lanes) has a row for the inference lanes beside the job devices',
+    with the counters /metrics shows."""
+    for seed in range(3):
+        r = hu.infer(d, "simple", {"INPUT0": np.ones((1, 16), np.int32),
+                                   "INPUT1": np.ones((1, 16), np.int32)},
+                     params={"lane": "interactive"})
+        assert r.status == 200, r
+    counts, _ = lane_counts(d)
+    r = sh.harness.rtxctl("--json", "lanes", address=d.address, check_rc=0)
+    doc = json.loads(r.out)
+    infer = [s for s in doc["schedulers"] if s["kind"] == "inference"]
+    assert len(infer) == 1 and infer[0]["device"] == "inference", doc["schedulers"]
+    assert infer[0]["executors"] >= 2, infer  # one instance per loaded model at least
+    assert {s["kind"] for s in doc["schedulers"]} == {"jobs", "inference"}
+    lanes = {ln["lane"]: ln for ln in doc["lanes"] if ln["device"] == "inference"}
+    assert list(lanes) == ["realtime", "interactive", "batch"], lanes
+    for lane, ln in lanes.items():
+        assert ln["admitted"] == counts.get((lane, "admitted"), 0), (lane, ln, counts)
+    assert lanes["interactive"]["admitted"] >= 3
+    r = sh.harness.rtxctl("lanes", address=d.address, check_rc=0)
+    assert any(ln.split()[:2] == ["inference", "interactive"] for ln in r.out.splitlines()), \
+        r.out
+    assert "\ninference: " in r.out and " model instance" in r.out, r.out
