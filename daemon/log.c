@@ -78,6 +78,7 @@ static int lookup(const char *s, const char *const *names, int n) {
 int rtx_log_configure(const char *format, const char *level) {
     int f = format ? lookup(format, format_names, LOG_FORMAT_COUNT) : -1;
     int l = level ? lookup(level, level_names, RTX_LOG_ERROR + 1) : -1;
+    if (level && strcmp(level, "off") == 0) l = RTX_LOG_ERROR + 1; /* nothing is enabled */
     if (f < 0 || l < 0) return RTX_EINVAL;
     atomic_store_explicit(&log_format, f, memory_order_relaxed);
     atomic_store_explicit(&log_level, l, memory_order_relaxed);

@@ -11,8 +11,9 @@
 
 enum rtx_log_level { RTX_LOG_DEBUG, RTX_LOG_INFO, RTX_LOG_WARN, RTX_LOG_ERROR };
 
-/* format "text" or "json", level "debug".."error"; returns 0 or RTX_EINVAL. May be called
- * again at run time (SIGHUP). */
+/* format "text" or "json", level "debug".."error", or "off" (nothing, not even errors: for
+ * tests that provoke errors on purpose; the log.level setting offers debug..error only);
+ * returns 0 or RTX_EINVAL. May be called again at run time (SIGHUP). */
 int rtx_log_configure(const char *format, const char *level);
 bool rtx_log_enabled(enum rtx_log_level level);
 

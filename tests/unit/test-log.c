@@ -235,6 +235,20 @@ START_TEST(log_utf8_overlong_and_surrogates_are_replaced) {
 }
 END_TEST
 
+START_TEST(log_level_off_silences_even_errors) {
+    ck_assert_int_eq(rtx_log_configure("text", "off"), 0);
+    ck_assert(!rtx_log_enabled(RTX_LOG_ERROR));
+    struct capture c;
+    capture_start(&c);
+    rtx_log(RTX_LOG_ERROR, "e", NULL);
+    rtx_logf(RTX_LOG_ERROR, "ef %d", 1);
+    char *out = capture_stop(&c);
+    reset_log();
+    ck_assert_str_eq(out, "");
+    free(out);
+}
+END_TEST
+
 START_TEST(log_level_filters_lines) {
     rtx_log_configure("text", "warn");
     ck_assert(!rtx_log_enabled(RTX_LOG_INFO));
@@ -461,6 +475,7 @@ Suite *rtx_log_suite(void) {
     tcase_add_test(tc, log_json_escapes_quotes_controls_and_bad_utf8);
     tcase_add_test(tc, log_utf8_overlong_and_surrogates_are_replaced);
     tcase_add_test(tc, log_level_filters_lines);
+    tcase_add_test(tc, log_level_off_silences_even_errors);
     tcase_add_test(tc, log_logf_formats_and_keeps_errno);
     tcase_add_test(tc, log_request_id_is_per_thread);
     tcase_add_test(tc, log_json_carries_request_id);
