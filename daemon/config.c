@@ -18,6 +18,16 @@
  * immutable ones keep theirs with a warning. All allocation happens before the caller's
  * config is touched, so a reload that fails leaves it as it was.
  *
+ * The [scheduler] and [lane.NAME] sections reload the same way, driven by the scheduler's
+ * own listing (rtx_sched_config_list says which settings a running scheduler can take): the
+ * new file's mutable ones are set, as text, into a copy of the current ones. A changed lane
+ * set (jobs.lanes, a lane added or removed) cannot reach the running schedulers, whose lane
+ * indices are baked into queued work, so then no lane setting is taken and a warning says
+ * why; the [scheduler] knobs still are. Their origins are not in the table's array: a flag
+ * per listed setting (sched_reloaded) remembers which ones a reload changed; the others say
+ * "default" or "file" by their value, as before. Putting the new values to the schedulers is
+ * the caller's (daemon/main.c: the job manager and the model versions).
+ *
  * Types: string, int and int64 (decimal), size (int64 with an optional k/m/g/t suffix,
  * powers of 1024), enum (one of a fixed list), lane list (comma-separated names, normalized
  * to "a,b,c") and lane name. String values may not hold control characters, begin or end
@@ -533,25 +543,64 @@ static int resolve_lanes(struct rtx_config *c, struct rtx_err *err) {
     return 0;
 }
 
-/* Whether two scheduler configs differ in a setting (a reload cannot apply it). */
-static bool sched_differs(const struct rtx_sched_config *a, const struct rtx_sched_config *b) {
-    if (a->n_lanes != b->n_lanes || a->executors != b->executors ||
-        a->max_running != b->max_running || a->default_cost_ns != b->default_cost_ns ||
-        a->cost_ema_alpha != b->cost_ema_alpha || a->cost_keys != b->cost_keys ||
-        a->brownout_window_ns != b->brownout_window_ns ||
-        a->brownout_exit_window_ns != b->brownout_exit_window_ns ||
-        a->brownout_enter_pressure != b->brownout_enter_pressure ||
-        a->brownout_exit_pressure != b->brownout_exit_pressure ||
-        a->brownout_delay_factor != b->brownout_delay_factor)
-        return true;
-    for (int i = 0; i < a->n_lanes; i++) {
-        const struct rtx_sched_lane_config *x = &a->lanes[i], *y = &b->lanes[i];
-        if (strcmp(x->name, y->name) != 0 || x->target_ns != y->target_ns ||
-            x->weight != y->weight || x->max_queued != y->max_queued ||
-            x->on_timeout != y->on_timeout || x->preemptible != y->preemptible)
-            return true;
+/* Whether two scheduler configs have the same lanes (names) in the same order. */
+static bool same_lane_set(const struct rtx_sched_config *a, const struct rtx_sched_config *b) {
+    if (a->n_lanes != b->n_lanes) return false;
+    for (int i = 0; i < a->n_lanes; i++)
+        if (strcmp(a->lanes[i].name, b->lanes[i].name) != 0) return false;
+    return true;
+}
+
+/* The scheduler settings a reload gives: cur with next's mutable settings (those a running
+ * scheduler takes: rtx_sched_setting.is_mutable), its lanes' only when the lane set is the
+ * same. Goes through the settings' text, so it needs no list of fields. */
+static int merge_sched(const struct rtx_sched_config *cur, const struct rtx_sched_config *next,
+                       struct rtx_sched_config *out, struct rtx_err *err) {
+    struct rtx_sched_setting ss[RTX_SCHED_SETTINGS_MAX];
+    bool lanes = same_lane_set(cur, next);
+    int n = rtx_sched_config_list(next, ss), rc = 0;
+    *out = *cur;
+    for (int k = 0; k < n && rc == 0; k++)
+        if (ss[k].is_mutable && (lanes || strcmp(ss[k].section, "scheduler") == 0))
+            rc = rtx_sched_config_set(out, ss[k].section, ss[k].key, ss[k].value, err);
+    return rc;
+}
+
+/* Logs what a reload does with the scheduler's settings (cur: before, next: the file's,
+ * merged: after): a warning for a changed lane set and for each changed restart-only knob,
+ * one info line listing the settings that changed, which merged marks reloaded. Returns how
+ * many changed. */
+static int report_sched(const struct rtx_config *cur, const struct rtx_config *next,
+                        struct rtx_config *merged) {
+    struct rtx_sched_setting was[RTX_SCHED_SETTINGS_MAX], is[RTX_SCHED_SETTINGS_MAX];
+    if (!same_lane_set(&cur->sched, &next->sched))
+        rtx_log(RTX_LOG_WARN,
+                "the set of lanes changes only at restart; lane settings not applied", "current",
+                cur->lanes, "configured", next->lanes, NULL);
+    int n = rtx_sched_config_list(&cur->sched, was);
+    rtx_sched_config_list(&next->sched, is);
+    for (int k = 0; k < n && strcmp(was[k].section, "scheduler") == 0; k++)
+        if (!was[k].is_mutable && strcmp(was[k].value, is[k].value) != 0) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "setting scheduler.%s changes only at restart", was[k].key);
+            rtx_log(RTX_LOG_WARN, msg, "current", was[k].value, "configured", is[k].value, NULL);
+        }
+    rtx_sched_config_list(&merged->sched, is); /* the same lanes as cur: the same order */
+    char list[2048] = "";
+    size_t used = 0;
+    int n_changed = 0;
+    memcpy(merged->sched_reloaded, cur->sched_reloaded, sizeof merged->sched_reloaded);
+    for (int k = 0; k < n; k++) {
+        if (strcmp(was[k].value, is[k].value) == 0) continue;
+        merged->sched_reloaded[k] = true;
+        n_changed++;
+        if (used < sizeof list)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s.%s=%s->%s",
+                                     used ? " " : "", is[k].section, is[k].key, was[k].value,
+                                     is[k].value);
     }
-    return false;
+    if (n_changed) rtx_log(RTX_LOG_INFO, "lanes reconfigured", "changed", list, NULL);
+    return n_changed;
 }
 
 /* Resolves jobs.cpu_threads = 0 and the lanes, and runs the checks that span settings. */
@@ -870,17 +919,15 @@ int rtx_config_reload(struct rtx_config *cfg, int *changed, struct rtx_err *err)
         rc = copy_setting(&merged, take[i] ? &next : cfg, i, err);
         if (take[i]) merged.origin[i] = ORIGIN_RELOAD;
     }
-    merged.sched = cfg->sched; /* lanes and [scheduler] change only at restart */
+    if (rc == 0) rc = merge_sched(&cfg->sched, &next.sched, &merged.sched, err);
     if (rc == 0) rc = finish(&merged, err);
     if (rc) {
         rtx_config_free(&next);
         rtx_config_free(&merged);
         return rc;
     }
-    if (sched_differs(&cfg->sched, &next.sched))
-        rtx_log(RTX_LOG_WARN, "lane and [scheduler] settings change only at restart", NULL);
 
-    int n_changed = 0;
+    int n_changed = report_sched(cfg, &next, &merged);
     for (int i = 0; i < N_SETTINGS; i++) {
         const struct setting *s = &settings[i];
         char now[256], want[256], msg[128];
@@ -908,6 +955,14 @@ int rtx_config_reload(struct rtx_config *cfg, int *changed, struct rtx_err *err)
  * Listing, printing, usage
  * ---------------------------------------------------------------------------------------- */
 
+/* The origin of the scheduler setting listed k-th (rtx_sched_config_list): "reload" once a
+ * reload changed it, else "default" for the built-in value and "file" for another. */
+static const char *sched_origin(const struct rtx_config *cfg, const struct rtx_sched_setting *ss,
+                                int k) {
+    if (cfg->sched_reloaded[k]) return origin_names[ORIGIN_RELOAD];
+    return origin_names[ss->is_default ? ORIGIN_DEFAULT : ORIGIN_FILE];
+}
+
 int rtx_config_list(const struct rtx_config *cfg, struct rtx_setting_view **views, int *n) {
     if (!cfg || !views || !n) return RTX_EINVAL;
     struct rtx_sched_setting *ss = rtx_malloc(sizeof *ss * RTX_SCHED_SETTINGS_MAX);
@@ -930,8 +985,8 @@ int rtx_config_list(const struct rtx_config *cfg, struct rtx_setting_view **view
         struct rtx_setting_view *o = &v[N_SETTINGS + k];
         snprintf(o->name, sizeof o->name, "%s.%s", ss[k].section, ss[k].key);
         snprintf(o->value, sizeof o->value, "%s", ss[k].value);
-        o->origin = ss[k].is_default ? "default" : "file";
-        o->is_mutable = false;
+        o->origin = sched_origin(cfg, &ss[k], k);
+        o->is_mutable = ss[k].is_mutable;
         o->description = ss[k].description;
     }
     rtx_free(ss);
@@ -961,14 +1016,15 @@ void rtx_config_print(const struct rtx_config *cfg, FILE *out) {
         else
             fprintf(out, "%lld\n", (long long)num_value(cfg, s));
     }
-    /* the scheduler's sections (docs/scheduler.md): read at start, so immutable */
+    /* the scheduler's sections (docs/scheduler.md) */
     struct rtx_sched_setting ss[RTX_SCHED_SETTINGS_MAX];
     int ns = rtx_sched_config_list(&cfg->sched, ss);
     for (int k = 0; k < ns; k++) {
         if (k == 0 || strcmp(ss[k].section, ss[k - 1].section) != 0)
             fprintf(out, "\n[%s]\n", ss[k].section);
-        fprintf(out, "# %s\n# origin: %s, immutable\n%s = %s\n", ss[k].description,
-                ss[k].is_default ? "default" : "file", ss[k].key, ss[k].value);
+        fprintf(out, "# %s\n# origin: %s, %s\n%s = %s\n", ss[k].description,
+                sched_origin(cfg, &ss[k], k), ss[k].is_mutable ? "mutable" : "immutable",
+                ss[k].key, ss[k].value);
     }
 }
 

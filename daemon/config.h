@@ -12,7 +12,8 @@
  * [scheduler] sections go to rtx_sched_config_set (docs/scheduler.md), and jobs.lanes selects
  * and orders the lanes. jobs.lanes left at its default lists realtime, interactive, batch and
  * then every lane a [lane.NAME] section adds; set explicitly, it must list every lane a
- * section adds.
+ * section adds. A reload changes the lanes' settings and the [scheduler] knobs that a running
+ * scheduler can take (all but executors, max_running and cost_keys), but not the set of lanes.
  */
 #ifndef RTX_DAEMON_CONFIG_H
 #define RTX_DAEMON_CONFIG_H
@@ -72,14 +73,17 @@ struct rtx_config {
     char *log_format;              /* "text" or "json" (mutable) */
     char *log_level;               /* "debug", "info", "warn", "error" (mutable) */
     /* [scheduler] and [lane.NAME] sections of the file (scheduler/sched.h parses them): the
-     * lanes of jobs.lanes in its order with their settings, and the scheduler's knobs; read
-     * at start only (a reload that changes them logs a warning) */
+     * lanes of jobs.lanes in its order with their settings, and the scheduler's knobs. A
+     * reload takes the new mutable ones (rtx_sched_setting.is_mutable) while the set of lanes
+     * stays the same; the caller puts them to the running schedulers */
     struct rtx_sched_config sched;
     /* where the file came from: --config PATH, RTXD_CONFIG, or none */
     char *config_path;
     /* where each setting's value came from, in table order (rtx_config_list shows it as a
      * string); kept by rtx_config_load and rtx_config_reload, not for consumers */
     unsigned char origin[RTX_CONFIG_N_SETTINGS];
+    /* per setting of rtx_sched_config_list(&sched): a reload changed it (origin "reload") */
+    bool sched_reloaded[RTX_SCHED_SETTINGS_MAX];
 };
 
 /* One setting as Admin.Config and --print-config show it. */
@@ -102,13 +106,19 @@ struct rtx_setting_view {
 int rtx_config_load(struct rtx_config *cfg, int *argc, char **argv, struct rtx_err *err);
 /* Re-reads the file and the environment (SIGHUP) and applies the mutable settings that
  * changed (origin "reload"); *changed (may be NULL) gets their count. Immutable settings that
- * differ keep their value, and each is logged as a warning. Returns 0, or an error with cfg
- * unchanged when the file is invalid. */
+ * differ keep their value, and each is logged as a warning. Lane and [scheduler] settings
+ * count too: the mutable ones that changed are taken (one info line, "lanes reconfigured",
+ * lists them as NAME=OLD->NEW), unless the set of lanes changed (jobs.lanes, a [lane.NAME]
+ * section added or removed): then no lane setting is taken, a warning says so, and the rest
+ * of the reload applies. cfg->sched is then what the running schedulers should take
+ * (rtx_jobs_reconfigure, rtx_serving_reconfigure). Returns 0, or an error with cfg unchanged
+ * when the file is invalid (a bad lane value too). */
 int rtx_config_reload(struct rtx_config *cfg, int *changed, struct rtx_err *err);
 void rtx_config_free(struct rtx_config *cfg);
 /* Every setting, in table order, then the [scheduler] and [lane.NAME] ones as
- * "scheduler.KEY" and "lane.NAME.KEY" (immutable; origin "default" when the value is the
- * built-in one, else "file"); *views is rtx_malloc'ed (rtx_free it). */
+ * "scheduler.KEY" and "lane.NAME.KEY" (mutable but executors, max_running and cost_keys;
+ * origin "reload" once a reload changed it, else "default" when the value is the built-in
+ * one and "file" otherwise); *views is rtx_malloc'ed (rtx_free it). */
 int rtx_config_list(const struct rtx_config *cfg, struct rtx_setting_view **views, int *n);
 /* Writes every setting as an INI file with origins as comments (rtxd --print-config), the
  * [scheduler] and [lane.NAME] sections last; the file loads back to the same settings. */

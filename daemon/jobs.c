@@ -21,6 +21,9 @@
  * work. The schedulers share one lane configuration (lane indices are the same everywhere);
  * each has executors = max_running = its device's worker count, its own admission estimate,
  * brownout state and learned costs (a graph runs at different speeds on a CPU and a GPU).
+ * A SIGHUP's new lane settings reach every scheduler at once under mu (rtx_jobs_reconfigure),
+ * all or none: a scheduler that cannot take them (out of memory for a raised bound) puts the
+ * ones already changed back, which cannot fail since storage only grows.
  *
  * Admission runs before the journal insert, so a refused job (RTX_EOVERLOAD, with the
  * scheduler's reason and retry-after hint in the message) is never journaled and leaves no
@@ -2148,6 +2151,14 @@ static void gpu_workers_new(struct rtx_jobs *j, int d) {
     j->n_workers += dv->n_workers;
 }
 
+/* cfg as device slot dv's scheduler runs it: executors and max_running are its workers. */
+static struct rtx_sched_config device_sched_config(const struct rtx_sched_config *cfg,
+                                                   const struct dev *dv) {
+    struct rtx_sched_config c = *cfg;
+    c.executors = dv->n_workers;
+    c.max_running = dv->n_workers;
+    return c;
+}
 
 /* Creates the scheduler of every device slot with workers: the shared lane configuration,
  * with executors and max_running set to the slot's worker count. */
@@ -2155,9 +2166,7 @@ static int scheds_new(struct rtx_jobs *j, struct rtx_err *err) {
     for (int d = 0; d < j->n_devs; d++) {
         struct dev *dv = &j->devs[d];
         if (dv->n_workers <= 0) continue;
-        struct rtx_sched_config c = j->sched_cfg;
-        c.executors = dv->n_workers;
-        c.max_running = dv->n_workers;
+        struct rtx_sched_config c = device_sched_config(&j->sched_cfg, dv);
         int rc = rtx_sched_new(&c, sched_now(), &dv->sched, err);
         if (rc < 0) return rtx_err_prefix(err, "jobs: the scheduler of %s", dv->name);
     }
@@ -2675,6 +2684,33 @@ void rtx_jobs_set_restart_policy(struct rtx_jobs *j, enum rtx_restart_policy p) 
     pthread_mutex_lock(&j->mu);
     j->default_policy = p;
     pthread_mutex_unlock(&j->mu);
+}
+
+int rtx_jobs_reconfigure(struct rtx_jobs *j, const struct rtx_sched_config *sched,
+                         struct rtx_err *err) {
+    if (!j || !sched) return rtx_err_set(err, RTX_EINVAL, "jobs: invalid argument");
+    int64_t now = sched_now();
+    int rc = 0, d;
+    pthread_mutex_lock(&j->mu);
+    for (d = 0; d < j->n_devs && rc == 0; d++) {
+        struct dev *dv = &j->devs[d];
+        if (!dv->sched) continue;
+        struct rtx_sched_config c = device_sched_config(sched, dv);
+        rc = rtx_sched_reconfigure(dv->sched, &c, now, err);
+        if (rc) rtx_err_prefix(err, "jobs: the scheduler of %s", dv->name);
+    }
+    if (rc == 0) {
+        j->sched_cfg = *sched;
+    } else {
+        /* back to what they ran: their storage is at least as large, so this cannot fail */
+        for (int k = 0; k < d - 1; k++) {
+            if (!j->devs[k].sched) continue;
+            struct rtx_sched_config c = device_sched_config(&j->sched_cfg, &j->devs[k]);
+            rtx_sched_reconfigure(j->devs[k].sched, &c, now, NULL);
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
 }
 
 void rtx_jobs_get_stats(struct rtx_jobs *j, struct rtx_jobs_stats *st) {

@@ -76,7 +76,7 @@ struct rtx_jobs_options {
     /* The lanes' settings and the scheduler's knobs (NULL: rtx_sched_config_init's); exactly
      * the lanes named above are kept, in that order (rtx_sched_config_select_lanes: a lane it
      * does not define gets a new lane's settings). Each device's scheduler overrides executors
-     * and max_running with the device's worker count. */
+     * and max_running with the device's worker count. rtx_jobs_reconfigure changes them. */
     const struct rtx_sched_config *sched;
     /* Placement (all zero: CPU only, as on a host without a GPU). */
     const struct rtx_cuda_devices *gpus; /* devices found at start (NULL: none); read during
@@ -163,6 +163,14 @@ void rtx_jobs_wait_idle(struct rtx_jobs *j, int grace_ms);
 
 /* New settings after SIGHUP. */
 void rtx_jobs_set_restart_policy(struct rtx_jobs *j, enum rtx_restart_policy p);
+/* New lane settings and scheduler knobs after SIGHUP: every device's scheduler takes sched's
+ * (rtx_sched_reconfigure, under the job manager's lock), keeping its executors and
+ * max_running (the device's worker count). sched must have the lanes the job manager started
+ * with, in the same order, and the same cost_keys. All or nothing: on an error (RTX_EINVAL
+ * naming the difference, RTX_ENOMEM for a raised queue bound) every scheduler keeps the
+ * settings it had. Queued and running jobs stay where they are. */
+int rtx_jobs_reconfigure(struct rtx_jobs *j, const struct rtx_sched_config *sched,
+                         struct rtx_err *err);
 
 struct rtx_lane_depth {
     const char *lane;

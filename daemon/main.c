@@ -14,10 +14,13 @@
  * dry and uv_loop_close must return 0; then the job manager stops and the store closes.
  * Retention runs once before serving, then hourly and after each SIGHUP, on the thread pool.
  * SIGHUP re-reads the settings (rtx_config_reload logs each change) and applies the mutable
- * ones to the modules holding copies (logs, retention, restart policy); the drain grace is
- * read when a drain begins. The HTTP server (daemon/http.c) lives on this loop too; the drain
- * work stops it first (rtx_http_shutdown blocks that pool thread while the loop finishes its
- * requests and closes its connections and handles), then the gRPC server.
+ * ones to the modules holding copies (logs, retention, restart policy, and the lanes'
+ * settings to the job manager's schedulers and the model versions'); the drain grace is read
+ * when a drain begins. The lanes are handed over on every reload, changed or not, so one
+ * that failed for memory is retried by the next SIGHUP. The HTTP server (daemon/http.c)
+ * lives on this loop too; the drain work stops it first (rtx_http_shutdown blocks that pool
+ * thread while the loop finishes its requests and closes its connections and handles), then
+ * the gRPC server.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -270,6 +273,19 @@ static void on_drain_async(uv_async_t *h) {
  * SIGHUP
  * ---------------------------------------------------------------------------------------- */
 
+/* The lanes' settings and the scheduler's knobs in force (a->cfg.sched) to every live
+ * scheduler: the job manager's, one per device, and each loaded model version's. Each owner
+ * takes them all or not at all. Runs on the loop thread, the only writer of a->cfg. */
+static void apply_lanes(struct app *a) {
+    struct rtx_err err = {0};
+    if (a->jobs && rtx_jobs_reconfigure(a->jobs, &a->cfg.sched, &err) != 0)
+        rtx_log(RTX_LOG_ERROR, "reload: the job schedulers keep their lane settings", "error",
+                err.msg, NULL);
+    if (a->d.serving && rtx_serving_reconfigure(a->d.serving, &a->cfg.sched, &err) != 0)
+        rtx_log(RTX_LOG_ERROR, "reload: the model versions keep their lane settings", "error",
+                err.msg, NULL);
+}
+
 /* rtx_config_reload logs each setting it changes (and each immutable one it cannot); this
  * applies the new values to the modules that hold copies. */
 static void reload(struct app *a) {
@@ -291,6 +307,7 @@ static void reload(struct app *a) {
     enum rtx_restart_policy policy;
     if (restart_policy_from_name(a->cfg.restart_policy, &policy) == 0)
         rtx_jobs_set_restart_policy(a->jobs, policy);
+    apply_lanes(a);
     char n[16];
     snprintf(n, sizeof n, "%d", changed);
     rtx_log(RTX_LOG_INFO, "settings reloaded", "changed", n, NULL);

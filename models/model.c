@@ -23,6 +23,9 @@
  * (and, with a store, across restarts: serving.c reads and writes it).
  * Requests whose deadline passed are answered RTX_EEXPIRED without running; cancelled ones
  * leave the queue at the next sweep (every 10 ms while a worker looks for work).
+ * New lane settings after a SIGHUP reach the live scheduler under mu
+ * (rtx__model_reconfigure), derived by the same rules as at load (queue bounds capped at
+ * max_queue) but keeping the executors and running bound the version was loaded with.
  *
  * Batching: at most one worker "gathers" at a time (the role of Triton's batch scheduler): it
  * takes the next request and, with dynamic batching on, adds requests whose non-batch
@@ -1231,14 +1234,14 @@ bool rtx__model_cost_changed(struct rtx_model *m) {
     return dirty;
 }
 
-/* The version's scheduler: the server's lanes and knobs, one executor per instance, each
- * lane's queue bound capped at max_queue; its default lane and the learned cost it had when
- * it last stopped. */
-static int make_scheduler(struct rtx_model *m, const struct rtx__model_load_opts *o,
-                          struct rtx_err *err) {
+/* The version's scheduler config from the server's lanes and knobs (NULL: the defaults): one
+ * executor per instance, room to run what its batches hold, each lane's queue bound capped
+ * at max_queue. */
+static struct rtx_sched_config version_sched_config(const struct rtx_model *m,
+                                                    const struct rtx_sched_config *server) {
     struct rtx_sched_config sc;
-    if (o->sched)
-        sc = *o->sched;
+    if (server)
+        sc = *server;
     else
         rtx_sched_config_init(&sc);
     sc.executors = m->n_inst > 0 ? m->n_inst : 1;
@@ -1248,6 +1251,29 @@ static int make_scheduler(struct rtx_model *m, const struct rtx__model_load_opts
     if (sc.max_running > 10000000) sc.max_running = 10000000;
     for (int i = 0; i < sc.n_lanes; i++)
         if (sc.lanes[i].max_queued > m->max_queue) sc.lanes[i].max_queued = m->max_queue;
+    return sc;
+}
+
+int rtx__model_reconfigure(struct rtx_model *m, const struct rtx_sched_config *server,
+                           struct rtx_err *err) {
+    pthread_mutex_lock(&m->mu);
+    struct rtx_sched_config sc = version_sched_config(m, server);
+    const struct rtx_sched_config *cur = rtx_sched_config(m->sched);
+    sc.executors = cur->executors; /* fixed at load, as its instances are */
+    sc.max_running = cur->max_running;
+    int rc = rtx_sched_reconfigure(m->sched, &sc, rtx__now_ns(), err);
+    pthread_mutex_unlock(&m->mu);
+    if (rc)
+        rtx_err_prefix(err, "model '%s' version %lld", m->cfg.info.name,
+                       (long long)m->cfg.info.version);
+    return rc;
+}
+
+/* The version's scheduler (version_sched_config), its default lane and the learned cost it
+ * had when it last stopped. */
+static int make_scheduler(struct rtx_model *m, const struct rtx__model_load_opts *o,
+                          struct rtx_err *err) {
+    struct rtx_sched_config sc = version_sched_config(m, o->sched);
     int rc = rtx_sched_new(&sc, rtx__now_ns(), &m->sched, err);
     if (rc) {
         rtx_err_prefix(err, "model '%s' version %lld", m->cfg.info.name,

@@ -194,6 +194,14 @@ int rtx__model_cost(struct rtx_model *m, uint64_t *key, int64_t *ema_ns, int64_t
 bool rtx__model_cost_changed(struct rtx_model *m);
 /* A snapshot of the version's scheduler (lanes, counters, brownout) at now_ns. */
 void rtx__model_lanes(struct rtx_model *m, int64_t now_ns, struct rtx_sched_stats *st);
+/* Gives the version's scheduler the server's new lanes and knobs (server: the same lanes in
+ * the same order as at load; a SIGHUP's reload), by the rules of its load: each lane's queue
+ * bound capped at the repository's max_queue; its executors and max_running stay those it was
+ * loaded with. Under the version's mutex (rtx_sched_reconfigure). RTX_EINVAL for another lane
+ * set or a changed cost_keys, RTX_ENOMEM for a raised bound, both naming the version; the
+ * scheduler is unchanged then. Queued and running requests stay. */
+int rtx__model_reconfigure(struct rtx_model *m, const struct rtx_sched_config *server,
+                           struct rtx_err *err);
 /* Requests queued or running now. */
 int64_t rtx__model_pending(struct rtx_model *m);
 /* Whether the version still accepts requests. */

@@ -21,6 +21,11 @@
  * when it changed: every COST_SAVE_MS by the housekeeping thread for the loaded versions, and
  * when a version is released (unload, reload, stop), all under op_mu so that an older value
  * never overwrites a newer one. The housekeeping thread runs in poll mode or with a store.
+ * Lane settings (SIGHUP, rtx_serving_reconfigure) change under `mu` and not `op_mu`, so a
+ * long load never holds a reload up: the server's copy and every READY version change
+ * together, all or none. A load copies the settings when it begins and, if they changed by
+ * the time it swaps its versions in (a generation count under `mu`), gives its versions the
+ * new ones first, so no version starts serving with settings older than the server's.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -55,7 +60,8 @@ struct rtx_serving {
     int cpu_threads;
     const struct rtx_cuda_devices *gpus;
     int64_t max_queue;
-    struct rtx_sched_config sched; /* every version's lanes and knobs */
+    struct rtx_sched_config sched; /* under mu: every version's lanes and knobs */
+    uint64_t sched_gen;            /* under mu: changes of sched (rtx_serving_reconfigure) */
     int default_lane;              /* index in sched.lanes */
     struct rtx_store *store;       /* learned costs; NULL: not kept */
     bool cost_save_all;            /* under op_mu: a save failed, the next one writes all */
@@ -506,6 +512,19 @@ static void release_versions(struct rtx_serving *s, struct rtx_model **ms, int n
     if (s->store) cost_write(s, &costs);
 }
 
+/* Versions loaded with lane settings that a SIGHUP changed meanwhile take the new ones
+ * before they serve. Under s->mu. A version that cannot (out of memory) serves with the
+ * settings it was loaded with; that is logged. */
+static void catch_up_lanes(struct rtx_serving *s, const char *name, struct rtx_model **loaded,
+                           int n_loaded) {
+    for (int i = 0; i < n_loaded; i++) {
+        struct rtx_err err = {0};
+        if (rtx__model_reconfigure(loaded[i], &s->sched, &err) != 0)
+            rtx_log(RTX_LOG_ERROR, "a new version keeps the lane settings it was loaded with",
+                    "model", name, "error", err.msg, NULL);
+    }
+}
+
 static int do_load(struct rtx_serving *s, const char *name, const char *config_json,
                    bool at_start, struct rtx_err *err) {
     char mdir[4400], cpath[4600], vdir[4600];
@@ -529,6 +548,10 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
     }
     pthread_mutex_unlock(&s->mu);
     if (!e) return rtx_err_set(err, RTX_ENOMEM, "out of memory loading '%s'", name);
+    pthread_mutex_lock(&s->mu);
+    struct rtx_sched_config sched = s->sched; /* a SIGHUP may change it while we load */
+    uint64_t sched_gen = s->sched_gen;
+    pthread_mutex_unlock(&s->mu);
 
     struct rtx__model_config *cfg = rtx_calloc(1, sizeof *cfg);
     struct rtx_model *loaded[RTX__MAX_VERSIONS];
@@ -573,7 +596,7 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
         struct rtx__model_load_opts o = {
             .dir = vdir, .cfg = cfg, .version = want[i], .limits = &s->limits,
             .cpu_threads = s->cpu_threads, .gpus = s->gpus, .max_queue = s->max_queue,
-            .stats = rec, .sched = &s->sched, .default_lane = s->default_lane,
+            .stats = rec, .sched = &sched, .default_lane = s->default_lane,
         };
         if ((rc = rtx__model_load(&o, &loaded[n_loaded], err))) {
             failed = want[i];
@@ -603,6 +626,7 @@ done:
     }
     struct rtx_model *old[RTX__MAX_VERSIONS];
     pthread_mutex_lock(&s->mu);
+    if (s->sched_gen != sched_gen) catch_up_lanes(s, name, loaded, n_loaded);
     int n_old = e->n_ready;
     memcpy(old, e->ready, sizeof old[0] * (size_t)n_old);
     memcpy(e->ready, loaded, sizeof loaded[0] * (size_t)n_loaded);
@@ -1070,17 +1094,69 @@ void rtx_serving_memory(struct rtx_serving *s, struct rtx_serving_memory *out) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The READY versions, each with a reference, in entry order (*n of them; rtx_malloc'ed, NULL
+ * when none or out of memory: *n < 0). Under s->mu. */
+static struct rtx_model **ready_versions(struct rtx_serving *s, int *n) {
+    int k = 0;
+    for (int i = 0; i < s->n_entries; i++)
+        k += s->entries[i]->n_ready;
+    *n = 0;
+    if (k == 0) return NULL;
+    struct rtx_model **ms = rtx_malloc((size_t)k * sizeof *ms);
+    if (!ms) {
+        *n = -1;
+        return NULL;
+    }
+    for (int i = 0; i < s->n_entries; i++)
+        for (int v = 0; v < s->entries[i]->n_ready; v++)
+            ms[(*n)++] = rtx__model_ref(s->entries[i]->ready[v]);
+    return ms;
+}
+
+int rtx_serving_reconfigure(struct rtx_serving *s, const struct rtx_sched_config *sched,
+                            struct rtx_err *err) {
+    if (!s || !sched) return rtx_err_set(err, RTX_EINVAL, "serving: no server or no lanes");
+    int rc = rtx_sched_config_check(sched, err);
+    if (rc) return rtx_err_prefix(err, "serving");
+    pthread_mutex_lock(&s->mu);
+    bool same = sched->n_lanes == s->sched.n_lanes;
+    for (int l = 0; same && l < sched->n_lanes; l++)
+        same = strcmp(sched->lanes[l].name, s->sched.lanes[l].name) == 0;
+    int n = 0, done = 0;
+    struct rtx_model **ms = same ? ready_versions(s, &n) : NULL;
+    if (!same)
+        rc = rtx_err_set(err, RTX_EINVAL,
+                         "serving: the lanes differ from the running ones "
+                         "(names and order change only at restart)");
+    else if (n < 0)
+        rc = rtx_err_set(err, RTX_ENOMEM, "serving: out of memory listing the versions");
+    for (; rc == 0 && done < n; done++)
+        rc = rtx__model_reconfigure(ms[done], sched, err);
+    if (rc == 0) {
+        s->sched = *sched;
+        s->sched_gen++;
+    } else {
+        /* the versions already changed go back; their storage only grew, so this succeeds */
+        for (int i = 0; i < done - 1; i++)
+            rtx__model_reconfigure(ms[i], &s->sched, NULL);
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++)
+        rtx_model_unref(ms[i]);
+    rtx_free(ms);
+    return rc;
+}
+
 void rtx_serving_lanes(struct rtx_serving *s, struct rtx_sched_stats *out) {
     memset(out, 0, sizeof *out);
     if (!s) return;
     struct rtx_sched_stats *st = rtx_malloc(sizeof *st);
     int64_t now = rtx__now_ns();
-    out->n_lanes = s->sched.n_lanes;
     out->batch_delay_factor = 1.0;
-    for (int l = 0; l < out->n_lanes; l++) {
+    pthread_mutex_lock(&s->mu); /* s->sched changes on a reload */
+    out->n_lanes = s->sched.n_lanes;
+    for (int l = 0; l < out->n_lanes; l++)
         out->lanes[l].config = s->sched.lanes[l];
-    }
-    pthread_mutex_lock(&s->mu);
     for (int i = 0; i < out->n_lanes; i++)
         for (int c = 0; c < RTX_SCHED_CTR_COUNT; c++)
             out->lanes[i].counters[c] = s->retired[i][c];

@@ -59,7 +59,7 @@ struct rtx_serving_options {
     int64_t max_queue;                    /* pending requests per model; beyond: RTX_EUNAVAILABLE */
     /* SLA lanes of inference requests: every model version gets a scheduler with these lanes
      * and knobs (executors = its instance count; each lane's queue bound capped at max_queue).
-     * NULL: rtx_sched_config_init's. */
+     * NULL: rtx_sched_config_init's. Copied; rtx_serving_reconfigure changes them. */
     const struct rtx_sched_config *sched;
     const char *default_lane;             /* lane of a request that names none and whose model
                                            * names none; NULL or "": the last lane */
@@ -82,6 +82,15 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
  * batches, stops the workers and the poller and frees everything. NULL: no-op. Every callback
  * has been called once when it returns. */
 void rtx_serving_stop(struct rtx_serving *s);
+/* New lane settings and scheduler knobs after SIGHUP (the server's lanes in the same order;
+ * cost_keys unchanged): every READY version's scheduler takes them by the rules of its load
+ * (queue bounds capped at max_queue, its own executors), and versions loaded from now on
+ * start with them; a load in progress gives its versions the new settings before they serve.
+ * All or nothing: RTX_EINVAL for a bad config or another lane set, RTX_ENOMEM for a raised
+ * bound, and then every version keeps what it had. Queued requests stay. Never waits for a
+ * load. */
+int rtx_serving_reconfigure(struct rtx_serving *s, const struct rtx_sched_config *sched,
+                            struct rtx_err *err);
 
 /* ------------------------------------------------------------------------------------------
  * Repository

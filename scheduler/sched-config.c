@@ -10,6 +10,9 @@
  * the parsing (lane keys and scheduler keys: name, type, offset, bounds), so adding a knob is
  * one line. Parsing writes into a copy and commits only on success, so a bad value never
  * leaves a half-set lane. Everything here is pure: text in, struct out, no file or clock.
+ * The key tables also say which settings a running scheduler cannot take
+ * (rtx_sched_reconfigure): executors, max_running and cost_keys size its storage or belong to
+ * its owner; the listing marks every other setting mutable, which is what a reload applies.
  */
 #include "scheduler/sched.h"
 
@@ -100,6 +103,7 @@ struct key {
     int64_t scale;    /* KEY_INT64: multiplier from the text's unit to the field's */
     double dmin, dmax;
     const char *description;
+    bool restart_only; /* fixed when a scheduler is made (rtx_sched_reconfigure refuses it) */
 };
 
 #define L(field) offsetof(struct rtx_sched_lane_config, field)
@@ -107,37 +111,37 @@ struct key {
 /* clang-format off */
 static const struct key lane_keys[] = {
     {"target_p99_us", KEY_INT64, L(target_ns), 1, 3600LL * 1000 * 1000, US, 0, 0,
-     "the lane's latency target: p99 of queueing + run, microseconds"},
+     "the lane's latency target: p99 of queueing + run, microseconds", false},
     {"weight", KEY_INT, L(weight), 1, 1000, 0, 0, 0,
-     "the lane's share of the executors against the other lanes"},
+     "the lane's share of the executors against the other lanes", false},
     {"max_queued", KEY_INT64, L(max_queued), 1, 10000000, 1, 0, 0,
-     "items queued in the lane at most (admission refuses beyond)"},
+     "items queued in the lane at most (admission refuses beyond)", false},
     {"on_timeout", KEY_TIMEOUT, L(on_timeout), 0, 0, 0, 0, 0,
-     "reject: refuse what cannot meet its deadline; delay: queue it anyway"},
+     "reject: refuse what cannot meet its deadline; delay: queue it anyway", false},
     {"preemptible", KEY_BOOL, L(preemptible), 0, 0, 0, 0, 0,
-     "running work may yield at a batch boundary"},
+     "running work may yield at a batch boundary", false},
 };
 static const struct key sched_keys[] = {
     {"executors", KEY_INT, C(executors), 1, 65536, 0, 0, 0,
-     "items that run at once (the job manager and serving set their own)"},
+     "items that run at once (the job manager and serving set their own)", true},
     {"max_running", KEY_INT64, C(max_running), 1, 10000000, 1, 0, 0,
-     "items dispatched and not finished at most"},
+     "items dispatched and not finished at most", true},
     {"default_cost_us", KEY_INT64, C(default_cost_ns), 1, 3600LL * 1000 * 1000, US, 0, 0,
-     "cost of an item with no learned estimate, microseconds"},
+     "cost of an item with no learned estimate, microseconds", false},
     {"cost_ema_alpha", KEY_DOUBLE, C(cost_ema_alpha), 0, 0, 0, 0.0, 1.0,
-     "weight of a new run time in the learned moving average"},
+     "weight of a new run time in the learned moving average", false},
     {"cost_keys", KEY_INT, C(cost_keys), 1, 1 << 20, 0, 0, 0,
-     "learned cost keys remembered at most"},
+     "learned cost keys remembered at most", true},
     {"brownout_window_ms", KEY_INT64, C(brownout_window_ns), 1, 3600 * 1000, MS, 0, 0,
-     "overload lasting this long sheds one more lane, milliseconds"},
+     "overload lasting this long sheds one more lane, milliseconds", false},
     {"brownout_exit_window_ms", KEY_INT64, C(brownout_exit_window_ns), 1, 3600 * 1000, MS,
-     0, 0, "calm lasting this long readmits one shed lane, milliseconds"},
+     0, 0, "calm lasting this long readmits one shed lane, milliseconds", false},
     {"brownout_enter_pressure", KEY_DOUBLE, C(brownout_enter_pressure), 0, 0, 0, 0.0, 1000.0,
-     "estimated delay / target above which a lane is overloaded"},
+     "estimated delay / target above which a lane is overloaded", false},
     {"brownout_exit_pressure", KEY_DOUBLE, C(brownout_exit_pressure), 0, 0, 0, 0.0, 1000.0,
-     "estimated delay / target below which a lane is calm"},
+     "estimated delay / target below which a lane is calm", false},
     {"brownout_delay_factor", KEY_DOUBLE, C(brownout_delay_factor), 0, 0, 0, 0.0, 1.0,
-     "batching delays are multiplied by this per shed lane"},
+     "batching delays are multiplied by this per shed lane", false},
 };
 /* clang-format on */
 #undef L
@@ -490,6 +494,7 @@ static void list_keys(const void *base, const void *def, const struct key *keys,
         format_key(base, &keys[i], out[i].value, sizeof out[i].value);
         format_key(def, &keys[i], dv, sizeof dv);
         out[i].is_default = strcmp(dv, out[i].value) == 0;
+        out[i].is_mutable = !keys[i].restart_only;
     }
 }
 

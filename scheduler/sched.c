@@ -28,6 +28,17 @@
  * work still running (the sum of each running item's start plus cost, minus now per item,
  * clamped at 0 as a whole). A lane's queued work counts entirely as ahead of a new item,
  * which is exact when its items' deadlines come in arrival order and conservative otherwise.
+ *
+ * Reconfiguration (rtx_sched_reconfigure) keeps every queued item where it is: heap keys are
+ * not recomputed (an item keeps the deadline or arrival + target it was admitted with), so
+ * no heap is rebuilt. Storage only grows: a lane's heap is sized for the largest bound it
+ * ever had plus max_running, which is what it may still hold after its bound was lowered, and
+ * new item slots join the free list. A new weight rescales the lane's lead over the virtual
+ * time (pass - vtime) by old / new stride, the dynamic ticket change of stride scheduling:
+ * the lane's next turn comes as if it had always had the new weight, so it neither waits out
+ * a charge made at a low weight nor jumps ahead after a high one. Backlogged lanes never lag
+ * the virtual time (the lane served last has the smallest pass), and an idle lane that does
+ * is moved up to it when it becomes backlogged anyway, so only leads are rescaled.
  */
 #include "scheduler/sched.h"
 
@@ -38,6 +49,7 @@
 #include <string.h>
 
 #define STRIDE_ONE (1ULL << 24)
+#define LEAD_MAX (1LL << 62) /* a lane's pass ahead of the virtual time at most (one charge) */
 /* Costs are capped here (about 4.6 minutes) for accounting: 2e7 slots of it fit an int64
  * sum, and one charge (cost * stride <= 2^62) keeps passes comparable by signed difference. */
 #define COST_MAX_NS (1LL << 38)
@@ -192,6 +204,14 @@ void rtx_sched_free(struct rtx_sched *s) {
     rtx_free(s);
 }
 
+/* Time between brownout evaluations: 1/8 of the shorter window, ns. */
+static int64_t eval_period_of(const struct rtx_sched_config *cfg) {
+    int64_t w = cfg->brownout_window_ns < cfg->brownout_exit_window_ns
+                    ? cfg->brownout_window_ns
+                    : cfg->brownout_exit_window_ns;
+    return w / 8 > 0 ? w / 8 : 1;
+}
+
 int rtx_sched_new(const struct rtx_sched_config *cfg, int64_t now_ns, struct rtx_sched **out,
                   struct rtx_err *err) {
     if (!out) return rtx_err_set(err, RTX_EINVAL, "rtx_sched_new: no output pointer");
@@ -233,10 +253,7 @@ int rtx_sched_new(const struct rtx_sched_config *cfg, int64_t now_ns, struct rtx
     s->cost_shift = 64 - bits;
     s->delayed_head = s->delayed_tail = -1;
     s->over_since = s->calm_since = -1;
-    int64_t w = cfg->brownout_window_ns < cfg->brownout_exit_window_ns
-                    ? cfg->brownout_window_ns
-                    : cfg->brownout_exit_window_ns;
-    s->eval_period = w / 8 > 0 ? w / 8 : 1;
+    s->eval_period = eval_period_of(cfg);
     s->next_eval = now_ns + s->eval_period;
     s->last_eval = now_ns;
     s->delay_factor = 1.0;
@@ -265,6 +282,111 @@ int rtx_sched_lane_for_priority(const struct rtx_sched *s, int64_t priority, int
     if (priority < 0 || default_lane < 0 || default_lane >= s->n_lanes) return RTX_EINVAL;
     if (priority == 0) return default_lane;
     return priority >= s->n_lanes ? s->n_lanes - 1 : (int)priority - 1;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Reconfiguration
+ * ---------------------------------------------------------------------------------------- */
+
+/* "a,b,c": the lane names of cfg, truncated to fit out. */
+static void lane_names(const struct rtx_sched_config *cfg, char *out, size_t len) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int l = 0; l < cfg->n_lanes && used < len; l++)
+        used += (size_t)snprintf(out + used, len - used, "%s%s", l ? "," : "", cfg->lanes[l].name);
+}
+
+/* Whether cfg can replace s's config: valid, the same lanes, the same fixed settings. */
+static int reconfigure_check(const struct rtx_sched *s, const struct rtx_sched_config *cfg,
+                             struct rtx_err *err) {
+    int rc = rtx_sched_config_check(cfg, err);
+    if (rc) return rc;
+    bool same = cfg->n_lanes == s->n_lanes;
+    for (int l = 0; same && l < s->n_lanes; l++)
+        same = strcmp(cfg->lanes[l].name, s->cfg.lanes[l].name) == 0;
+    if (!same) {
+        char have[100], want[100];
+        lane_names(&s->cfg, have, sizeof have);
+        lane_names(cfg, want, sizeof want);
+        return rtx_err_set(err, RTX_EINVAL,
+                           "scheduler: lanes %s are not the running lanes %s (names and order "
+                           "change only with a new scheduler)",
+                           want, have);
+    }
+    if (cfg->executors != s->cfg.executors || cfg->max_running != s->cfg.max_running ||
+        cfg->cost_keys != s->cfg.cost_keys)
+        return rtx_err_set(err, RTX_EINVAL,
+                           "scheduler: executors, max_running and cost_keys (%d, %lld, %d) are "
+                           "fixed when it is made (%d, %lld, %d)",
+                           cfg->executors, (long long)cfg->max_running, cfg->cost_keys,
+                           s->cfg.executors, (long long)s->cfg.max_running, s->cfg.cost_keys);
+    return 0;
+}
+
+/* Grows the lanes' heaps and the item slots to what cfg's bounds need. On RTX_ENOMEM the
+ * scheduler behaves as before (a heap may have grown: room is never a wrong state). */
+static int reserve(struct rtx_sched *s, const struct rtx_sched_config *cfg, struct rtx_err *err) {
+    int64_t slots = cfg->max_running;
+    for (int l = 0; l < s->n_lanes; l++) {
+        struct lane *ln = &s->lanes[l];
+        int64_t cap = cfg->lanes[l].max_queued + cfg->max_running;
+        slots += cfg->lanes[l].max_queued;
+        if (cap <= ln->cap) continue;
+        struct heap_entry *h = rtx_realloc(ln->heap, sizeof *h * (size_t)cap);
+        if (!h)
+            return rtx_err_set(err, RTX_ENOMEM,
+                               "scheduler: out of memory for %lld places in lane %s",
+                               (long long)cap, cfg->lanes[l].name);
+        ln->heap = h;
+        ln->cap = cap;
+    }
+    if (slots <= s->n_items) return 0;
+    struct item *items = rtx_realloc(s->items, sizeof *items * (size_t)slots);
+    if (!items)
+        return rtx_err_set(err, RTX_ENOMEM, "scheduler: out of memory for %lld item slots",
+                           (long long)slots);
+    s->items = items;
+    for (int64_t i = s->n_items; i < slots; i++) {
+        memset(&items[i], 0, sizeof items[i]);
+        items[i].gen = 1;
+        items[i].pos = i + 1 < slots ? (int32_t)(i + 1) : s->free_head;
+    }
+    s->free_head = (int32_t)s->n_items;
+    s->n_items = slots;
+    return 0;
+}
+
+/* Gives lane ln a new weight, rescaling its lead over the virtual time (see DESIGN). */
+static void lane_reweight(struct rtx_sched *s, struct lane *ln, int weight) {
+    uint64_t stride = STRIDE_ONE / (uint64_t)weight;
+    int64_t lead = (int64_t)(ln->pass - s->vtime);
+    if (lead > 0 && stride != ln->stride) {
+        __int128 scaled = (__int128)lead * stride / ln->stride;
+        ln->pass = s->vtime + (uint64_t)(scaled < LEAD_MAX ? (int64_t)scaled : LEAD_MAX);
+    }
+    ln->weight = weight;
+    ln->stride = stride;
+}
+
+int rtx_sched_reconfigure(struct rtx_sched *s, const struct rtx_sched_config *cfg, int64_t now_ns,
+                          struct rtx_err *err) {
+    if (!s || !cfg) return rtx_err_set(err, RTX_EINVAL, "rtx_sched_reconfigure: no scheduler");
+    int rc = reconfigure_check(s, cfg, err);
+    if (rc == 0) rc = reserve(s, cfg, err);
+    if (rc) return rc;
+    for (int l = 0; l < s->n_lanes; l++) {
+        const struct rtx_sched_lane_config *lc = &cfg->lanes[l];
+        struct lane *ln = &s->lanes[l];
+        lane_reweight(s, ln, lc->weight);
+        ln->delay = lc->on_timeout == RTX_SCHED_TIMEOUT_DELAY;
+        ln->max_queued = lc->max_queued;
+        ln->target_ns = lc->target_ns;
+    }
+    s->cfg = *cfg;
+    s->eval_period = eval_period_of(cfg);
+    if (s->next_eval - now_ns > s->eval_period) s->next_eval = now_ns + s->eval_period;
+    s->delay_factor = pow(cfg->brownout_delay_factor, s->level);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------

@@ -33,7 +33,8 @@
  * brownout the batch-delay factor tells batchers to shorten their waits.
  *
  * Memory: rtx_sched_new allocates every item slot, heap and table once; enqueue, dispatch,
- * expire, cancel and finish never allocate.
+ * expire, cancel and finish never allocate. rtx_sched_reconfigure changes lanes' settings and
+ * the knobs of a live scheduler (same lanes) and allocates only when a bound grows.
  *
  * Threads: none of these functions lock. The caller serializes every call on one scheduler
  * (one mutex around it in the daemon); rtx_sched_get_stats counts as a call.
@@ -120,6 +121,8 @@ struct rtx_sched_setting {
     const char *description;
     bool is_default;                            /* the built-in value (for a lane not among
                                                  * the defaults: that of a lane added by name) */
+    bool is_mutable; /* rtx_sched_reconfigure can change it: all but executors, max_running
+                      * and cost_keys */
 };
 /* The [scheduler] knobs, then every setting of each lane in lane order. */
 #define RTX_SCHED_SETTINGS_MAX (10 + 5 * RTX_SCHED_MAX_LANES)
@@ -158,6 +161,29 @@ int rtx_sched_new(const struct rtx_sched_config *cfg, int64_t now_ns, struct rtx
 /* Frees the scheduler. Items still queued or running are forgotten (their data is the
  * caller's). NULL: no-op. */
 void rtx_sched_free(struct rtx_sched *s);
+
+/* Changes a live scheduler's lane settings and knobs to cfg's (a SIGHUP that changed the
+ * config file). cfg must pass rtx_sched_config_check, name the same lanes in the same order,
+ * and keep the executors, max_running and cost_keys the scheduler was made with (they size
+ * its storage, and its owner sets the first two). RTX_EINVAL names the difference or the bad
+ * value; RTX_ENOMEM when a raised queue bound needs more item slots than there are. On error
+ * the scheduler runs on as before. What a change means for the work already in it:
+ * - max_queued: queued items stay, however many; a lower bound refuses new items until the
+ *   lane drains below it. A higher one may allocate (storage grows and never shrinks).
+ * - weight: future dispatches share by the new weights. Each lane's lead over the virtual
+ *   time (what its last items were charged at the old weight) is rescaled by old / new
+ *   weight, so no lane waits out a charge made at a weight it no longer has, and none gets a
+ *   burst.
+ * - target_p99_us: admission, pressure and brownout use it from now; a queued item without a
+ *   deadline keeps its place (its arrival plus the target it was admitted under).
+ * - on_timeout: applies as items are enqueued, dispatched or expired from now; items already
+ *   moved behind everything stay there.
+ * - preemptible, default_cost_us (items admitted from now), cost_ema_alpha (run times learned
+ *   from now) and the brownout knobs take effect at once: the brownout level is kept and the
+ *   next evaluation, within 1/8 of the shorter window, uses the new windows and pressures.
+ * Allocates only to grow. Call it under the lock that serializes the scheduler's calls. */
+int rtx_sched_reconfigure(struct rtx_sched *s, const struct rtx_sched_config *cfg, int64_t now_ns,
+                          struct rtx_err *err);
 
 /* The config the scheduler runs with (lanes in index order). */
 const struct rtx_sched_config *rtx_sched_config(const struct rtx_sched *s);

@@ -1,7 +1,8 @@
 /*
  * test-config.c - rtxd's settings: defaults, the file / environment / flag layers and their
  * origins, value parsing (sizes, bounds, enums, lanes), one test per error class with the
- * source it names, reload (mutable applied, immutable kept and reported, atomic on error),
+ * source it names, reload (mutable applied, immutable kept and reported, atomic on error;
+ * lane settings and [scheduler] knobs applied, a changed lane set refused),
  * --print-config round trips, and out-of-memory behaviour.
  */
 #include <check.h>
@@ -196,9 +197,14 @@ START_TEST(config_defaults_without_sources) {
         ck_assert(strlen(v[i].description) > 0);
         if (strcmp(v[i].name, "lane.realtime.target_p99_us") == 0) {
             ck_assert_str_eq(v[i].value, "50000");
-            ck_assert(!v[i].is_mutable);
+            ck_assert(v[i].is_mutable); /* SIGHUP changes lanes' settings */
             saw_target = true;
         }
+        /* ... and the scheduler's knobs but those fixed when a scheduler is made */
+        bool fixed = strcmp(v[i].name, "scheduler.executors") == 0 ||
+                     strcmp(v[i].name, "scheduler.max_running") == 0 ||
+                     strcmp(v[i].name, "scheduler.cost_keys") == 0;
+        if (i >= RTX_CONFIG_N_SETTINGS) ck_assert_msg(v[i].is_mutable == !fixed, "%s", v[i].name);
     }
     ck_assert(saw_target);
     rtx_free(v);
@@ -485,7 +491,8 @@ START_TEST(config_lane_sections) {
     rtx_free(v);
     char *text = print_config(&cfg);
     ck_assert_ptr_nonnull(strstr(text, "\n[lane.bulk]\n"));
-    ck_assert_ptr_nonnull(strstr(text, "# origin: file, immutable\non_timeout = delay\n"));
+    ck_assert_ptr_nonnull(strstr(text, "# origin: file, mutable\non_timeout = delay\n"));
+    ck_assert_ptr_nonnull(strstr(text, "# origin: default, immutable\nexecutors = 1\n"));
     free(text);
     rtx_config_free(&cfg);
 
@@ -828,7 +835,8 @@ START_TEST(config_reload_out_of_memory_leaves_config) {
     write_file(ini_path, "[drain]\ngrace_ms = 100\n[log]\nlevel = error\n");
     ck_assert_int_eq(load(&cfg, args_of(&a, "--config", ini_path, NULL), &err), 0);
     char *before = print_config(&cfg);
-    write_file(ini_path, "[drain]\ngrace_ms = 200\n[log]\nformat = json\nlevel = error\n");
+    write_file(ini_path, "[drain]\ngrace_ms = 200\n[log]\nformat = json\nlevel = error\n"
+                         "[lane.batch]\nweight = 3\n");
     int rc = RTX_ENOMEM;
     for (long n = 1; rc == RTX_ENOMEM; n++) {
         ck_assert_int_lt(n, 1000);
@@ -844,6 +852,159 @@ START_TEST(config_reload_out_of_memory_leaves_config) {
     ck_assert_int_eq(rc, 0);
     ck_assert_int_eq(cfg.drain_grace_ms, 200);
     ck_assert_str_eq(cfg.log_format, "json");
+    ck_assert_int_eq(cfg.sched.lanes[2].weight, 3);
+    free(before);
+    rtx_config_free(&cfg);
+}
+END_TEST
+
+START_TEST(config_reload_applies_lane_settings) {
+    struct args a;
+    struct rtx_config cfg;
+    struct rtx_err err;
+    write_file(ini_path, "[lane.realtime]\ntarget_p99_us = 20000\n[lane.batch]\nweight = 2\n");
+    ck_assert_int_eq(load(&cfg, args_of(&a, "--config", ini_path, NULL), &err), 0);
+    write_file(ini_path, "[lane.realtime]\ntarget_p99_us = 10000\n"
+                         "[lane.interactive]\nmax_queued = 7\non_timeout = delay\n"
+                         "[lane.batch]\nweight = 2\npreemptible = false\n"
+                         "[scheduler]\ncost_ema_alpha = 0.5\nbrownout_window_ms = 250\n"
+                         "executors = 4\n");
+    rtx_log_configure("text", "info");
+    struct reload_call r = {.cfg = &cfg};
+    char *out = stderr_of(do_reload, &r);
+    ck_assert_msg(r.rc == 0, "%s", r.err.msg);
+    ck_assert_int_eq(r.changed, 6);
+    const struct rtx_sched_config *sc = &cfg.sched;
+    ck_assert_int_eq(sc->n_lanes, 3);
+    ck_assert_int_eq(sc->lanes[0].target_ns, 10 * 1000 * 1000);
+    ck_assert_int_eq(sc->lanes[1].max_queued, 7);
+    ck_assert_int_eq(sc->lanes[1].on_timeout, RTX_SCHED_TIMEOUT_DELAY);
+    ck_assert_int_eq(sc->lanes[2].weight, 2);
+    ck_assert(!sc->lanes[2].preemptible);
+    ck_assert(sc->cost_ema_alpha == 0.5);
+    ck_assert_int_eq(sc->brownout_window_ns, 250LL * 1000 * 1000);
+    ck_assert_int_eq(sc->executors, 1); /* fixed: kept, and reported */
+    assert_origin(&cfg, "lane.realtime.target_p99_us", "reload");
+    assert_origin(&cfg, "lane.interactive.max_queued", "reload");
+    assert_origin(&cfg, "lane.interactive.on_timeout", "reload");
+    assert_origin(&cfg, "lane.batch.preemptible", "reload");
+    assert_origin(&cfg, "scheduler.cost_ema_alpha", "reload");
+    assert_origin(&cfg, "scheduler.brownout_window_ms", "reload");
+    assert_origin(&cfg, "lane.batch.weight", "file"); /* unchanged */
+    assert_origin(&cfg, "lane.realtime.weight", "default");
+    assert_origin(&cfg, "scheduler.executors", "default");
+    ck_assert_str_eq(view_of(&cfg, "lane.realtime.target_p99_us").value, "10000");
+    ck_assert_msg(strstr(out,
+                         " info lanes reconfigured changed=\"scheduler.cost_ema_alpha=0.2->0.5 "
+                         "scheduler.brownout_window_ms=1000->250 "
+                         "lane.realtime.target_p99_us=20000->10000 "
+                         "lane.interactive.max_queued=5000->7 "
+                         "lane.interactive.on_timeout=reject->delay "
+                         "lane.batch.preemptible=true->false\"\n") != NULL,
+                  "%s", out);
+    ck_assert_msg(strstr(out, " warn setting scheduler.executors changes only at restart "
+                              "current=1 configured=4\n") != NULL,
+                  "%s", out);
+    ck_assert_ptr_null(strstr(out, "set of lanes"));
+    free(out);
+    char *text = print_config(&cfg);
+    ck_assert_ptr_nonnull(strstr(text, "# origin: reload, mutable\ntarget_p99_us = 10000\n"));
+    free(text);
+
+    /* the same file again: nothing changes, the origins stay "reload" */
+    r = (struct reload_call){.cfg = &cfg};
+    out = stderr_of(do_reload, &r);
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_int_eq(r.changed, 0);
+    ck_assert_ptr_null(strstr(out, "lanes reconfigured"));
+    free(out);
+    assert_origin(&cfg, "lane.realtime.target_p99_us", "reload");
+    rtx_config_free(&cfg);
+}
+END_TEST
+
+START_TEST(config_reload_refuses_changed_lane_set_applies_the_rest) {
+    static const char *const files[] = {
+        /* a lane added */
+        "[drain]\ngrace_ms = 200\n[scheduler]\ncost_ema_alpha = 0.5\n"
+        "[lane.realtime]\ntarget_p99_us = 10000\n[lane.bulk]\nweight = 1\n",
+        /* reordered */
+        "[drain]\ngrace_ms = 200\n[scheduler]\ncost_ema_alpha = 0.5\n"
+        "[lane.realtime]\ntarget_p99_us = 10000\n[jobs]\nlanes = batch,interactive,realtime\n",
+        /* one removed */
+        "[drain]\ngrace_ms = 200\n[scheduler]\ncost_ema_alpha = 0.5\n"
+        "[lane.realtime]\ntarget_p99_us = 10000\n[jobs]\nlanes = realtime,batch\n",
+    };
+    static const char *const configured[] = {
+        "configured=realtime,interactive,batch,bulk\n",
+        "configured=batch,interactive,realtime\n",
+        "configured=realtime,batch\n",
+    };
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        struct args a;
+        struct rtx_config cfg;
+        struct rtx_err err;
+        write_file(ini_path, "[drain]\ngrace_ms = 100\n");
+        ck_assert_int_eq(load(&cfg, args_of(&a, "--config", ini_path, NULL), &err), 0);
+        struct rtx_sched_config before = cfg.sched;
+        write_file(ini_path, files[f]);
+        rtx_log_configure("text", "info");
+        struct reload_call r = {.cfg = &cfg};
+        char *out = stderr_of(do_reload, &r);
+        ck_assert_msg(r.rc == 0, "%s", r.err.msg);
+        /* no lane setting taken; the knob and the table's setting are */
+        ck_assert_int_eq(cfg.sched.n_lanes, 3);
+        ck_assert_int_eq(cfg.sched.lanes[0].target_ns, before.lanes[0].target_ns);
+        ck_assert_mem_eq(cfg.sched.lanes, before.lanes, sizeof before.lanes);
+        ck_assert_str_eq(cfg.lanes, "realtime,interactive,batch");
+        ck_assert(cfg.sched.cost_ema_alpha == 0.5);
+        ck_assert_int_eq(cfg.drain_grace_ms, 200);
+        ck_assert_int_eq(r.changed, 2);
+        assert_origin(&cfg, "lane.realtime.target_p99_us", "default");
+        assert_origin(&cfg, "scheduler.cost_ema_alpha", "reload");
+        ck_assert_msg(strstr(out, " warn the set of lanes changes only at restart; lane "
+                                  "settings not applied current=realtime,interactive,batch ") &&
+                          strstr(out, configured[f]),
+                      "%s", out);
+        ck_assert_msg(strstr(out, " info lanes reconfigured "
+                                  "changed=\"scheduler.cost_ema_alpha=0.2->0.5\"\n"),
+                      "%s", out);
+        free(out);
+        rtx_config_free(&cfg);
+    }
+}
+END_TEST
+
+START_TEST(config_reload_bad_lane_value_fails_whole_reload) {
+    struct args a;
+    struct rtx_config cfg;
+    struct rtx_err err;
+    write_file(ini_path, "[drain]\ngrace_ms = 100\n[lane.batch]\nweight = 2\n");
+    ck_assert_int_eq(load(&cfg, args_of(&a, "--config", ini_path, NULL), &err), 0);
+    char *before = print_config(&cfg);
+    /* good changes before and after a bad lane value: nothing applies */
+    write_file(ini_path, "[drain]\ngrace_ms = 200\n[lane.realtime]\ntarget_p99_us = 10000\n"
+                         "[lane.batch]\nweight = 0\n[log]\nlevel = debug\n");
+    int changed = -1;
+    ck_assert_int_eq(rtx_config_reload(&cfg, &changed, &err), RTX_EINVAL);
+    char want[sizeof ini_path + 16];
+    snprintf(want, sizeof want, "%s:6: ", ini_path);
+    ck_assert_msg(strncmp(err.msg, want, strlen(want)) == 0 &&
+                      strstr(err.msg, "[lane.batch] weight"),
+                  "%s", err.msg);
+    ck_assert_int_eq(changed, 0);
+    char *after = print_config(&cfg);
+    ck_assert_str_eq(after, before);
+    free(after);
+    /* values that are each fine but not together */
+    write_file(ini_path, "[lane.realtime]\ntarget_p99_us = 10000\n"
+                         "[scheduler]\nbrownout_exit_pressure = 2.0\n");
+    ck_assert_int_eq(rtx_config_reload(&cfg, &changed, &err), RTX_EINVAL);
+    ck_assert_msg(strstr(err.msg, "pressure"), "%s", err.msg);
+    after = print_config(&cfg);
+    ck_assert_str_eq(after, before);
+    free(after);
+    ck_assert_int_eq(cfg.sched.lanes[0].target_ns, 50 * 1000 * 1000);
     free(before);
     rtx_config_free(&cfg);
 }
@@ -1021,6 +1182,9 @@ Suite *rtx_config_suite(void) {
     tcase_add_test(tc, config_reload_keeps_flag_values);
     tcase_add_test(tc, config_reload_is_atomic_on_error);
     tcase_add_test(tc, config_reload_out_of_memory_leaves_config);
+    tcase_add_test(tc, config_reload_applies_lane_settings);
+    tcase_add_test(tc, config_reload_refuses_changed_lane_set_applies_the_rest);
+    tcase_add_test(tc, config_reload_bad_lane_value_fails_whole_reload);
     tcase_add_test(tc, config_print_load_round_trip);
     tcase_add_test(tc, config_usage_lists_every_setting);
     tcase_add_test(tc, config_load_out_of_memory_fails_cleanly);

@@ -6,7 +6,8 @@
  * loop over admission, and the throughput of tiny jobs (printed). The "scheduler" case covers
  * the SLA scheduler inside the job manager: admission refusals (not journaled), lane
  * selection, expiry on a simulated clock, cancellation and EDF order, learned costs kept in
- * the store. The "devices" case runs the
+ * the store, new lane settings (SIGHUP) for queued work and for every device's scheduler or
+ * none. The "devices" case runs the
  * job manager over fake CUDA devices (a backend over host memory that is not a host backend,
  * with faults triggered by node names): placement by the device field, validation of the
  * field, the CPU fallback of "auto" jobs, sticky and ordinary device errors, the queued jobs a
@@ -2764,6 +2765,111 @@ START_TEST(gpu_workers_warm_up_before_jobs) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------
+ * Lane settings changed by SIGHUP (rtx_jobs_reconfigure)
+ * ---------------------------------------------------------------------------------------- */
+
+/* Queued jobs stay when a lane's bound drops below their number, new ones are refused until
+ * the lane drains, and the stats show the new settings; another lane set is refused. */
+START_TEST(reconfigure_changes_lanes_of_queued_work) {
+    struct fx f;
+    fx_open(&f);
+    struct rtx_sched_config sc = sched_cfg(10);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    o.sched = &sc;
+    struct rtx_jobs *j = start(&o);
+    struct rtx_graph *lg = long_graph(1000), *g = small_graph();
+    struct rtx_tensor *xl = long_x(), *x = small_x();
+    char busy[RTX_JOB_ID_LEN], ids[3][RTX_JOB_ID_LEN], id[RTX_JOB_ID_LEN];
+    submit_running(j, &f, lg, xl, NULL, busy);
+    for (int i = 0; i < 3; i++)
+        submit_ok(j, g, x, NULL, ids[i]); /* batch */
+    struct rtx_sched_config next = sc;
+    next.lanes[0].target_ns = 20 * 1000 * 1000;
+    next.lanes[2].weight = 5;
+    next.lanes[2].max_queued = 2;
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_jobs_reconfigure(j, &next, &err) == 0, "%s", err.msg);
+    struct rtx_sched_lane_stats rt = cpu_lane(j, "realtime"), ba = cpu_lane(j, "batch");
+    ck_assert_int_eq(rt.config.target_ns, 20 * 1000 * 1000);
+    ck_assert_int_eq(ba.config.weight, 5);
+    ck_assert_int_eq(ba.config.max_queued, 2);
+    ck_assert_int_eq(ba.queued, 3);
+    bool dedup = false;
+    ck_assert_int_eq(submit_x(j, g, x, NULL, id, &dedup, &err), RTX_EOVERLOAD);
+    ck_assert_msg(strstr(err.msg, "(lane_full)") && strstr(err.msg, "bound 2"), "%s", err.msg);
+
+    /* names or order differ: refused, nothing changes */
+    struct rtx_sched_config other = next;
+    other.lanes[2].weight = 9;
+    snprintf(other.lanes[1].name, sizeof other.lanes[1].name, "bulk");
+    ck_assert_int_eq(rtx_jobs_reconfigure(j, &other, &err), RTX_EINVAL);
+    ck_assert_msg(strstr(err.msg, "jobs: the scheduler of cpu") && strstr(err.msg, "lanes"), "%s",
+                  err.msg);
+    ck_assert_int_eq(cpu_lane(j, "batch").config.weight, 5);
+    ck_assert_int_eq(rtx_jobs_reconfigure(NULL, &next, &err), RTX_EINVAL);
+
+    /* the queued jobs run; then the lane admits again */
+    ck_assert(rtx_jobs_cancel(j, busy, NULL, &err) == 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(wait_state(f.store, ids[i], 0, 10000), RTX_JOB_SUCCEEDED);
+    submit_ok(j, g, x, NULL, id);
+    ck_assert_int_eq(wait_state(f.store, id, 0, 10000), RTX_JOB_SUCCEEDED);
+    rtx_tensor_unref(xl);
+    rtx_graph_free(lg);
+    finish(&f, j, g, x);
+}
+END_TEST
+
+/* Every device's scheduler takes the new settings with its own executors, or none does. */
+START_TEST(reconfigure_reaches_every_device_or_none) {
+    struct fx f;
+    struct gpu_list gl;
+    struct rtx_jobs_options o;
+    struct rtx_jobs *j = gpu_start(&f, &gl, 2, 2, &o);
+    wait_warm(j, 1);
+    wait_warm(j, 2);
+    struct rtx_sched_config next;
+    rtx_sched_config_init(&next);
+    next.lanes[0].target_ns = 20 * 1000 * 1000;
+    next.lanes[0].weight = 3;
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_jobs_reconfigure(j, &next, &err) == 0, "%s", err.msg);
+    struct rtx_jobs_lanes *l = malloc(sizeof *l);
+    ck_assert_ptr_nonnull(l);
+    rtx_jobs_get_lanes(j, l);
+    ck_assert_int_eq(l->n_devices, 3);
+    for (int d = 0; d < l->n_devices; d++) {
+        const struct rtx_sched_stats *st = &l->devices[d].stats;
+        ck_assert_int_eq(st->lanes[0].config.target_ns, 20 * 1000 * 1000);
+        ck_assert_int_eq(st->lanes[0].config.weight, 3);
+        ck_assert_int_eq(st->executors, l->devices[d].workers); /* kept: 1, 2, 2 */
+    }
+    ck_assert_int_eq(l->devices[1].workers, 2);
+
+    /* a raised bound allocates: out of memory at any step leaves every scheduler as it was */
+    next.lanes[2].max_queued = 50000;
+    int rc = RTX_ENOMEM;
+    long n;
+    for (n = 1; rc == RTX_ENOMEM; n++) {
+        ck_assert_int_lt(n, 100);
+        rtx_alloc_fail_after(n);
+        rc = rtx_jobs_reconfigure(j, &next, &err);
+        rtx_alloc_fail_after(0);
+        rtx_jobs_get_lanes(j, l);
+        for (int d = 0; d < l->n_devices; d++)
+            ck_assert_int_eq(l->devices[d].stats.lanes[2].config.max_queued,
+                             rc == 0 ? 50000 : 20000);
+        if (rc) ck_assert_msg(strstr(err.msg, "out of memory"), "%s", err.msg);
+    }
+    /* storage a failed attempt grew is kept, so each attempt gets further: the later failures
+     * came after the CPU's scheduler had changed, and undid it (checked above) */
+    ck_assert_int_ge(n, 4);
+    free(l);
+    finish(&f, j, NULL, NULL);
+}
+END_TEST
+
 Suite *rtx_jobs_suite(void) {
     Suite *s = suite_create("jobs");
     TCase *tc = tcase_create("jobs");
@@ -2796,6 +2902,8 @@ Suite *rtx_jobs_suite(void) {
     tcase_add_test(sc, expiry_on_simulated_clock);
     tcase_add_test(sc, cancel_goes_through_the_scheduler);
     tcase_add_test(sc, learned_costs_persist);
+    tcase_add_test(sc, reconfigure_changes_lanes_of_queued_work);
+    tcase_add_test(sc, reconfigure_reaches_every_device_or_none);
     suite_add_tcase(s, sc);
     TCase *dc = tcase_create("devices");
     tcase_set_timeout(dc, 120);

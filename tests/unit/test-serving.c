@@ -4,14 +4,16 @@
  * reload keeps the old version), version policies, poll mode, load errors naming the file,
  * request checks, dynamic batching (merge, split, preferred sizes, queue delay, max batch,
  * identical outputs with batching on and off), queue bound, deadlines, cancel, stop,
- * statistics, memory released on unload, an out-of-memory loop over a load, SLA lanes, and
- * learned costs kept in a store across restarts and unloads.
+ * statistics, memory released on unload, an out-of-memory loop over a load, SLA lanes (and
+ * new lane settings reaching loaded versions), and learned costs kept in a store across
+ * restarts and unloads.
  *
  * The test model "scale": y = a * w + b and z = a - b on f32 [batch, 4], with w [4] a weight
  * in model.safetensors. Every op is elementwise, so rows are computed independently and
  * batched results must equal unbatched ones bit for bit.
  */
 #include <check.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
 #include <pthread.h>
@@ -1513,6 +1515,147 @@ START_TEST(lanes_brownout_shortens_the_batching_delay) {
 }
 END_TEST
 
+/* The live scheduler of `name`'s version (its lanes' settings and counters). */
+static void version_lanes(struct rtx_serving *s, const char *name, struct rtx_sched_stats *st) {
+    struct rtx_model *m;
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_serving_model_get(s, name, 0, &m, &err) == 0, "%s", err.msg);
+    rtx__model_lanes(m, rtx__now_ns(), st);
+    rtx_model_unref(m);
+}
+
+/* New lane settings (SIGHUP) reach the loaded version's scheduler by the rules of its load
+ * (queue bounds capped at models.max_queue) without touching its queued requests, and a
+ * version loaded afterwards starts with them; another lane set is refused. */
+START_TEST(lanes_reconfigure_reaches_loaded_versions) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    const char *startup[] = {"*"};
+    struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_EXPLICIT);
+    o.max_queue = 100;
+    o.n_startup_models = 1;
+    o.startup_models = startup;
+    fx_start_opts(&f, &o);
+    struct call gate, c[3], refused;
+    hold_worker(f.s, "scale", 1, 1, &gate);
+    struct rtx_err err = {0};
+    for (int i = 0; i < 3; i++) {
+        call_init(&c[i]);
+        ck_assert(submit_lane(f.s, "scale", 1, (float)i, on_done, &c[i], 0, 1, NULL, &err) == 0);
+    }
+    struct rtx_sched_config next;
+    rtx_sched_config_init(&next);
+    next.lanes[0].target_ns = 20 * 1000 * 1000;
+    next.lanes[0].max_queued = 2; /* below the 3 queued */
+    next.lanes[1].weight = 7;
+    next.lanes[2].max_queued = 500000; /* capped at max_queue */
+    ck_assert_msg(rtx_serving_reconfigure(f.s, &next, &err) == 0, "%s", err.msg);
+    struct rtx_sched_stats *st = rtx_malloc(sizeof *st);
+    ck_assert_ptr_nonnull(st);
+    version_lanes(f.s, "scale", st);
+    ck_assert_int_eq(st->lanes[0].config.target_ns, 20 * 1000 * 1000);
+    ck_assert_int_eq(st->lanes[0].config.max_queued, 2);
+    ck_assert_int_eq(st->lanes[0].queued, 3);
+    ck_assert_int_eq(st->lanes[1].config.weight, 7);
+    ck_assert_int_eq(st->lanes[1].config.max_queued, 100);
+    ck_assert_int_eq(st->lanes[2].config.max_queued, 100);
+    ck_assert_int_eq(st->executors, 1);
+    call_init(&refused);
+    ck_assert_int_eq(submit_lane(f.s, "scale", 1, 5.0f, on_done, &refused, 0, 1, NULL, &err),
+                     RTX_EOVERLOAD);
+    ck_assert_msg(strstr(err.msg, "lane_full") && strstr(err.msg, "bound 2"), "%s", err.msg);
+
+    /* another lane set: refused, the version keeps its settings */
+    struct rtx_sched_config other = next;
+    other.n_lanes = 2;
+    other.lanes[1].weight = 9;
+    ck_assert_int_eq(rtx_serving_reconfigure(f.s, &other, &err), RTX_EINVAL);
+    ck_assert_msg(strstr(err.msg, "lanes"), "%s", err.msg);
+    version_lanes(f.s, "scale", st);
+    ck_assert_int_eq(st->lanes[1].config.weight, 7);
+    ck_assert_int_eq(rtx_serving_reconfigure(NULL, &next, &err), RTX_EINVAL);
+
+    /* the queued requests run */
+    call_open_gate(&gate);
+    call_wait(&gate);
+    for (int i = 0; i < 3; i++) {
+        call_wait(&c[i]);
+        check_scale(&c[i], 1, (float)i, 1.0f);
+        call_close(&c[i]);
+    }
+    ck_assert_int_eq(refused.done, 0);
+
+    /* a version loaded now starts with the new settings */
+    ck_assert_msg(rtx_serving_load(f.s, "scale", NULL, &err) == 0, "%s", err.msg);
+    version_lanes(f.s, "scale", st);
+    ck_assert_int_eq(st->lanes[0].counters[RTX_SCHED_CTR_ADMITTED], 0); /* a new scheduler */
+    ck_assert_int_eq(st->lanes[0].config.target_ns, 20 * 1000 * 1000);
+    ck_assert_int_eq(st->lanes[0].config.max_queued, 2);
+    ck_assert_int_eq(st->lanes[1].config.weight, 7);
+    ck_assert_int_eq(st->lanes[2].config.max_queued, 100);
+    rtx_free(st);
+    call_close(&refused);
+    call_close(&gate);
+    fx_close(&f);
+}
+END_TEST
+
+struct load_call {
+    struct rtx_serving *s;
+    int rc;
+    struct rtx_err err;
+};
+
+static void *load_main(void *arg) {
+    struct load_call *l = arg;
+    l->rc = rtx_serving_load(l->s, "scale", NULL, &l->err);
+    return NULL;
+}
+
+/* Settings that change while a version loads reach it before it serves: the load copied the
+ * old ones when it began (its config.json is a FIFO it blocks on, so the change lands after
+ * the copy and before the version is swapped in). */
+START_TEST(lanes_reconfigure_during_a_load_reaches_the_new_version) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    char path[1024], text[4096];
+    snprintf(path, sizeof path, "%s/scale/config.json", f.repo);
+    FILE *cf = fopen(path, "rb");
+    ck_assert_ptr_nonnull(cf);
+    size_t len = fread(text, 1, sizeof text, cf);
+    fclose(cf);
+    ck_assert(len > 0 && len < sizeof text);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_EXPLICIT);
+    fx_start_opts(&f, &o);
+    struct load_call lc = {.s = f.s};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, load_main, &lc), 0);
+    int fd = open(path, O_WRONLY); /* returns once the load opened the FIFO */
+    ck_assert_int_ge(fd, 0);
+    struct rtx_sched_config next;
+    rtx_sched_config_init(&next);
+    next.lanes[0].target_ns = 20 * 1000 * 1000;
+    next.lanes[0].max_queued = 2;
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_serving_reconfigure(f.s, &next, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(write(fd, text, len), (ssize_t)len);
+    close(fd);
+    pthread_join(t, NULL);
+    ck_assert_msg(lc.rc == 0, "%s", lc.err.msg);
+    struct rtx_sched_stats *st = rtx_malloc(sizeof *st);
+    ck_assert_ptr_nonnull(st);
+    version_lanes(f.s, "scale", st);
+    ck_assert_int_eq(st->lanes[0].config.target_ns, 20 * 1000 * 1000);
+    ck_assert_int_eq(st->lanes[0].config.max_queued, 2);
+    rtx_free(st);
+    fx_close(&f);
+}
+END_TEST
+
 Suite *rtx_serving_lanes_suite(void) {
     Suite *s = suite_create("serving_lanes");
     TCase *tc = tcase_create("serving_lanes");
@@ -1523,6 +1666,8 @@ Suite *rtx_serving_lanes_suite(void) {
     tcase_add_test(tc, lanes_dispatch_in_deadline_and_lane_order);
     tcase_add_test(tc, lanes_cancel_and_expiry_leave_the_queue);
     tcase_add_test(tc, lanes_brownout_shortens_the_batching_delay);
+    tcase_add_test(tc, lanes_reconfigure_reaches_loaded_versions);
+    tcase_add_test(tc, lanes_reconfigure_during_a_load_reaches_the_new_version);
     suite_add_tcase(s, tc);
     return s;
 }
