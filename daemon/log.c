@@ -248,7 +248,8 @@ static void write_all(const char *buf, size_t len) {
 
 /* Builds and writes one line: msg, then the key/value pairs of `ap` (NULL-terminated) unless
  * ap is NULL, then the request id. */
-static void emit(enum rtx_log_level level, const char *msg, va_list *ap) {
+static void emit(enum rtx_log_level level, const char *msg, va_list *ap,
+                 const char *const *fields) {
     int saved_errno = errno;
     enum log_format fmt = (enum log_format)atomic_load_explicit(&log_format, memory_order_relaxed);
     const char *lvl = (unsigned)level <= RTX_LOG_ERROR ? level_names[level] : "error";
@@ -283,6 +284,8 @@ static void emit(enum rtx_log_level level, const char *msg, va_list *ap) {
             put_field(&ln, fmt, key, value, limit);
         }
     }
+    for (int i = 0; fields && fields[i]; i += 2)
+        put_field(&ln, fmt, fields[i], fields[i + 1], limit);
     /* the request id and the closing always fit: TAIL_RESERVE was kept for them */
     ln.full = false;
     if (request_id[0]) put_field(&ln, fmt, "req", request_id, LINE_MAX_BYTES - 3);
@@ -296,8 +299,13 @@ void rtx_log(enum rtx_log_level level, const char *msg, ...) {
     if (!rtx_log_enabled(level)) return;
     va_list ap;
     va_start(ap, msg);
-    emit(level, msg, &ap);
+    emit(level, msg, &ap, NULL);
     va_end(ap);
+}
+
+void rtx_log_fields(enum rtx_log_level level, const char *msg, const char *const *fields) {
+    if (!rtx_log_enabled(level)) return;
+    emit(level, msg, NULL, fields);
 }
 
 void rtx_logf(enum rtx_log_level level, const char *fmt, ...) {
@@ -309,5 +317,5 @@ void rtx_logf(enum rtx_log_level level, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     errno = saved_errno;
-    emit(level, msg, NULL);
+    emit(level, msg, NULL, NULL);
 }

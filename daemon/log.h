@@ -26,6 +26,9 @@ const char *rtx_log_request_id(void);
  * Text: 2026-11-29T20:30:00.123Z info job finished job=j... state=succeeded req=...
  * JSON: {"ts":"...","level":"info","msg":"job finished","job":"j...","state":"...","req":"..."} */
 void rtx_log(enum rtx_log_level level, const char *msg, ...) __attribute__((sentinel));
+/* As rtx_log, with the fields in an array: key, value, ..., NULL (a NULL value prints as an
+ * empty one). For modules that report through a callback (models/serving.h). */
+void rtx_log_fields(enum rtx_log_level level, const char *msg, const char *const *fields);
 /* printf-style message without fields. */
 void rtx_logf(enum rtx_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -406,6 +406,16 @@ static int gpus_probe(struct app *a, struct rtx_err *err) {
     return 0;
 }
 
+/* The models module's events, through the daemon's log. */
+static void serving_log(enum rtx_serving_log_level level, const char *msg,
+                        const char *const *fields) {
+    static const enum rtx_log_level map[] = {
+        [RTX_SERVING_LOG_DEBUG] = RTX_LOG_DEBUG, [RTX_SERVING_LOG_INFO] = RTX_LOG_INFO,
+        [RTX_SERVING_LOG_WARN] = RTX_LOG_WARN, [RTX_SERVING_LOG_ERROR] = RTX_LOG_ERROR};
+    rtx_log_fields((unsigned)level <= RTX_SERVING_LOG_ERROR ? map[level] : RTX_LOG_ERROR, msg,
+                   fields);
+}
+
 /* Starts inference serving when models.repository is set (d.serving stays NULL otherwise):
  * models.startup is split at commas, models.cpu_threads 0 becomes the online CPU count. */
 static int serving_start(struct app *a, const struct rtx_limits *limits, struct rtx_err *err) {
@@ -421,6 +431,7 @@ static int serving_start(struct app *a, const struct rtx_limits *limits, struct 
         .sched = &c->sched,
         .default_lane = c->default_lane,
         .store = a->d.store,
+        .log = serving_log,
     };
     if (rtx_model_control_from_name(c->models_control, &so.control) != 0)
         return rtx_err_set(err, RTX_EINVAL, "models.control: '%s'", c->models_control);

@@ -51,7 +51,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "daemon/log.h"
 #include "models/serving-impl.h"
 #include "runtime/mem-pool.h"
 
@@ -1093,8 +1092,9 @@ static int make_instances(struct rtx_model *m, const struct rtx__model_load_opts
         const struct rtx__instance_group *g = &c->groups[gi];
         bool gpu = g->kind == RTX__KIND_GPU || (g->kind == RTX__KIND_AUTO && n_gpu > 0);
         if (gpu && n_gpu == 0) {
-            rtx_log(RTX_LOG_INFO, "no healthy GPU: KIND_GPU instances run on the CPU", "model",
-                    c->info.name, NULL);
+            rtx__serving_log(o->log, RTX_SERVING_LOG_INFO,
+                             "no healthy GPU: KIND_GPU instances run on the CPU", "model",
+                             c->info.name, NULL);
             gpu = false;
         }
         for (int k = 0; gpu && k < g->n_gpus; k++) {

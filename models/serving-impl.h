@@ -162,7 +162,13 @@ struct rtx__model_load_opts {
     struct rtx__stats_rec *stats;  /* owned by the repository; outlives the model */
     const struct rtx_sched_config *sched; /* lanes and knobs (executors, bounds adjusted) */
     int default_lane;              /* lane index when neither request nor config names one */
+    rtx_serving_log_fn log;        /* the repository's (rtx_serving_options.log), may be NULL */
 };
+
+/* Reports an event through fn (NULL: nowhere); fields: key, value, ..., NULL (at most 8
+ * pairs). */
+void rtx__serving_log(rtx_serving_log_fn fn, enum rtx_serving_log_level level, const char *msg,
+                      ...) __attribute__((sentinel));
 
 /* Loads one version: graph, weights (bound to the graph's weight inputs), checks against the
  * config, instances with their backends, a warm-up run per instance, and starts the workers.

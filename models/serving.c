@@ -29,13 +29,13 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
-#include "daemon/log.h"
 #include "models/serving-impl.h"
 #include "store/store.h"
 
@@ -54,6 +54,7 @@ struct entry {
 
 struct rtx_serving {
     char *repo;
+    rtx_serving_log_fn log;        /* events (rtx_serving_options.log), may be NULL */
     enum rtx_model_control control;
     int poll_ms;
     struct rtx_limits limits;
@@ -378,11 +379,12 @@ static void cost_write(struct rtx_serving *s, struct cost_rows *b) {
     struct rtx_err err = {0};
     if (b->oom) {
         s->cost_save_all = true;
-        rtx_log(RTX_LOG_ERROR, "cannot save learned inference costs", "error", "out of memory",
-                NULL);
+        rtx__serving_log(s->log, RTX_SERVING_LOG_ERROR, "cannot save learned inference costs",
+                         "error", "out of memory", NULL);
     } else if (b->n > 0 && rtx_store_cost_put(s->store, b->rows, b->n, rtx__unix_ms(), &err)) {
         s->cost_save_all = true;
-        rtx_log(RTX_LOG_ERROR, "cannot save learned inference costs", "error", err.msg, NULL);
+        rtx__serving_log(s->log, RTX_SERVING_LOG_ERROR, "cannot save learned inference costs",
+                         "error", err.msg, NULL);
     }
     rtx_free(b->rows);
     *b = (struct cost_rows){0};
@@ -425,8 +427,8 @@ static void cost_seed(struct rtx_serving *s, struct rtx__stats_rec *rec, const c
     if (*n < 0) {
         struct rtx_err err = {0};
         if (rtx_store_cost_list(s->store, rows, n, &err) != 0) {
-            rtx_log(RTX_LOG_WARN, "cannot load learned inference costs", "model", name, "error",
-                    err.msg, NULL);
+            rtx__serving_log(s->log, RTX_SERVING_LOG_WARN, "cannot load learned inference costs",
+                             "model", name, "error", err.msg, NULL);
             *rows = NULL;
             *n = 0;
             return;
@@ -520,8 +522,9 @@ static void catch_up_lanes(struct rtx_serving *s, const char *name, struct rtx_m
     for (int i = 0; i < n_loaded; i++) {
         struct rtx_err err = {0};
         if (rtx__model_reconfigure(loaded[i], &s->sched, &err) != 0)
-            rtx_log(RTX_LOG_ERROR, "a new version keeps the lane settings it was loaded with",
-                    "model", name, "error", err.msg, NULL);
+            rtx__serving_log(s->log, RTX_SERVING_LOG_ERROR,
+                             "a new version keeps the lane settings it was loaded with", "model",
+                             name, "error", err.msg, NULL);
     }
 }
 
@@ -596,7 +599,7 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
         struct rtx__model_load_opts o = {
             .dir = vdir, .cfg = cfg, .version = want[i], .limits = &s->limits,
             .cpu_threads = s->cpu_threads, .gpus = s->gpus, .max_queue = s->max_queue,
-            .stats = rec, .sched = &sched, .default_lane = s->default_lane,
+            .stats = rec, .sched = &sched, .default_lane = s->default_lane, .log = s->log,
         };
         if ((rc = rtx__model_load(&o, &loaded[n_loaded], err))) {
             failed = want[i];
@@ -620,8 +623,9 @@ done:
         pthread_mutex_unlock(&s->mu);
         if (err && serving) rtx_err_prefix(err, "reload of '%s' failed, the loaded version "
                                            "keeps serving", name);
-        rtx_log(RTX_LOG_ERROR, serving ? "model reload failed" : "model load failed", "model",
-                name, "error", err ? err->msg : rtx_strerror(rc), NULL);
+        rtx__serving_log(s->log, RTX_SERVING_LOG_ERROR,
+                         serving ? "model reload failed" : "model load failed", "model", name,
+                         "error", err ? err->msg : rtx_strerror(rc), NULL);
         return rc;
     }
     struct rtx_model *old[RTX__MAX_VERSIONS];
@@ -642,8 +646,9 @@ done:
     char vs[32], ni[16];
     snprintf(vs, sizeof vs, "%lld", (long long)info->version);
     snprintf(ni, sizeof ni, "%d", info->instances);
-    rtx_log(RTX_LOG_INFO, n_old ? "model reloaded" : "model loaded", "model", name, "version", vs,
-            "instances", ni, "kind", info->instance_kind, NULL);
+    rtx__serving_log(s->log, RTX_SERVING_LOG_INFO, n_old ? "model reloaded" : "model loaded",
+                     "model", name, "version", vs, "instances", ni, "kind", info->instance_kind,
+                     NULL);
     return 0;
 }
 
@@ -669,7 +674,8 @@ static int do_unload(struct rtx_serving *s, const char *name, struct rtx_err *er
     }
     release_versions(s, old, n_old, false);
     set_state(s, e, RTX_MODEL_UNAVAILABLE, "unloaded");
-    if (n_old) rtx_log(RTX_LOG_INFO, "model unloaded", "model", name, NULL);
+    if (n_old)
+        rtx__serving_log(s->log, RTX_SERVING_LOG_INFO, "model unloaded", "model", name, NULL);
     return 0;
 }
 
@@ -710,7 +716,8 @@ static void poll_pass(struct rtx_serving *s) {
     int n = 0;
     struct rtx_err err = {0};
     if (list_models(s->repo, &names, &n, &err) != 0) {
-        rtx_log(RTX_LOG_ERROR, "model repository poll failed", "error", err.msg, NULL);
+        rtx__serving_log(s->log, RTX_SERVING_LOG_ERROR, "model repository poll failed", "error",
+                         err.msg, NULL);
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -848,6 +855,7 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
     s->sched = sc;
     s->default_lane = default_lane;
     s->store = opt->store;
+    s->log = opt->log;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->op_mu, NULL);
     pthread_condattr_t ca;
@@ -889,8 +897,8 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
                     snprintf(e->reason, sizeof e->reason, "%s", lerr.msg);
                 }
                 pthread_mutex_unlock(&s->mu);
-                rtx_log(RTX_LOG_ERROR, "startup model not loaded", "model", m, "error",
-                        lerr.msg, NULL);
+                rtx__serving_log(s->log, RTX_SERVING_LOG_ERROR, "startup model not loaded",
+                                 "model", m, "error", lerr.msg, NULL);
             }
         }
     }
@@ -1189,4 +1197,20 @@ void rtx_serving_lanes(struct rtx_serving *s, struct rtx_sched_stats *out) {
     }
     pthread_mutex_unlock(&s->mu);
     rtx_free(st);
+}
+
+void rtx__serving_log(rtx_serving_log_fn fn, enum rtx_serving_log_level level, const char *msg,
+                      ...) {
+    if (!fn) return;
+    const char *fields[2 * 8 + 1];
+    int n = 0;
+    va_list ap;
+    va_start(ap, msg);
+    for (const char *key; n < 2 * 8 && (key = va_arg(ap, const char *)) != NULL; n += 2) {
+        fields[n] = key;
+        fields[n + 1] = va_arg(ap, const char *);
+    }
+    va_end(ap);
+    fields[n] = NULL;
+    fn(level, msg, fields);
 }

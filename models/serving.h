@@ -47,6 +47,17 @@ enum rtx_model_control {
 const char *rtx_model_control_name(enum rtx_model_control c);
 int rtx_model_control_from_name(const char *name, enum rtx_model_control *out);
 
+/* Where the module reports events (a model loaded, a load failed, learned costs not saved):
+ * a level, a message and fields as key, value, ..., NULL. The daemon passes its logger. */
+enum rtx_serving_log_level {
+    RTX_SERVING_LOG_DEBUG,
+    RTX_SERVING_LOG_INFO,
+    RTX_SERVING_LOG_WARN,
+    RTX_SERVING_LOG_ERROR
+};
+typedef void (*rtx_serving_log_fn)(enum rtx_serving_log_level level, const char *msg,
+                                   const char *const *fields);
+
 struct rtx_serving_options {
     const char *repository;               /* model repository directory; "" = serve no models */
     enum rtx_model_control control;
@@ -68,6 +79,7 @@ struct rtx_serving_options {
      * costs are written every 10 s, at unload and at rtx_serving_stop. NULL: costs are kept
      * only while the server runs. The store must outlive the server. */
     struct rtx_store *store;
+    rtx_serving_log_fn log;               /* NULL: events are not reported */
 };
 
 struct rtx_serving;

@@ -24,7 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
 #include "models/serving-impl.h"
 #include "store/store.h"
 
@@ -405,6 +404,45 @@ START_TEST(serving_start_errors) {
     ck_assert(rtx_serving_start(&o, &s, &err) == 0);
     ck_assert(rtx_serving_ready(s));
     rtx_serving_stop(s);
+}
+END_TEST
+
+/* Events the module reported through rtx_serving_options.log. */
+static pthread_mutex_t events_mu = PTHREAD_MUTEX_INITIALIZER;
+static char events[2048];
+
+static void record_event(enum rtx_serving_log_level level, const char *msg,
+                         const char *const *fields) {
+    pthread_mutex_lock(&events_mu);
+    size_t n = strlen(events);
+    n += (size_t)snprintf(events + n, sizeof events - n, "%d %s", (int)level, msg);
+    for (int i = 0; fields[i] && n < sizeof events; i += 2)
+        n += (size_t)snprintf(events + n, sizeof events - n, " %s=%s", fields[i],
+                              fields[i + 1] ? fields[i + 1] : "");
+    if (n < sizeof events) snprintf(events + n, sizeof events - n, "\n");
+    pthread_mutex_unlock(&events_mu);
+}
+
+START_TEST(serving_reports_events_through_its_log_hook) {
+    struct fx f;
+    fx_repo(&f);
+    write_model(f.repo, "scale", 8, NULL);
+    write_model(f.repo, "odd", 8, ", \"parameters\": {\"lane\": {\"string_value\": \"gold\"}}");
+    events[0] = '\0';
+    struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_EXPLICIT);
+    o.log = record_event;
+    fx_start_opts(&f, &o);
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_serving_load(f.s, "scale", NULL, &err) == 0, "%s", err.msg);
+    ck_assert(rtx_serving_unload(f.s, "scale", &err) == 0);
+    ck_assert_int_ne(rtx_serving_load(f.s, "odd", NULL, &err), 0); /* an unknown lane */
+    pthread_mutex_lock(&events_mu);
+    ck_assert_msg(strstr(events, "1 model loaded model=scale version=1 instances=1") != NULL,
+                  "%s", events);
+    ck_assert_msg(strstr(events, "1 model unloaded model=scale\n") != NULL, "%s", events);
+    ck_assert_msg(strstr(events, "3 model load failed model=odd error=") != NULL, "%s", events);
+    pthread_mutex_unlock(&events_mu);
+    fx_close(&f);
 }
 END_TEST
 
@@ -1129,7 +1167,6 @@ START_TEST(load_survives_out_of_memory) {
     struct rtx_err err = {0};
     int rc = -1;
     long n;
-    rtx_log_configure("text", "off"); /* every failed load logs an error: hundreds of lines */
     for (n = 1; n < 5000 && rc != 0; n++) {
         rtx_alloc_fail_after(n);
         rc = rtx_serving_load(f.s, "scale", NULL, &err);
@@ -1138,8 +1175,6 @@ START_TEST(load_survives_out_of_memory) {
         if (rc == 0) break;
         ck_assert(!rtx_serving_model_ready(f.s, "scale", 0));
     }
-    const char *lvl = getenv("RTX_TEST_LOG"); /* back to main.c's level */
-    rtx_log_configure("text", lvl && lvl[0] ? lvl : "error");
     ck_assert_int_eq(rc, 0);
     ck_assert_int_gt(n, 5);
     struct call c;
@@ -1159,6 +1194,7 @@ Suite *rtx_serving_suite(void) {
     tcase_add_test(tc, serving_loads_every_model_and_infers);
     tcase_add_test(tc, serving_start_errors);
     tcase_add_test(tc, serving_explicit_load_unload_frees_memory);
+    tcase_add_test(tc, serving_reports_events_through_its_log_hook);
     tcase_add_test(tc, serving_failed_reload_keeps_the_old_version);
     tcase_add_test(tc, serving_version_policies);
     tcase_add_test(tc, serving_load_errors_name_the_file);
