@@ -66,12 +66,10 @@ enum setting_type {
     TYPE_INT64,  /* int64_t in [min, max] */
     TYPE_SIZE,   /* int64_t bytes in [min, max], suffixes k, m, g, t */
     TYPE_ENUM,   /* char *, one of `choices` */
-    TYPE_LANES,  /* char *, comma-separated lane names, 1..MAX_LANES of them */
+    TYPE_LANES,  /* char *, comma-separated lane names, 1..RTX_SCHED_MAX_LANES of them */
     TYPE_LANE,   /* char *, one lane name */
 };
 
-#define MAX_LANES 16
-#define MAX_LANE_NAME 32
 #define NAME_MAX_LEN 64 /* bytes of a setting name, NUL included */
 
 struct setting {
@@ -143,7 +141,7 @@ static const struct setting settings[] = {
                     "to 32 characters); [lane.NAME] sections set each lane's target, weight, "
                     "bound; by default also every lane such a section adds"},
     {.name = "jobs.default_lane", .type = TYPE_LANE, .offset = F(default_lane), .def = "batch",
-     .min = 1, .max = MAX_LANE_NAME,
+     .min = 1, .max = RTX_SCHED_LANE_NAME_MAX,
      .description = "lane of a job submitted without one; must be in jobs.lanes"},
     {.name = "jobs.restart_policy", .type = TYPE_ENUM, .offset = F(restart_policy),
      .def = "rerun", .choices = restart_policies, .is_mutable = true,
@@ -328,56 +326,18 @@ static int parse_number(const struct setting *s, const char *text, int64_t *out,
     return 0;
 }
 
-static bool lane_char(char ch) {
-    return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
-}
-
-static int check_lane_name(const struct setting *s, const char *name, size_t len,
-                           struct rtx_err *err) {
-    if (len == 0) return rtx_err_set(err, RTX_EINVAL, "%s: empty lane name", s->name);
-    if (len > MAX_LANE_NAME)
-        return rtx_err_set(err, RTX_EINVAL, "%s: lane name \"%.*s\" is longer than %d", s->name,
-                           (int)len, name, MAX_LANE_NAME);
-    for (size_t i = 0; i < len; i++)
-        if (!lane_char(name[i]))
-            return rtx_err_set(err, RTX_EINVAL,
-                               "%s: lane name \"%.*s\" has characters outside [a-z0-9_-]", s->name,
-                               (int)len, name);
-    return 0;
-}
-
 /* Checks a lane list and writes its normalized form ("a,b,c", blanks around names dropped)
  * into out (at least strlen(text) + 1 bytes). */
 static int parse_lanes(const struct setting *s, const char *text, char *out, struct rtx_err *err) {
-    const char *names[MAX_LANES];
-    size_t lens[MAX_LANES];
-    int n = 0;
+    char names[RTX_SCHED_MAX_LANES][RTX_SCHED_LANE_NAME_MAX + 1];
+    int n = rtx_sched_lane_names(text, s->name, names, err);
+    if (n < 0) return n;
     size_t o = 0;
-    const char *p = text;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        const char *end = comma ? comma : p + strlen(p);
-        while (p < end && (*p == ' ' || *p == '\t'))
-            p++;
-        const char *q = end;
-        while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
-            q--;
-        size_t len = (size_t)(q - p);
-        int rc = check_lane_name(s, p, len, err);
-        if (rc) return rc;
-        for (int i = 0; i < n; i++)
-            if (lens[i] == len && memcmp(names[i], p, len) == 0)
-                return rtx_err_set(err, RTX_EINVAL, "%s: lane \"%.*s\" is listed twice", s->name,
-                                   (int)len, p);
-        if (n == MAX_LANES)
-            return rtx_err_set(err, RTX_EINVAL, "%s: more than %d lanes", s->name, MAX_LANES);
-        names[n] = p;
-        lens[n++] = len;
-        if (o) out[o++] = ',';
-        memcpy(out + o, p, len);
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        if (i) out[o++] = ',';
+        memcpy(out + o, names[i], len);
         o += len;
-        if (!comma) break;
-        p = comma + 1;
     }
     out[o] = '\0';
     return 0;
@@ -438,7 +398,7 @@ static int set_value(struct rtx_config *c, int idx, const char *text, enum origi
         break;
     }
     case TYPE_STRING: rc = check_string(s, text, err); break;
-    case TYPE_LANE: rc = check_lane_name(s, text, strlen(text), err); break;
+    case TYPE_LANE: rc = rtx_sched_lane_name_check(text, strlen(text), s->name, err); break;
     case TYPE_LANES:
         if ((int64_t)strlen(text) > s->max)
             return rtx_err_set(err, RTX_EINVAL, "%s: longer than %lld characters", s->name,
@@ -510,7 +470,7 @@ static int resolve_lanes(struct rtx_config *c, struct rtx_err *err) {
     rtx_sched_config_init(&defaults);
     int rc;
     if (c->origin[ln] == ORIGIN_DEFAULT) {
-        char names[MAX_LANES * (MAX_LANE_NAME + 1) + 1] = "";
+        char names[RTX_SCHED_MAX_LANES * (RTX_SCHED_LANE_NAME_MAX + 1) + 1] = "";
         for (int i = 0; i < c->sched.n_lanes; i++) {
             size_t used = strlen(names);
             snprintf(names + used, sizeof names - used, "%s%s", i ? "," : "",

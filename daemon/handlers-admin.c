@@ -76,6 +76,14 @@ int rtx__daemon_init(struct rtx_daemon *d, struct rtx_err *err) {
     return 0;
 }
 
+int64_t rtx__daemon_max_reply_bytes(struct rtx_daemon *d) {
+    if (!d->cfg) return 0;
+    pthread_rwlock_rdlock(&d->cfg_lock);
+    int64_t v = d->cfg->max_message_bytes;
+    pthread_rwlock_unlock(&d->cfg_lock);
+    return v;
+}
+
 void rtx__daemon_close(struct rtx_daemon *d) {
     rtx_cuda_devices_close(&d->gpus);
     pthread_mutex_destroy(&d->drain_mu);

@@ -99,14 +99,6 @@ static void arena_free(struct arena *a) {
     *a = (struct arena){0};
 }
 
-static int64_t max_reply_bytes(struct rtx_daemon *d) {
-    if (!d->cfg) return 0;
-    pthread_rwlock_rdlock(&d->cfg_lock);
-    int64_t v = d->cfg->max_message_bytes;
-    pthread_rwlock_unlock(&d->cfg_lock);
-    return v;
-}
-
 static int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -119,7 +111,7 @@ static void pack(struct rtx_daemon *d, struct arena *a, const ProtobufCMessage *
     if (a->failed)
         rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory building the reply");
     else
-        rtx_server_reply_pack(rep, msg, max_reply_bytes(d));
+        rtx_server_reply_pack(rep, msg, rtx__daemon_max_reply_bytes(d));
 }
 
 /* The serving core, or UNAVAILABLE when rtxd serves no models. */
@@ -1204,7 +1196,7 @@ static void infer_done(void *ctx, const struct rtx_infer_result *res) {
     }
     struct arena a = {0};
     Inference__ModelInferResponse resp;
-    int64_t max_bytes = max_reply_bytes(c->d);
+    int64_t max_bytes = rtx__daemon_max_reply_bytes(c->d);
     if (build_response(c, res, &a, &resp, &err) != 0) {
         answer_error(c, &err);
     } else if (c->call) {

@@ -89,7 +89,7 @@ static bool job_to_msg(struct scratch *sc, const struct rtx_job_info *j,
     m->device = str(j->device);
     m->requested_device = str(j->requested_device);
     if (run) {
-        m->exec_mode = (char *)rtx_jobs_exec_mode_name(run->mode);
+        m->exec_mode = (char *)rtx_exec_mode_name(run->mode);
         m->plan_reused = run->plan_reused;
     }
 
@@ -126,14 +126,6 @@ static bool job_to_msg(struct scratch *sc, const struct rtx_job_info *j,
     return true;
 }
 
-static int64_t max_reply_bytes(struct rtx_daemon *d) {
-    if (!d->cfg) return 0;
-    pthread_rwlock_rdlock(&d->cfg_lock);
-    int64_t v = d->cfg->max_message_bytes;
-    pthread_rwlock_unlock(&d->cfg_lock);
-    return v;
-}
-
 /* The run of a journaled job in this process: *run filled and true when the job manager has
  * one. */
 static bool run_of(struct rtx_daemon *d, const struct rtx_job_info *job,
@@ -149,7 +141,7 @@ static void reply_job(struct rtx_daemon *d, const struct rtx_job_info *job,
     Rtx__V1__Job m;
     struct rtx_jobs_run run;
     if (job_to_msg(&sc, job, run_of(d, job, &run) ? &run : NULL, &m))
-        rtx_server_reply_pack(rep, &m.base, max_reply_bytes(d));
+        rtx_server_reply_pack(rep, &m.base, rtx__daemon_max_reply_bytes(d));
     else
         rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory encoding job %s",
                                 job->id);
@@ -313,7 +305,7 @@ static void list_reply(struct rtx_daemon *d, const struct rtx_job_info *jobs, in
         m.n_jobs = cnt;
         m.jobs = jp;
         m.next_page_token = (char *)next;
-        rtx_server_reply_pack(rep, &m.base, max_reply_bytes(d));
+        rtx_server_reply_pack(rep, &m.base, rtx__daemon_max_reply_bytes(d));
     }
     scratch_free(&sc);
 }
@@ -408,7 +400,7 @@ static void outputs_reply(struct rtx_daemon *d, struct rtx_tensor **tensors, cha
         Rtx__V1__GetOutputsResponse m = RTX__V1__GET_OUTPUTS_RESPONSE__INIT;
         m.n_outputs = cnt;
         m.outputs = tp;
-        rtx_server_reply_pack(rep, &m.base, max_reply_bytes(d));
+        rtx_server_reply_pack(rep, &m.base, rtx__daemon_max_reply_bytes(d));
     }
     scratch_free(&sc);
 }

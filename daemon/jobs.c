@@ -935,16 +935,6 @@ int rtx_jobs_get_run(struct rtx_jobs *j, const char *id, struct rtx_jobs_run *ou
     return rc;
 }
 
-const char *rtx_jobs_exec_mode_name(enum rtx_exec_mode mode) {
-    switch (mode) {
-    case RTX_EXEC_PLAIN: return "plain";
-    case RTX_EXEC_FIXED: return "fixed";
-    case RTX_EXEC_CAPTURED: return "captured";
-    case RTX_EXEC_REPLAYED: return "replayed";
-    }
-    return "?";
-}
-
 /* ------------------------------------------------------------------------------------------
  * The job index and the lane queues (all under mu)
  * ---------------------------------------------------------------------------------------- */

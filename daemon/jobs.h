@@ -138,8 +138,6 @@ struct rtx_jobs_run {
  * has not succeeded here, or succeeded more than RTX_JOBS_RUNS_KEPT runs ago. Thread-safe; it
  * may be called from a watch callback. */
 int rtx_jobs_get_run(struct rtx_jobs *j, const char *id, struct rtx_jobs_run *out);
-/* "plain", "fixed", "captured", "replayed"; "?" for other values. */
-const char *rtx_jobs_exec_mode_name(enum rtx_exec_mode mode);
 
 /* Calls cb(ctx, job, run, last) with the job's current state and then at each state change,
  * from the thread that made the change, until a terminal state has been delivered (then the

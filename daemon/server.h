@@ -76,6 +76,9 @@ struct rtx_daemon {
  * memory). cfg, store, jobs, gpus and on_drain are set by the caller afterwards. */
 int rtx__daemon_init(struct rtx_daemon *d, struct rtx_err *err);
 void rtx__daemon_close(struct rtx_daemon *d);
+/* server.max_message_bytes as it stands now (read under cfg_lock; SIGHUP may change it), the
+ * bound of a reply's size; 0 without a config. */
+int64_t rtx__daemon_max_reply_bytes(struct rtx_daemon *d);
 
 /* Begins a drain (stop admitting, stop starting queued jobs) once: the first call runs
  * rtx_jobs_drain and records its counts and grace_ms; every call returns those counts and the

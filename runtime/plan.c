@@ -863,3 +863,13 @@ int rtx_plan_execute_device(struct rtx_plan *p, struct rtx_backend *be,
                             struct rtx_err *err) {
     return execute(p, be, inputs, n_inputs, true, outputs, n_outputs, cancel, stats, err);
 }
+
+const char *rtx_exec_mode_name(enum rtx_exec_mode mode) {
+    switch (mode) {
+    case RTX_EXEC_PLAIN: return "plain";
+    case RTX_EXEC_FIXED: return "fixed";
+    case RTX_EXEC_CAPTURED: return "captured";
+    case RTX_EXEC_REPLAYED: return "replayed";
+    }
+    return "?";
+}

@@ -432,6 +432,8 @@ enum rtx_exec_mode {
     RTX_EXEC_CAPTURED, /* captured into a graph (CUDA graph), then the graph launched */
     RTX_EXEC_REPLAYED, /* the plan's captured graph launched again */
 };
+/* "plain", "fixed", "captured", "replayed"; "?" for other values. */
+const char *rtx_exec_mode_name(enum rtx_exec_mode mode);
 
 struct rtx_exec_stats {
     double wall_ms;              /* whole execution, milliseconds */

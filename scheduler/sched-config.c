@@ -225,7 +225,8 @@ static const struct key *find_key(const struct key *keys, int n, const char *nam
     return NULL;
 }
 
-static int check_lane_name(const char *name, size_t len, const char *where, struct rtx_err *err) {
+int rtx_sched_lane_name_check(const char *name, size_t len, const char *where,
+                              struct rtx_err *err) {
     if (len == 0) return rtx_err_set(err, RTX_EINVAL, "%s: empty lane name", where);
     if (len > RTX_SCHED_LANE_NAME_MAX)
         return rtx_err_set(err, RTX_EINVAL, "%s: lane name \"%.*s\" is longer than %d", where,
@@ -238,6 +239,37 @@ static int check_lane_name(const char *name, size_t len, const char *where, stru
                                (int)len, name);
     }
     return 0;
+}
+
+int rtx_sched_lane_names(const char *text, const char *where,
+                         char names[RTX_SCHED_MAX_LANES][RTX_SCHED_LANE_NAME_MAX + 1],
+                         struct rtx_err *err) {
+    int n = 0;
+    const char *p = text;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        const char *end = comma ? comma : p + strlen(p);
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        const char *q = end;
+        while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
+            q--;
+        size_t len = (size_t)(q - p);
+        int rc = rtx_sched_lane_name_check(p, len, where, err);
+        if (rc) return rc;
+        for (int i = 0; i < n; i++)
+            if (strlen(names[i]) == len && memcmp(names[i], p, len) == 0)
+                return rtx_err_set(err, RTX_EINVAL, "%s: lane \"%.*s\" is listed twice", where,
+                                   (int)len, p);
+        if (n == RTX_SCHED_MAX_LANES)
+            return rtx_err_set(err, RTX_EINVAL, "%s: more than %d lanes", where,
+                               RTX_SCHED_MAX_LANES);
+        memcpy(names[n], p, len);
+        names[n++][len] = '\0';
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return n;
 }
 
 static int lane_index(const struct rtx_sched_config *cfg, const char *name, size_t len) {
@@ -268,7 +300,7 @@ int rtx_sched_config_set(struct rtx_sched_config *cfg, const char *section, cons
     if (strncmp(section, "lane.", 5) != 0)
         return rtx_err_set(err, RTX_ENOTFOUND, "[%s] is not a scheduler section", section);
     const char *name = section + 5;
-    int rc = check_lane_name(name, strlen(name), where, err);
+    int rc = rtx_sched_lane_name_check(name, strlen(name), where, err);
     if (rc) return rc;
     const struct key *k = find_key(lane_keys, N_LANE_KEYS, key);
     if (!k)
@@ -353,37 +385,16 @@ int rtx_sched_config_parse(struct rtx_sched_config *cfg, const char *text, const
 int rtx_sched_config_select_lanes(struct rtx_sched_config *cfg, const char *names,
                                   struct rtx_err *err) {
     if (!cfg || !names) return rtx_err_set(err, RTX_EINVAL, "lanes: missing argument");
+    char list[RTX_SCHED_MAX_LANES][RTX_SCHED_LANE_NAME_MAX + 1];
+    int n = rtx_sched_lane_names(names, "lanes", list, err);
+    if (n < 0) return n;
     struct rtx_sched_lane_config out[RTX_SCHED_MAX_LANES];
-    int n = 0;
-    const char *p = names;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        const char *end = comma ? comma : p + strlen(p);
-        while (p < end && (*p == ' ' || *p == '\t'))
-            p++;
-        const char *q = end;
-        while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
-            q--;
-        size_t len = (size_t)(q - p);
-        int rc = check_lane_name(p, len, "lanes", err);
-        if (rc) return rc;
-        for (int i = 0; i < n; i++)
-            if (strlen(out[i].name) == len && memcmp(out[i].name, p, len) == 0)
-                return rtx_err_set(err, RTX_EINVAL, "lanes: \"%.*s\" is listed twice", (int)len,
-                                   p);
-        if (n == RTX_SCHED_MAX_LANES)
-            return rtx_err_set(err, RTX_EINVAL, "lanes: more than %d", RTX_SCHED_MAX_LANES);
-        int idx = lane_index(cfg, p, len);
-        if (idx >= 0) {
-            out[n++] = cfg->lanes[idx];
-        } else {
-            char name[RTX_SCHED_LANE_NAME_MAX + 1];
-            memcpy(name, p, len);
-            name[len] = '\0';
-            lane_generic(&out[n++], name);
-        }
-        if (!comma) break;
-        p = comma + 1;
+    for (int i = 0; i < n; i++) {
+        int idx = lane_index(cfg, list[i], strlen(list[i]));
+        if (idx >= 0)
+            out[i] = cfg->lanes[idx];
+        else
+            lane_generic(&out[i], list[i]);
     }
     memcpy(cfg->lanes, out, sizeof out[0] * (size_t)n);
     cfg->n_lanes = n;
@@ -400,7 +411,7 @@ int rtx_sched_config_check(const struct rtx_sched_config *cfg, struct rtx_err *e
         size_t len = strnlen(l->name, sizeof l->name);
         if (len == sizeof l->name)
             return rtx_err_set(err, RTX_EINVAL, "lane %d: name is not terminated", i);
-        int rc = check_lane_name(l->name, len, "lane", err);
+        int rc = rtx_sched_lane_name_check(l->name, len, "lane", err);
         if (rc) return rc;
         if (lane_index(cfg, l->name, len) != i)
             return rtx_err_set(err, RTX_EINVAL, "lane \"%s\" is defined twice", l->name);

@@ -137,6 +137,17 @@ int rtx_sched_config_list(const struct rtx_sched_config *cfg, struct rtx_sched_s
 int rtx_sched_config_parse(struct rtx_sched_config *cfg, const char *text, const char *origin,
                            struct rtx_err *err);
 
+/* Checks one lane name (len bytes of name): 1..RTX_SCHED_LANE_NAME_MAX characters of
+ * [a-z0-9_-]. 0, or RTX_EINVAL with the reason prefixed by "where: ". */
+int rtx_sched_lane_name_check(const char *name, size_t len, const char *where,
+                              struct rtx_err *err);
+/* Splits a comma-separated lane list (as jobs.lanes holds it) into names, blanks around each
+ * dropped, every name checked as rtx_sched_lane_name_check does, none twice, at most
+ * RTX_SCHED_MAX_LANES. Returns the number of names, or RTX_EINVAL prefixed by "where: ". */
+int rtx_sched_lane_names(const char *text, const char *where,
+                         char names[RTX_SCHED_MAX_LANES][RTX_SCHED_LANE_NAME_MAX + 1],
+                         struct rtx_err *err);
+
 /* Keeps exactly the lanes named in `names` (comma-separated, as jobs.lanes holds them), in
  * that order: lanes already defined keep their settings, new ones get the settings of a lane
  * added by rtx_sched_config_set. RTX_EINVAL for a bad or repeated name or more than 16. */

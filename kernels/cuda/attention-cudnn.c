@@ -15,7 +15,7 @@
  *     S = matmul(Q, K^T)                     f32, K^T a transposed view of K (strides swapped)
  *     S = S * scale                          scale a by-value f32 scalar
  *     [causal] S = select(row >= col, S, lowest)   row / col from GEN_INDEX on axes 2 and 3
- *     M = max_reduce(S); E = exp(S - M); Z = add_reduce(E); P = E / Z
+ *     M = max_reduce(S); E = exp(S - M); Z = add_reduce(E); P = E / Z (in the input dtype)
  *     [stats = M + log(Z), virtual: the engine's softmax pattern includes it]
  *     O = matmul(P, V)
  * Every intermediate is virtual (never in memory); only Q, K, V, O and the by-value scalars
@@ -347,9 +347,9 @@ static void key_of(const struct rtx_cuda_sdpa *p, struct sdpa_key *k) {
     memcpy(k->o_str, p->o_str, sizeof k->o_str);
 }
 
-/* The operation graph of the DESIGN note into e->descs; returns the graph, or NULL. */
+/* The operation graph of the DESIGN note into b; returns the graph, or NULL. */
 static cudnnBackendDescriptor_t build_graph(struct rtx__cudnn *s, const struct sdpa_key *k,
-                                            bool p_io, struct build *b) {
+                                            struct build *b) {
     cudnnDataType_t io = k->dt == RTX_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
     cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bl = CUDNN_DATA_BOOLEAN;
     int64_t uid = UID_VIRTUAL;
@@ -392,7 +392,9 @@ static cudnnBackendDescriptor_t build_graph(struct rtx__cudnn *s, const struct s
     cudnnBackendDescriptor_t sub = tensor(b, uid++, f32, sd, ss, true, false);
     cudnnBackendDescriptor_t ex = tensor(b, uid++, f32, sd, ss, true, false);
     cudnnBackendDescriptor_t sum = tensor(b, uid++, f32, rd, rs, true, false);
-    cudnnBackendDescriptor_t p = tensor(b, uid++, p_io ? io : f32, sd, ss, true, false);
+    /* P in the input dtype, as the engine wants it for the second product (an f32 P finds no
+     * engine) and as the hand-written kernel rounds it (decision 69) */
+    cudnnBackendDescriptor_t p = tensor(b, uid++, io, sd, ss, true, false);
     ops[n++] = reduction(b, CUDNN_REDUCE_TENSOR_MAX, s1, mx);
     ops[n++] = pointwise(b, CUDNN_POINTWISE_SUB, f32, -1, s1, mx, NULL, sub);
     ops[n++] = pointwise(b, CUDNN_POINTWISE_EXP, f32, -1, sub, NULL, NULL, ex);
@@ -415,10 +417,10 @@ static cudnnBackendDescriptor_t build_graph(struct rtx__cudnn *s, const struct s
 
 /* Builds e's plan for e->key: heuristics, then the first engine configuration that
  * finalizes. On failure e->plan stays NULL and e->why says why. */
-static void build_plan(struct rtx__cudnn *s, struct sdpa_plan *e, bool p_io) {
+static void build_plan(struct rtx__cudnn *s, struct sdpa_plan *e) {
     struct build *b = &e->descs;
     memset(b, 0, sizeof *b);
-    cudnnBackendDescriptor_t g = build_graph(s, &e->key, p_io, b);
+    cudnnBackendDescriptor_t g = build_graph(s, &e->key, b);
     cudnnBackendDescriptor_t heur = g ? make(b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR) : NULL;
     cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     set(b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g,
@@ -552,8 +554,7 @@ static struct sdpa_plan *plan_for(struct rtx__cudnn *s, const struct rtx_cuda_sd
         e = &s->plans[s->n++];
         e->used = true;
         e->key = k;
-        build_plan(s, e, false);
-        if (!e->plan) build_plan(s, e, true);
+        build_plan(s, e);
     }
     struct sdpa_plan *r = e->plan ? e : NULL;
     if (!r) rtx_err_set(err, RTX_EUNSUPPORTED, "%s", e->why);

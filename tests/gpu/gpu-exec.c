@@ -717,11 +717,10 @@ static void block_test(void) {
         rc = rtx_plan_execute(plan, gpu_be, &x, 1, &got, 1, NULL, &st, &err);
         double max_rel = 0, mean_rel = 0;
         if (rc == 0) block_errors(got, want, &max_rel, &mean_rel);
-        static const char *const modes[] = {"plain", "fixed", "captured", "replayed"};
         gpu_check(rc == 0 && st.mode == replay_modes[r] && max_rel <= 4e-2 && mean_rel <= 1e-2,
                   "bf16 block [2,128,256] h4 on the GPU, run %d (%s) against the CPU: max err "
                   "%.3g of max |y| (tol 4e-2), mean err %.3g of mean |y| (tol 1e-2)%s%s",
-                  r + 1, (unsigned)st.mode < 4 ? modes[st.mode] : "?", max_rel, mean_rel,
+                  r + 1, rtx_exec_mode_name(st.mode), max_rel, mean_rel,
                   rc ? ": " : "", err.msg);
         rtx_tensor_unref(got);
     }

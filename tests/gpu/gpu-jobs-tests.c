@@ -390,8 +390,8 @@ static void test_repeated_graph_replays(struct rtx_store *s, const struct rtx_cu
                       run.plan_reused == (i > 0) && strcmp(run.device, "cuda:0") == 0,
                   "job %d of the same graph on cuda:0: %s, ran %s (want %s), plan reused %d, "
                   "%.3f ms %s",
-                  i + 1, rtx_job_state_name(info.state), rtx_jobs_exec_mode_name(run.mode),
-                  rtx_jobs_exec_mode_name(want[i]), run.plan_reused, info.run_ms, info.reason);
+                  i + 1, rtx_job_state_name(info.state), rtx_exec_mode_name(run.mode),
+                  rtx_exec_mode_name(want[i]), run.plan_reused, info.run_ms, info.reason);
         struct rtx_tensor *got = output_of(s, id);
         if (i == 0)
             first = got;
@@ -412,7 +412,7 @@ static void test_repeated_graph_replays(struct rtx_store *s, const struct rtx_cu
     gpu_check(info.state == RTX_JOB_SUCCEEDED && rc == 0 && run.mode == RTX_EXEC_REPLAYED &&
                   e >= 0 && e < 2e-3,
               "another input of the same shape replays (%s) within 2e-3 of the CPU (%.3g)",
-              rtx_jobs_exec_mode_name(run.mode), e);
+              rtx_exec_mode_name(run.mode), e);
     rtx_job_info_clear(&info);
     rtx_job_info_clear(&cinfo);
     struct rtx_jobs_stats st = settle(j); /* the worker has put the plan back */

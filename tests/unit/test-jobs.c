@@ -2528,7 +2528,7 @@ START_TEST(repeated_gpu_job_replays) {
     rec_init(&r);
     for (int i = 0; i < 3; i++) {
         struct rtx_jobs_run run = run_ok(j, &f, g, x, "cuda:0", ids[i]);
-        ck_assert_msg(run.mode == want[i], "job %d ran %s", i, rtx_jobs_exec_mode_name(run.mode));
+        ck_assert_msg(run.mode == want[i], "job %d ran %s", i, rtx_exec_mode_name(run.mode));
         ck_assert(run.plan_reused == (i > 0));
         ck_assert_str_eq(run.device, "cuda:0");
         output_sha(&f, ids[i], sha);
