@@ -335,7 +335,7 @@ $(BUILD)/bin/rtx-bench-mem-pool: $(BUILD)/obj/bench/bench-mem-pool.o $(LIBRT)
 # bench/bench-gpu.c: the CUDA backend's ops on device-resident data, the transformer block and
 # the caching allocator (it calls CUDA directly for the allocator's raw baseline).
 $(BUILD)/obj/bench/bench-gpu.o: CFLAGS += $(CUDA_CFLAGS)
-$(BUILD)/bin/rtx-bench-gpu: $(BUILD)/obj/bench/bench-gpu.o $(BUILD)/obj/tests/gpu/block-graph.o $(LIBRT)
+$(BUILD)/bin/rtx-bench-gpu: $(BUILD)/obj/bench/bench-gpu.o $(BUILD)/obj/bench/bench-driver.o $(BUILD)/obj/tests/gpu/block-graph.o $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
@@ -368,9 +368,12 @@ test-gpu:
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-jobs.sh
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-serving.sh
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) tests/gpu/test_ops_torch.py --device cuda
+	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_gpu.py --harness-check
 
-# On the GPU machine, like test-gpu: bench/bench_gpu.py runs rtx-bench-gpu, then the same cases
-# in PyTorch (the machine's python3), and prints the ratios. Builds nothing.
+# On the GPU machine, like test-gpu: bench/bench_gpu.py drives rtx-bench-gpu and times the same
+# cases in PyTorch (the machine's python3) window by window (bench/harness.py), prints the
+# ratios and exits 1 on a failed case or a missed target (RTX_BENCH_REPORT=1: report only).
+# Builds nothing.
 bench-gpu:
 	@[ -x $(BUILD)/bin/rtx-bench-gpu ] || { echo "bench-gpu: $(BUILD)/bin/rtx-bench-gpu is" \
 	  "missing: build with 'make all gpu-bundle' first (bench-gpu never builds)" >&2; exit 2; }

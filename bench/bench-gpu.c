@@ -1,47 +1,52 @@
 /*
- * bench-gpu.c - speed of the CUDA backend (kernels/backend.h) on device-resident data: GEMM,
- * memory-bound ops, attention, a bf16 transformer block end to end, and the caching device
- * allocator against raw cudaMalloc/cudaFree. bench/bench_gpu.py runs it beside PyTorch.
+ * bench-gpu.c - the rtxd side of the GPU benchmark (bench/bench_gpu.py times PyTorch beside
+ * it): GEMM, memory-bound ops, attention, a bf16 transformer block, host<->device transfers
+ * and the caching device allocator, each a case of bench/bench-driver.h.
  *
  * DESIGN
- * Each op case is a one-node graph made with the runtime's graph builder. Its inputs are
- * uploaded once (rtx_backend_upload), its output is a backend buffer viewed as a tensor, and
- * the node runs through rtx_backend_run_node: warm-up runs, a synchronize, then N runs and a
- * synchronize, timed by the wall clock (so the figure includes the launch overhead the daemon
- * pays). Bytes are what the op must read and write once; FLOPs are 2·M·N·K for GEMM and
- * 4·B·H·L²·D for attention (halved when causal, as FlashAttention and PyTorch count).
- * The transformer block runs through rtx_plan_execute, which uploads the input and downloads
- * the output on every run (the weights are uploaded once per plan): its time includes both.
- * It runs again device-resident (rtx_plan_execute_device: the input uploaded once, the output
- * left on the device), once replaying the plan's CUDA graph and once node by node on a backend
- * made with disable_graphs; each run ends with the executor's synchronize, as a job does.
- * The transfer case times rtx_backend_upload (chunked through pinned memory on the copy
- * stream) and rtx_backend_download (into a pinned block that becomes the host tensor) of
- * 64 MiB against plain cudaMemcpy from and to (already touched) pageable memory.
- * The allocator case replays one pseudo-random trace (256 slots; each step frees the slot's
- * block or allocates 512 B .. 4 MiB) through rtx_mem_pool over cudaMalloc/cudaFree and
- * through cudaMalloc/cudaFree directly.
- * Attention rows carry the route that ran ("route": RTX_ATTN_ROUTE, or "auto": the fused
- * kernel where it applies, docs/gpu.md). --attention-check DIR runs small attention cases
- * (odd lengths, causal, masks, f16 and bf16) through rtx_plan_execute on the GPU and writes
- * each case's inputs and output as raw little-endian files DIR/attn<i>_{q,k,v,mask,out}.bin
- * with one JSON line describing it, for bench_gpu.py to compare against PyTorch's SDPA.
- * Output: one JSON object per line. Without a CUDA device it prints that it skipped and exits 0.
- * Usage: rtx-bench-gpu [--quick] [--memory] [--attention] [--block] [--attention-check DIR]
- *   --quick: fewer and smaller cases; --memory: only the memory-bound cases (add, layer_norm,
- *   softmax); --attention: only the attention cases;
- *   --block: only the transformer block (all modes) and the transfers;
- *   --attention-check DIR: only the accuracy dump above.
+ * Every case is prepared once (graph built with the runtime's builder, inputs uploaded,
+ * output buffers preallocated, two warm-up runs) and then timed by the driver in windows of
+ * back-to-back runs between two synchronizations, the same method bench_gpu.py applies to
+ * PyTorch, window for window, alternating. A run queues its work and returns; the window's
+ * closing synchronize waits for it, so launch overhead counts on both sides.
+ * - Op cases are one-node graphs run through rtx_backend_run_node. Bytes are what the op must
+ *   read and write once; FLOPs are 2*M*N*K for GEMM and 4*B*H*L^2*D for attention (halved when
+ *   causal, as FlashAttention and PyTorch count). An attention case's route is the one the
+ *   backend reports it took (rtx_backend_cuda_attention_route), not the one asked for.
+ * - The transformer block (tests/gpu/block-graph.h) runs through rtx_plan_execute (x
+ *   uploaded from pageable memory and y downloaded into pinned memory every run: "block_io")
+ *   and device-resident through rtx_plan_execute_device, once on the graph-replaying backend
+ *   and once on a backend made with disable_graphs (route "graph replay" / "node by node").
+ *   Each plan execution ends with the executor's synchronize, as a job's does; PyTorch's
+ *   eager runs do not, so that difference counts against rtxd.
+ * - Transfers of 64 MiB: rtx_backend_upload from pageable host memory (staged through pinned
+ *   chunks on the copy stream), and rtx_backend_download into the backend's pinned pool.
+ * - The allocator: one pseudo-random trace (256 slots; a step frees the slot's block or
+ *   allocates 512 B .. 4 MiB) per run, through rtx_mem_pool over cudaMalloc/cudaFree, through
+ *   cudaMallocAsync/cudaFreeAsync on the device's default memory pool with its release
+ *   threshold raised so it keeps its memory (its warm state), and through cudaMalloc/cudaFree
+ *   directly. The warm-up runs in prepare fill both caches first.
+ * --attention-check DIR runs small attention cases (odd lengths, causal, masks, f16 and bf16)
+ * through rtx_plan_execute and writes each case's inputs and output as raw little-endian
+ * files DIR/attn<i>_{q,k,v,mask,out}.bin with one JSON line describing it, for bench_gpu.py to
+ * compare against PyTorch's SDPA.
+ * Usage: rtx-bench-gpu [--serve] [--quick] [--memory] [--attention] [--block] [--alloc]
+ *                      [--windows N] [--attention-check DIR]
+ *   --serve: the driver's command loop (bench_gpu.py); otherwise every selected case is timed
+ *   alone and printed as one JSON line. --quick: fewer and smaller cases; --memory,
+ *   --attention, --block (block and transfers), --alloc: only those cases.
+ * Exit status: 0; 1 when a case failed (alone) or a command was malformed (--serve); 3 when
+ * there is no CUDA device (the reason printed as {"error": ...}).
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cuda_runtime.h>
 
+#include "bench/bench-driver.h"
 #include "kernels/backend.h"
 #include "runtime/mem-pool.h"
 #include "tests/gpu/block-graph.h"
@@ -49,12 +54,6 @@
 static struct rtx_backend *be;
 static bool quick;
 static uint64_t rng = UINT64_C(0x9e3779b97f4a7c15);
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t rnd(void) {
     rng ^= rng << 13;
@@ -84,312 +83,256 @@ static int host_random(enum rtx_dtype dt, int ndim, const int64_t *dims, float c
     return 0;
 }
 
-static const char *shape_of(const struct rtx_tensor *t, char *buf, size_t len) {
-    return rtx_shape_str(t->dtype, t->ndim, t->dims, buf, len);
+static int be_sync(struct bench_case *c, struct rtx_err *err) {
+    return rtx_backend_synchronize(be, err);
 }
 
-/* One op case: inputs (host), the node's attributes set by `attrs`, the output shape. */
+/* ------------------------------------------------------------------------------------------
+ * One-node op cases: GEMM, add / layer_norm / softmax, attention
+ * ---------------------------------------------------------------------------------------- */
+
+enum op_kind { OP_GEMM, OP_ADD, OP_LAYER_NORM, OP_SOFTMAX, OP_ATTENTION };
+
 struct op_case {
-    const char *name;          /* JSON "name" */
-    const char *op;
+    enum op_kind kind;
+    enum rtx_dtype dt;
+    int64_t dims[4];            /* gemm: n; membound: rows, cols; attention: b, h, l, d */
+    bool causal;
     int n_in;
-    struct rtx_tensor *in[3];  /* host tensors (owned) */
-    enum rtx_dtype out_dt;
-    int out_ndim;
-    int64_t out_dims[RTX_MAX_DIMS];
-    int64_t causal;            /* attention: the causal attribute; -1: not set */
-    const char *route;         /* attention: JSON "route", or NULL */
-    double flops;              /* per run, 0 for memory-bound ops */
-    double bytes;              /* per run */
-    int reps;
-    char shape[128];           /* JSON "shape" */
+    struct rtx_tensor *in[3];   /* host inputs */
+    struct rtx_tensor *dev[3];  /* the same on the device */
+    struct rtx_tensor *y;       /* the preallocated output */
+    struct rtx_graph *g;
+    struct rtx_node_args args;
 };
 
-static void op_case_free(struct op_case *c) {
-    for (int i = 0; i < c->n_in; i++) rtx_tensor_unref(c->in[i]);
-}
-
-static void print_error(const char *name, const struct rtx_err *err) {
-    char msg[512];
-    size_t j = 0;
-    for (const char *s = err->msg; *s && j + 2 < sizeof msg; s++) {
-        if (*s == '"' || *s == '\\') msg[j++] = '\\';
-        msg[j++] = *s < ' ' ? ' ' : *s;
-    }
-    msg[j] = '\0';
-    printf("{\"name\": \"%s\", \"error\": \"%s\"}\n", name, msg);
-    fflush(stdout);
-}
-
-/* Builds the one-node graph, uploads, runs and prints the JSON line. */
-static void run_case(struct op_case *c) {
-    static const char *const in_names[3] = {"a", "b", "c"};
-    struct rtx_err err = {0};
-    struct rtx_graph *g = NULL;
-    struct rtx_tensor *dev[3] = {NULL}, *y = NULL;
-    struct rtx_buffer *buf = NULL;
-    int rc = rtx_graph_new(c->name, &g, &err);
-    for (int i = 0; i < c->n_in && rc >= 0; i++)
-        rc = rtx_graph_add_input(g, in_names[i], c->in[i]->dtype, c->in[i]->ndim,
-                                 c->in[i]->dims, &err);
-    const char *out_name = "y";
-    int node = rc < 0 ? rc
-                      : rtx_graph_add_node(g, c->op, c->op, in_names, c->n_in, &out_name, 1,
-                                           &err);
-    rc = node < 0 ? node : 0;
-    if (rc == 0 && c->causal >= 0) rc = rtx_graph_set_attr_int(g, node, "causal", c->causal, &err);
-    if (rc == 0) rc = rtx_graph_add_output(g, "y", &err);
-    for (int i = 0; i < c->n_in && rc == 0; i++)
-        rc = rtx_backend_upload(be, c->in[i], &dev[i], &err);
-    size_t out_bytes = (size_t)rtx_shape_numel(c->out_ndim, c->out_dims) *
-                       rtx_dtype_size(c->out_dt);
-    if (rc == 0) rc = rtx_backend_buffer_new(be, out_bytes, &buf, &err);
-    if (rc == 0)
-        rc = rtx_tensor_from_buffer(buf, 0, c->out_dt, c->out_ndim, c->out_dims, &y, &err);
-    struct rtx_tensor *outs[1] = {y};
-    struct rtx_node_args a = {.graph = g, .node = rc == 0 ? &g->nodes[node] : NULL,
-                              .n_in = c->n_in, .in = dev, .n_out = 1, .out = outs};
-    double t0 = 0, t1 = 0;
-    for (int r = -2; r < c->reps && rc == 0; r++) { /* two warm-up runs */
-        if (r == 0) {
-            rc = rtx_backend_synchronize(be, &err);
-            t0 = now_s();
-        }
-        if (rc == 0) rc = rtx_backend_run_node(be, &a, &err);
-    }
-    if (rc == 0) rc = rtx_backend_synchronize(be, &err);
-    t1 = now_s();
-    if (rc) {
-        print_error(c->name, &err);
-    } else {
-        double s = (t1 - t0) / c->reps;
-        printf("{\"name\": \"%s\", \"shape\": \"%s\", \"dtype\": \"%s\", \"ms\": %.4f, "
-               "\"reps\": %d", c->name, c->shape, rtx_dtype_name(c->in[0]->dtype), s * 1e3,
-               c->reps);
-        if (c->flops > 0) printf(", \"tflops\": %.2f", c->flops / s / 1e12);
-        if (c->bytes > 0) printf(", \"gbps\": %.1f", c->bytes / s / 1e9);
-        if (c->route) printf(", \"route\": \"%s\"", c->route);
-        printf("}\n");
-        fflush(stdout);
-    }
-    rtx_tensor_unref(y);
-    rtx_buffer_unref(buf);
-    for (int i = 0; i < c->n_in; i++) rtx_tensor_unref(dev[i]);
-    rtx_graph_free(g);
-}
-
-static void gemm_case(int64_t n) {
-    struct rtx_err err = {0};
-    struct op_case c = {.name = "gemm", .op = "matmul", .n_in = 2, .out_dt = RTX_BF16,
-                        .out_ndim = 2, .out_dims = {n, n}, .causal = -1,
-                        .flops = 2.0 * (double)n * (double)n * (double)n,
-                        .reps = n >= 8192 ? 20 : 50};
-    float s = 1.0f / sqrtf((float)n);
-    int rc = host_random(RTX_BF16, 2, (const int64_t[]){n, n}, 0, 1, &c.in[0], &err);
-    if (rc == 0) rc = host_random(RTX_BF16, 2, (const int64_t[]){n, n}, 0, s, &c.in[1], &err);
-    c.n_in = c.in[1] ? 2 : c.in[0] ? 1 : 0;
-    snprintf(c.shape, sizeof c.shape, "%lldx%lldx%lld", (long long)n, (long long)n,
-             (long long)n);
-    if (rc == 0) run_case(&c); else print_error(c.name, &err);
-    op_case_free(&c);
-}
-
-/* add (x + row), layer_norm (scale, bias over the last axis) or softmax (last axis). */
-static void membound_case(const char *op, enum rtx_dtype dt, int64_t rows, int64_t cols) {
-    struct rtx_err err = {0};
-    struct op_case c = {.name = op, .op = op, .out_dt = dt, .out_ndim = 2,
-                        .out_dims = {rows, cols}, .causal = -1, .reps = 30};
-    size_t es = rtx_dtype_size(dt);
-    double x_bytes = (double)rows * (double)cols * (double)es;
-    int rc = host_random(dt, 2, c.out_dims, 0, 1, &c.in[c.n_in++], &err);
-    if (strcmp(op, "add") == 0) {
-        if (rc == 0) rc = host_random(dt, 1, &cols, 0, 1, &c.in[c.n_in++], &err);
-        c.bytes = 2 * x_bytes + (double)cols * (double)es;
-    } else if (strcmp(op, "layer_norm") == 0) {
-        if (rc == 0) rc = host_random(dt, 1, &cols, 1, 0.1f, &c.in[c.n_in++], &err);
-        if (rc == 0) rc = host_random(dt, 1, &cols, 0, 0.1f, &c.in[c.n_in++], &err);
-        c.bytes = 2 * x_bytes + 2.0 * (double)cols * (double)es;
-    } else {
-        c.bytes = 2 * x_bytes;
-    }
-    snprintf(c.shape, sizeof c.shape, "%lldx%lld", (long long)rows, (long long)cols);
-    if (rc == 0) run_case(&c); else print_error(c.name, &err);
-    op_case_free(&c);
-}
-
-static void attention_case(int64_t b, int64_t h, int64_t l, int64_t d, bool causal) {
-    struct rtx_err err = {0};
-    int64_t dims[4] = {b, h, l, d};
-    double flops = 4.0 * (double)(b * h) * (double)l * (double)l * (double)d;
-    if (causal) flops /= 2;
-    const char *route = getenv("RTX_ATTN_ROUTE");
-    struct op_case c = {.name = "attention", .op = "attention", .out_dt = RTX_BF16,
-                        .out_ndim = 4, .out_dims = {b, h, l, d}, .causal = causal,
-                        .flops = flops, .route = route && *route ? route : "auto"};
-    c.reps = flops > 2e12 ? 3 : flops > 2e11 ? 8 : 20;
+/* The host inputs of a case, with its FLOPs and bytes. */
+static int op_inputs(struct bench_case *c, struct op_case *o, struct rtx_err *err) {
     int rc = 0;
-    for (int i = 0; i < 3 && rc == 0; i++)
-        rc = host_random(RTX_BF16, 4, dims, 0, 1, &c.in[c.n_in++], &err);
-    snprintf(c.shape, sizeof c.shape, "b%lld h%lld l%lld d%lld%s", (long long)b, (long long)h,
-             (long long)l, (long long)d, causal ? " causal" : "");
-    if (rc == 0) run_case(&c); else print_error(c.name, &err);
-    op_case_free(&c);
-}
-
-/* ------------------------------------------------------------------------------------------
- * The transformer block: pre-LayerNorm, causal attention, tanh-GELU MLP (examples/README.md's
- * structure), bf16, through rtx_plan_execute.
- * ---------------------------------------------------------------------------------------- */
-
-/* The block device-resident: x uploaded once, y left on the device, on the graph-replaying
- * backend and on a node-by-node one; one JSON line each. */
-static void block_device(const struct rtx_graph *g, const struct rtx_tensor *x, int64_t heads,
-                         double flops, int reps) {
-    struct rtx_err err = {0};
-    struct rtx_backend *plain = NULL;
-    struct rtx_cuda_options opt = {.device = 0, .disable_graphs = true};
-    int rc = rtx_backend_cuda_new(&opt, &plain, &err);
-    struct rtx_backend *bes[2] = {be, plain};
-    for (int k = 0; k < 2 && rc == 0; k++) {
-        struct rtx_tensor *dx = NULL, *y = NULL;
-        struct rtx_plan *plan = NULL;
-        struct rtx_exec_stats st = {0};
-        rc = rtx_backend_upload(bes[k], x, &dx, &err);
+    const int64_t *d = o->dims;
+    size_t es = rtx_dtype_size(o->dt);
+    switch (o->kind) {
+    case OP_GEMM: {
+        int64_t nn[2] = {d[0], d[0]};
+        rc = host_random(o->dt, 2, nn, 0, 1, &o->in[o->n_in++], err);
         if (rc == 0)
-            rc = rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &plan, &err);
-        double t0 = 0;
-        for (int r = -3; r < reps * 4 && rc == 0; r++) { /* three warm-up runs */
-            if (r == 0) t0 = now_s();
-            rtx_tensor_unref(y);
-            y = NULL;
-            rc = rtx_plan_execute_device(plan, bes[k], &dx, 1, &y, 1, NULL, &st, &err);
-        }
-        double ms = (now_s() - t0) * 1e3 / (reps * 4);
-        if (rc == 0) {
-            char shape[64];
-            printf("{\"name\": \"block_device\", \"shape\": \"%s h%lld\", \"dtype\": "
-                   "\"bf16\", \"ms\": %.4f, \"reps\": %d, \"tflops\": %.2f, \"mode\": "
-                   "\"%s\"}\n", shape_of(x, shape, sizeof shape), (long long)heads, ms,
-                   reps * 4, flops / (ms * 1e-3) / 1e12,
-                   st.mode == RTX_EXEC_REPLAYED ? "graph replay" : "node by node");
-            fflush(stdout);
-        }
-        rtx_tensor_unref(y);
-        rtx_tensor_unref(dx);
-        rtx_plan_free(plan);
+            rc = host_random(o->dt, 2, nn, 0, 1.0f / sqrtf((float)d[0]), &o->in[o->n_in++],
+                             err);
+        c->flops = 2.0 * (double)d[0] * (double)d[0] * (double)d[0];
+        return rc;
     }
-    if (rc) print_error("block_device", &err);
-    rtx_backend_free(plain);
+    case OP_ADD:
+    case OP_LAYER_NORM:
+    case OP_SOFTMAX: {
+        double x_bytes = (double)d[0] * (double)d[1] * (double)es;
+        rc = host_random(o->dt, 2, d, 0, 1, &o->in[o->n_in++], err);
+        if (rc == 0 && o->kind != OP_SOFTMAX)
+            rc = host_random(o->dt, 1, &d[1], o->kind == OP_LAYER_NORM ? 1 : 0,
+                             o->kind == OP_LAYER_NORM ? 0.1f : 1, &o->in[o->n_in++], err);
+        if (rc == 0 && o->kind == OP_LAYER_NORM)
+            rc = host_random(o->dt, 1, &d[1], 0, 0.1f, &o->in[o->n_in++], err);
+        c->bytes = 2 * x_bytes + (double)(o->n_in - 1) * (double)d[1] * (double)es;
+        return rc;
+    }
+    case OP_ATTENTION:
+        for (int i = 0; i < 3 && rc == 0; i++)
+            rc = host_random(o->dt, 4, d, 0, 1, &o->in[o->n_in++], err);
+        c->flops = 4.0 * (double)(d[0] * d[1]) * (double)d[2] * (double)d[2] * (double)d[3] /
+                   (o->causal ? 2 : 1);
+        return rc;
+    }
+    return rtx_err_set(err, RTX_EINVAL, "unknown case");
 }
 
-static void block_case(int64_t batch, int64_t seq, int64_t width, int64_t heads, int reps) {
-    struct {
-        struct rtx_graph *g;
-        int rc;
-        struct rtx_err err;
-    } b = {0};
-    int64_t ff = 4 * width;
-    b.rc = block_graph_new(batch, seq, width, heads, rnd(), &b.g, &b.err);
-
-    struct rtx_tensor *x = NULL, *y = NULL;
-    struct rtx_plan *plan = NULL;
-    struct rtx_exec_stats st = {0};
-    if (b.rc == 0)
-        b.rc = host_random(RTX_BF16, 3, (const int64_t[]){batch, seq, width}, 0, 1, &x, &b.err);
-    if (b.rc == 0)
-        b.rc = rtx_plan_new(b.g, (const struct rtx_tensor *const *)&x, 1, NULL, &plan, &b.err);
-    double t0 = 0, t1 = 0;
-    for (int r = -3; r < reps && b.rc == 0; r++) { /* three warm-up runs */
-        if (r == 0) t0 = now_s();
-        b.rc = rtx_plan_execute(plan, be, &x, 1, &y, 1, NULL, &st, &b.err);
-        rtx_tensor_unref(y);
-        y = NULL;
-    }
-    t1 = now_s();
-    if (b.rc) {
-        print_error("block", &b.err);
-    } else {
-        char shape[64];
-        /* matmul FLOPs: q, k, v, o (4·w²) and the MLP (2·w·ff) per token, attention causal */
-        double tokens = (double)(batch * seq);
-        double flops = 2.0 * tokens * (4.0 * (double)(width * width) + 2.0 * (double)(width * ff))
-                       + 2.0 * (double)(batch * seq) * (double)seq * (double)width;
-        double ms = (t1 - t0) * 1e3 / reps;
-        printf("{\"name\": \"block\", \"shape\": \"%s h%lld\", \"dtype\": \"bf16\", "
-               "\"ms\": %.4f, \"reps\": %d, \"tflops\": %.2f, \"includes\": "
-               "\"upload of x and download of y\", \"mode\": \"%s\"}\n",
-               shape_of(x, shape, sizeof shape), (long long)heads, ms, reps,
-               flops / (ms * 1e-3) / 1e12, st.mode == RTX_EXEC_REPLAYED ? "graph replay"
-                                                                        : "node by node");
-        fflush(stdout);
-        block_device(b.g, x, heads, flops, reps);
-    }
-    rtx_tensor_unref(x);
-    rtx_plan_free(plan);
-    rtx_graph_free(b.g);
+static int op_prepare(struct bench_case *c, struct rtx_err *err) {
+    static const char *const in_names[3] = {"a", "b", "c"};
+    static const char *const ops[] = {"matmul", "add", "layer_norm", "softmax", "attention"};
+    struct op_case *o = c->state;
+    const char *op = ops[o->kind];
+    int rc = op_inputs(c, o, err);
+    if (rc == 0) rc = rtx_graph_new(c->name, &o->g, err);
+    for (int i = 0; i < o->n_in && rc >= 0; i++)
+        rc = rtx_graph_add_input(o->g, in_names[i], o->in[i]->dtype, o->in[i]->ndim,
+                                 o->in[i]->dims, err);
+    const char *out_name = "y";
+    int node = rc < 0 ? rc : rtx_graph_add_node(o->g, op, op, in_names, o->n_in, &out_name, 1,
+                                                err);
+    rc = node < 0 ? node : 0;
+    if (rc == 0 && o->kind == OP_ATTENTION)
+        rc = rtx_graph_set_attr_int(o->g, node, "causal", o->causal, err);
+    if (rc == 0) rc = rtx_graph_add_output(o->g, "y", err);
+    for (int i = 0; i < o->n_in && rc == 0; i++)
+        rc = rtx_backend_upload(be, o->in[i], &o->dev[i], err);
+    /* the output: shaped like the first input (GEMM's operands are square) */
+    const struct rtx_tensor *x = o->in[0];
+    struct rtx_buffer *buf = NULL;
+    if (rc == 0) rc = rtx_backend_buffer_new(be, rtx_tensor_nbytes(x), &buf, err);
+    if (rc == 0) rc = rtx_tensor_from_buffer(buf, 0, x->dtype, x->ndim, x->dims, &o->y, err);
+    rtx_buffer_unref(buf);
+    if (rc) return rc;
+    o->args = (struct rtx_node_args){.graph = o->g, .node = &o->g->nodes[node],
+                                     .n_in = o->n_in, .in = o->dev, .n_out = 1, .out = &o->y};
+    for (int r = 0; r < 2 && rc == 0; r++) rc = rtx_backend_run_node(be, &o->args, err);
+    if (rc == 0) rc = rtx_backend_synchronize(be, err);
+    if (rc) return rc;
+    if (o->kind == OP_GEMM) snprintf(c->route, sizeof c->route, "cuBLASLt");
+    else if (o->kind == OP_ATTENTION)
+        snprintf(c->route, sizeof c->route, "%s", rtx_backend_cuda_attention_route(be));
+    else snprintf(c->route, sizeof c->route, "rtxd %s kernel", op);
+    return 0;
 }
+
+static int op_run(struct bench_case *c, struct rtx_err *err) {
+    struct op_case *o = c->state;
+    return rtx_backend_run_node(be, &o->args, err);
+}
+
+static void op_release(struct bench_case *c) {
+    struct op_case *o = c->state;
+    for (int i = 0; i < o->n_in; i++) {
+        rtx_tensor_unref(o->in[i]);
+        rtx_tensor_unref(o->dev[i]);
+        o->in[i] = o->dev[i] = NULL;
+    }
+    o->n_in = 0;
+    rtx_tensor_unref(o->y);
+    o->y = NULL;
+    rtx_graph_free(o->g);
+    o->g = NULL;
+}
+
+static const struct bench_case_i op_iface = {
+    .prepare = op_prepare, .run = op_run, .sync = be_sync, .release = op_release,
+};
 
 /* ------------------------------------------------------------------------------------------
- * Transfers: the backend's staged copies against plain cudaMemcpy of pageable memory
+ * The transformer block: pre-LayerNorm, causal attention, tanh-GELU MLP (block-graph.h), bf16
  * ---------------------------------------------------------------------------------------- */
 
-static void transfer_case(int64_t bytes, int reps) {
-    struct rtx_err err = {0};
-    struct rtx_tensor *h = NULL, *d = NULL, *back = NULL, *page = NULL;
-    int64_t n = bytes / 2;
-    void *raw = NULL;
-    double t_up = 0, t_down = 0, t_raw_up = 0, t_raw_down = 0;
-    int rc = host_random(RTX_BF16, 1, &n, 0, 1, &h, &err);
-    if (rc == 0) rc = host_random(RTX_BF16, 1, &n, 0, 1, &page, &err); /* touched pageable */
-    if (rc == 0 && cudaMalloc(&raw, (size_t)bytes) != cudaSuccess) {
-        (void)cudaGetLastError();
-        rc = rtx_err_set(&err, RTX_EGPU, "cudaMalloc of %lld bytes", (long long)bytes);
-    }
-    for (int r = -1; r < reps && rc == 0; r++) { /* one warm-up */
-        double t0 = now_s();
-        rtx_tensor_unref(d);
-        d = NULL;
-        rc = rtx_backend_upload(be, h, &d, &err);
-        if (rc == 0) rc = rtx_backend_synchronize(be, &err);
-        double t1 = now_s();
-        rtx_tensor_unref(back);
-        back = NULL;
-        if (rc == 0) rc = rtx_backend_download(be, d, &back, &err);
-        double t2 = now_s();
-        if (rc == 0 && cudaMemcpy(raw, rtx_tensor_data(h), (size_t)bytes,
-                                  cudaMemcpyHostToDevice) != cudaSuccess)
-            rc = rtx_err_set(&err, RTX_EGPU, "cudaMemcpy to the device");
-        double t3 = now_s();
-        if (rc == 0 && cudaMemcpy(rtx_tensor_data(page), raw, (size_t)bytes,
-                                  cudaMemcpyDeviceToHost) != cudaSuccess)
-            rc = rtx_err_set(&err, RTX_EGPU, "cudaMemcpy to the host");
-        double t4 = now_s();
-        if (r >= 0) {
-            t_up += t1 - t0;
-            t_down += t2 - t1;
-            t_raw_up += t3 - t2;
-            t_raw_down += t4 - t3;
-        }
-    }
-    if (rc == 0) {
-        double gb = (double)bytes * reps / 1e9;
-        printf("{\"name\": \"transfer\", \"shape\": \"%lld MiB pageable host\", "
-               "\"upload_gbps\": %.2f, \"download_gbps\": %.2f, \"raw_upload_gbps\": %.2f, "
-               "\"raw_download_gbps\": %.2f, \"bytes\": %lld}\n", (long long)(bytes >> 20),
-               gb / t_up, gb / t_down, gb / t_raw_up, gb / t_raw_down, (long long)bytes);
-        fflush(stdout);
-    } else {
-        print_error("transfer", &err);
-    }
-    if (raw) (void)cudaFree(raw);
-    rtx_tensor_unref(h);
-    rtx_tensor_unref(page);
-    rtx_tensor_unref(d);
-    rtx_tensor_unref(back);
+enum block_mode { BLOCK_IO, BLOCK_REPLAY, BLOCK_NODES };
+
+struct block_case {
+    enum block_mode mode;
+    int64_t batch, seq, width, heads;
+    struct rtx_backend *be;     /* be, or a backend without graphs (BLOCK_NODES, owned) */
+    struct rtx_graph *g;
+    struct rtx_plan *plan;
+    struct rtx_tensor *x;       /* host (pageable) */
+    struct rtx_tensor *dx;      /* x on the device (device-resident modes) */
+    struct rtx_tensor *y;       /* the last output */
+    struct rtx_exec_stats st;
+};
+
+static int block_run(struct bench_case *c, struct rtx_err *err) {
+    struct block_case *k = c->state;
+    rtx_tensor_unref(k->y);
+    k->y = NULL;
+    if (k->mode == BLOCK_IO)
+        return rtx_plan_execute(k->plan, k->be, &k->x, 1, &k->y, 1, NULL, &k->st, err);
+    return rtx_plan_execute_device(k->plan, k->be, &k->dx, 1, &k->y, 1, NULL, &k->st, err);
 }
 
+static int block_sync(struct bench_case *c, struct rtx_err *err) {
+    struct block_case *k = c->state;
+    return rtx_backend_synchronize(k->be, err);
+}
+
+static int block_prepare(struct bench_case *c, struct rtx_err *err) {
+    struct block_case *k = c->state;
+    int rc = 0;
+    k->be = be;
+    if (k->mode == BLOCK_NODES) {
+        struct rtx_cuda_options opt = {.device = 0, .disable_graphs = true};
+        rc = rtx_backend_cuda_new(&opt, &k->be, err);
+    }
+    if (rc == 0) rc = block_graph_new(k->batch, k->seq, k->width, k->heads, rnd(), &k->g, err);
+    if (rc == 0)
+        rc = host_random(RTX_BF16, 3, (const int64_t[]){k->batch, k->seq, k->width}, 0, 1,
+                         &k->x, err);
+    if (rc == 0)
+        rc = rtx_plan_new(k->g, (const struct rtx_tensor *const *)&k->x, 1, NULL, &k->plan,
+                          err);
+    if (rc == 0 && k->mode != BLOCK_IO) rc = rtx_backend_upload(k->be, k->x, &k->dx, err);
+    for (int r = 0; r < 3 && rc == 0; r++) rc = block_run(c, err); /* capture, then replays */
+    if (rc) return rc;
+    /* matmul FLOPs: q, k, v, o (4 w^2) and the MLP (2 w ff) per token, attention causal */
+    double tokens = (double)(k->batch * k->seq), w = (double)k->width;
+    c->flops = 2.0 * tokens * (4.0 * w * w + 2.0 * w * 4.0 * w) + 2.0 * tokens *
+               (double)k->seq * w;
+    snprintf(c->route, sizeof c->route, "%s%s",
+             k->st.mode == RTX_EXEC_REPLAYED ? "graph replay" : "node by node",
+             k->mode == BLOCK_IO ? ", x from pageable, y to pinned" : "");
+    return 0;
+}
+
+static void block_release(struct bench_case *c) {
+    struct block_case *k = c->state;
+    rtx_tensor_unref(k->y);
+    rtx_tensor_unref(k->dx);
+    rtx_tensor_unref(k->x);
+    rtx_plan_free(k->plan);
+    rtx_graph_free(k->g);
+    if (k->be != be) rtx_backend_free(k->be);
+    k->y = k->dx = k->x = NULL;
+    k->plan = NULL;
+    k->g = NULL;
+    k->be = NULL;
+}
+
+static const struct bench_case_i block_iface = {
+    .prepare = block_prepare, .run = block_run, .sync = block_sync, .release = block_release,
+};
+
 /* ------------------------------------------------------------------------------------------
- * Allocator: rtx_mem_pool over cudaMalloc/cudaFree against cudaMalloc/cudaFree
+ * Transfers: upload from pageable memory, download into the backend's pinned pool
+ * ---------------------------------------------------------------------------------------- */
+
+struct transfer_case {
+    bool download;
+    int64_t bytes;
+    struct rtx_tensor *host, *dev, *back;
+};
+
+static int transfer_run(struct bench_case *c, struct rtx_err *err) {
+    struct transfer_case *t = c->state;
+    if (!t->download) {
+        rtx_tensor_unref(t->dev);
+        t->dev = NULL;
+        return rtx_backend_upload(be, t->host, &t->dev, err);
+    }
+    rtx_tensor_unref(t->back);
+    t->back = NULL;
+    return rtx_backend_download(be, t->dev, &t->back, err);
+}
+
+static int transfer_prepare(struct bench_case *c, struct rtx_err *err) {
+    struct transfer_case *t = c->state;
+    int64_t n = t->bytes / 2;
+    int rc = host_random(RTX_BF16, 1, &n, 0, 1, &t->host, err); /* touched pageable memory */
+    if (rc == 0) rc = rtx_backend_upload(be, t->host, &t->dev, err);
+    for (int r = 0; r < 2 && rc == 0; r++) rc = transfer_run(c, err);
+    if (rc == 0) rc = rtx_backend_synchronize(be, err);
+    c->bytes = (double)t->bytes;
+    snprintf(c->route, sizeof c->route, "%s",
+             t->download ? "device to the pinned pool" : "pageable through pinned chunks");
+    return rc;
+}
+
+static void transfer_release(struct bench_case *c) {
+    struct transfer_case *t = c->state;
+    rtx_tensor_unref(t->host);
+    rtx_tensor_unref(t->dev);
+    rtx_tensor_unref(t->back);
+    t->host = t->dev = t->back = NULL;
+}
+
+static const struct bench_case_i transfer_iface = {
+    .prepare = transfer_prepare, .run = transfer_run, .sync = be_sync,
+    .release = transfer_release,
+};
+
+/* ------------------------------------------------------------------------------------------
+ * Allocator: rtx_mem_pool over cudaMalloc/cudaFree, warm cudaMallocAsync, cudaMalloc/cudaFree
  * ---------------------------------------------------------------------------------------- */
 
 static int cu_alloc(void *ctx, size_t bytes, void **ptr) {
@@ -429,73 +372,102 @@ static const struct rtx_mem_pool_device_i cu_iface = {
 };
 
 #define SLOTS 256
+#define TRACE_SEED UINT64_C(0x2545f4914f6cdd1d)
 
-/* Replays the trace through the pool, or cudaMalloc/cudaFree when pool is NULL; returns the
- * allocations plus frees done, or -1 on a failure. */
-static long alloc_trace(struct rtx_mem_pool *pool, long ops, cudaStream_t stream) {
+enum alloc_kind { ALLOC_POOL, ALLOC_ASYNC, ALLOC_CUDAMALLOC };
+
+struct alloc_case {
+    enum alloc_kind kind;
+    long ops;                   /* allocations plus frees per run */
+    struct rtx_mem_pool *pool;
+    cudaStream_t stream;
+};
+
+static int trace_alloc(struct alloc_case *a, size_t bytes, void **p) {
+    switch (a->kind) {
+    case ALLOC_POOL: return rtx_mem_pool_alloc(a->pool, bytes, a->stream, p, NULL);
+    case ALLOC_ASYNC: return cudaMallocAsync(p, bytes, a->stream) == cudaSuccess ? 0 : RTX_EGPU;
+    case ALLOC_CUDAMALLOC: return cu_alloc(NULL, bytes, p);
+    }
+    return RTX_EINVAL;
+}
+
+static void trace_free(struct alloc_case *a, void *p) {
+    switch (a->kind) {
+    case ALLOC_POOL: (void)rtx_mem_pool_release(a->pool, p, NULL); break;
+    case ALLOC_ASYNC: (void)cudaFreeAsync(p, a->stream); break;
+    case ALLOC_CUDAMALLOC: cu_free(NULL, p); break;
+    }
+}
+
+/* One pass of the trace (bench_gpu.py's alloc_trace replays the same one through PyTorch):
+ * xorshift64 from TRACE_SEED; a step picks a slot, frees its block if it holds one, else
+ * allocates 2^bits + (r mod 2^bits) bytes with bits in 9 .. 21; what is left is freed. */
+static int alloc_run(struct bench_case *c, struct rtx_err *err) {
+    struct alloc_case *a = c->state;
     void *slot[SLOTS] = {0};
-    long done = 0;
-    rng = UINT64_C(0x2545f4914f6cdd1d);
-    for (long i = 0; i < ops; i++) {
-        int k = (int)(rnd() % SLOTS);
+    uint64_t s = TRACE_SEED;
+#define NEXT() (s ^= s << 13, s ^= s >> 7, s ^= s << 17, s)
+    int rc = 0;
+    for (long i = 0; i < a->ops && rc == 0; i++) {
+        int k = (int)(NEXT() % SLOTS);
         if (slot[k]) {
-            if (pool)
-                (void)rtx_mem_pool_release(pool, slot[k], NULL);
-            else
-                cu_free(NULL, slot[k]);
+            trace_free(a, slot[k]);
             slot[k] = NULL;
         } else {
-            int bits = 9 + (int)(rnd() % 13); /* 512 B .. 4 MiB */
-            size_t bytes = ((size_t)1 << bits) + (size_t)(rnd() % ((size_t)1 << bits));
-            int rc = pool ? rtx_mem_pool_alloc(pool, bytes, stream, &slot[k], NULL)
-                          : cu_alloc(NULL, bytes, &slot[k]);
-            if (rc) return -1;
+            int bits = 9 + (int)(NEXT() % 13);
+            size_t bytes = ((size_t)1 << bits) + (size_t)(NEXT() % ((size_t)1 << bits));
+            rc = trace_alloc(a, bytes, &slot[k]);
         }
-        done++;
     }
-    for (int k = 0; k < SLOTS; k++) {
-        if (!slot[k]) continue;
-        if (pool)
-            (void)rtx_mem_pool_release(pool, slot[k], NULL);
-        else
-            cu_free(NULL, slot[k]);
-    }
-    return done;
+#undef NEXT
+    for (int k = 0; k < SLOTS; k++)
+        if (slot[k]) trace_free(a, slot[k]);
+    return rc ? rtx_err_set(err, rc, "%s: an allocation failed", c->name) : 0;
 }
 
-static void alloc_case(void) {
-    long raw_ops = quick ? 2000 : 20000, pool_ops = quick ? 200000 : 2000000;
-    struct rtx_err err = {0};
-    struct rtx_mem_pool *pool = NULL;
-    struct rtx_mem_pool_config cfg = {.name = "bench"};
-    cudaStream_t stream = NULL;
-    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
-        printf("{\"name\": \"alloc\", \"error\": \"cudaStreamCreate failed\"}\n");
-        return;
-    }
-    double t0 = now_s();
-    long n_raw = alloc_trace(NULL, raw_ops, stream);
-    double raw_s = now_s() - t0;
-    int rc = rtx_mem_pool_new(&cu_iface, NULL, &cfg, &pool, &err);
-    long n_pool = -1;
-    double pool_s = 0;
-    if (rc == 0 && alloc_trace(pool, pool_ops / 10, stream) >= 0) { /* warm the cache */
-        t0 = now_s();
-        n_pool = alloc_trace(pool, pool_ops, stream);
-        pool_s = now_s() - t0;
-    }
-    if (n_raw < 0 || n_pool < 0) {
-        printf("{\"name\": \"alloc\", \"error\": \"an allocation failed\"}\n");
-    } else {
-        printf("{\"name\": \"alloc\", \"shape\": \"512 B..4 MiB, 256 slots\", "
-               "\"raw_ops_per_s\": %.0f, \"pool_ops_per_s\": %.0f, \"raw_ops\": %ld, "
-               "\"pool_ops\": %ld}\n", (double)n_raw / raw_s, (double)n_pool / pool_s, n_raw,
-               n_pool);
-    }
-    fflush(stdout);
-    rtx_mem_pool_free(pool);
-    (void)cudaStreamDestroy(stream);
+static int alloc_sync(struct bench_case *c, struct rtx_err *err) {
+    struct alloc_case *a = c->state;
+    return cudaStreamSynchronize(a->stream) == cudaSuccess
+               ? 0 : rtx_err_set(err, RTX_EGPU, "cudaStreamSynchronize");
 }
+
+static int alloc_prepare(struct bench_case *c, struct rtx_err *err) {
+    struct alloc_case *a = c->state;
+    static const char *const routes[] = {
+        "rtx_mem_pool over cudaMalloc", "cudaMallocAsync, default pool kept warm",
+        "cudaMalloc/cudaFree"};
+    if (cudaStreamCreateWithFlags(&a->stream, cudaStreamNonBlocking) != cudaSuccess)
+        return rtx_err_set(err, RTX_EGPU, "cudaStreamCreate");
+    int rc = 0;
+    if (a->kind == ALLOC_POOL) {
+        struct rtx_mem_pool_config cfg = {.name = "bench"};
+        rc = rtx_mem_pool_new(&cu_iface, NULL, &cfg, &a->pool, err);
+    } else if (a->kind == ALLOC_ASYNC) {
+        cudaMemPool_t mp;
+        uint64_t keep = UINT64_MAX;
+        if (cudaDeviceGetDefaultMemPool(&mp, 0) != cudaSuccess ||
+            cudaMemPoolSetAttribute(mp, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess)
+            rc = rtx_err_set(err, RTX_EGPU, "the default memory pool's release threshold");
+    }
+    for (int r = 0; r < 2 && rc == 0; r++) rc = alloc_run(c, err); /* fills the caches */
+    if (rc == 0) rc = alloc_sync(c, err);
+    snprintf(c->route, sizeof c->route, "%s", routes[a->kind]);
+    snprintf(c->shape, sizeof c->shape, "%ld ops: 512 B..4 MiB, %d slots", a->ops, SLOTS);
+    return rc;
+}
+
+static void alloc_release(struct bench_case *c) {
+    struct alloc_case *a = c->state;
+    rtx_mem_pool_free(a->pool);
+    a->pool = NULL;
+    if (a->stream) (void)cudaStreamDestroy(a->stream);
+    a->stream = NULL;
+}
+
+static const struct bench_case_i alloc_iface = {
+    .prepare = alloc_prepare, .run = alloc_run, .sync = alloc_sync, .release = alloc_release,
+};
 
 /* ------------------------------------------------------------------------------------------
  * --attention-check DIR: inputs and GPU outputs of small attention cases, for bench_gpu.py.
@@ -566,7 +538,9 @@ static void attention_check_case(const char *dir, int i, enum rtx_dtype dt, int6
                (long long)d, causal, mask_names[mask], dir, i);
         fflush(stdout);
     } else if (err.msg[0]) {
-        print_error("attention_check", &err);
+        printf("{\"name\": \"attention_check\", \"error\": \"");
+        bench_json_escape(stdout, err.msg);
+        printf("\"}\n");
     } else {
         printf("{\"name\": \"attention_check\", \"error\": \"case %d: writing failed\"}\n", i);
     }
@@ -590,72 +564,149 @@ static void attention_check(const char *dir) {
             }
 }
 
+/* ------------------------------------------------------------------------------------------
+ * The case table
+ * ---------------------------------------------------------------------------------------- */
+
+#define MAX_CASES 64
+
+static struct bench_case cases[MAX_CASES];
+static int n_cases;
+static struct op_case op_states[MAX_CASES];
+static struct block_case block_states[3];
+static struct transfer_case transfer_states[2];
+static struct alloc_case alloc_states[3];
+
+static struct bench_case *add_case(const char *name, enum rtx_dtype dt,
+                                   const struct bench_case_i *iface, void *state, int reps) {
+    struct bench_case *c = &cases[n_cases++];
+    bench_case_init(c, name, rtx_dtype_name(dt), iface, state);
+    c->reps = reps;
+    return c;
+}
+
+static void add_op(enum op_kind kind, enum rtx_dtype dt, const int64_t *dims, bool causal,
+                   int reps) {
+    static const char *const names[] = {"gemm", "add", "layer_norm", "softmax", "attention"};
+    struct op_case *o = &op_states[n_cases];
+    *o = (struct op_case){.kind = kind, .dt = dt, .causal = causal};
+    memcpy(o->dims, dims, sizeof o->dims);
+    struct bench_case *c = add_case(names[kind], dt, &op_iface, o, reps);
+    long long d[4] = {(long long)dims[0], (long long)dims[1], (long long)dims[2],
+                      (long long)dims[3]};
+    if (kind == OP_GEMM)
+        snprintf(c->shape, sizeof c->shape, "%lldx%lldx%lld", d[0], d[0], d[0]);
+    else if (kind == OP_ATTENTION)
+        snprintf(c->shape, sizeof c->shape, "b%lld h%lld l%lld d%lld%s", d[0], d[1], d[2],
+                 d[3], causal ? " causal" : "");
+    else
+        snprintf(c->shape, sizeof c->shape, "%lldx%lld", d[0], d[1]);
+}
+
+static void add_block(enum block_mode mode, int reps) {
+    static const char *const names[] = {"block_io", "block_device", "block_device"};
+    struct block_case *k = &block_states[mode];
+    *k = (struct block_case){.mode = mode, .batch = 8, .seq = 512, .width = 1024, .heads = 16};
+    struct bench_case *c = add_case(names[mode], RTX_BF16, &block_iface, k, reps);
+    snprintf(c->shape, sizeof c->shape, "[%lld,%lld,%lld] h%lld", (long long)k->batch,
+             (long long)k->seq, (long long)k->width, (long long)k->heads);
+}
+
+static void add_transfers(int reps) {
+    static const char *const names[2] = {"upload", "download"};
+    for (int i = 0; i < 2; i++) {
+        transfer_states[i] = (struct transfer_case){.download = i == 1, .bytes = 64 << 20};
+        struct bench_case *c = add_case(names[i], RTX_BF16, &transfer_iface,
+                                        &transfer_states[i], reps);
+        snprintf(c->shape, sizeof c->shape, "64 MiB");
+    }
+}
+
+static void add_allocs(void) {
+    static const char *const names[3] = {"alloc_pool", "alloc_async", "alloc_cudamalloc"};
+    for (int i = 0; i < 3; i++) {
+        alloc_states[i] = (struct alloc_case){.kind = (enum alloc_kind)i,
+                                              .ops = i == ALLOC_CUDAMALLOC ? 500 : 20000};
+        struct bench_case *c = add_case(names[i], RTX_U8, &alloc_iface, &alloc_states[i], 3);
+        snprintf(c->shape, sizeof c->shape, "%ld ops", alloc_states[i].ops);
+    }
+}
+
+static void add_cases(bool memory, bool attention, bool block, bool alloc) {
+    bool all = !memory && !attention && !block && !alloc;
+    if (all) {
+        add_op(OP_GEMM, RTX_BF16, (const int64_t[4]){4096}, false, 50);
+        if (!quick) add_op(OP_GEMM, RTX_BF16, (const int64_t[4]){8192}, false, 20);
+    }
+    if (all || memory) {
+        static const enum op_kind ops[3] = {OP_ADD, OP_LAYER_NORM, OP_SOFTMAX};
+        static const enum rtx_dtype dts[2] = {RTX_BF16, RTX_F32};
+        for (int o = 0; o < 3; o++)
+            for (int d = 0; d < 2; d++)
+                add_op(ops[o], dts[d], (const int64_t[4]){quick ? 4096 : 32768, 4096}, false,
+                       30);
+    }
+    if (all || attention) {
+        static const int64_t seqs[4] = {1024, 2048, 4096, 8192};
+        for (int di = 0; di < 2; di++)
+            for (int si = 0; si < (quick ? 1 : 4); si++)
+                for (int causal = 0; causal < 2; causal++)
+                    add_op(OP_ATTENTION, RTX_BF16,
+                           (const int64_t[4]){8, 16, seqs[si], di ? 128 : 64}, causal,
+                           seqs[si] >= 4096 ? 5 : 20);
+    }
+    if (all || block) {
+        add_block(BLOCK_IO, 20);
+        add_block(BLOCK_REPLAY, 50);
+        add_block(BLOCK_NODES, 50);
+        add_transfers(10);
+    }
+    if (all || alloc) add_allocs();
+}
+
 int main(int argc, char **argv) {
-    bool only_attention = false, only_block = false, only_memory = false;
+    bool serve = false, memory = false, attention = false, block = false, alloc = false;
+    int windows = 5;
     const char *check_dir = NULL;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
-            quick = true;
-        } else if (strcmp(argv[i], "--memory") == 0) {
-            only_memory = true;
-        } else if (strcmp(argv[i], "--attention") == 0) {
-            only_attention = true;
-        } else if (strcmp(argv[i], "--block") == 0) {
-            only_block = true;
-        } else if (strcmp(argv[i], "--attention-check") == 0 && i + 1 < argc) {
+        if (strcmp(argv[i], "--serve") == 0) serve = true;
+        else if (strcmp(argv[i], "--quick") == 0) quick = true;
+        else if (strcmp(argv[i], "--memory") == 0) memory = true;
+        else if (strcmp(argv[i], "--attention") == 0) attention = true;
+        else if (strcmp(argv[i], "--block") == 0) block = true;
+        else if (strcmp(argv[i], "--alloc") == 0) alloc = true;
+        else if (strcmp(argv[i], "--windows") == 0 && i + 1 < argc) windows = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--attention-check") == 0 && i + 1 < argc)
             check_dir = argv[++i];
-        } else {
-            fprintf(stderr,
-                    "usage: rtx-bench-gpu [--quick] [--memory] [--attention] [--block] "
-                    "[--attention-check DIR]\n");
+        else {
+            fprintf(stderr, "usage: rtx-bench-gpu [--serve] [--quick] [--memory] [--attention] "
+                            "[--block] [--alloc] [--windows N] [--attention-check DIR]\n");
             return 2;
         }
     }
     char why[256] = "";
     if (rtx_cuda_device_count(why, sizeof why, NULL) == 0) {
-        printf("rtx-bench-gpu: skipped: no CUDA device (%s)\n", why);
-        return 0;
+        printf("{\"error\": \"no CUDA device: ");
+        bench_json_escape(stdout, why);
+        printf("\"}\n");
+        return 3;
     }
     struct rtx_err err = {0};
     struct rtx_cuda_options opt = {.device = 0};
     if (rtx_backend_cuda_new(&opt, &be, &err) != 0) {
-        fprintf(stderr, "rtx-bench-gpu: %s\n", err.msg);
+        printf("{\"error\": \"");
+        bench_json_escape(stdout, err.msg);
+        printf("\"}\n");
         return 1;
     }
+    int rc = 0;
     if (check_dir) {
         attention_check(check_dir);
-        rtx_backend_free(be);
-        return 0;
-    }
-    if (only_block) { /* the block and the transfers only */
-        block_case(8, 512, 1024, 16, quick ? 10 : 50);
-        transfer_case((int64_t)64 << 20, quick ? 3 : 10);
-        rtx_backend_free(be);
-        return 0;
-    }
-    if (!only_attention) {
-        if (!only_memory) gemm_case(4096);
-        if (!quick && !only_memory) gemm_case(8192);
-        static const char *const mem_ops[3] = {"add", "layer_norm", "softmax"};
-        static const enum rtx_dtype mem_dts[2] = {RTX_BF16, RTX_F32};
-        int64_t rows = quick ? 4096 : 32768;
-        for (int o = 0; o < 3; o++)
-            for (int d = 0; d < 2; d++) membound_case(mem_ops[o], mem_dts[d], rows, 4096);
-        if (only_memory) { /* the memory-bound cases only */
-            rtx_backend_free(be);
-            return 0;
-        }
-    }
-    static const int64_t seqs[4] = {1024, 2048, 4096, 8192};
-    for (int di = 0; di < 2; di++)
-        for (int si = 0; si < (quick ? 1 : 4); si++)
-            for (int causal = 0; causal < 2; causal++)
-                attention_case(8, 16, seqs[si], di ? 128 : 64, causal);
-    if (!only_attention) {
-        block_case(8, 512, 1024, 16, quick ? 10 : 50);
-        transfer_case((int64_t)64 << 20, quick ? 3 : 10);
-        alloc_case();
+    } else {
+        add_cases(memory, attention, block, alloc);
+        rc = serve ? bench_serve(cases, n_cases, stdin, stdout)
+                   : bench_run_all(cases, n_cases, windows, stdout) > 0;
     }
     rtx_backend_free(be);
-    return 0;
+    return rc;
 }

@@ -1,67 +1,87 @@
-"""bench_gpu.py - the CUDA backend against PyTorch on the same GPU, in one run.
+"""bench_gpu.py - the CUDA backend against PyTorch on the same GPU, timed the same way.
 
-Runs build/bin/rtx-bench-gpu (bench/bench-gpu.c: one JSON line per case), then the same cases
-in PyTorch in this process: same shapes and dtypes, CUDA-event timing of each call after
-warm-up, the median. Also the device-to-device copy bandwidth (Tensor.copy_), which the
-memory-bound targets are measured against, and the transformer block under torch.compile.
-Prints one table: rtxd's figure, PyTorch's, the ratio, the target and met/MISSED.
+rtxd's side is build/bin/rtx-bench-gpu (bench/bench-gpu.c) run as a driver (--serve,
+bench/bench-driver.h); PyTorch's runs in this process. Every case is timed by harness.py's one
+method: warm-up, then windows of N runs back to back between two synchronizations, rtxd's and
+PyTorch's windows alternating, the median window with its spread. Outputs are preallocated on
+both sides where PyTorch allows it (matmul, add, layer norm and softmax write into `out=`;
+scaled_dot_product_attention and the transformer block allocate from PyTorch's caching
+allocator). Each row names the route that ran on rtxd's side (for attention the route the
+backend reports, not the one asked for), the two medians with their spread, the ratio and
+its target; the device-to-device copy bandwidth (Tensor.copy_) is the bound the memory-bound
+targets refer to.
 
-Attention rows name the route rtxd ran (the fused kernel unless RTX_ATTN_ROUTE says otherwise,
-docs/gpu.md). After the table, an accuracy check: rtx-bench-gpu --attention-check writes small
-attention cases (f16 and bf16, head dims 64 and 128, odd lengths, causal, boolean and additive
-masks) with rtxd's GPU output; each is compared with PyTorch's scaled_dot_product_attention on
-the same inputs, both against an f32 reference: rtxd passes when its max error is at most
-twice PyTorch's own plus one unit of the dtype (2^-10 f16, 2^-7 bf16) times max |ref|.
-The exit status is 1 when a check fails.
+Rows:
+- GEMM, add + row, layer_norm, softmax, attention: rtxd's one-node graph vs the PyTorch op.
+- block_io: the bf16 transformer block with x uploaded from pageable memory and y downloaded
+  into pinned memory every run, vs eager PyTorch doing the same (x.cuda() from pageable, y
+  copied into a preallocated pinned tensor); block_device (graph replay, node by node): x and
+  y on the device, vs eager and vs torch.compile. rtxd's plan execution synchronizes at its
+  end (as a job does) and PyTorch's eager runs do not: that counts against rtxd.
+- upload: 64 MiB from pageable host memory on both sides (torch: a preallocated device
+  tensor's copy_ from pageable memory); download: into pinned memory on both sides (torch:
+  a preallocated pinned tensor's copy_).
+- allocator: one pseudo-random trace (the driver's) through rtx_mem_pool, judged against a
+  warm cudaMallocAsync pool; raw cudaMalloc/cudaFree and PyTorch's caching allocator (through
+  torch.empty from Python, so Python's call overhead is inside its figure) are reported.
+
+After the table, an accuracy check: rtx-bench-gpu --attention-check writes small attention
+cases (f16 and bf16, head dims 64 and 128, odd lengths, causal, boolean and additive masks)
+with rtxd's GPU output; each is compared with PyTorch's scaled_dot_product_attention on the
+same inputs, both against an f32 reference: rtxd passes when its max error is at most twice
+PyTorch's own plus one unit of the dtype (2^-10 f16, 2^-7 bf16) times max |ref|.
+
+Exit status: 1 when a case fails to run, the driver fails, an accuracy check fails, or a
+judged target is missed (unless --report or RTX_BENCH_REPORT=1: then targets are reported,
+not judged); 1 also when there is no CUDA device, unless RTX_ALLOW_NO_GPU=1 says none is
+meant to be there.
 
 Usage (on the GPU machine, after `make all gpu-bundle` elsewhere): make bench-gpu
-  python3 bench/bench_gpu.py [--check-only]   (--check-only: only the accuracy check)
-Environment: RTX_BUILD (the build folder, default ./build), RTX_BENCH_ARGS (extra arguments
-for rtx-bench-gpu, e.g. --quick or --attention).
+  python3 bench/bench_gpu.py [--report] [--check-only] [--harness-check] [--cases REGEX]
+  --check-only: only the accuracy check; --cases: only cases whose "name shape" matches;
+  --harness-check: checks that the verdicts can flip (a slowed rtxd, a slowed PyTorch, a
+  failing case) on the add case, running this script three times (make test-gpu runs it).
+Environment: RTX_BUILD (the build folder, default ./build), RTX_BENCH_ARGS (arguments for
+rtx-bench-gpu, e.g. --quick or --attention), RTX_BENCH_WINDOWS (timed windows per side,
+default 7), RTX_BENCH_WINDOW_MS (the length a window aims at, default 40),
+RTX_BENCH_DELAY_US / RTX_BENCH_REF_DELAY_US (slow rtxd / PyTorch on purpose, harness.py).
 """
+import argparse
 import functools
 import json
 import math
 import os
-import statistics
+import re
 import subprocess
 import sys
 import tempfile
-import time
+
+import harness as H
+
+TARGETS = {"gemm": 0.95, "attention": 0.8, "block": 1.3, "alloc": 1.0}
+MEM_TARGET, COPY_TARGET = 1.0, 0.8
 
 
-def run_rtx(args=None):
+def driver_cmd(args=None):
     build = os.environ.get("RTX_BUILD", "build")
     cmd = [os.path.join(build, "bin", "rtx-bench-gpu")]
-    cmd += os.environ.get("RTX_BENCH_ARGS", "").split() if args is None else args
+    return cmd + (os.environ.get("RTX_BENCH_ARGS", "").split() if args is None else args)
+
+
+def run_rtx(args):
+    """rtx-bench-gpu run once (not as a driver): its JSON lines."""
+    cmd = driver_cmd(args)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     sys.stderr.write(proc.stderr)
-    if proc.returncode != 0:
-        print(f"bench_gpu: {cmd[0]} exited with {proc.returncode}", file=sys.stderr)
     rows = []
     for line in proc.stdout.splitlines():
         print(line, flush=True)
         if line.startswith("{"):
             rows.append(json.loads(line))
+    if proc.returncode != 0:
+        rows.append({"name": "attention_check",
+                     "error": f"{cmd[0]} exited with {proc.returncode}"})
     return rows
-
-
-def cuda_time_ms(fn, warmup=3, reps=20):
-    """Median milliseconds of fn() by CUDA events around each call."""
-    import torch
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
 
 
 def torch_dtype(name):
@@ -73,58 +93,76 @@ def parse_dims(shape, sep="x"):
     return [int(v) for v in shape.split(sep)]
 
 
-def torch_case(r):
-    """PyTorch's figure for one rtxd row: (ms, tflops or None, gbps or None)."""
+def sync():
+    import torch
+    torch.cuda.synchronize()
+
+
+def with_out(fast, slow):
+    """fast (writes a preallocated output) if this PyTorch runs it, else slow; and a label."""
+    try:
+        fast()
+        return fast, "out="
+    except (RuntimeError, TypeError, AttributeError):
+        return slow, "allocates"
+
+
+def op_reference(c):
+    """(run, label) of PyTorch's side of one op case."""
     import torch
     import torch.nn.functional as F
-    name, dt = r["name"], torch_dtype(r["dtype"])
+    name, dt = c["name"], torch_dtype(c["dtype"])
     if name == "gemm":
-        m, n, k = parse_dims(r["shape"])
+        m, n, k = parse_dims(c["shape"])
         a = torch.randn(m, k, device="cuda", dtype=dt)
         b = torch.randn(k, n, device="cuda", dtype=dt) / math.sqrt(k)
-        ms = cuda_time_ms(lambda: torch.matmul(a, b), reps=30)
-        return ms, 2.0 * m * n * k / ms / 1e9, None
+        y = torch.empty(m, n, device="cuda", dtype=dt)
+        return with_out(lambda: torch.matmul(a, b, out=y), lambda: torch.matmul(a, b))
     if name in ("add", "layer_norm", "softmax"):
-        rows, cols = parse_dims(r["shape"])
+        rows, cols = parse_dims(c["shape"])
         x = torch.randn(rows, cols, device="cuda", dtype=dt)
         w = torch.randn(cols, device="cuda", dtype=dt)
         bias = torch.randn(cols, device="cuda", dtype=dt)
-        es = x.element_size()
+        y = torch.empty_like(x)
         if name == "add":
-            fn, moved = (lambda: x + w), 2 * x.numel() * es + cols * es
-        elif name == "layer_norm":
-            fn = lambda: F.layer_norm(x, (cols,), w, bias)  # noqa: E731
-            moved = 2 * x.numel() * es + 2 * cols * es
-        else:
-            fn, moved = (lambda: torch.softmax(x, -1)), 2 * x.numel() * es
-        ms = cuda_time_ms(fn)
-        return ms, None, moved / ms / 1e6
+            return with_out(lambda: torch.add(x, w, out=y), lambda: x + w)
+        if name == "layer_norm":
+            mean = torch.empty(rows, 1, device="cuda", dtype=torch.float32)
+            rstd = torch.empty_like(mean)
+            return with_out(lambda: torch.ops.aten.native_layer_norm.out(
+                x, [cols], w, bias, 1e-5, out0=y, out1=mean, out2=rstd),
+                lambda: F.layer_norm(x, (cols,), w, bias))
+        return with_out(lambda: torch.ops.aten._softmax.out(x, -1, False, out=y),
+                        lambda: torch.softmax(x, -1))
     if name == "attention":
-        parts = r["shape"].split()
+        parts = c["shape"].split()
         b, h, seq, d = (int(p[1:]) for p in parts[:4])
         causal = "causal" in parts
         q, k, v = (torch.randn(b, h, seq, d, device="cuda", dtype=dt) for _ in range(3))
-        ms = cuda_time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                          reps=10)
-        flops = 4.0 * b * h * seq * seq * d / (2 if causal else 1)
-        return ms, flops / ms / 1e9, None
-    return None
+        return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)), "allocates"
+    return None, ""
 
 
-def copy_bandwidth():
+def copy_bandwidth(windows):
+    """GB/s of the device-to-device copy (torch copy_, 1 GiB bf16), the harness's way."""
     import torch
-    src = torch.empty(1 << 29, device="cuda", dtype=torch.bfloat16)  # 1 GiB
+    src = torch.empty(1 << 29, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(src)
-    ms = cuda_time_ms(lambda: dst.copy_(src))
-    return 2 * src.numel() * src.element_size() / ms / 1e6
+    ref = functools.partial(H.reference_window, lambda: dst.copy_(src), sync, slowable=False)
+    ref(3)
+    st = H.Stats([ref(10) for _ in range(windows)])
+    ref = src = dst = None
+    torch.cuda.empty_cache()
+    return 2 * (1 << 29) * 2 / st.median / 1e6, st
 
 
 @functools.lru_cache(maxsize=None)
 def block_torch(shape):
-    """Eager, eager with the host copies rtxd's figure includes, and torch.compile (ms)."""
+    """The block's PyTorch functions for rtxd's shape: eager, eager with host copies (x from
+    pageable memory, y into preallocated pinned memory) and torch.compile (None if it fails)."""
     import torch
     import torch.nn.functional as F
-    parts = shape.replace("bf16[", "").replace("]", "").split()
+    parts = shape.replace("[", "").replace("]", "").split()
     batch, seq, width = (int(v) for v in parts[0].split(","))
     heads = int(parts[1][1:])
     ff, dt = 4 * width, torch.bfloat16
@@ -158,47 +196,74 @@ def block_torch(shape):
         return res1 + (u @ W["w_down"] + W["b_down"])
 
     x = p(batch, seq, width)
-    with torch.no_grad():
-        eager = cuda_time_ms(lambda: block(x), warmup=5, reps=50)
-        x_host = x.cpu()
+    x_host = x.cpu()  # pageable
+    y_pinned = torch.empty(batch, seq, width, dtype=dt, pin_memory=True)
+
+    def eager():
+        with torch.no_grad():
+            block(x)
+
+    def eager_io():
+        with torch.no_grad():
+            y_pinned.copy_(block(x_host.cuda()))
+
+    def run_compiled():
+        with torch.no_grad():
+            cb(x)
+
+    compiled = None
+    try:
+        cb = torch.compile(block)
         for _ in range(3):
-            block(x_host.cuda()).cpu()
-        times = []
-        for _ in range(30):
-            t0 = time.perf_counter()
-            block(x_host.cuda()).cpu()
-            times.append((time.perf_counter() - t0) * 1e3)
-        eager_io = statistics.median(times)
-        try:
-            compiled = torch.compile(block)
-            comp = cuda_time_ms(lambda: compiled(x), warmup=5, reps=50)
-        except Exception as e:  # noqa: BLE001 - report and go on
-            print(f"torch.compile failed: {e}", file=sys.stderr)
-            comp = float("nan")
-    return eager, eager_io, comp
+            run_compiled()
+        sync()
+        compiled = run_compiled
+    except Exception as e:  # noqa: BLE001 - report the row as failed and go on
+        print(f"torch.compile failed: {e}", file=sys.stderr)
+    return eager, eager_io, compiled
 
 
-def transfer_torch(nbytes, reps=10):
-    """PyTorch's pageable host->device (.cuda()) and device->host (.cpu()) GB/s."""
+def transfer_reference(c):
+    """PyTorch's side of a 64 MiB transfer: pageable upload or download into pinned memory."""
     import torch
-    x = torch.rand(nbytes // 2).to(torch.bfloat16)  # pageable host memory
-    up = down = 0.0
-    for i in range(reps + 1):  # one warm-up
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        d = x.cuda()
-        torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        d.cpu()
-        t2 = time.perf_counter()
-        if i:
-            up, down = up + t1 - t0, down + t2 - t1
-    return nbytes * reps / up / 1e9, nbytes * reps / down / 1e9
+    n = int(c["bytes"]) // 2
+    if c["name"] == "upload":
+        src = torch.rand(n).to(torch.bfloat16)  # pageable
+        dst = torch.empty(n, device="cuda", dtype=torch.bfloat16)
+        return lambda: dst.copy_(src)
+    src = torch.rand(n, device="cuda").to(torch.bfloat16)
+    dst = torch.empty(n, dtype=torch.bfloat16, pin_memory=True)
+    return lambda: dst.copy_(src)
 
 
-def verdict(ratio, target):
-    return "met" if ratio >= target else "MISSED"
+def alloc_trace_torch(ops):
+    """One pass of bench-gpu.c's allocator trace through PyTorch's caching allocator."""
+    import torch
+    mask = (1 << 64) - 1
+    s = 0x2545f4914f6cdd1d
+    slots = [None] * 256
 
+    def nxt():
+        nonlocal s
+        s ^= (s << 13) & mask
+        s ^= s >> 7
+        s ^= (s << 17) & mask
+        return s
+
+    def run():
+        nonlocal s
+        s = 0x2545f4914f6cdd1d
+        for _ in range(ops):
+            k = nxt() % 256
+            if slots[k] is not None:
+                slots[k] = None
+            else:
+                bits = 9 + nxt() % 13
+                n = (1 << bits) + nxt() % (1 << bits)
+                slots[k] = torch.empty(n, dtype=torch.uint8, device="cuda")
+        for k in range(256):
+            slots[k] = None
+    return run
 
 def load_raw(path, dtype, shape):
     """A raw little-endian file of rtxd's dtype as a torch tensor on the GPU."""
@@ -268,88 +333,171 @@ def attention_check():
     return failures
 
 
+
+def harness_check():
+    """The verdicts can flip: the bf16 add case met as it is, MISSED with rtxd slowed, met
+    again with PyTorch slowed more, and a case that fails (a bad RTX_ATTN_ROUTE) fails the
+    run. Runs this script as a child each time; returns the number of wrong outcomes."""
+    script = os.path.abspath(__file__)
+    add = ["--cases", "^add bf16", "--no-accuracy"]
+    att = ["--cases", "^attention bf16 b8 h16 l1024 d64$", "--no-accuracy"]
+    quick = {"RTX_BENCH_ARGS": "--quick", "RTX_BENCH_WINDOWS": "3"}
+    runs = [
+        ("as it is", add, {}, 0, "met"),
+        ("rtxd slowed by 20 ms per run", add, {"RTX_BENCH_DELAY_US": "20000"}, 1, "MISSED"),
+        ("rtxd slowed by 20 ms, PyTorch by 100 ms", add,
+         {"RTX_BENCH_DELAY_US": "20000", "RTX_BENCH_REF_DELAY_US": "100000"}, 0, "met"),
+        ("report only, rtxd slowed", add + ["--report"], {"RTX_BENCH_DELAY_US": "20000"}, 0,
+         "MISSED"),
+        ("a case that fails to run", att, {"RTX_ATTN_ROUTE": "no-such-route"}, 1, "FAILED"),
+    ]
+    wrong = 0
+    for what, args, env, want_rc, want_word in runs:
+        p = subprocess.run([sys.executable, script] + args, capture_output=True, text=True,
+                           env={**os.environ, **quick, **env})
+        rows = [ln for ln in p.stdout.splitlines() if ln.startswith("| add")
+                or ln.startswith("| attention")]
+        ok = p.returncode == want_rc and any(ln.rstrip(" |").endswith(want_word)
+                                             for ln in rows)
+        wrong += 0 if ok else 1
+        print(f"harness check: {what}: exit {p.returncode} (want {want_rc}), "
+              f"want a {want_word} row: {'ok' if ok else 'WRONG'}", flush=True)
+        if not ok:
+            print(p.stdout + p.stderr)
+    print(f"harness check: {len(runs) - wrong} passed, {wrong} failed")
+    return wrong
+
+
 def main():
-    if "--check-only" in sys.argv[1:]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--report", action="store_true", help="report targets without judging")
+    ap.add_argument("--check-only", action="store_true", help="only the accuracy check")
+    ap.add_argument("--no-accuracy", action="store_true", help="skip the accuracy check")
+    ap.add_argument("--harness-check", action="store_true",
+                    help="check that verdicts flip (slowed sides, a failing case)")
+    ap.add_argument("--cases", help="only cases whose 'name dtype shape' matches this regex")
+    args = ap.parse_args()
+    if args.check_only:
         return 1 if attention_check() else 0
-    rows = run_rtx()
-    if not rows:
-        print("bench_gpu: rtx-bench-gpu ran no case (no GPU?)")
-        return 0
+    if args.harness_check:
+        return 1 if harness_check() else 0
+    windows = int(os.environ.get("RTX_BENCH_WINDOWS", "7"))
+    window_ms = float(os.environ.get("RTX_BENCH_WINDOW_MS", "40"))
+    drv = H.Driver(driver_cmd())
+    try:
+        cases = drv.cases()
+    except H.CaseError as e:
+        drv.close()
+        if "no CUDA device" in str(e) and os.environ.get("RTX_ALLOW_NO_GPU") == "1":
+            print(f"bench_gpu: skipped (RTX_ALLOW_NO_GPU=1): {e}")
+            return 0
+        print(f"bench_gpu: FAILED: {e}")
+        return 1
     import torch
-    print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
-    copy_gbps = copy_bandwidth()
-    table = [("device copy (torch copy_)", "bf16 1 GiB", "", f"{copy_gbps:.0f} GB/s", "", "",
-              "")]
-    for r in rows:
-        if "error" in r:
-            table.append((r["name"], "", f"error: {r['error']}", "", "", "", ""))
+    print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuDNN "
+          f"{torch.backends.cudnn.version()}; {windows} windows of ~{window_ms:.0f} ms per "
+          f"side, alternating; median (+-half the min..max spread)", flush=True)
+    rep = H.Report(judge=not H.report_only())
+    copy_gbps, copy_st = copy_bandwidth(windows)
+    rep.note("device copy (torch copy_)", "bf16 1 GiB", f"{copy_gbps:.0f} GB/s "
+             f"(+-{100 * copy_st.spread / 2:.0f}%)")
+    by_name = {}
+    for c in cases:
+        by_name.setdefault(c["name"], []).append(c["case"])
+
+    def compare(i, run_ref, reps=None):
+        ours = functools.partial(drv.window, i)
+        ref = functools.partial(H.reference_window, run_ref, sync)
+        return H.compare(ours, ref, reps or H.reps_for(ours, window_ms), windows)
+
+    def rate(st, per_run, unit, scale):
+        return f"{per_run / st.median / scale:.1f} {unit} (+-{100 * st.spread / 2:.0f}%)"
+
+    for c in cases:
+        i, name = c["case"], c["name"]
+        what = f"{name} {c['dtype']} {c['shape']}"
+        if args.cases and not re.search(args.cases, what):
             continue
-        name, shape = r["name"], f"{r.get('dtype', '')} {r.get('shape', '')}"
-        if name == "alloc":
-            ratio = r["pool_ops_per_s"] / r["raw_ops_per_s"]
-            table.append(("alloc: pool vs cudaMalloc/cudaFree", r["shape"],
-                          f"{r['pool_ops_per_s']:.3g} ops/s",
-                          f"raw {r['raw_ops_per_s']:.3g} ops/s", f"{ratio:.0f}x", "-", "-"))
-            continue
-        if name == "block":
-            eager, eager_io, comp = block_torch(r["shape"])
-            ms = r["ms"]
-            # rtxd's copies against eager without them: not like for like, so reported only;
-            # the target rows are eager with the same copies and both device-resident
-            table.append(("block (rtxd incl. upload+download) vs device-resident eager", shape,
-                          f"{ms:.3f} ms", f"eager {eager:.3f} ms", f"{eager / ms:.2f}x",
-                          "(reported)", ""))
-            table.append(("block vs eager incl. host copies", shape, f"{ms:.3f} ms",
-                          f"eager+io {eager_io:.3f} ms", f"{eager_io / ms:.2f}x", ">= 1.3x",
-                          verdict(eager_io / ms, 1.3)))
-            table.append(("block vs torch.compile", shape, f"{ms:.3f} ms",
-                          f"compile {comp:.3f} ms", f"{comp / ms:.2f}x", "(reported)", ""))
-            continue
-        if name == "block_device":
-            eager, _, comp = block_torch(r["shape"])
-            ms, mode = r["ms"], r.get("mode", "")
-            table.append((f"block device-resident ({mode}) vs eager", shape, f"{ms:.3f} ms",
-                          f"eager {eager:.3f} ms", f"{eager / ms:.2f}x", ">= 1.3x",
-                          verdict(eager / ms, 1.3)))
-            table.append((f"block device-resident ({mode}) vs torch.compile", shape,
-                          f"{ms:.3f} ms", f"compile {comp:.3f} ms", f"{comp / ms:.2f}x",
-                          "(reported)", ""))
-            continue
-        if name == "transfer":
-            t_up, t_down = transfer_torch(r["bytes"])
-            for way, key in (("upload", "upload_gbps"), ("download", "download_gbps")):
-                raw = r["raw_" + key]
-                torch_gbps = t_up if way == "upload" else t_down
-                how = "pinned chunks" if way == "upload" else "into a pinned block"
-                table.append((f"{way} ({how}, copy stream)", r["shape"],
-                              f"{r[key]:.1f} GB/s",
-                              f"torch {torch_gbps:.1f} GB/s, cudaMemcpy {raw:.1f} GB/s",
-                              f"{r[key] / torch_gbps:.2f}x torch", "(reported)", ""))
-            continue
-        t = torch_case(r)
-        if t is None:
-            continue
-        tms, ttf, tgb = t
-        if r.get("tflops") is not None and ttf is not None:
-            ratio = r["tflops"] / ttf
-            target = 0.95 if name == "gemm" else 0.8
-            if "route" in r:
-                name = f"{name} ({r['route']})"
-            table.append((name, shape, f"{r['tflops']:.1f} TFLOP/s", f"{ttf:.1f} TFLOP/s",
-                          f"{ratio:.2f}x", f">= {target}x", verdict(ratio, target)))
-        else:
-            ratio, cr = r["gbps"] / tgb, r["gbps"] / copy_gbps
-            ok = ratio >= 1.0 and cr >= 0.8
-            table.append((name, shape, f"{r['gbps']:.0f} GB/s", f"{tgb:.0f} GB/s",
-                          f"{ratio:.2f}x torch, {cr:.2f}x copy", ">= 1.0x, >= 0.8x copy",
-                          "met" if ok else "MISSED"))
+        if name in ("alloc_async", "alloc_cudamalloc"):
+            continue  # the baselines of alloc_pool
+        shape = f"{c['dtype']} {c['shape']}"
+        try:
+            info = drv.prepare(i)
+            route = info["route"]
+            if name in ("gemm", "attention"):
+                run_ref, how = op_reference(info)
+                a, b = compare(i, run_ref)
+                f = info["flops"]
+                rep.row(name, shape, route, rate(a, f, "TFLOP/s", 1e9),
+                        rate(b, f, "TFLOP/s", 1e9) + f" ({how})", b.median / a.median,
+                        TARGETS[name])
+            elif name in ("add", "layer_norm", "softmax"):
+                run_ref, how = op_reference(info)
+                a, b = compare(i, run_ref)
+                by = info["bytes"]
+                gb = by / a.median / 1e6
+                rep.row(name, shape, route, rate(a, by, "GB/s", 1e6),
+                        rate(b, by, "GB/s", 1e6) + f" ({how})", b.median / a.median,
+                        MEM_TARGET)
+                rep.row(f"{name} vs device copy", shape, route, f"{gb:.0f} GB/s",
+                        f"copy {copy_gbps:.0f} GB/s", gb / copy_gbps, COPY_TARGET)
+            elif name in ("block_io", "block_device"):
+                eager, eager_io, compiled = block_torch(info["shape"])
+                a, b = compare(i, eager_io if name == "block_io" else eager)
+                ref_name = "eager with the same copies" if name == "block_io" else "eager"
+                rep.row(f"block ({route}) vs {ref_name}", shape, route, a.text(),
+                        b.text(), b.median / a.median, TARGETS["block"])
+                if name == "block_device" and compiled is None:
+                    rep.error("block vs torch.compile", shape, "torch.compile failed")
+                elif name == "block_device":
+                    a, b = compare(i, compiled)
+                    rep.row(f"block ({route}) vs torch.compile", shape, route, a.text(),
+                            b.text(), b.median / a.median)
+            elif name in ("upload", "download"):
+                a, b = compare(i, transfer_reference(info))
+                by = info["bytes"]
+                rep.row(name, shape, route, rate(a, by, "GB/s", 1e6),
+                        rate(b, by, "GB/s", 1e6) + " (torch copy_)", b.median / a.median)
+            elif name == "alloc_pool":
+                ops = int(info["shape"].split()[0])
+                per_op = lambda st, n: st.median * 1e6 / n  # noqa: E731 - ns per op
+                ours = functools.partial(drv.window, i)
+                reps = H.reps_for(ours, window_ms)
+                for base in by_name.get("alloc_async", []) + by_name.get("alloc_cudamalloc",
+                                                                         []):
+                    binfo = drv.prepare(base)
+                    bops = int(binfo["shape"].split()[0])
+                    judged = binfo["name"] == "alloc_async"
+                    a, b = H.compare(ours, functools.partial(drv.window, base),
+                                     reps if judged else 3, windows if judged else 3)
+                    rep.row(f"alloc vs {binfo['route']}", c["shape"], route,
+                            f"{per_op(a, ops):.0f} ns/op", f"{per_op(b, bops):.0f} ns/op",
+                            per_op(b, bops) / per_op(a, ops),
+                            TARGETS["alloc"] if judged else None)
+                    drv.release(base)
+                a, b = H.compare(ours, functools.partial(
+                    H.reference_window, alloc_trace_torch(ops), sync), 2, 3)
+                rep.row("alloc vs PyTorch caching allocator (torch.empty from Python)",
+                        c["shape"], route, f"{per_op(a, ops):.0f} ns/op",
+                        f"{per_op(b, ops):.0f} ns/op", per_op(b, ops) / per_op(a, ops))
+            else:
+                rep.error(name, shape, "no PyTorch reference for this case")
+        except H.CaseError as e:
+            rep.error(name, shape, str(e))
+        try:
+            drv.release(i)
+        except H.CaseError:
+            pass
         torch.cuda.empty_cache()
-    head = ("case", "shape", "rtxd", "PyTorch", "ratio", "target", "")
-    print("| " + " | ".join(head) + " |")
-    print("|" + " --- |" * len(head))
-    for row in table:
-        print("| " + " | ".join(row) + " |")
-    return 1 if attention_check() else 0
+    rep.print_table()
+    status = rep.exit_status()
+    rc = drv.close()
+    if rc:
+        print(f"bench_gpu: FAILED: rtx-bench-gpu exited with {rc}")
+        status = 1
+    if not args.no_accuracy and attention_check():
+        status = 1
+    return status
 
 
 if __name__ == "__main__":

@@ -59,9 +59,11 @@ class Stats:
         return f"{self.median:.4g} {unit} (+-{100 * self.spread / 2:.0f}%)"
 
 
-def reference_window(run, sync, reps):
-    """Milliseconds per run of `run` over one window of reps runs between two sync() calls."""
-    delay = _env_us("RTX_BENCH_REF_DELAY_US")
+def reference_window(run, sync, reps, slowable=True):
+    """Milliseconds per run of `run` over one window of reps runs between two sync() calls.
+    slowable=False: RTX_BENCH_REF_DELAY_US does not apply (a bound such as the device's copy
+    bandwidth, not a side of a comparison)."""
+    delay = _env_us("RTX_BENCH_REF_DELAY_US") if slowable else 0
     sync()
     t0 = time.perf_counter()
     for _ in range(reps):
@@ -105,17 +107,26 @@ class Driver:
         self.proc = subprocess.Popen(cmd + ["--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
 
+    def _exited(self, during):
+        """The CaseError for a driver that has exited: its last error line if it left one."""
+        rc = self.proc.wait()
+        msg = f"{self.cmd[0]} exited with {rc} {during}"
+        for out in self.proc.stdout.read().splitlines():
+            if out.startswith("{") and "error" in out:
+                msg = f"{json.loads(out)['error']} ({msg})"
+        return CaseError(msg)
+
     def _ask(self, line):
         if self.proc.poll() is not None:
-            raise CaseError(f"{self.cmd[0]} exited with {self.proc.returncode}")
+            raise self._exited(f"before '{line}'")
         try:
             self.proc.stdin.write(line + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
-            raise CaseError(f"{self.cmd[0]} exited with {self.proc.wait()}") from None
+            raise self._exited(f"before '{line}'") from None
         out = self.proc.stdout.readline()
         if not out:
-            raise CaseError(f"{self.cmd[0]} exited with {self.proc.wait()} during '{line}'")
+            raise self._exited(f"during '{line}'")
         r = json.loads(out)
         if "error" in r:
             raise CaseError(r["error"])

@@ -59,6 +59,12 @@ struct rtx_mem_pool_stats; /* runtime/mem-pool.h */
 int rtx_backend_cuda_pool_stats(struct rtx_backend *be, struct rtx_mem_pool_stats *device,
                                 struct rtx_mem_pool_stats *pinned, struct rtx_err *err);
 
+/* The route the last attention node run on this CUDA backend took: "cudnn", "flash" (rtxd's
+ * fused kernel) or "unfused" (cuBLASLt and softmax kernels); "" before the first attention
+ * node or when be is not a CUDA backend. A recorded (captured) node counts as taken. For
+ * benchmarks and tests that must name what ran rather than what RTX_ATTN_ROUTE asked. */
+const char *rtx_backend_cuda_attention_route(struct rtx_backend *be);
+
 const char *rtx_backend_name(struct rtx_backend *be);
 void rtx_backend_free(struct rtx_backend *be); /* NULL is a no-op */
 /* Whether the backend can run this node (its op with these input dtypes). */

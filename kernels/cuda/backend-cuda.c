@@ -779,6 +779,12 @@ fail:
  * Pool statistics (for Admin.Pools)
  * ---------------------------------------------------------------------------------------- */
 
+const char *rtx_backend_cuda_attention_route(struct rtx_backend *be) {
+    if (be == NULL || be->iface != &cuda_iface) return "";
+    struct cuda_backend *b = be->ctx;
+    return b->cu.attention_route ? b->cu.attention_route : "";
+}
+
 int rtx_backend_cuda_pool_stats(struct rtx_backend *be, struct rtx_mem_pool_stats *device,
                                 struct rtx_mem_pool_stats *pinned, struct rtx_err *err) {
     if (be == NULL || be->iface != &cuda_iface)

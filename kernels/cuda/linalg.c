@@ -267,7 +267,10 @@ static int run_attention(struct rtx_cuda *cu, const struct rtx_node_args *a, str
         if (rt.kind == ROUTE_CUDNN || rtx__cudnn_sdpa_supported(&sp, cc)) {
             int rc = Mk ? rtx_err_set(err, RTX_EUNSUPPORTED, "the cuDNN route takes no mask")
                         : rtx__cudnn_sdpa(cu, &sp, err);
-            if (rc == 0) return 0;
+            if (rc == 0) {
+                cu->attention_route = "cudnn";
+                return 0;
+            }
             if (rt.kind == ROUTE_CUDNN || rc != RTX_EUNSUPPORTED)
                 return rtx__cuda_node_fail(a, rc, err);
             /* auto: cuDNN cannot run it here (no library, no engine); the other routes can */
@@ -293,11 +296,13 @@ static int run_attention(struct rtx_cuda *cu, const struct rtx_node_args *a, str
             .scale = scale,
             .mask = mk,
         };
+        cu->attention_route = "flash";
         return RTX_CUDA_CHECK(err, rtx__cuda_flash_attention(&fp, cu->stream)) < 0
                    ? rtx__cuda_node_fail(a, RTX_EGPU, err)
                    : 0;
     }
 
+    cu->attention_route = "unfused";
     /* Heads per block: scores (f32) and, for f16/bf16, P in the input dtype. */
     size_t head_bytes = (size_t)(Lq * Lk) * (sizeof(float) + (dt == RTX_F32 ? 0 : esz));
     int64_t hb = (int64_t)(ATTN_SCRATCH / head_bytes);
