@@ -40,7 +40,7 @@ Usage (on the GPU machine, after `make all gpu-bundle` elsewhere): make bench-gp
   python3 bench/bench_gpu.py [--report] [--check-only] [--harness-check] [--cases REGEX]
   --check-only: only the accuracy check; --cases: only cases whose "name shape" matches;
   --harness-check: checks that the verdicts can flip (a slowed rtxd, a slowed PyTorch, a
-  failing case) on the add case, running this script three times (make test-gpu runs it).
+  failing case) on one attention case, running this script five times (make test-gpu).
 Environment: RTX_BUILD (the build folder, default ./build), RTX_BENCH_ARGS (arguments for
 rtx-bench-gpu, e.g. --quick or --attention), RTX_BENCH_WINDOWS (timed windows per side,
 default 7), RTX_BENCH_WINDOW_MS (the length a window aims at, default 40),
@@ -335,33 +335,34 @@ def attention_check():
 
 
 def harness_check():
-    """The verdicts can flip: the bf16 add case met as it is, MISSED with rtxd slowed, met
-    again with PyTorch slowed more, and a case that fails (a bad RTX_ATTN_ROUTE) fails the
-    run. Runs this script as a child each time; returns the number of wrong outcomes."""
+    """The verdicts can flip, on one attention case (L 1k, D 64; its target 0.8x sits well
+    below the parity both sides reach through cuDNN): met as it is, MISSED with rtxd slowed,
+    met again with PyTorch slowed more, MISSED but exit 0 with --report, and a failed case
+    (a bad RTX_ATTN_ROUTE) fails the run. Runs this script as a child each time; returns the
+    number of wrong outcomes."""
     script = os.path.abspath(__file__)
-    add = ["--cases", "^add bf16", "--no-accuracy"]
-    att = ["--cases", "^attention bf16 b8 h16 l1024 d64$", "--no-accuracy"]
-    quick = {"RTX_BENCH_ARGS": "--quick", "RTX_BENCH_WINDOWS": "3"}
+    case = ["--cases", "^attention bf16 b8 h16 l1024 d64$", "--no-accuracy"]
+    quick = {"RTX_BENCH_ARGS": "--quick --attention", "RTX_BENCH_WINDOWS": "3"}
+    slow = {"RTX_BENCH_DELAY_US": "20000"}
     runs = [
-        ("as it is", add, {}, 0, "met"),
-        ("rtxd slowed by 20 ms per run", add, {"RTX_BENCH_DELAY_US": "20000"}, 1, "MISSED"),
-        ("rtxd slowed by 20 ms, PyTorch by 100 ms", add,
-         {"RTX_BENCH_DELAY_US": "20000", "RTX_BENCH_REF_DELAY_US": "100000"}, 0, "met"),
-        ("report only, rtxd slowed", add + ["--report"], {"RTX_BENCH_DELAY_US": "20000"}, 0,
-         "MISSED"),
-        ("a case that fails to run", att, {"RTX_ATTN_ROUTE": "no-such-route"}, 1, "FAILED"),
+        ("as it is", [], {}, 0, "met"),
+        ("rtxd slowed by 20 ms per run", [], slow, 1, "MISSED"),
+        ("rtxd slowed by 20 ms, PyTorch by 100 ms", [],
+         {**slow, "RTX_BENCH_REF_DELAY_US": "100000"}, 0, "met"),
+        ("report only, rtxd slowed", ["--report"], slow, 0, "MISSED"),
+        ("a case that fails to run", [], {"RTX_ATTN_ROUTE": "no-such-route"}, 1, "FAILED"),
     ]
     wrong = 0
     for what, args, env, want_rc, want_word in runs:
-        p = subprocess.run([sys.executable, script] + args, capture_output=True, text=True,
-                           env={**os.environ, **quick, **env})
-        rows = [ln for ln in p.stdout.splitlines() if ln.startswith("| add")
-                or ln.startswith("| attention")]
-        ok = p.returncode == want_rc and any(ln.rstrip(" |").endswith(want_word)
-                                             for ln in rows)
+        p = subprocess.run([sys.executable, script] + case + args, capture_output=True,
+                           text=True, env={**os.environ, **quick, **env})
+        rows = [ln for ln in p.stdout.splitlines() if ln.startswith("| attention |")]
+        ok = (p.returncode == want_rc and len(rows) == 1
+              and rows[0].rstrip(" |").endswith(want_word))
         wrong += 0 if ok else 1
-        print(f"harness check: {what}: exit {p.returncode} (want {want_rc}), "
-              f"want a {want_word} row: {'ok' if ok else 'WRONG'}", flush=True)
+        print(f"harness check: {what}: exit {p.returncode} (want {want_rc}), row "
+              f"{rows[0] if rows else 'missing'} (want {want_word}): "
+              f"{'ok' if ok else 'WRONG'}", flush=True)
         if not ok:
             print(p.stdout + p.stderr)
     print(f"harness check: {len(runs) - wrong} passed, {wrong} failed")
