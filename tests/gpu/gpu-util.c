@@ -1,6 +1,6 @@
 /*
- * gpu-util.c - the check counter, summary and device-count rule of the GPU test programs
- * (gpu-util.h). Linked into each of them, so each program keeps its own counts.
+ * gpu-util.c - the check counter, notes, summary and device-count rule of the GPU test
+ * programs (gpu-util.h). Linked into each of them, so each program keeps its own counts.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 #include "kernels/backend.h"
 #include "tests/gpu/gpu-util.h"
 
-static int n_passed, n_failed;
+static int n_passed, n_failed, n_notes;
 
 bool gpu_check(bool ok, const char *fmt, ...) {
     va_list ap;
@@ -27,9 +27,24 @@ bool gpu_check(bool ok, const char *fmt, ...) {
     return ok;
 }
 
+void gpu_note(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("info ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    n_notes++;
+}
+
 int gpu_check_summary(void) {
-    printf("%d passed, %d failed\n", n_passed, n_failed);
-    return n_failed ? 1 : 0;
+    if (n_notes)
+        printf("%d passed, %d failed (and %d info lines, not checks)\n", n_passed, n_failed,
+               n_notes);
+    else
+        printf("%d passed, %d failed\n", n_passed, n_failed);
+    if (n_passed + n_failed == 0) printf("FAIL no check ran\n");
+    return n_failed || n_passed + n_failed == 0 ? 1 : 0;
 }
 
 int gpu_device_count(const char *prog) {

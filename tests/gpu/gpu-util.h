@@ -1,7 +1,8 @@
 /*
  * gpu-util.h - what every GPU test program (rtx-gpu-tests, rtx-gpu-linalg-tests,
- * rtx-gpu-jobs-tests) shares: one check function that counts and prints results, the closing
- * summary, and the rule for a machine without a CUDA device.
+ * rtx-gpu-jobs-tests) shares: one check function that counts and prints results, a note
+ * function for figures that are not checks (timings, bandwidths), the closing summary, and
+ * the rule for a machine without a CUDA device.
  */
 #ifndef RTX_TESTS_GPU_UTIL_H
 #define RTX_TESTS_GPU_UTIL_H
@@ -11,8 +12,13 @@
 /* Records one check; prints "ok" or "FAIL" with the formatted description; returns ok. */
 bool gpu_check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Prints "N passed, M failed" for the checks so far; returns the program's exit status: 1
- * when a check failed, else 0. */
+/* Prints "info" with the formatted text: a figure (a time, a bandwidth) or a remark, which is
+ * not a check: it counts neither as passed nor as failed (the summary counts notes apart).
+ * Where measuring the figure failed, the caller records a failed gpu_check instead. */
+void gpu_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints "N passed, M failed" for the checks so far (and the number of notes, which are not
+ * checks); returns the program's exit status: 1 when a check failed or none ran, else 0. */
 int gpu_check_summary(void);
 
 /* The number of CUDA devices, for program `prog` (its name in messages). With none it returns
