@@ -5,7 +5,8 @@
  * out-of-memory failure (a pool cap) fails the job and leaves the device usable; a sticky
  * error (an illegal address) marks the device unhealthy, later jobs go elsewhere and the
  * process keeps working. Prints one line per check and "N passed, M failed"; exits 1 when a
- * check failed, 0 without a GPU (unless a GPU device node exists or RTX_REQUIRE_GPU=1).
+ * check failed or there is no GPU (0, having said it skipped, only with RTX_ALLOW_SKIP=gpu
+ * and no GPU device node: gpu-util.h).
  * Every test runs with plan reuse on (jobs.plan_cache's default): the same graph submitted
  * again to one GPU worker runs its kept plan, so the third such job replays a captured CUDA
  * graph with the first job's results, bit for bit; the worker warmed up before its first job.

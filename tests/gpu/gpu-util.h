@@ -21,10 +21,12 @@ void gpu_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * checks); returns the program's exit status: 1 when a check failed or none ran, else 0. */
 int gpu_check_summary(void);
 
-/* The number of CUDA devices, for program `prog` (its name in messages). With none it returns
- * 0 after printing "prog: skipped: no CUDA device (why)" when no GPU is expected here, or -1
- * after a failed check naming the runtime's reason when one is: a GPU device node
- * (/dev/nvidia0) exists or RTX_REQUIRE_GPU=1, so the driver, not the host, is missing. */
+/* The number of CUDA devices, for program `prog` (its name in messages). With none it is a
+ * failed check naming the runtime's reason, and -1; unless RTX_ALLOW_SKIP lists "gpu"
+ * (tests/allow-skip.h: this machine is meant to have no GPU) and no GPU device node
+ * (/dev/nvidia0) exists, in which case it prints "prog: skipped: no CUDA device (why)" and
+ * returns 0. With a device node the driver, not the GPU, is what is missing: always a
+ * failure. */
 int gpu_device_count(const char *prog);
 
 #endif /* RTX_TESTS_GPU_UTIL_H */
