@@ -466,7 +466,10 @@ static void shape_tests(void) {
     for (size_t k = 0; k < sizeof cv / sizeof *cv; k++) {
         struct rtx_tensor *v = NULL;
         struct rtx_err err = {0};
-        if (rtx_tensor_new(cv[k].dt, cv[k].ndim, cv[k].dims, &v, &err)) continue;
+        if (rtx_tensor_new(cv[k].dt, cv[k].ndim, cv[k].dims, &v, &err)) {
+            gpu_check(false, "parity constant %zu: its value: %s", k, err.msg);
+            continue;
+        }
         for (int64_t i = 0; i < rtx_tensor_numel(v); i++) rtx_tensor_set(v, i, draw(&cv[k]));
         struct spec s = {.op = "constant", .n_in = 0, .value = v};
         struct rtx_graph *g = NULL;

@@ -1111,7 +1111,9 @@ def main(argv=None):
               f"{len(runs)} process{'es' if len(runs) > 1 else ''}: {t2 - t1:.1f} s) against "
               f"{ref_name} ({t3 - t2:.1f} s); writing {t1 - t0:.1f} s")
         print(f"{passed} passed, {failed} failed")
-        return 1 if failed else 0
+        if not passed + failed:
+            print("FAIL no case ran (-k matched nothing?)")
+        return 1 if failed or not passed + failed else 0
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
