@@ -270,6 +270,8 @@ $(PY_GEN): $(PROTOS) $(VENV)/.ok
 	$(VENV)/bin/python -m grpc_tools.protoc --proto_path=proto --python_out=$(BUILD)/py \
 	  --grpc_python_out=$(BUILD)/py $(PROTOS)
 
+# A check that cannot run for a missing dependency fails the run unless RTX_ALLOW_SKIP names
+# the dependency as meant to be absent (README, "Checks that cannot run"; tests/skips.py).
 test: test-unit test-py test-integration test-serving
 
 # tests/serving: the KServe v2 protocol over gRPC and HTTP with Triton's own clients
