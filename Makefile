@@ -270,6 +270,8 @@ $(PY_GEN): $(PROTOS) $(VENV)/.ok
 	$(VENV)/bin/python -m grpc_tools.protoc --proto_path=proto --python_out=$(BUILD)/py \
 	  --grpc_python_out=$(BUILD)/py $(PROTOS)
 
+# A check that cannot run for a missing dependency fails the run unless RTX_ALLOW_SKIP names
+# the dependency as meant to be absent (README, "Checks that cannot run"; tests/skips.py).
 test: test-unit test-py test-integration test-serving
 
 # tests/serving: the KServe v2 protocol over gRPC and HTTP with Triton's own clients
@@ -348,7 +350,10 @@ gpu-bundle: $(GPU_BUNDLE_BINS)
 	bash deploy/gpu-bundle.sh .gpu/lib $(GPU_BUNDLE_BINS)
 
 # On the GPU machine, after `make all gpu-bundle` elsewhere and with LD_LIBRARY_PATH set to
-# .gpu/lib and the CUDA libraries: runs what is built, builds nothing. Skips without a GPU.
+# .gpu/lib and the CUDA libraries: runs what is built, builds nothing. A GPU and cuDNN are
+# expected: without a CUDA device every step fails, and without libcudnn.so.9 rtx-gpu-tests
+# does, unless RTX_ALLOW_SKIP names what this machine is meant to lack (RTX_ALLOW_SKIP=gpu,
+# RTX_ALLOW_SKIP=cudnn; tests/skips.py, docs/gpu.md); the steps then say they skipped.
 # tests/gpu/test_ops_torch.py: every op through one rtxrun process against PyTorch (python3
 # with torch; it encodes its graphs itself, so $(BUILD)/py is not needed there).
 # rtxd loads libcudnn.so.9 at run time (kernels/cuda/attention-cudnn.c). Where the machine's

@@ -33,8 +33,8 @@ PyTorch's own plus one unit of the dtype (2^-10 f16, 2^-7 bf16) times max |ref|.
 
 Exit status: 1 when a case fails to run, the driver fails, an accuracy check fails, or a
 judged target is missed (unless --report or RTX_BENCH_REPORT=1: then targets are reported,
-not judged); 1 also when there is no CUDA device, unless RTX_ALLOW_NO_GPU=1 says none is
-meant to be there.
+not judged); 1 also when there is no CUDA device, unless RTX_ALLOW_SKIP lists "gpu" (the
+tests' rule, tests/skips.py: none is meant to be there).
 
 Usage (on the GPU machine, after `make all gpu-bundle` elsewhere): make bench-gpu
   python3 bench/bench_gpu.py [--report] [--check-only] [--harness-check] [--cases REGEX]
@@ -60,6 +60,13 @@ import harness as H
 
 TARGETS = {"gemm": 0.95, "attention": 0.8, "block": 1.3, "alloc": 1.0}
 MEM_TARGET, COPY_TARGET = 1.0, 0.8
+
+
+def gpu_may_be_absent():
+    """RTX_ALLOW_SKIP lists "gpu" (tests/skips.py's rule, which this script shares)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    import skips
+    return skips.allowed("gpu")
 
 
 def driver_cmd(args=None):
@@ -380,20 +387,21 @@ def main():
     args = ap.parse_args()
     if args.check_only:
         return 1 if attention_check() else 0
-    if args.harness_check:
-        return 1 if harness_check() else 0
-    windows = int(os.environ.get("RTX_BENCH_WINDOWS", "7"))
-    window_ms = float(os.environ.get("RTX_BENCH_WINDOW_MS", "40"))
     drv = H.Driver(driver_cmd())
     try:
         cases = drv.cases()
     except H.CaseError as e:
         drv.close()
-        if "no CUDA device" in str(e) and os.environ.get("RTX_ALLOW_NO_GPU") == "1":
-            print(f"bench_gpu: skipped (RTX_ALLOW_NO_GPU=1): {e}")
+        if "no CUDA device" in str(e) and gpu_may_be_absent():
+            print(f"bench_gpu: skipped (RTX_ALLOW_SKIP=gpu): {e}")
             return 0
         print(f"bench_gpu: FAILED: {e}")
         return 1
+    if args.harness_check:
+        drv.close()
+        return 1 if harness_check() else 0
+    windows = int(os.environ.get("RTX_BENCH_WINDOWS", "7"))
+    window_ms = float(os.environ.get("RTX_BENCH_WINDOW_MS", "40"))
     import torch
     print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuDNN "
           f"{torch.backends.cudnn.version()}; {windows} windows of ~{window_ms:.0f} ms per "

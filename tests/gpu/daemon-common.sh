@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # daemon-common.sh - sourced (not run) by the daemon-level checks of `make test-gpu`
-# (daemon-devices.sh, daemon-jobs.sh): where the build is, the rule for a host without a GPU,
-# and starting and stopping one rtxd on a free loopback port with a temporary store.
+# (daemon-devices.sh, daemon-jobs.sh, daemon-serving.sh): where the build is, the rule for a
+# host without a GPU (tests/skips.py: a failure unless RTX_ALLOW_SKIP=gpu), and starting and
+# stopping one rtxd on a free loopback port with a temporary store.
 # Sets repo and build ($RTX_BUILD, default build/); daemon_start sets work, port, addr and pid.
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -9,13 +10,26 @@ build=${RTX_BUILD:-$repo/build}
 work=
 pid=
 
-# gpu_skip_unless_gpu NAME: exits 0, saying NAME skipped, when there is no GPU device node
-# (/dev/nvidia0) and RTX_REQUIRE_GPU is not 1.
-gpu_skip_unless_gpu() {
-    if [ ! -e /dev/nvidia0 ] && [ "${RTX_REQUIRE_GPU:-0}" != 1 ]; then
-        echo "$1: skipped: no GPU device node (/dev/nvidia0)"
+# allow_skip DEP: true when RTX_ALLOW_SKIP (comma-separated, spaces ignored) lists DEP as
+# meant to be absent on this machine (tests/skips.py, tests/allow-skip.h).
+allow_skip() {
+    local list=",${RTX_ALLOW_SKIP:-},"
+    list=${list// /}
+    [[ $list == *",$1,"* ]]
+}
+
+# require_gpu NAME: returns when there is a GPU device node (/dev/nvidia0). Without one NAME
+# fails (exit 1): make test-gpu is for a GPU machine. Only RTX_ALLOW_SKIP=gpu (this machine is
+# meant to have no GPU) makes it say NAME skipped and exit 0.
+require_gpu() {
+    [ -e /dev/nvidia0 ] && return 0
+    if allow_skip gpu; then
+        echo "$1: skipped: no GPU device node (/dev/nvidia0); RTX_ALLOW_SKIP lists gpu"
         exit 0
     fi
+    echo "$1: FAIL: no GPU device node (/dev/nvidia0); set RTX_ALLOW_SKIP=gpu where this" \
+        "machine is meant to have no GPU" >&2
+    exit 1
 }
 
 # The EXIT trap of daemon_start: stops rtxd (SIGTERM, SIGKILL after 10 s) and removes $work.

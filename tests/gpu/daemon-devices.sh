@@ -4,11 +4,11 @@
 # through `rtxctl --json devices` that the CPU and every GPU are listed, each GPU healthy with
 # SMs, memory and the expected compute capability (RTX_EXPECT_CC, default 9.0: the H200 of
 # docs/gpu.md), as many as nvidia-smi sees. Also checks that rtxd logged one line per GPU.
-# Without a GPU (no /dev/nvidia0 and RTX_REQUIRE_GPU unset) it says it skipped and exits 0.
+# Without a GPU (no /dev/nvidia0) it fails, unless RTX_ALLOW_SKIP=gpu: then it says it skipped.
 set -euo pipefail
 source "$(dirname "$0")/daemon-common.sh"
 expect_cc=${RTX_EXPECT_CC:-9.0}
-gpu_skip_unless_gpu daemon-devices
+require_gpu daemon-devices
 for b in rtxd rtxctl; do
     [ -x "$build/bin/$b" ] || { echo "daemon-devices: $build/bin/$b is missing" >&2; exit 2; }
 done

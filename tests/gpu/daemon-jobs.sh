@@ -6,11 +6,12 @@
 # and checks that every output agrees within a relative tolerance (f32; TF32 is off), that the
 # jobs record where they ran, that a job naming no device went to a GPU (jobs.device = auto),
 # that Admin.Devices shows the GPU's worker and that `rtxctl pools` reports the GPU pool the
-# jobs used. Without a GPU (no /dev/nvidia0 and RTX_REQUIRE_GPU unset) it says it skipped.
+# jobs used. Without a GPU (no /dev/nvidia0) it fails, unless RTX_ALLOW_SKIP=gpu: then it says
+# it skipped.
 # $PYTHON (default python3) needs numpy.
 set -euo pipefail
 source "$(dirname "$0")/daemon-common.sh"
-gpu_skip_unless_gpu daemon-jobs
+require_gpu daemon-jobs
 for f in bin/rtxd bin/rtxctl examples/mlp.rtxg examples/transformer_block.rtxg; do
     [ -e "$build/$f" ] || { echo "daemon-jobs: $build/$f is missing (make all)" >&2; exit 2; }
 done
@@ -82,7 +83,8 @@ check(pools[-1]["device"] == "cpu" and pools[-1]["allocated_peak_bytes"] > 0,
       "pools: the cpu row has the cpu jobs' peak")
 devs = json.load(open(f"{work}/devices.json"))
 cuda = [d for d in devs if d["kind"] == "cuda"]
-check(all(d["workers"] >= 1 and d["healthy"] for d in cuda), f"devices: {cuda}")
+check(bool(cuda) and all(d["workers"] >= 1 and d["healthy"] for d in cuda),
+      f"devices: a cuda row, each healthy with a worker: {cuda}")
 print(f"daemon-jobs: {len(failed)} failed")
 sys.exit(1 if failed else 0)
 PY

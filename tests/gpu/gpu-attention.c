@@ -3,8 +3,9 @@
  * kernels (kernels/cuda/attention-flash.cu): f16 and bf16, head dims 64 and 128, query and key
  * lengths 1, 17, 127 and 1000 (equal and different), causal and not, on the default route and
  * on each tile configuration of both fused kernels (mma.sync and wgmma) and on cuDNN's fused
- * engine (attention-cudnn.c; skipped with a note when libcudnn.so.9 cannot be loaded, since
- * cuDNN is optional at run time), boolean masks (a padding
+ * engine (attention-cudnn.c; cuDNN is optional to rtxd at run time but expected here: a
+ * libcudnn.so.9 that cannot be loaded is a failed check, unless RTX_ALLOW_SKIP lists "cudnn",
+ * tests/allow-skip.h, when the route's cases are left out with a note), boolean masks (a padding
  * mask over the keys, a full [Lq, Lk] mask with a dead row), additive masks with -inf entries,
  * batch and heads > 1, a scale that makes the softmax peaked; the cases the fused kernel does
  * not take (head dim 96, f32) through the unfused route; both routes on one case, agreeing;
@@ -26,6 +27,7 @@
 #include <time.h>
 
 #include "kernels/backend.h"
+#include "tests/allow-skip.h"
 #include "tests/gpu/gpu-tests.h"
 
 enum fill { F_RAND, F_BOOL_PAD, F_BOOL_DEAD_ROW, F_ADD };
@@ -371,9 +373,11 @@ done:
         rtx_tensor_unref(in[k]);
 }
 
-/* Whether the cuDNN route can run here: one small forced run, remembered. Without
- * libcudnn.so.9 the route's cases are skipped with a note; any other failure is the route's
- * own and the cases report it. */
+/* Whether the cuDNN route's cases run here, decided once. cuDNN is expected: when
+ * libcudnn.so.9 cannot be loaded (or rtxd was built without cuDNN's headers) that is one failed
+ * check, or, with RTX_ALLOW_SKIP listing "cudnn", a note that the route's cases do not run.
+ * With cuDNN, one small forced run is timed (a note: the first includes loading the library
+ * and making the handle and plan); whether it and the route's cases work, they check. */
 static bool have_cudnn(void) {
     static int known = -1;
     if (known >= 0) return known;
@@ -392,6 +396,8 @@ static bool have_cudnn(void) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double first_ms =
         (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    char why[256] = "";
+    long version = rtx_cuda_cudnn_version(why, sizeof why);
     if (rc == 0) {
         /* the same shape again: the plan is cached, only the run is left */
         rtx_tensor_unref(y);
@@ -401,15 +407,28 @@ static bool have_cudnn(void) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double again_ms =
             (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-        printf("note: first cuDNN attention (library, handle, plan) %.1f ms, the same shape "
-               "again %.2f ms (both through rtx_plan_execute)\n", first_ms, again_ms);
+        if (rc == 0)
+            gpu_note("first cuDNN attention (library, handle, plan) %.1f ms, the same shape "
+                     "again %.2f ms (both through rtx_plan_execute)",
+                     first_ms, again_ms);
     }
     if (old)
         setenv("RTX_ATTN_ROUTE", saved, 1);
     else
         unsetenv("RTX_ATTN_ROUTE");
-    known = !(rc == RTX_EUNSUPPORTED && strstr(err.msg, "libcudnn") != NULL);
-    if (!known) printf("note: attention's cuDNN route skipped: %s\n", err.msg);
+    if (version > 0) {
+        known = gpu_check(version / 10000 == 9, "cuDNN %ld (9.x) loaded for attention", version);
+    } else if (rtx_test_skip_allowed("cudnn")) {
+        gpu_note("attention's cuDNN route NOT tested (" RTX_ALLOW_SKIP_ENV " lists cudnn): %s",
+                 why);
+        known = 0;
+    } else {
+        gpu_check(false,
+                  "cuDNN loads for attention's cuDNN route: %s (set " RTX_ALLOW_SKIP_ENV
+                  "=cudnn where this machine is meant to lack cuDNN)",
+                  why);
+        known = 0;
+    }
     rtx_tensor_unref(y);
     for (int k = 0; k < 3; k++)
         rtx_tensor_unref(in[k]);

@@ -586,8 +586,12 @@ static void replay_speed(const struct rtx_graph *g) {
         unref_all(out, MAX_IO);
         rtx_plan_free(plan);
     }
-    gpu_check(rc == 0, "transformer example, batch 8, device-resident: %.3f ms node by node, "
-              "%.3f ms replayed%s%s", ms[0], ms[1], rc ? ": " : "", err.msg);
+    /* a figure, not a check (replay_tests checks the same plans' results) */
+    if (rc == 0)
+        gpu_note("transformer example, batch 8, device-resident: %.3f ms node by node, %.3f ms "
+                 "replayed", ms[0], ms[1]);
+    else
+        gpu_check(false, "transformer example, batch 8, device-resident, timed: %s", err.msg);
     unref_all(in, MAX_IO);
     unref_all(dev_in, MAX_IO);
 }

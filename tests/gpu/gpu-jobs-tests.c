@@ -5,7 +5,8 @@
  * out-of-memory failure (a pool cap) fails the job and leaves the device usable; a sticky
  * error (an illegal address) marks the device unhealthy, later jobs go elsewhere and the
  * process keeps working. Prints one line per check and "N passed, M failed"; exits 1 when a
- * check failed, 0 without a GPU (unless a GPU device node exists or RTX_REQUIRE_GPU=1).
+ * check failed or there is no GPU (0, having said it skipped, only with RTX_ALLOW_SKIP=gpu
+ * and no GPU device node: gpu-util.h).
  * Every test runs with plan reuse on (jobs.plan_cache's default): the same graph submitted
  * again to one GPU worker runs its kept plan, so the third such job replays a captured CUDA
  * graph with the first job's results, bit for bit; the worker warmed up before its first job.
@@ -25,6 +26,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -457,10 +459,14 @@ static int hook_run(struct rtx_backend *be, const struct rtx_node_args *a, struc
     return h->inner->iface->run_node(be, a, err);
 }
 
+/* Hook backends made and freed (test_sticky_error checks that stopping frees them all). */
+static atomic_int hooks_made, hooks_freed;
+
 static void hook_free(struct rtx_backend *be) {
     struct hook_be *h = hook_of(be);
     h->inner->iface->free(h->inner);
     free(h);
+    atomic_fetch_add(&hooks_freed, 1);
 }
 
 static int hook_new(void *ctx, int device, struct rtx_backend **out, struct rtx_err *err) {
@@ -481,6 +487,7 @@ static int hook_new(void *ctx, int device, struct rtx_backend **out, struct rtx_
     h->be.iface = &h->iface;
     h->be.ctx = inner->ctx;
     *out = &h->be;
+    atomic_fetch_add(&hooks_made, 1);
     return 0;
 }
 
@@ -532,7 +539,10 @@ static void test_sticky_error(struct rtx_store *s, const struct rtx_cuda_devices
           "an auto job succeeds elsewhere (%s)", info.device);
     rtx_job_info_clear(&info);
     rtx_jobs_stop(j);
-    gpu_check(true, "the job manager stopped with a faulted device");
+    int made = atomic_load(&hooks_made), freed = atomic_load(&hooks_freed);
+    gpu_check(made > 0 && freed == made,
+              "the job manager stopped with a faulted device and freed the %d CUDA backend(s) "
+              "it made (%d freed)", made, freed);
     rtx_tensor_unref(x);
     rtx_graph_free(ok);
     rtx_graph_free(bad);

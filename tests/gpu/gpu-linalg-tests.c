@@ -12,8 +12,8 @@
  * dtype: the CPU computes in f32/f64 and both round once, so f16/bf16 outputs may differ by
  * an ulp of the output dtype, and TF32 by its 10-bit mantissa. Integer results and argmax are
  * exact. f32 products also run on a second CUDA backend with TF32 allowed, at a looser bound.
- * Without a GPU it prints why and exits 0 (required as in rtx-gpu-tests: /dev/nvidia0 or
- * RTX_REQUIRE_GPU=1 make a missing device a failure).
+ * Without a GPU it fails, as rtx-gpu-tests does, unless RTX_ALLOW_SKIP=gpu says the machine
+ * is meant to have none (gpu-util.h).
  */
 #include <math.h>
 #include <stdarg.h>

@@ -6,7 +6,7 @@
  * its tiled transpose; softmax and log_softmax through each of their kernels; a random
  * multi-node elementwise graph with an initializer, run twice; gather's out-of-range error;
  * and bandwidth figures for add, the attention block's transposes (beside a device copy of the
- * same bytes) and bf16 softmax.
+ * same bytes) and bf16 softmax, printed as notes (gpu_note), not counted as checks.
  *
  * DESIGN
  * Tolerances by output dtype: |gpu - cpu| <= tol * max(1, |cpu|), tol 1e-5 for f32, 1e-3
@@ -466,7 +466,10 @@ static void shape_tests(void) {
     for (size_t k = 0; k < sizeof cv / sizeof *cv; k++) {
         struct rtx_tensor *v = NULL;
         struct rtx_err err = {0};
-        if (rtx_tensor_new(cv[k].dt, cv[k].ndim, cv[k].dims, &v, &err)) continue;
+        if (rtx_tensor_new(cv[k].dt, cv[k].ndim, cv[k].dims, &v, &err)) {
+            gpu_check(false, "parity constant %zu: its value: %s", k, err.msg);
+            continue;
+        }
         for (int64_t i = 0; i < rtx_tensor_numel(v); i++) rtx_tensor_set(v, i, draw(&cv[k]));
         struct spec s = {.op = "constant", .n_in = 0, .value = v};
         struct rtx_graph *g = NULL;
@@ -715,8 +718,13 @@ static void bandwidth_case(const char *what, const struct spec *s, int out_ndim,
     }
     if (rc == 0) rc = rtx_backend_synchronize(gpu_be, &err);
     t1 = now_s();
-    gpu_check(rc == 0, "%s: %.3f ms per run, %.0f GB/s%s%s", what, (t1 - t0) * 1e3 / reps,
-              rc == 0 ? moved * reps / (t1 - t0) / 1e9 : 0.0, rc ? ": " : "", err.msg);
+    /* a figure, not a check: a note when the runs worked (the parity cases check these ops'
+     * results), a failed check when they did not */
+    if (rc == 0)
+        gpu_note("%s: %.3f ms per run, %.0f GB/s", what, (t1 - t0) * 1e3 / reps,
+                 moved * reps / (t1 - t0) / 1e9);
+    else
+        gpu_check(false, "%s: the timed runs: %s", what, err.msg);
     rtx_tensor_unref(y);
     rtx_buffer_unref(buf);
     for (int i = 0; i < s->n_in; i++) {

@@ -8,9 +8,10 @@
  *
  * DESIGN
  * A plain C program rather than a Check suite: Check forks per test, and a CUDA context does
- * not survive fork. Without a GPU it prints why and exits 0, so CI can run it; when a GPU
- * device node (/dev/nvidia0) exists or RTX_REQUIRE_GPU=1 is set, finding no device is a
- * failure instead, since then the driver, not the host, is what is missing.
+ * not survive fork. Without a GPU it fails: `make test-gpu` is for a GPU machine, where a
+ * missing device means a missing driver. Only RTX_ALLOW_SKIP=gpu (tests/allow-skip.h: this
+ * machine is meant to have no GPU) and no GPU device node (/dev/nvidia0) make it print that it
+ * skipped and exit 0 (gpu-util.h).
  */
 #include <stdarg.h>
 #include <stdio.h>

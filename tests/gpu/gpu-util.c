@@ -1,6 +1,6 @@
 /*
- * gpu-util.c - the check counter, summary and device-count rule of the GPU test programs
- * (gpu-util.h). Linked into each of them, so each program keeps its own counts.
+ * gpu-util.c - the check counter, notes, summary and device-count rule of the GPU test
+ * programs (gpu-util.h). Linked into each of them, so each program keeps its own counts.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,9 +9,10 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#include "tests/allow-skip.h"
 #include "tests/gpu/gpu-util.h"
 
-static int n_passed, n_failed;
+static int n_passed, n_failed, n_notes;
 
 bool gpu_check(bool ok, const char *fmt, ...) {
     va_list ap;
@@ -27,9 +28,24 @@ bool gpu_check(bool ok, const char *fmt, ...) {
     return ok;
 }
 
+void gpu_note(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("info ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    n_notes++;
+}
+
 int gpu_check_summary(void) {
-    printf("%d passed, %d failed\n", n_passed, n_failed);
-    return n_failed ? 1 : 0;
+    if (n_notes)
+        printf("%d passed, %d failed (and %d info lines, not checks)\n", n_passed, n_failed,
+               n_notes);
+    else
+        printf("%d passed, %d failed\n", n_passed, n_failed);
+    if (n_passed + n_failed == 0) printf("FAIL no check ran\n");
+    return n_failed || n_passed + n_failed == 0 ? 1 : 0;
 }
 
 int gpu_device_count(const char *prog) {
@@ -37,15 +53,15 @@ int gpu_device_count(const char *prog) {
     bool fault = false;
     int n = rtx_cuda_device_count(why, sizeof why, &fault);
     if (n > 0) return n;
-    const char *req = getenv("RTX_REQUIRE_GPU");
-    bool required = (req && strcmp(req, "1") == 0) || access("/dev/nvidia0", F_OK) == 0;
-    if (!required) {
-        printf("%s: skipped: no CUDA device (%s)\n", prog, why);
+    bool node = access("/dev/nvidia0", F_OK) == 0;
+    if (!node && rtx_test_skip_allowed("gpu")) {
+        printf("%s: skipped: no CUDA device (%s); " RTX_ALLOW_SKIP_ENV " lists gpu\n", prog, why);
         return 0;
     }
-    gpu_check(false,
-              "a CUDA device is listed (a GPU device node exists or RTX_REQUIRE_GPU=1; "
-              "the runtime says: %s%s)",
-              why, fault ? ", a driver fault" : "");
+    gpu_check(false, "a CUDA device is listed (the runtime says: %s%s)%s", why,
+              fault ? ", a driver fault" : "",
+              node ? "; a GPU device node (/dev/nvidia0) exists, so the driver is what fails"
+                   : "; set " RTX_ALLOW_SKIP_ENV "=gpu where this machine is meant to have "
+                     "no GPU");
     return -1;
 }

@@ -65,8 +65,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 # the case generators, shared with tests/interop/test_ops.py (NumPy only, as here)
 sys.path.insert(0, str(REPO / "tests" / "interop"))
+sys.path.insert(0, str(REPO / "tests"))
 from opgen import (FLOATS, INT_RANGE, INTS, NP_DT, argmax_gen, attn_gen,  # noqa: E402
                    cmp_gen, concat_gen, data, ints, ln_gen, nrm, uni, where_gen)
+import skips  # noqa: E402  (the skip rule: RTX_ALLOW_SKIP)
 
 DTYPES = FLOATS + INTS + ("bool",)
 DT_ENUM = {"f32": 1, "f16": 2, "bf16": 3, "i8": 4, "i32": 5, "i64": 6, "u8": 7, "bool": 8}
@@ -1003,8 +1005,11 @@ def describe(c, values):
 # Main
 # ------------------------------------------------------------------------------------------
 
-def gpu_expected():
-    return Path("/dev/nvidia0").exists() or os.environ.get("RTX_REQUIRE_GPU") == "1"
+def gpu_skip_allowed():
+    """Whether a missing GPU may skip the run (exit 0): only where RTX_ALLOW_SKIP lists gpu
+    (tests/skips.py: the machine is meant to have none) and there is no GPU device node
+    (with one, the driver or PyTorch's CUDA is what fails)."""
+    return skips.allowed("gpu") and not Path("/dev/nvidia0").exists()
 
 
 def main(argv=None):
@@ -1035,17 +1040,19 @@ def main(argv=None):
         try:
             import torch
         except ImportError as e:
-            if want != "cpu" and not gpu_expected():
-                print(f"test_ops_torch: skipped (no GPU and no PyTorch: {e})")
+            if want != "cpu" and gpu_skip_allowed():
+                print(f"test_ops_torch: skipped (no GPU, RTX_ALLOW_SKIP lists gpu; and no "
+                      f"PyTorch: {e})")
                 return 0
             print(f"test_ops_torch: PyTorch is needed for --reference torch: {e}",
                   file=sys.stderr)
             return 2
         if want != "cpu" and not torch.cuda.is_available():
-            if not gpu_expected():
-                print("test_ops_torch: skipped (no CUDA device)")
+            if gpu_skip_allowed():
+                print("test_ops_torch: skipped (no CUDA device, RTX_ALLOW_SKIP lists gpu)")
                 return 0
-            print("test_ops_torch: a GPU is expected but torch.cuda.is_available() is False",
+            print("test_ops_torch: FAIL: torch.cuda.is_available() is False (set "
+                  "RTX_ALLOW_SKIP=gpu where this machine is meant to have no GPU)",
                   file=sys.stderr)
             return 1
         torch_device = want
@@ -1104,7 +1111,9 @@ def main(argv=None):
               f"{len(runs)} process{'es' if len(runs) > 1 else ''}: {t2 - t1:.1f} s) against "
               f"{ref_name} ({t3 - t2:.1f} s); writing {t1 - t0:.1f} s")
         print(f"{passed} passed, {failed} failed")
-        return 1 if failed else 0
+        if not passed + failed:
+            print("FAIL no case ran (-k matched nothing?)")
+        return 1 if failed or not passed + failed else 0
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

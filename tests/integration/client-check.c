@@ -18,7 +18,8 @@
  * Every job it submits carries the labels suite=client-check and run=<unique id>, so the
  * listing checks see only this run's jobs even on a daemon that others use. Checks that
  * depend on the daemon running one job at a time (a queued job behind a long one, an
- * expiring job) read jobs.workers from Config and are skipped with a note otherwise.
+ * expiring job) read jobs.workers from Config and are weaker otherwise; test_cli.py runs it
+ * on a daemon with one worker and requires those checks in its output.
  */
 #include <inttypes.h>
 #include <math.h>

@@ -262,5 +262,10 @@ def test_rtx_client_check(daemon):
     assert p.returncode == 0 and m.group(2) == "0" and int(m.group(1)) > 0, (
         f"rtx-client-check exit {p.returncode}: {m.group(0)}\n{h.tail(out)}"
         f"{daemon.log_excerpt()}")
+    # the checks it makes only on a daemon with one worker (DAEMON_KW) ran
+    for what in ("a queued job is cancelled at once",
+                 "a job whose deadline passed while queued expires"):
+        assert re.search(rf"^ok +- {re.escape(what)}", out, re.M), (
+            f"rtx-client-check did not check that {what}:\n{h.tail(out)}")
     assert h.sanitizer_report(out) is None, h.sanitizer_report(out)
     daemon.assert_serving()

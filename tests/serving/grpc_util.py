@@ -114,6 +114,17 @@ def read_safetensors(path):
     return out
 
 
+def mlp_numpy(model_dir, x):
+    """probs of the model in model_dir (the example mlp's graph and weights) for x, from the
+    NumPy interpreter of tests/interop/rtxgraph.py: the graph file evaluated in float64 and
+    rounded once, the weights of model.safetensors bound as graph inputs as the model loader
+    binds them - a reference independent of rtxd's kernels and of its batching."""
+    v = Path(model_dir) / "1"
+    feeds = dict(read_safetensors(v / "model.safetensors"))
+    feeds["x"] = x
+    return harness.rg.Interpreter(harness.rg.load_graph(v / "model.rtxg")).run(feeds)["probs"].a
+
+
 def rtxrun_outputs(model_dir, feeds, workdir):
     """Runs version 1 of the model in model_dir through rtxrun with `feeds` and the model's
     weights as inputs; returns {output name: array}."""

@@ -7,12 +7,15 @@ models.
 
 import http.client
 import json
+import shutil
 import socket
+import subprocess
 import time
 
 import numpy as np
 
 import serving_harness as sh
+import skips
 
 TIMEOUT = 30.0 * sh.SLOW
 
@@ -166,6 +169,20 @@ def simple_inputs(batch=1, seed=0):
     a = rng.integers(-1000, 1000, size=(batch, 16), dtype=np.int32)
     b = rng.integers(-1000, 1000, size=(batch, 16), dtype=np.int32)
     return a, b
+
+
+def curl_h2c():
+    """The path of a curl that speaks HTTP/2 (h2c with prior knowledge), or a skip naming
+    what is missing ("curl", "curl-h2c": tests/skips.py; deploy/install-deps.sh installs
+    Debian's curl, which has it)."""
+    curl = shutil.which("curl")
+    if not curl:
+        skips.skip("curl", "no curl on PATH")
+    v = subprocess.run([curl, "--version"], capture_output=True, text=True, timeout=30)
+    features = [ln for ln in v.stdout.splitlines() if ln.startswith("Features:")]
+    if v.returncode != 0 or not features or "HTTP2" not in features[0].split():
+        skips.skip("curl-h2c", f"{curl} lists no HTTP2 feature: {v.stdout.strip()[-300:]}")
+    return curl
 
 
 def assert_serving(d):

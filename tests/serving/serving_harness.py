@@ -10,6 +10,7 @@ remove models in it without touching the build. The copy leaves out the wide MLP
 repository itself (test_wide_models.py), so no test copies their weights.
 """
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -41,6 +42,26 @@ def copy_repository(dest, models=None):
     for m in sorted(p.name for p in src.iterdir() if p.is_dir()):
         if (m not in LARGE) if models is None else (m in models):
             shutil.copytree(src / m, dest / m)
+    return dest
+
+
+# mlp's max_queue_delay_microseconds in batching_repository(): long enough that concurrent
+# requests reach the batcher within it on any host (sanitizers, a loaded machine), so a test
+# can require that they were merged; batches of a preferred size (16, 32) still run at once
+BATCH_WAIT_US = 2_000_000
+
+
+def batching_repository(dest):
+    """A repository (dest) holding the example mlp alone, its dynamic batching as built
+    (preferred sizes 16 and 32, max_batch_size 64) but with a queue delay of BATCH_WAIT_US,
+    so concurrent single-row requests are merged whatever the host's speed; returns dest."""
+    dest = copy_repository(dest, models=("mlp",))
+    cfg_path = dest / "mlp" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    assert cfg["dynamic_batching"]["preferred_batch_size"] == [16, 32], cfg
+    cfg["dynamic_batching"]["max_queue_delay_microseconds"] = BATCH_WAIT_US
+    cfg_path.unlink()  # a copy of the build's file (or a link to it): never write through
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
     return dest
 
 

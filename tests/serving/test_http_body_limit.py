@@ -8,7 +8,6 @@ serving after that too.
 """
 
 import json
-import shutil
 import socket
 import subprocess
 
@@ -98,11 +97,11 @@ def test_body_at_the_limit_is_served(d):
     assert r.status == 400 and "malformed JSON" in r.error(), r
 
 
-@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
 def test_http2_body_over_the_limit(d, tmp_path):
+    curl = hu.curl_h2c()
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (LIMIT * 2))
-    p = subprocess.run(["curl", "-sS", "--http2-prior-knowledge", "--max-time", "20",
+    p = subprocess.run([curl, "-sS", "--http2-prior-knowledge", "--max-time", "20",
                         "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", f"@{big}",
                         f"{d.http_url}/v2/repository/index"],
                        capture_output=True, text=True, timeout=60 * sh.SLOW)
@@ -110,7 +109,7 @@ def test_http2_body_over_the_limit(d, tmp_path):
     assert p.returncode != 0 or p.stdout.strip() == "413", (p.returncode, p.stdout, p.stderr)
     hu.assert_serving(d)
     # a body within the limit still works over HTTP/2
-    p = subprocess.run(["curl", "-sS", "--http2-prior-knowledge", "--max-time", "20",
+    p = subprocess.run([curl, "-sS", "--http2-prior-knowledge", "--max-time", "20",
                         "-d", '{"ready": true}', f"{d.http_url}/v2/repository/index"],
                        capture_output=True, text=True, timeout=60 * sh.SLOW)
     assert p.returncode == 0 and "simple" in p.stdout, (p.returncode, p.stdout, p.stderr)

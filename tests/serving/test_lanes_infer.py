@@ -167,7 +167,7 @@ def test_realtime_served_batch_shed_under_overload(d):
     assert refused >= len(shed), counts
     assert counts[("realtime", "completed")] >= len(rt) + 6
     assert counts[("realtime", "admitted")] == counts[("realtime", "completed")], counts
-    assert all(v == 0 for v in depth.values()), depth
+    assert depth and all(v == 0 for v in depth.values()), depth
     hu.assert_serving(d)
     gu.assert_serving(d)
 

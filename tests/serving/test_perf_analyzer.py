@@ -4,8 +4,9 @@ concurrency 1 to 8: every level completes, and rtxd counts no failed request.
 
 perf_analyzer is a prebuilt binary that links libcudart.so.12 (from PyPI's
 nvidia-cuda-runtime-cu12, found through LD_LIBRARY_PATH) and libb64.so.0d (Debian's libb64-0d,
-from deploy/install-deps.sh); it needs no GPU for a remote server. The test is skipped, with
-the loader's message, only when the binary cannot run at all.
+from deploy/install-deps.sh); it needs no GPU for a remote server. When the binary is missing
+or cannot run at all the test skips with the loader's message, naming the dependency
+"perf_analyzer": a failure unless RTX_ALLOW_SKIP=perf_analyzer (tests/skips.py).
 """
 
 import csv
@@ -18,14 +19,15 @@ import pytest
 
 import http_util as hu
 import serving_harness as sh
+import skips
 
 
 def perf_analyzer():
-    """(path, environment) of a runnable perf_analyzer, or a pytest skip saying why not."""
+    """(path, environment) of a runnable perf_analyzer, or a skip saying why not."""
     exe = Path(sys.executable).parent / "perf_analyzer"
     if not exe.exists():
-        pytest.skip(f"{exe} missing: tests/requirements.txt installs tritonclient[all], whose "
-                    f"wheel ships it")
+        skips.skip("perf_analyzer", f"{exe} missing: tests/requirements.txt installs "
+                   f"tritonclient[all], whose wheel ships it")
     env = sh.harness.clean_env()
     try:
         import nvidia.cuda_runtime
@@ -37,7 +39,7 @@ def perf_analyzer():
     p = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60)
     text = p.stdout + p.stderr
     if "error while loading shared libraries" in text:
-        pytest.skip(f"perf_analyzer cannot run here: {text.strip()[:300]}")
+        skips.skip("perf_analyzer", f"it cannot run here: {text.strip()[:300]}")
     return exe, env
 
 

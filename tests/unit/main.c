@@ -2,6 +2,10 @@
  * main.c - the Check runner for every unit-test suite in test-list.h.
  * Usage: rtx-unit-tests [SUITE...]  (no argument: all suites)
  * RTX_TEST_LOG sets the level of the daemon's log lines during the tests (default: error).
+ * The unit tests see no GPU on any host: CUDA_VISIBLE_DEVICES is set to "" before anything
+ * can initialise CUDA, so the no-GPU paths they check (device discovery, the job manager's
+ * placement) run everywhere instead of depending on the machine; the GPU paths are
+ * tests/gpu's (make test-gpu).
  */
 #include <check.h>
 #include <stdio.h>
@@ -35,6 +39,10 @@ static int wanted(const char *name, int argc, char **argv) {
 
 int main(int argc, char **argv) {
     SRunner *sr = NULL;
+    if (setenv("CUDA_VISIBLE_DEVICES", "", 1) != 0) {
+        perror("rtx-unit-tests: setenv CUDA_VISIBLE_DEVICES");
+        return 2;
+    }
     /* daemon modules under test log to stderr; RTX_TEST_LOG=debug|info|... shows their lines */
     const char *level = getenv("RTX_TEST_LOG");
     rtx_log_configure("text", level && level[0] ? level : "error");
