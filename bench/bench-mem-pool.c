@@ -21,8 +21,8 @@
  *
  * Target: the pool's median throughput >= 0.5x malloc's (judged; --report or
  * RTX_BENCH_REPORT=1 only reports). On the CPU the pool cannot win: glibc's warm malloc serves
- * this trace from its bins in about 100 ns, and the pool does the same best-fit work behind a
- * mutex plus its statistics. What it buys is on the GPU, where cudaMalloc/cudaFree cost
+ * this trace from its bins in about 130 ns per operation, and the pool does the same best-fit
+ * work behind a mutex plus its statistics. What it buys is on the GPU, where cudaMalloc/cudaFree cost
  * microseconds to milliseconds and synchronize the device (bench-gpu.c measures that). The
  * target bounds the price of the pool's bookkeeping on top of a cheap allocator: half of
  * malloc's throughput leaves the pool under 0.3 µs per operation on this trace, which is
