@@ -258,7 +258,8 @@ struct outcome {
     int64_t *rt_latency; /* realtime answers (run to the end): arrival to answer, ns */
     long n_rt_latency;
     int64_t answered_ns;  /* when the last answer went out */
-    int64_t good_work_ns; /* executor time spent on requests answered in time, ns */
+    int64_t busy_ns;      /* executor time spent running requests, ns */
+    int64_t good_work_ns; /* ... of which on requests answered in time, ns */
     int brownouts;        /* the scheduler: times brownout began */
 };
 
@@ -287,6 +288,7 @@ struct executor {
 static void answer(struct outcome *o, const struct executor *x, int64_t at) {
     const struct sim_req *q = x->req;
     if (q->cls == 0) o->rt_latency[o->n_rt_latency++] = at - q->arrival_ns;
+    o->busy_ns += x->run_ns;
     if (at <= q->deadline_ns) {
         o->good[q->cls]++;
         o->good_work_ns += x->run_ns;
@@ -537,13 +539,13 @@ static int cmd_goodput(double seconds, const struct opts *op) {
         snprintf(rt, sizeof rt, "%ld/%ld/%ld/%ld", x->good[0], x->refused[0], x->expired[0],
                  x->late[0]);
         double p50 = rt_latency_ms(x, 50), p99 = rt_latency_ms(x, 99);
-        double useful = 100.0 * (double)x->good_work_ns / (EXECUTORS * seconds * 1e9);
+        double useful = x->busy_ns ? 100.0 * (double)x->good_work_ns / (double)x->busy_ns : 0.0;
         printf("  %-33s %9.1f %8.2f %7.1f %7.1f %6.1f%% | %-28s | %ld/%ld/%ld/%ld\n",
                side_names[k], outcome_goodput(x, seconds), outcome_slo(x), p50, p99, useful, rt,
                x->good[1], x->refused[1], x->expired[1], x->late[1]);
     }
     printf("  (rt p50/p99: realtime latency of the answered requests, arrival to answer, ms; "
-           "useful: executor time spent on requests answered in time, %% of capacity; "
+           "useful: share of the executors' busy time spent on requests answered in time; "
            "scheduler brownouts: %d)\n",
            o[SIDE_SCHED].brownouts);
 
