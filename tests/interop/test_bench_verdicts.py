@@ -2,11 +2,11 @@
 The benchmarks' verdicts can fail: rtx-bench-sched (goodput, on a simulated clock, so the
 figures are the same on every machine) and rtx-bench-mem-pool (a small trace, with the delay
 knobs RTX_BENCH_DELAY_US / RTX_BENCH_REF_DELAY_US set to 20 times an allocation's measured
-cost, so the outcome does not depend on the machine's load) are run with one side handicapped, and the
-verdict lines and exit status must follow: a slowed rtxd side turns met into MISSED with a
-non-zero exit, a slowed baseline turns MISSED into met, --report (and RTX_BENCH_REPORT=1)
-exits 0 whatever the verdict, and a case that cannot run exits non-zero even then. Both
-binaries are part of `make all`; each run takes well under a second.
+cost, so the outcome does not depend on the machine's load) are run with one side
+handicapped, and the verdict lines and exit status must follow: a slowed rtxd side turns met
+into MISSED with a non-zero exit, a slowed baseline turns MISSED into met, --report (and
+RTX_BENCH_REPORT=1) exits 0 whatever the verdict, and a case that cannot run exits non-zero
+even then. Both binaries are part of `make all`; each run takes well under a second.
 """
 
 import os
