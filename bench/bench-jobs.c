@@ -1,26 +1,35 @@
 /*
  * bench-jobs.c - what a job round trip through rtxd costs next to a bare gRPC echo.
  *
- * Usage: rtx-bench-jobs [--echo ADDR] [--rtxd ADDR] [--seconds S] [--warmup S]
- *                       [--concurrency N,N...] [--bytes N]
+ * Usage: rtx-bench-jobs [--echo ADDR] [--rtxd ADDR] [--seconds S] [--warmup S] [--windows N]
+ *                       [--concurrency N,N...] [--bytes N] [--report]
  *
  * For each concurrency (default 1 and 16) it measures
  *   echo: the unary "/bench.Echo/Echo" call of bench/echo-server.c with a small message
  *         (--bytes, default 64) - the cost of the gRPC stack alone;
  *   job:  rtxd's job round trip - Jobs.Submit of a one-node graph (add of two [4] f32 inputs),
  *         Jobs.Wait until the job is terminal, Jobs.GetOutputs (the outputs are checked);
- * and prints calls or jobs per second, p50 and p99 latency, and the ratio of rtxd's p50 to
- * the echo p50 at the same concurrency (the target is 2x or less).
+ * and prints calls or jobs per second, p50 and p99 latency, the device and execution mode the
+ * jobs ran with (from Jobs.Wait), and judges the ratio of rtxd's p50 to the echo p50 at the
+ * same concurrency: target 2x or less. Exit status: 0 when every ratio meets the target (or
+ * --report, or RTX_BENCH_REPORT=1 in the environment: report without judging); 1 when one
+ * misses or a phase fails to run (errors, nothing measured, a server unreachable; also with
+ * --report); 2 for bad arguments.
  *
  * DESIGN
  * One client thread drives one completion queue and one channel per server; N "slots" each
  * keep one call chain in flight (the next call starts from the completion of the last), so
  * the client adds little CPU next to the servers on a small machine. Every slot has at most
  * one batch outstanding; a job is a small state machine (submit, wait's first batch, further
- * stream reads, wait's status, outputs). Each phase warms up for --warmup seconds, then counts
- * the operations that start and finish inside the next --seconds; afterwards no new ones
- * start and those in flight are drained. Every call has a 10 s deadline, so a stuck server
- * ends a phase with errors instead of hanging the benchmark. Messages are protobuf-c
+ * stream reads, wait's status, outputs). Both workloads are measured the same way, in
+ * windows: each window warms up for --warmup seconds (default 0.25), then counts the
+ * operations that start and finish inside the next --seconds (default 1); afterwards no new
+ * ones start and those in flight are drained. For each concurrency the windows alternate the
+ * workloads (--windows per workload, default 5; echo job, job echo, echo job, ...), so drift
+ * in the machine's load falls on both, and the figures are medians over the windows with the
+ * spread (min .. max); the judged ratio is that of the medians, printed with the range of
+ * the per-window pairs' ratios. Every call has a 10 s deadline, so a stuck server ends a
+ * phase with errors instead of hanging the benchmark. Messages are protobuf-c
  * (build/gen/rtx/v1) over raw gRPC core, independent of the client library.
  */
 #include <errno.h>
@@ -41,7 +50,9 @@
 #include "rtx/v1/jobs.pb-c.h"
 
 #define MAX_SLOTS 256
-#define MAX_PHASES 8
+#define MAX_PHASES 8     /* concurrencies */
+#define MAX_WINDOWS 51   /* windows per workload and concurrency */
+#define TARGET_RATIO 2.0 /* job p50 / echo p50, at most */
 #define CALL_DEADLINE_S 10
 #define DRAIN_LIMIT_S 15 /* longest wait for in-flight calls after a phase */
 
@@ -82,6 +93,8 @@ struct slot {
     char job_id[128];
     int job_state; /* last Jobs.Wait state seen */
     char job_reason[128];
+    char job_device[32];    /* last Jobs.Wait message's device: where the job ran */
+    char job_exec_mode[16]; /* ... and how (plain, fixed, captured, replayed) */
 };
 
 struct bench {
@@ -97,6 +110,10 @@ struct bench {
     grpc_slice echo_payload;
     grpc_slice submit_payload;
     float expected[4]; /* the job's output */
+    /* the route the recorded jobs took: device and exec_mode of the first; mixed when a later
+     * one differed */
+    char route_device[32], route_exec_mode[16];
+    bool route_mixed;
 };
 
 static double now_s(void) {
@@ -252,9 +269,17 @@ static void op_done(struct slot *s, bool ok) {
     s->state = ST_IDLE;
     if (ok && s->t_start >= b->record_from && t <= b->record_until) {
         stats_add(&b->st, (t - s->t_start) * 1e6);
-        if (b->work == WORK_JOB)
+        if (b->work == WORK_JOB) {
             for (int i = 0; i < 3; i++)
                 stats_add(&b->steps[i], s->step_us[i]);
+            if (!b->route_device[0]) {
+                snprintf(b->route_device, sizeof b->route_device, "%s", s->job_device);
+                snprintf(b->route_exec_mode, sizeof b->route_exec_mode, "%s", s->job_exec_mode);
+            } else if (strcmp(b->route_device, s->job_device) != 0 ||
+                       strcmp(b->route_exec_mode, s->job_exec_mode) != 0) {
+                b->route_mixed = true;
+            }
+        }
     }
     if (t < b->record_until) slot_start(s);
 }
@@ -376,6 +401,8 @@ static void on_complete(struct slot *s, bool success) {
         }
         s->job_state = job->state;
         snprintf(s->job_reason, sizeof s->job_reason, "%s", job->reason);
+        snprintf(s->job_device, sizeof s->job_device, "%s", job->device);
+        snprintf(s->job_exec_mode, sizeof s->job_exec_mode, "%s", job->exec_mode);
         rtx__v1__job__free_unpacked(job, NULL);
         s->state = ST_WAIT_READ;
         if (call_next(s, false) == 0) return;
@@ -551,27 +578,52 @@ static bool channel_ready(grpc_channel *ch, grpc_completion_queue *cq) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out, "Usage: rtx-bench-jobs [--echo ADDR] [--rtxd ADDR] [--seconds S] "
-                 "[--warmup S] [--concurrency N,N...] [--bytes N]\n");
+    fprintf(out, "Usage: rtx-bench-jobs [--echo ADDR] [--rtxd ADDR] [--seconds S] [--warmup S] "
+                 "[--windows N]\n"
+                 "                      [--concurrency N,N...] [--bytes N] [--report]\n");
 }
 
-static void print_us(double us) {
-    if (isnan(us))
+/* Median, min and max of v[0..n) (n >= 1; NaNs sort first and are skipped); v is sorted. */
+static void summary(double *v, int n, double *med, double *lo, double *hi) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int k = 0;
+    while (k < n && isnan(v[k]))
+        k++;
+    if (k == n) {
+        *med = *lo = *hi = NAN;
+        return;
+    }
+    v += k;
+    n -= k;
+    *med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    *lo = v[0];
+    *hi = v[n - 1];
+}
+
+static void print_num(double x, const char *fmt) {
+    if (isnan(x))
         printf(" %9s |", "-");
     else
-        printf(" %9.0f |", us);
+        printf(fmt, x);
 }
 
 int main(int argc, char **argv) {
     const char *targets[2] = {NULL, NULL}; /* indexed by enum workload */
-    double seconds = 3.0, warmup = 0.5;
+    double seconds = 1.0, warmup = 0.25;
+    int windows = 5;
     int conc[MAX_PHASES] = {1, 16}, n_conc = 2;
     long bytes = 64;
+    const char *rep = getenv("RTX_BENCH_REPORT");
+    bool report = rep && *rep && strcmp(rep, "0") != 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
+        }
+        if (strcmp(argv[i], "--report") == 0) {
+            report = true;
+            continue;
         }
         if (!v) {
             usage(stderr);
@@ -585,6 +637,8 @@ int main(int argc, char **argv) {
             seconds = atof(v);
         } else if (strcmp(argv[i], "--warmup") == 0) {
             warmup = atof(v);
+        } else if (strcmp(argv[i], "--windows") == 0) {
+            windows = atoi(v);
         } else if (strcmp(argv[i], "--bytes") == 0) {
             bytes = atol(v);
         } else if (strcmp(argv[i], "--concurrency") == 0) {
@@ -606,15 +660,15 @@ int main(int argc, char **argv) {
         i++;
     }
     if ((!targets[0] && !targets[1]) || seconds <= 0 || warmup < 0 || bytes < 0 ||
-        bytes > (1 << 20) || n_conc == 0) {
+        bytes > (1 << 20) || n_conc == 0 || windows < 1 || windows > MAX_WINDOWS) {
         usage(stderr);
         return 2;
     }
 
     grpc_init();
     static struct bench benches[2];
-    struct result results[2][MAX_PHASES];
-    bool ran[2] = {false, false};
+    static struct result results[2][MAX_PHASES][MAX_WINDOWS];
+    bool ready[2] = {false, false};
     int status = 0;
     char *echo_buf = malloc((size_t)bytes + 1);
     memset(echo_buf, 'x', (size_t)bytes);
@@ -626,62 +680,126 @@ int main(int argc, char **argv) {
         b->echo_payload = grpc_slice_from_copied_buffer(echo_buf, (size_t)bytes);
         b->submit_payload = make_submit_payload(b->expected);
         grpc_completion_queue *pcq = grpc_completion_queue_create_for_pluck(NULL);
-        bool ready = channel_ready(b->channel, pcq);
+        ready[w] = channel_ready(b->channel, pcq);
         grpc_completion_queue_shutdown(pcq);
         grpc_completion_queue_destroy(pcq);
-        if (!ready) {
+        if (!ready[w]) {
             fprintf(stderr, "rtx-bench-jobs: cannot connect to %s\n", targets[w]);
             status = 1;
-            continue;
         }
-        for (int k = 0; k < n_conc; k++) {
-            if (run_phase(b, (enum workload)w, conc[k], warmup, seconds, &results[w][k]) != 0)
-                status = 1;
-        }
-        ran[w] = true;
     }
     free(echo_buf);
 
-    printf("\nrtx-bench-jobs: %.1f s per phase after %.1f s warm-up; echo of %ld bytes; job = "
-           "Submit(add of two [4] f32) + Wait + GetOutputs\n\n",
-           seconds, warmup, bytes);
-    printf("| workload | concurrency |       ok | errors |    per s |   p50 µs |   p99 µs |\n");
-    printf("| -------- | ----------- | -------- | ------ | -------- | -------- | -------- |\n");
+    /* For each concurrency, `windows` windows per workload, alternating the workloads and,
+     * from one window to the next, which of them goes first (echo job, job echo, ...). */
+    for (int k = 0; k < n_conc; k++) {
+        for (int x = 0; x < windows; x++) {
+            for (int j = 0; j < 2; j++) {
+                int w = (x + j) % 2 ? WORK_JOB : WORK_ECHO;
+                if (!ready[w]) continue;
+                if (run_phase(&benches[w], (enum workload)w, conc[k], warmup, seconds,
+                              &results[w][k][x]) != 0)
+                    status = 1;
+            }
+        }
+    }
+
+    printf("\nrtx-bench-jobs: %d windows of %.2f s per workload and concurrency, each after "
+           "%.2f s of warm-up, the workloads alternating; medians over the windows, spread "
+           "min .. max\n",
+           windows, seconds, warmup);
+    if (ready[WORK_ECHO])
+        printf("  echo: unary /bench.Echo/Echo of %ld bytes to %s (bench/echo-server.c, bare "
+               "gRPC core)\n",
+               bytes, targets[WORK_ECHO]);
+    if (ready[WORK_JOB])
+        printf("  job:  rtxd at %s: Jobs.Submit (add of two [4] f32) + Jobs.Wait + "
+               "Jobs.GetOutputs; ran on device \"%s\", exec_mode \"%s\"%s\n",
+               targets[WORK_JOB], benches[WORK_JOB].route_device,
+               benches[WORK_JOB].route_exec_mode,
+               benches[WORK_JOB].route_mixed ? " (not every job: the route varied)" : "");
+    printf("\n| workload | concurrency |    per s |   p50 µs | p50 min .. max µs |   p99 µs | "
+           "errors |\n");
+    printf("| -------- | ----------- | -------- | -------- | ----------------- | -------- | "
+           "------ |\n");
+    double p50_med[2][MAX_PHASES];
     for (int w = 0; w < 2; w++) {
-        if (!ran[w]) continue;
         for (int k = 0; k < n_conc; k++) {
-            const struct result *r = &results[w][k];
-            printf("| %-8s | %11d | %8zu | %6ld | %8.0f |", workload_names[w], r->concurrency,
-                   r->ok, r->errors, r->per_s);
-            print_us(r->p50_us);
-            print_us(r->p99_us);
-            printf("\n");
+            p50_med[w][k] = NAN;
+            if (!ready[w]) continue;
+            double per_s[MAX_WINDOWS], p50[MAX_WINDOWS], p99[MAX_WINDOWS];
+            long errors = 0;
+            for (int x = 0; x < windows; x++) {
+                const struct result *r = &results[w][k][x];
+                per_s[x] = r->per_s;
+                p50[x] = r->p50_us;
+                p99[x] = r->p99_us;
+                errors += r->errors;
+            }
+            double pm, plo, phi, med, lo, hi, qm, qlo, qhi;
+            summary(per_s, windows, &pm, &plo, &phi);
+            summary(p50, windows, &med, &lo, &hi);
+            summary(p99, windows, &qm, &qlo, &qhi);
+            p50_med[w][k] = med;
+            char spread[40];
+            if (isnan(med))
+                snprintf(spread, sizeof spread, "-");
+            else
+                snprintf(spread, sizeof spread, "%.0f .. %.0f", lo, hi);
+            printf("| %-8s | %11d |", workload_names[w], conc[k]);
+            print_num(pm, " %8.0f |");
+            print_num(med, " %8.0f |");
+            printf(" %17s |", spread);
+            print_num(qm, " %8.0f |");
+            printf(" %6ld |\n", errors);
         }
     }
-    if (ran[WORK_ECHO] && ran[WORK_JOB]) {
-        printf("\n| concurrency | job p50 / echo p50 | target |\n");
-        printf("| ----------- | ------------------ | ------ |\n");
-        for (int k = 0; k < n_conc; k++) {
-            double ratio = results[WORK_JOB][k].p50_us / results[WORK_ECHO][k].p50_us;
-            printf("| %11d | %17.2fx | %s |\n", conc[k], ratio,
-                   isnan(ratio)   ? "-"
-                   : ratio <= 2.0 ? "<= 2x met"
-                                  : "<= 2x MISSED");
-        }
-    }
-    if (ran[WORK_JOB]) {
-        printf("\n| concurrency | Submit p50 µs | Wait p50 µs | GetOutputs p50 µs |\n");
+    if (ready[WORK_JOB]) {
+        printf("\njob steps, medians over the windows:\n\n");
+        printf("| concurrency | Submit p50 µs | Wait p50 µs | GetOutputs p50 µs |\n");
         printf("| ----------- | ------------- | ----------- | ----------------- |\n");
         for (int k = 0; k < n_conc; k++) {
-            const double *st = results[WORK_JOB][k].step_p50_us;
+            double st[3], lo, hi, v[MAX_WINDOWS];
+            for (int i = 0; i < 3; i++) {
+                for (int x = 0; x < windows; x++)
+                    v[x] = results[WORK_JOB][k][x].step_p50_us[i];
+                summary(v, windows, &st[i], &lo, &hi);
+            }
             printf("| %11d | %13.0f | %11.0f | %17.0f |\n", conc[k], st[0], st[1], st[2]);
         }
     }
     for (int w = 0; w < 2; w++)
-        for (int k = 0; ran[w] && k < n_conc; k++)
-            if (results[w][k].errors)
-                printf("\n%s at %d: %ld errors; first: %s\n", workload_names[w], conc[k],
-                       results[w][k].errors, results[w][k].first_error);
+        for (int k = 0; ready[w] && k < n_conc; k++)
+            for (int x = 0; x < windows; x++)
+                if (results[w][k][x].errors) {
+                    printf("\n%s at %d, window %d: %ld errors; first: %s\n", workload_names[w],
+                           conc[k], x + 1, results[w][k][x].errors, results[w][k][x].first_error);
+                    break;
+                }
+
+    printf("\n");
+    bool all_met = true;
+    if (ready[WORK_ECHO] && ready[WORK_JOB]) {
+        for (int k = 0; k < n_conc; k++) {
+            double ratio = p50_med[WORK_JOB][k] / p50_med[WORK_ECHO][k], r[MAX_WINDOWS], med, lo,
+                   hi;
+            for (int x = 0; x < windows; x++)
+                r[x] = results[WORK_JOB][k][x].p50_us / results[WORK_ECHO][k][x].p50_us;
+            summary(r, windows, &med, &lo, &hi);
+            bool met = ratio <= TARGET_RATIO; /* false for NaN: a side that did not run */
+            all_met = all_met && met;
+            printf("verdict: job p50 / echo p50 at concurrency %d: %.2fx (medians; per-window "
+                   "pairs %.2f .. %.2f), target <= %.0fx: %s\n",
+                   conc[k], ratio, lo, hi, TARGET_RATIO,
+                   report ? (met ? "met (report only, not judged)"
+                                 : "MISSED (report only, not judged)")
+                          : (met ? "met" : "MISSED"));
+        }
+    } else {
+        printf("verdict: job p50 / echo p50: not judged (only one of --echo and --rtxd given or "
+               "reachable)\n");
+    }
+    if (status) printf("rtx-bench-jobs: a phase FAILED to run (errors above)\n");
 
     for (int w = 0; w < 2; w++) {
         struct bench *b = &benches[w];
@@ -696,5 +814,6 @@ int main(int argc, char **argv) {
         grpc_completion_queue_destroy(b->cq);
     }
     grpc_shutdown();
-    return status;
+    if (status) return 1;
+    return report || all_met ? 0 : 1;
 }

@@ -1,7 +1,7 @@
 /*
  * bench-sched.c - the SLA scheduler (scheduler/sched.h): its cost per request, counted in
- * instructions under valgrind's callgrind, and its goodput under 2x overload against a plain
- * FIFO queue, both on a simulated clock.
+ * instructions under valgrind's callgrind, and its goodput under 2x overload against the
+ * simple queues a reader would put in its place, all on a simulated clock. Judged targets.
  *
  * DESIGN
  * Cost: "pairs N" fills a scheduler with 10,000 queued requests spread over three lanes, then
@@ -10,22 +10,45 @@
  * twice under valgrind with --toggle-collect=run_pairs, for N1 and N2 rounds, and prints
  * (I(N2) - I(N1)) / (N2 - N1): the instructions of one round, with setup and any fixed cost
  * cancelled out. The requests are generated before run_pairs, so their generation is not
- * counted.
+ * counted. Target: < 2,000 instructions per round.
  *
  * Goodput: a discrete-event simulation of 4 executors fed by two Poisson streams, realtime
  * (1-3 ms of work, deadline 50 ms) at 60% of capacity and batch (10-30 ms, deadline 2 s) at
- * 140%: 2x overload. The same arrivals (same seed, same run times) go to the scheduler (lanes
- * realtime weight 8 and batch weight 1, costs learned per class from completions) and to a
- * FIFO queue that runs everything in arrival order (bounded at the scheduler's total queue
- * bound; beyond it, a request is refused). A FIFO that drops requests whose deadline passed
- * before they started is printed too, as a stronger baseline. Goodput is the number of
- * requests answered within their deadline per simulated second; the realtime SLO attainment
- * is the share of realtime requests so answered (refusals count as misses).
+ * 140%: 2x overload. Goodput is the number of requests answered within their deadline per
+ * simulated second; the realtime SLO attainment is the share of realtime requests so
+ * answered (refusals and drops count as misses). The same arrivals (same seed, same run
+ * times, executors and event order) go to each side:
+ *   scheduler            rtxd's scheduler with its default lanes (realtime weight 8, batch
+ *                        weight 1, each lane bounded, rejecting), costs learned per class
+ *                        from completions; admission control refuses what cannot finish in
+ *                        time, expired items are dropped at dispatch;
+ *   FIFO                 one queue in arrival order, bounded at the sum of the two lanes'
+ *                        bounds; beyond it a request is refused;
+ *   FIFO dropping expired the same, but a request whose deadline passed before it starts is
+ *                        dropped instead of run;
+ *   strict priority      a realtime queue always served before a batch queue (no admission
+ *                        control), each bounded at its lane's bound;
+ *   strict priority dropping expired  the same, dropping as the dropping FIFO does - the
+ *                        strongest of these simple baselines.
+ * No side preempts running work, and no baseline knows run times (none could: they are what
+ * a request takes, not what it says). Each baseline is judged: the scheduler's goodput >= the
+ * baseline's (ratio >= 1.00, --target-goodput sets another ratio) and the scheduler's realtime
+ * SLO >= 99%.
  *
- * Usage: rtx-bench-sched [all | callgrind [N1 N2] | goodput [SECONDS] | pairs N]
+ * Handicaps, for tests that the verdict can fail: --handicap-sched F runs every request F
+ * times slower on the scheduler's executors, --handicap-baseline F on every baseline's.
+ *
+ * Usage: rtx-bench-sched [--report] [--handicap-sched F] [--handicap-baseline F]
+ *                        [--target-goodput X] [all | callgrind [N1 N2] | goodput [SECONDS] |
+ *                        pairs N]
+ * --report (or RTX_BENCH_REPORT=1 in the environment) prints the verdicts without judging.
+ * Exit status: 0 when every judged target is met (or --report); 1 when one is missed or a
+ * case fails to run (also with --report); 2 for bad arguments.
  */
+#include <assert.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +60,23 @@
 #define SEC 1000000000LL
 #define QUEUED 10000
 #define N_KEYS 64
+#define TARGET_INSTRUCTIONS 2000 /* per enqueue + dispatch + finish, fewer */
+#define TARGET_SLO 99.0          /* % of realtime requests answered in time, at least */
+
+/* The options of a run. */
+struct opts {
+    bool report;           /* print verdicts, do not judge */
+    double handicap_sched; /* run-time factor on the scheduler's executors, >= 1 */
+    double handicap_base;  /* run-time factor on every baseline's executors, >= 1 */
+    double target_goodput; /* scheduler goodput / baseline goodput, at least */
+};
+
+/* The verdict word: met, MISSED, or either marked as not judged under --report. */
+static const char *verdict(const struct opts *o, bool met) {
+    if (o->report)
+        return met ? "met (report only, not judged)" : "MISSED (report only, not judged)";
+    return met ? "met" : "MISSED";
+}
 
 /* runtime's xorshift64* (rtx_rng_next), its state set directly so the streams stay fixed */
 static struct rtx_rng rng = {.s = 0x9e3779b97f4a7c15ULL};
@@ -156,14 +196,22 @@ static double callgrind_count(const char *self, long n) {
     return total;
 }
 
-static int cmd_callgrind(const char *self, long n1, long n2) {
+static int cmd_callgrind(const char *self, long n1, long n2, const struct opts *o) {
+    printf("scheduling cost: rtx_sched_enqueue + rtx_sched_dispatch + rtx_sched_finish, %d "
+           "queued over 3 lanes, instructions counted by valgrind's callgrind\n",
+           QUEUED);
     double i1 = callgrind_count(self, n1), i2 = callgrind_count(self, n2);
-    if (i1 < 0 || i2 < 0) return 1;
+    if (i1 < 0 || i2 < 0) {
+        printf("verdict: scheduling cost < %d instructions: FAILED to run\n", TARGET_INSTRUCTIONS);
+        return 1;
+    }
     double per = (i2 - i1) / (double)(n2 - n1);
-    printf("scheduling cost: %.0f instructions per enqueue + dispatch + finish, %d queued "
-           "(callgrind: %.0f for %ld rounds, %.0f for %ld; target < 2000)\n",
-           per, QUEUED, i1, n1, i2, n2);
-    return per < 2000 ? 0 : 1;
+    printf("  %.0f instructions per round (callgrind: %.0f for %ld rounds, %.0f for %ld)\n", per,
+           i1, n1, i2, n2);
+    bool met = per < TARGET_INSTRUCTIONS;
+    printf("verdict: scheduling cost %.0f instructions per round, target < %d: %s\n", per,
+           TARGET_INSTRUCTIONS, verdict(o, met));
+    return o->report || met ? 0 : 1;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -204,26 +252,49 @@ static struct sim_req *make_arrivals(double seconds, long *n_out) {
     return r;
 }
 
+/* What one side did with the arrivals. */
 struct outcome {
     long arrived[2], good[2], refused[2], expired[2], late[2];
     int64_t *rt_latency; /* realtime answers (run to the end): arrival to answer, ns */
     long n_rt_latency;
-    int64_t answered_ns; /* when the last answer went out */
-    int brownouts;
+    int64_t answered_ns;  /* when the last answer went out */
+    int64_t busy_ns;      /* executor time spent running requests, ns */
+    int64_t good_work_ns; /* ... of which on requests answered in time, ns */
+    int brownouts;        /* the scheduler: times brownout began */
 };
 
+static int outcome_init(struct outcome *o, long n) {
+    memset(o, 0, sizeof *o);
+    o->rt_latency = malloc(sizeof *o->rt_latency * (size_t)(n ? n : 1));
+    return o->rt_latency ? 0 : -1;
+}
+
+static double outcome_goodput(const struct outcome *o, double seconds) {
+    return (double)(o->good[0] + o->good[1]) / seconds;
+}
+
+/* Realtime SLO attainment, %. */
+static double outcome_slo(const struct outcome *o) {
+    return o->arrived[0] ? 100.0 * (double)o->good[0] / (double)o->arrived[0] : 0.0;
+}
+
 struct executor {
-    int64_t end_ns;
+    int64_t end_ns, run_ns;
     const struct sim_req *req;
     uint64_t handle;
 };
 
-static void answer(struct outcome *o, const struct sim_req *q, int64_t at) {
-    if (q->cls == 0 && o->rt_latency) o->rt_latency[o->n_rt_latency++] = at - q->arrival_ns;
-    if (at <= q->deadline_ns)
+/* Executor x answers its request at `at`. */
+static void answer(struct outcome *o, const struct executor *x, int64_t at) {
+    const struct sim_req *q = x->req;
+    if (q->cls == 0) o->rt_latency[o->n_rt_latency++] = at - q->arrival_ns;
+    o->busy_ns += x->run_ns;
+    if (at <= q->deadline_ns) {
         o->good[q->cls]++;
-    else
+        o->good_work_ns += x->run_ns;
+    } else {
         o->late[q->cls]++;
+    }
     if (at > o->answered_ns) o->answered_ns = at;
 }
 
@@ -235,7 +306,22 @@ static int next_done(const struct executor *ex) {
     return best;
 }
 
-static int sim_scheduler(const struct sim_req *reqs, long n, struct outcome *o) {
+/* Starts q on executor x at now; `slow` is the side's run-time factor. */
+static void start(struct executor *x, const struct sim_req *q, int64_t now, double slow) {
+    x->req = q;
+    x->run_ns = slow == 1.0 ? q->run_ns : (int64_t)((double)q->run_ns * slow);
+    if (x->run_ns < 1) x->run_ns = 1;
+    x->end_ns = now + x->run_ns;
+}
+
+/* The event order every side shares: whether the next event is request i's arrival (true)
+ * or executor e's completion (false); a completion at the same instant goes first. */
+static bool arrival_next(const struct sim_req *reqs, long i, long n, const struct executor *ex,
+                         int e) {
+    return i < n && (e < 0 || reqs[i].arrival_ns < ex[e].end_ns);
+}
+
+static int sim_scheduler(const struct sim_req *reqs, long n, double slow, struct outcome *o) {
     struct rtx_sched_config cfg;
     rtx_sched_config_init(&cfg);
     cfg.executors = EXECUTORS;
@@ -248,17 +334,11 @@ static int sim_scheduler(const struct sim_req *reqs, long n, struct outcome *o) 
     int lane[2] = {rtx_sched_lane_find(s, "realtime"), rtx_sched_lane_find(s, "batch")};
     uint64_t key[2] = {rtx_sched_cost_key("realtime-model"), rtx_sched_cost_key("batch-graph")};
     struct executor ex[EXECUTORS] = {{0}};
-    memset(o, 0, sizeof *o);
-    o->rt_latency = malloc(sizeof *o->rt_latency * (size_t)(n ? n : 1));
-    if (!o->rt_latency) {
-        rtx_sched_free(s);
-        return 1;
-    }
     long i = 0;
     for (;;) {
         int e = next_done(ex);
         int64_t now;
-        if (i < n && (e < 0 || reqs[i].arrival_ns < ex[e].end_ns)) {
+        if (arrival_next(reqs, i, n, ex, e)) {
             const struct sim_req *q = &reqs[i++];
             now = q->arrival_ns;
             o->arrived[q->cls]++;
@@ -272,8 +352,8 @@ static int sim_scheduler(const struct sim_req *reqs, long n, struct outcome *o) 
             }
         } else if (e >= 0) {
             now = ex[e].end_ns;
-            rtx_sched_finish(s, ex[e].handle, RTX_SCHED_OK, ex[e].req->run_ns, now);
-            answer(o, ex[e].req, now);
+            rtx_sched_finish(s, ex[e].handle, RTX_SCHED_OK, ex[e].run_ns, now);
+            answer(o, &ex[e], now);
             ex[e].req = NULL;
         } else {
             break;
@@ -287,9 +367,8 @@ static int sim_scheduler(const struct sim_req *reqs, long n, struct outcome *o) 
                 o->expired[q->cls]++;
             }
             if (p == RTX_SCHED_NONE) break;
-            ex[f].req = it.data;
+            start(&ex[f], it.data, now, slow);
             ex[f].handle = it.handle;
-            ex[f].end_ns = now + ex[f].req->run_ns;
         }
     }
     struct rtx_sched_stats st;
@@ -299,53 +378,79 @@ static int sim_scheduler(const struct sim_req *reqs, long n, struct outcome *o) 
     return 0;
 }
 
-/* FIFO: runs in arrival order; drop_expired drops a request whose deadline passed before it
- * would start. bound: requests waiting at most. */
-static int sim_fifo(const struct sim_req *reqs, long n, long bound, bool drop_expired,
-                    struct outcome *o) {
-    const struct sim_req **queue = malloc(sizeof *queue * (size_t)bound);
-    if (!queue) return 1;
-    long head = 0, len = 0;
+/* A bounded ring of waiting requests. */
+struct ring {
+    const struct sim_req **v;
+    long cap, head, len;
+};
+
+static bool ring_push(struct ring *r, const struct sim_req *q) {
+    if (r->len == r->cap) return false;
+    r->v[(r->head + r->len++) % r->cap] = q;
+    return true;
+}
+
+static const struct sim_req *ring_pop(struct ring *r) {
+    const struct sim_req *q = r->v[r->head];
+    r->head = (r->head + 1) % r->cap;
+    r->len--;
+    return q;
+}
+
+/* A simple queue without admission control. strict_priority false: one FIFO in arrival
+ * order bounded at bound[0] + bound[1]; true: realtime (class 0) always before batch, each
+ * class in its own FIFO bounded at bound[class]. A request that finds its queue full is
+ * refused. drop_expired: a request whose deadline passed before it would start is dropped
+ * (counted expired) instead of run. slow: the run-time factor of the side's executors. */
+static int sim_queue(const struct sim_req *reqs, long n, bool strict_priority, const long bound[2],
+                     bool drop_expired, double slow, struct outcome *o) {
+    struct ring q[2] = {{0}};
+    int n_rings = strict_priority ? 2 : 1;
+    for (int c = 0; c < n_rings; c++) {
+        q[c].cap = strict_priority ? bound[c] : bound[0] + bound[1];
+        q[c].v = malloc(sizeof *q[c].v * (size_t)q[c].cap);
+        if (!q[c].v) {
+            free(q[0].v);
+            return 1;
+        }
+    }
     struct executor ex[EXECUTORS] = {{0}};
-    memset(o, 0, sizeof *o);
     long i = 0;
     for (;;) {
         int e = next_done(ex);
         int64_t now;
-        if (i < n && (e < 0 || reqs[i].arrival_ns < ex[e].end_ns)) {
-            const struct sim_req *q = &reqs[i++];
-            now = q->arrival_ns;
-            o->arrived[q->cls]++;
-            if (len == bound) {
-                o->refused[q->cls]++;
-            } else {
-                queue[(head + len) % bound] = q;
-                len++;
-            }
+        if (arrival_next(reqs, i, n, ex, e)) {
+            const struct sim_req *r = &reqs[i++];
+            now = r->arrival_ns;
+            o->arrived[r->cls]++;
+            if (!ring_push(&q[strict_priority ? r->cls : 0], r)) o->refused[r->cls]++;
         } else if (e >= 0) {
             now = ex[e].end_ns;
-            answer(o, ex[e].req, now);
+            answer(o, &ex[e], now);
             ex[e].req = NULL;
         } else {
             break;
         }
-        for (int f = 0; f < EXECUTORS && len > 0; f++) {
+        for (int f = 0; f < EXECUTORS; f++) {
             if (ex[f].req) continue;
-            while (len > 0) {
-                const struct sim_req *q = queue[head];
-                head = (head + 1) % bound;
-                len--;
-                if (drop_expired && q->deadline_ns <= now) {
-                    o->expired[q->cls]++;
-                    continue;
+            const struct sim_req *r = NULL;
+            while (!r) {
+                struct ring *from = q[0].len > 0                  ? &q[0]
+                                    : n_rings > 1 && q[1].len > 0 ? &q[1]
+                                                                  : NULL;
+                if (!from) break;
+                r = ring_pop(from);
+                if (drop_expired && r->deadline_ns <= now) {
+                    o->expired[r->cls]++;
+                    r = NULL;
                 }
-                ex[f].req = q;
-                ex[f].end_ns = now + q->run_ns;
-                break;
             }
+            if (!r) break;
+            start(&ex[f], r, now, slow);
         }
     }
-    free(queue);
+    for (int c = 0; c < n_rings; c++)
+        free(q[c].v);
     return 0;
 }
 
@@ -354,18 +459,32 @@ static int cmp_i64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static void print_outcome(const char *name, const struct outcome *o, double seconds) {
-    long arrived = o->arrived[0] + o->arrived[1], good = o->good[0] + o->good[1];
-    printf("  %-22s goodput %7.1f/s  realtime SLO %6.2f%%  (realtime: %ld good, %ld refused, "
-           "%ld expired, %ld late; batch: %ld good, %ld refused, %ld expired, %ld late; "
-           "%ld arrived)\n",
-           name, (double)good / seconds,
-           o->arrived[0] ? 100.0 * (double)o->good[0] / (double)o->arrived[0] : 0.0, o->good[0],
-           o->refused[0], o->expired[0], o->late[0], o->good[1], o->refused[1], o->expired[1],
-           o->late[1], arrived);
+/* The p-th percentile (0..100) of the realtime latencies, ms; NAN when none. Sorts them. */
+static double rt_latency_ms(struct outcome *o, double p) {
+    if (o->n_rt_latency == 0) return NAN;
+    qsort(o->rt_latency, (size_t)o->n_rt_latency, sizeof *o->rt_latency, cmp_i64);
+    long k = (long)ceil(p / 100.0 * (double)o->n_rt_latency) - 1;
+    if (k < 0) k = 0;
+    return (double)o->rt_latency[k] / 1e6;
 }
 
-static int cmd_goodput(double seconds) {
+enum side { SIDE_SCHED, SIDE_FIFO, SIDE_FIFO_DROP, SIDE_PRIO, SIDE_PRIO_DROP, SIDE_COUNT };
+static const char *const side_names[] = {
+    "scheduler (rtxd)",
+    "FIFO",
+    "FIFO dropping expired",
+    "strict priority",
+    "strict priority dropping expired",
+};
+static_assert(sizeof side_names / sizeof side_names[0] == SIDE_COUNT, "side_names");
+
+static void print_lane(const struct rtx_sched_lane_config *l) {
+    printf("    lane %-11s target %.0f ms, weight %d, %" PRId64 " queued at most, %s\n", l->name,
+           (double)l->target_ns / 1e6, l->weight, l->max_queued,
+           rtx_sched_timeout_name(l->on_timeout));
+}
+
+static int cmd_goodput(double seconds, const struct opts *op) {
     long n = 0;
     rng.s = 0x2545f4914f6cdd1dULL;
     struct sim_req *reqs = make_arrivals(seconds, &n);
@@ -375,45 +494,132 @@ static int cmd_goodput(double seconds) {
     }
     struct rtx_sched_config cfg;
     rtx_sched_config_init(&cfg);
-    long bound = 0;
-    for (int l = 0; l < cfg.n_lanes; l++)
-        bound += cfg.lanes[l].max_queued;
-    struct outcome sched, fifo, fifo_drop;
-    if (sim_scheduler(reqs, n, &sched) || sim_fifo(reqs, n, bound, false, &fifo) ||
-        sim_fifo(reqs, n, bound, true, &fifo_drop)) {
-        free(reqs);
+    long bound[2] = {0, 0};
+    for (int l = 0; l < cfg.n_lanes; l++) {
+        if (strcmp(cfg.lanes[l].name, "realtime") == 0) bound[0] = cfg.lanes[l].max_queued;
+        if (strcmp(cfg.lanes[l].name, "batch") == 0) bound[1] = cfg.lanes[l].max_queued;
+    }
+    struct outcome o[SIDE_COUNT];
+    int rc = 0;
+    for (int k = 0; k < SIDE_COUNT; k++)
+        if (outcome_init(&o[k], n)) rc = 1;
+    if (!rc) rc = sim_scheduler(reqs, n, op->handicap_sched, &o[SIDE_SCHED]);
+    if (!rc) rc = sim_queue(reqs, n, false, bound, false, op->handicap_base, &o[SIDE_FIFO]);
+    if (!rc) rc = sim_queue(reqs, n, false, bound, true, op->handicap_base, &o[SIDE_FIFO_DROP]);
+    if (!rc) rc = sim_queue(reqs, n, true, bound, false, op->handicap_base, &o[SIDE_PRIO]);
+    if (!rc) rc = sim_queue(reqs, n, true, bound, true, op->handicap_base, &o[SIDE_PRIO_DROP]);
+    free(reqs);
+    if (rc) {
+        fprintf(stderr, "bench-sched: out of memory\n");
+        printf("verdict: goodput: FAILED to run\n");
+        for (int k = 0; k < SIDE_COUNT; k++)
+            free(o[k].rt_latency);
         return 1;
     }
+
     printf("goodput under 2x overload: %d executors, %.0f s simulated, %ld requests "
            "(realtime 1-3 ms, deadline 50 ms, 60%% of capacity; batch 10-30 ms, deadline 2 s, "
-           "140%%)\n",
+           "140%%); the same arrivals for every side\n",
            EXECUTORS, seconds, n);
-    print_outcome("scheduler", &sched, seconds);
-    print_outcome("FIFO", &fifo, seconds);
-    print_outcome("FIFO dropping expired", &fifo_drop, seconds);
-    double g = (double)(sched.good[0] + sched.good[1]);
-    double gf = (double)(fifo.good[0] + fifo.good[1]);
-    double gd = (double)(fifo_drop.good[0] + fifo_drop.good[1]);
-    double slo = 100.0 * (double)sched.good[0] / (double)(sched.arrived[0] ? sched.arrived[0] : 1);
-    if (sched.n_rt_latency > 0) {
-        qsort(sched.rt_latency, (size_t)sched.n_rt_latency, sizeof *sched.rt_latency, cmp_i64);
-        int64_t p99 = sched.rt_latency[(long)ceil(0.99 * (double)sched.n_rt_latency) - 1];
-        int64_t p50 = sched.rt_latency[(sched.n_rt_latency - 1) / 2];
-        printf("  scheduler realtime latency (arrival to answer): p50 %.2f ms, p99 %.2f ms, "
-               "max %.2f ms (deadline %.0f ms)\n",
-               (double)p50 / 1e6, (double)p99 / 1e6,
-               (double)sched.rt_latency[sched.n_rt_latency - 1] / 1e6, (double)RT_DEADLINE / 1e6);
+    printf("  scheduler: rtx_sched, default lanes, %d executors, costs learned per class:\n",
+           EXECUTORS);
+    for (int l = 0; l < cfg.n_lanes; l++)
+        print_lane(&cfg.lanes[l]);
+    printf("  baselines: no admission control, no run-time knowledge; FIFO bounded at %ld "
+           "(realtime + batch lane bounds), strict priority at %ld realtime and %ld batch\n",
+           bound[0] + bound[1], bound[0], bound[1]);
+    if (op->handicap_sched != 1.0 || op->handicap_base != 1.0)
+        printf("  HANDICAPS: scheduler's executors %.3gx slower, baselines' %.3gx slower\n",
+               op->handicap_sched, op->handicap_base);
+    printf("  %-33s %9s %8s %7s %7s %7s | %-28s | %s\n", "side", "goodput/s", "rt SLO %", "rt p50",
+           "rt p99", "useful", "realtime good/refus/exp/late", "batch good/refus/exp/late");
+    for (int k = 0; k < SIDE_COUNT; k++) {
+        struct outcome *x = &o[k];
+        char rt[64];
+        snprintf(rt, sizeof rt, "%ld/%ld/%ld/%ld", x->good[0], x->refused[0], x->expired[0],
+                 x->late[0]);
+        double p50 = rt_latency_ms(x, 50), p99 = rt_latency_ms(x, 99);
+        double useful = x->busy_ns ? 100.0 * (double)x->good_work_ns / (double)x->busy_ns : 0.0;
+        printf("  %-33s %9.1f %8.2f %7.1f %7.1f %6.1f%% | %-28s | %ld/%ld/%ld/%ld\n",
+               side_names[k], outcome_goodput(x, seconds), outcome_slo(x), p50, p99, useful, rt,
+               x->good[1], x->refused[1], x->expired[1], x->late[1]);
     }
-    free(sched.rt_latency);
-    printf("  goodput ratio: %.2fx FIFO (target >= 1.5x), %.2fx FIFO dropping expired; "
-           "realtime SLO %.2f%% (target >= 99%%); brownouts %d\n",
-           gf > 0 ? g / gf : INFINITY, gd > 0 ? g / gd : INFINITY, slo, sched.brownouts);
-    free(reqs);
-    return gf > 0 && g / gf >= 1.5 && slo >= 99.0 ? 0 : 1;
+    printf("  (rt p50/p99: realtime latency of the answered requests, arrival to answer, ms; "
+           "useful: share of the executors' busy time spent on requests answered in time; "
+           "scheduler brownouts: %d)\n",
+           o[SIDE_SCHED].brownouts);
+
+    double g = outcome_goodput(&o[SIDE_SCHED], seconds), slo = outcome_slo(&o[SIDE_SCHED]);
+    bool all_met = true;
+    for (int k = SIDE_FIFO; k < SIDE_COUNT; k++) {
+        double gb = outcome_goodput(&o[k], seconds);
+        double ratio = gb > 0 ? g / gb : g > 0 ? INFINITY : 0;
+        bool met = ratio >= op->target_goodput && slo >= TARGET_SLO;
+        all_met = all_met && met;
+        printf("verdict: scheduler vs %s: goodput %.1f/s vs %.1f/s = %.2fx (target >= %.2fx), "
+               "realtime SLO %.2f%% vs %.2f%% (target >= %.0f%%): %s\n",
+               side_names[k], g, gb, ratio, op->target_goodput, slo, outcome_slo(&o[k]),
+               TARGET_SLO, verdict(op, met));
+    }
+    for (int k = 0; k < SIDE_COUNT; k++)
+        free(o[k].rt_latency);
+    return op->report || all_met ? 0 : 1;
+}
+
+/* A factor or ratio option's value: a number in (0, 1000]; exits 2 otherwise. */
+static double opt_number(const char *name, const char *v) {
+    char *end;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || *end || !(x > 0) || x > 1000) {
+        fprintf(stderr, "bench-sched: %s wants a number in (0, 1000]\n", name);
+        exit(2);
+    }
+    return x;
+}
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: rtx-bench-sched [--report] [--handicap-sched F] [--handicap-baseline F]"
+                 " [--target-goodput X]\n"
+                 "                       [all | callgrind [N1 N2] | goodput [SECONDS] | pairs N]\n"
+                 "  --report (or RTX_BENCH_REPORT=1): print verdicts without judging\n"
+                 "  --handicap-sched F / --handicap-baseline F: that side's executors run F "
+                 "times slower (tests)\n"
+                 "  --target-goodput X: the goodput ratio each baseline is judged against "
+                 "(default 1.00)\n");
 }
 
 int main(int argc, char **argv) {
-    const char *cmd = argc > 1 ? argv[1] : "all";
+    const char *rep = getenv("RTX_BENCH_REPORT");
+    struct opts op = {.report = rep && *rep && strcmp(rep, "0") != 0,
+                      .handicap_sched = 1.0,
+                      .handicap_base = 1.0,
+                      .target_goodput = 1.0};
+    char *pos[4];
+    int n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(argv[i], "--report") == 0) {
+            op.report = true;
+        } else if (strcmp(argv[i], "--handicap-sched") == 0) {
+            op.handicap_sched = opt_number(argv[i], v);
+            i++;
+        } else if (strcmp(argv[i], "--handicap-baseline") == 0) {
+            op.handicap_base = opt_number(argv[i], v);
+            i++;
+        } else if (strcmp(argv[i], "--target-goodput") == 0) {
+            op.target_goodput = opt_number(argv[i], v);
+            i++;
+        } else if (strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (argv[i][0] == '-' || n_pos == 4) {
+            usage(stderr);
+            return 2;
+        } else {
+            pos[n_pos++] = argv[i];
+        }
+    }
+    const char *cmd = n_pos > 0 ? pos[0] : "all";
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
@@ -421,28 +627,27 @@ int main(int argc, char **argv) {
         return 1;
     }
     self[len] = '\0';
-    if (strcmp(cmd, "pairs") == 0 && argc == 3) return cmd_pairs(atol(argv[2]));
-    if (strcmp(cmd, "callgrind") == 0 && (argc == 2 || argc == 4)) {
-        long n1 = argc == 4 ? atol(argv[2]) : 20000, n2 = argc == 4 ? atol(argv[3]) : 40000;
+    if (strcmp(cmd, "pairs") == 0 && n_pos == 2) return cmd_pairs(atol(pos[1]));
+    if (strcmp(cmd, "callgrind") == 0 && (n_pos == 1 || n_pos == 3)) {
+        long n1 = n_pos == 3 ? atol(pos[1]) : 20000, n2 = n_pos == 3 ? atol(pos[2]) : 40000;
         if (n1 < 1 || n2 <= n1) {
             fprintf(stderr, "bench-sched: callgrind N1 N2 needs 0 < N1 < N2\n");
             return 2;
         }
-        return cmd_callgrind(self, n1, n2);
+        return cmd_callgrind(self, n1, n2, &op);
     }
-    if (strcmp(cmd, "goodput") == 0 && argc <= 3) {
-        double secs = argc == 3 ? atof(argv[2]) : 60;
+    if (strcmp(cmd, "goodput") == 0 && n_pos <= 2) {
+        double secs = n_pos == 2 ? atof(pos[1]) : 60;
         if (!(secs > 0)) {
             fprintf(stderr, "bench-sched: goodput SECONDS must be positive\n");
             return 2;
         }
-        return cmd_goodput(secs);
+        return cmd_goodput(secs, &op);
     }
-    if (strcmp(cmd, "all") == 0 && argc <= 2) {
-        int rc = cmd_goodput(60);
-        return cmd_callgrind(self, 20000, 40000) || rc;
+    if (strcmp(cmd, "all") == 0 && n_pos <= 1) {
+        int rc = cmd_goodput(60, &op);
+        return cmd_callgrind(self, 20000, 40000, &op) || rc;
     }
-    fprintf(stderr, "usage: rtx-bench-sched [all | callgrind [N1 N2] | goodput [SECONDS] | "
-                    "pairs N]\n");
+    usage(stderr);
     return 2;
 }

@@ -4,16 +4,33 @@
 # Starts build/bin/rtx-echo-server (port chosen by the kernel, read from its "port N" line)
 # and build/bin/rtxd (a free loopback port, no HTTP server, a store in a temporary folder), runs
 # build/bin/rtx-bench-jobs against both - calls or jobs per second, p50 and p99 at 1 and 16
-# in flight, and the ratio rtxd p50 / echo p50 (target <= 2x) - then stops both servers and
-# removes the temporary folder, also when interrupted.
+# in flight, in windows that alternate the two servers, and the judged ratio rtxd p50 / echo
+# p50 (target <= 2x) - then stops both servers and removes the temporary folder, also when
+# interrupted.
 #
-# Environment: RTX_BUILD (build folder, default ./build), RTX_BENCH_SECONDS (per phase,
-# default 3), RTX_BENCH_CONCURRENCY (default 1,16), RTX_BENCH_RTXD_ARGS (more rtxd flags,
-# e.g. --store.sync=normal). Exit status: the client's.
+# Usage: bench_jobs.sh [--report]   (--report, or RTX_BENCH_REPORT=1: print the verdicts
+# without judging)
+# Environment: RTX_BUILD (build folder, default ./build), RTX_BENCH_SECONDS (per window,
+# default 1), RTX_BENCH_WINDOWS (windows per server and concurrency, default 5),
+# RTX_BENCH_CONCURRENCY (default 1,16), RTX_BENCH_RTXD_ARGS (more rtxd flags, e.g.
+# --store.sync=normal), RTX_BENCH_REPORT. Exit status: the client's (0 met or --report, 1 a
+# target missed or a phase failed, 2 bad arguments), 1 when a server does not start.
 set -euo pipefail
 
 build=${RTX_BUILD:-build}
-seconds=${RTX_BENCH_SECONDS:-3}
+seconds=${RTX_BENCH_SECONDS:-1}
+windows=${RTX_BENCH_WINDOWS:-5}
+report=()
+case "${RTX_BENCH_REPORT:-}" in "" | 0) ;; *) report=(--report) ;; esac
+for arg in "$@"; do
+    case "$arg" in
+    --report) report=(--report) ;;
+    *)
+        echo "usage: bench_jobs.sh [--report]" >&2
+        exit 2
+        ;;
+    esac
+done
 concurrency=${RTX_BENCH_CONCURRENCY:-1,16}
 for bin in rtx-echo-server rtx-bench-jobs rtxd; do
     if [ ! -x "$build/bin/$bin" ]; then
@@ -96,8 +113,8 @@ echo "bench_jobs.sh: echo server on 127.0.0.1:$echo_port, rtxd on 127.0.0.1:$rtx
      "$(nproc) CPUs"
 status=0
 timeout 300 "$build/bin/rtx-bench-jobs" --echo "127.0.0.1:$echo_port" \
-    --rtxd "127.0.0.1:$rtxd_port" --seconds "$seconds" --concurrency "$concurrency" ||
-    status=$?
+    --rtxd "127.0.0.1:$rtxd_port" --seconds "$seconds" --windows "$windows" \
+    --concurrency "$concurrency" ${report[@]+"${report[@]}"} || status=$?
 if [ "$status" -ne 0 ] && [ -s "$tmp/rtxd.log" ]; then
     echo "bench_jobs.sh: rtxd's log (last lines):" >&2
     tail -n 20 "$tmp/rtxd.log" >&2

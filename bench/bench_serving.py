@@ -11,10 +11,19 @@ HTTP. Two pairs of models (the same weights within a pair):
   mlp_nobatch / mlp             FP32 64 -> 128 -> 10 (preferred 16/32, 500 us): compute of a
                                 few microseconds, so per-request overhead bounds throughput
 
-Prints throughput (inferences/s) and p99 latency (client side, us) per case, and for each pair
-and protocol at concurrency 32 the ratios batching on / off against the target (issue 5):
-batching on >= 3x the throughput of batching off with a p99 no worse than 2x. Exit status 0
-whether or not a target is met (the figures are the result); non-zero when a run fails.
+Prints throughput (inferences/s), p99 latency (client side, us) and the mean batch size rtxd
+actually executed during the run (from its statistics) per case, each model's device and
+batching config as rtxd loaded it, and judges, for each pair and protocol at concurrency 32,
+the ratios batching on / off against the target (issue 5): batching on >= 3x the throughput
+of batching off with a p99 no worse than 2x. The judged case is measured in rounds that
+alternate the two models (off on, on off, ...; RTX_BENCH_SERVING_ROUNDS, default 3), and the
+ratios are those of the medians over the rounds (the per-round ratios' range is printed); the
+other concurrencies are one run each, printed, not judged. Each perf_analyzer run warms up
+and repeats its window until stable (up to 3 windows), the same for both models.
+
+Exit status: 0 when every judged target is met; 1 when one is missed or a run fails (the
+other cases still run); --report (or RTX_BENCH_REPORT=1) prints the verdicts without judging
+(exit 0 unless a run fails).
 
 One rtxd (free loopback ports, a store in a temporary folder, --models.control=explicit loading
 the benchmarked models) serves all of them; perf_analyzer comes from the tritonclient wheel in
@@ -22,10 +31,12 @@ the venv (it needs libcudart.so.12 from nvidia-cuda-runtime-cu12, put on LD_LIBR
 and Debian's libb64-0d). Needs RTX_BUILD (the Makefile sets it) and the venv's Python.
 Environment: RTX_BENCH_SERVING_MS (measurement window, default 3000),
 RTX_BENCH_SERVING_PROTOCOLS ("grpc,http"), RTX_PERF_ANALYZER (the binary, default the venv's),
-RTX_BENCH_SERVING_MODELS (the batching-on model of
-each pair to run, default "mlp_wide,mlp"), RTX_BENCH_SERVING_CONCURRENCY ("1,8,32").
+RTX_BENCH_SERVING_MODELS (the batching-on model of each pair to run, default "mlp_wide,mlp"),
+RTX_BENCH_SERVING_CONCURRENCY ("1,8,32"), RTX_BENCH_SERVING_ROUNDS (3), RTX_BENCH_REPORT.
 """
 import csv
+import json
+import statistics
 import os
 import platform
 import signal
@@ -49,7 +60,9 @@ def env_list(name, default):
 PROTOCOLS = env_list("RTX_BENCH_SERVING_PROTOCOLS", "grpc,http")
 ON_MODELS = env_list("RTX_BENCH_SERVING_MODELS", "mlp_wide,mlp")
 CONCURRENCY = [int(c) for c in env_list("RTX_BENCH_SERVING_CONCURRENCY", "1,8,32")]
+ROUNDS = int(os.environ.get("RTX_BENCH_SERVING_ROUNDS", "3"))
 TARGET_THROUGHPUT, TARGET_P99 = 3.0, 2.0
+JUDGED_CONCURRENCY = 32
 
 
 def free_port():
@@ -95,35 +108,95 @@ def start_rtxd(build, tmp, models):
     raise SystemExit("bench_serving: rtxd did not become ready within 60 s")
 
 
-def run_pa(exe, env, model, protocol, url, c, tmp):
-    out = Path(tmp) / f"{model}-{protocol}-{c}.csv"
+def http_json(port, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        return json.load(r)
+
+
+def counts(port, model):
+    """(inference_count, execution_count) of a model's statistics, summed over versions;
+    None when rtxd does not answer."""
+    try:
+        st = http_json(port, f"/v2/models/{model}/stats")["model_stats"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return (sum(int(v["inference_count"]) for v in st),
+            sum(int(v["execution_count"]) for v in st))
+
+
+def describe(grpc_port, model):
+    """One line: how rtxd loaded the model. The gRPC ModelConfig reports the loaded version's
+    instances as they run (KIND_CPU where a KIND_GPU group fell back to the CPU), where the
+    HTTP config echoes config.json."""
+    import tritonclient.grpc as grpcclient
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
+        cfg = client.get_model_config(model, as_json=True)["config"]
+    groups = ", ".join(f"{g.get('count', 1)} x {g.get('kind', '?')}"
+                       for g in cfg.get("instance_group", [])) or "default instances"
+    db = cfg.get("dynamic_batching")
+    batching = (f"dynamic batching on (preferred {db.get('preferred_batch_size', [])}, max "
+                f"queue delay {db.get('max_queue_delay_microseconds', 0)} us)" if db is not None
+                else "dynamic batching off")
+    return (f"{model}: platform {cfg.get('platform', '?')}, max_batch_size "
+            f"{cfg.get('max_batch_size', 0)}, instances {groups}, {batching}")
+
+
+def run_pa(exe, env, model, protocol, url, c, tmp, tag):
+    """(inferences/s, p99 us) of one perf_analyzer run, or None when it failed (reported)."""
+    out = Path(tmp) / f"{model}-{protocol}-{c}-{tag}.csv"
     argv = [str(exe), "-m", model, "-u", url, "-i", protocol, "--concurrency-range", f"{c}:{c}",
             "--measurement-interval", str(WINDOW_MS), "-s", "100000", "--max-trials", "3",
             "--percentile=99", "-f", str(out)]
-    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    except subprocess.TimeoutExpired:
+        print(f"bench_serving: perf_analyzer timed out ({' '.join(argv)})", file=sys.stderr)
+        return None
     if p.returncode != 0:
-        raise SystemExit(f"bench_serving: perf_analyzer failed ({' '.join(argv)}):\n"
-                         f"{(p.stdout + p.stderr)[-2000:]}")
+        print(f"bench_serving: perf_analyzer failed ({' '.join(argv)}):\n"
+              f"{(p.stdout + p.stderr)[-2000:]}", file=sys.stderr)
+        return None
     row = next(csv.DictReader(out.open()))
     return float(row["Inferences/Second"]), int(row["p99 latency"])
 
 
-def ratio_lines(res, on, off):
-    """The target lines of one pair at concurrency 32 (empty when 32 was not measured)."""
-    lines = []
-    for protocol in PROTOCOLS:
-        if (protocol, on, 32) not in res:
-            continue
-        (t0, l0), (t1, l1) = res[protocol, off, 32], res[protocol, on, 32]
-        tr, lr = t1 / t0, l1 / l0
-        ok = "meets" if tr >= TARGET_THROUGHPUT and lr <= TARGET_P99 else "misses"
-        lines.append(f"{on} vs {off}, {protocol}, concurrency 32: throughput x{tr:.2f}, "
-                     f"p99 x{lr:.2f} - {ok} the target (>= {TARGET_THROUGHPUT:g}x throughput, "
-                     f"p99 <= {TARGET_P99:g}x)")
-    return lines
+def verdict_word(met, report):
+    word = "met" if met else "MISSED"
+    return f"{word} (report only, not judged)" if report else word
+
+
+def judge(res, on, off, protocol, report):
+    """The verdict line of one pair and protocol at the judged concurrency, and whether it
+    passes (met, or --report); None when that concurrency was not measured."""
+    c = JUDGED_CONCURRENCY
+    runs = {m: res.get((protocol, m, c), []) for m in (off, on)}
+    head = f"verdict: {on} vs {off}, {protocol}, concurrency {c}: "
+    target = f"target >= {TARGET_THROUGHPUT:g}x throughput with p99 <= {TARGET_P99:g}x"
+    if c not in CONCURRENCY:
+        return None
+    if any(r is None for m in runs for r in runs[m]) or not all(runs.values()):
+        return head + f"FAILED to run ({target})", False
+    med = {m: (statistics.median(t for t, _ in runs[m]), statistics.median(l for _, l in runs[m]))
+           for m in runs}
+    tr, lr = med[on][0] / med[off][0], med[on][1] / med[off][1]
+    per_round = [(a[0] / b[0], a[1] / b[1]) for a, b in zip(runs[on], runs[off])]
+    met = tr >= TARGET_THROUGHPUT and lr <= TARGET_P99
+    return (head + f"throughput x{tr:.2f} (per round x{min(r[0] for r in per_round):.2f} .. "
+            f"x{max(r[0] for r in per_round):.2f}), p99 x{lr:.2f} (per round "
+            f"x{min(r[1] for r in per_round):.2f} .. x{max(r[1] for r in per_round):.2f}); "
+            f"medians of {len(per_round)} alternating rounds; {target}: "
+            f"{verdict_word(met, report)}", met or report)
 
 
 def main():
+    report = os.environ.get("RTX_BENCH_REPORT", "") not in ("", "0")
+    for arg in sys.argv[1:]:
+        if arg == "--report":
+            report = True
+        else:
+            raise SystemExit(f"usage: bench_serving.py [--report] (got {arg!r})")
+    if ROUNDS < 1:
+        raise SystemExit("bench_serving: RTX_BENCH_SERVING_ROUNDS must be >= 1")
     build = Path(os.environ.get("RTX_BUILD", Path(__file__).resolve().parents[1] / "build"))
     exe = Path(os.environ.get("RTX_PERF_ANALYZER")
                or Path(sys.executable).parent / "perf_analyzer")
@@ -136,6 +209,7 @@ def main():
                          f"{sorted(PAIRS)}")
     models = [m for on in ON_MODELS for m in (PAIRS[on], on)]
     env = perf_analyzer_env()
+    ok = True
     with tempfile.TemporaryDirectory(prefix="rtx-bench-serving-") as tmp:
         rtxd, grpc_port, http_port = start_rtxd(build, tmp, models)
         try:
@@ -144,28 +218,57 @@ def main():
             print(f"perf_analyzer against rtxd on {where}: {platform.processor() or 'cpu'}, "
                   f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
                   f"window {WINDOW_MS} ms, p99 client latency", flush=True)
-            print(f"{'protocol':8} {'model':17} {'conc':>4} {'infer/s':>10} {'p99 us':>9}")
+            for m in models:
+                print("  " + describe(grpc_port, m))
+            print(f"{'protocol':8} {'model':17} {'conc':>4} {'round':>5} {'infer/s':>10} "
+                  f"{'p99 us':>9} {'batch':>6}")
             res = {}
             for on in ON_MODELS:
+                off = PAIRS[on]
                 for protocol in PROTOCOLS:
                     url = f"127.0.0.1:{grpc_port if protocol == 'grpc' else http_port}"
-                    for model in (PAIRS[on], on):
-                        for c in CONCURRENCY:
-                            thr, p99 = run_pa(exe, env, model, protocol, url, c, tmp)
-                            res[protocol, model, c] = (thr, p99)
-                            print(f"{protocol:8} {model:17} {c:>4} {thr:>10.0f} {p99:>9}",
-                                  flush=True)
+                    for c in CONCURRENCY:
+                        rounds = ROUNDS if c == JUDGED_CONCURRENCY else 1
+                        for r in range(rounds):
+                            for model in ((off, on) if r % 2 == 0 else (on, off)):
+                                before = counts(http_port, model)
+                                got = run_pa(exe, env, model, protocol, url, c, tmp, r)
+                                after = counts(http_port, model)
+                                res.setdefault((protocol, model, c), []).append(got)
+                                execs = after[1] - before[1] if before and after else 0
+                                batch = (f"{(after[0] - before[0]) / execs:.1f}" if execs > 0
+                                         else "-")
+                                if got is None:
+                                    print(f"{protocol:8} {model:17} {c:>4} {r + 1:>5} "
+                                          f"{'FAILED':>10}", flush=True)
+                                else:
+                                    print(f"{protocol:8} {model:17} {c:>4} {r + 1:>5} "
+                                          f"{got[0]:>10.0f} {got[1]:>9} {batch:>6}", flush=True)
+            print("(batch: inferences / executions in rtxd during the run: the mean batch size "
+                  "that actually ran)")
             print()
             for on in ON_MODELS:
-                for line in ratio_lines(res, on, PAIRS[on]):
-                    print(line)
+                for protocol in PROTOCOLS:
+                    v = judge(res, on, PAIRS[on], protocol, report)
+                    if v is None:
+                        print(f"verdict: {on} vs {PAIRS[on]}, {protocol}: not judged "
+                              f"(concurrency {JUDGED_CONCURRENCY} not measured)")
+                        continue
+                    print(v[0])
+                    ok = ok and v[1]
+            failed = [k for k, runs in res.items() if any(r is None for r in runs)]
+            if failed:
+                print(f"bench_serving: {len(failed)} case(s) FAILED to run: "
+                      f"{', '.join(f'{p} {m} c={c}' for p, m, c in failed)}")
+                ok = False
         finally:
             rtxd.send_signal(signal.SIGTERM)
             try:
                 rtxd.wait(30)
             except subprocess.TimeoutExpired:
                 rtxd.kill()
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
