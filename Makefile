@@ -335,7 +335,8 @@ $(BUILD)/bin/rtx-bench-mem-pool: $(BUILD)/obj/bench/bench-mem-pool.o $(LIBRT)
 # bench/bench-cpu.c: rtxd's side of bench/bench_cpu.py (graphs through the plan and executor on
 # the CPU backend, steered by bench/harness.py through bench/bench-driver.c). In `all`: the
 # harness's tests (tests/interop/test_bench_harness.py) run it.
-$(BUILD)/bin/rtx-bench-cpu: $(BUILD)/obj/bench/bench-cpu.o $(BUILD)/obj/bench/bench-driver.o $(LIBRT)
+$(BUILD)/bin/rtx-bench-cpu: $(BUILD)/obj/bench/bench-cpu.o $(BUILD)/obj/bench/bench-driver.o \
+                            $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
