@@ -6,9 +6,11 @@ reference), a case that fails reaches the exit status, --report judges nothing b
 on a failure, a reference that computes something else fails its case, and the driver's line
 protocol holds.
 
-Timing tests run `bench_cpu.py --quick --case gemm` (a 256^3 GEMM: well under 1 ms a run on
-either side) with delays of tens of milliseconds per run, so each verdict has a margin of
-about 4x either way and holds on a loaded 2-core machine.
+Timing tests run `bench_cpu.py --quick --case gemm --threads 1` (a 256^3 GEMM on one thread:
+about 1 ms a run on either side) with delays of tens of milliseconds per run, so each verdict
+has a margin of about 4x either way and holds on a loaded 2-core machine. One thread, because
+a 2-thread OpenBLAS on an overloaded machine can take 100x its time (measured: NumPy's 256^3
+sgemm at 61 ms a run under a load average of 7), which no fixed delay outweighs.
 """
 
 import json
@@ -66,8 +68,8 @@ class BenchRun:
 
 
 def bench_cpu(*args, **env):
-    p = subprocess.run([sys.executable, str(BENCH_CPU), "--quick", *args], capture_output=True,
-                       text=True, env=clean_env(**env), timeout=TIMEOUT_S)
+    p = subprocess.run([sys.executable, str(BENCH_CPU), "--quick", "--threads", "1", *args],
+                       capture_output=True, text=True, env=clean_env(**env), timeout=TIMEOUT_S)
     return BenchRun(p)
 
 
@@ -132,7 +134,7 @@ def test_wrong_reference_fails_its_case(monkeypatch, capsys):
     monkeypatch.setattr(bench_cpu.NumpyBlock, "__call__", lambda self, x: right(self, x) + 1e-2)
     for k in [k for k in os.environ if k.startswith("RTX_BENCH_")]:
         monkeypatch.delenv(k)
-    rc = bench_cpu.main(["--quick", "--case", "block", "--report"])
+    rc = bench_cpu.main(["--quick", "--threads", "1", "--case", "block", "--report"])
     out = capsys.readouterr().out
     assert rc == 1, out
     assert "NumPy's result differs from rtxd's" in out
