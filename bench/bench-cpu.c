@@ -166,12 +166,12 @@ static int case_prepare(struct bench_case *c, struct rtx_err *err) {
         char dims[80];
         rtx_shape_str(x->dtype, x->ndim, x->dims, dims, sizeof dims);
         snprintf(c->shape, sizeof c->shape, "%s %s", g->values[g->inputs[0]].name, dims);
-        snprintf(c->route, sizeof c->route, "%d-node plan, CPU backend + OpenBLAS, %d threads",
-                 g->n_nodes, n_threads);
+        snprintf(c->route, sizeof c->route, "%d-node plan, CPU backend + OpenBLAS, %d thread%s",
+                 g->n_nodes, n_threads, n_threads == 1 ? "" : "s");
     } else {
         int64_t n = s->gemm_n;
-        snprintf(c->route, sizeof c->route, "OpenBLAS cblas_sgemm (%s), %d threads",
-                 openblas_get_corename(), n_threads);
+        snprintf(c->route, sizeof c->route, "OpenBLAS cblas_sgemm (%s), %d thread%s",
+                 openblas_get_corename(), n_threads, n_threads == 1 ? "" : "s");
         c->flops = 2.0 * (double)n * (double)n * (double)n;
     }
     for (int i = 0; data_dir && i < g->n_inputs; i++)
