@@ -247,6 +247,8 @@ def parse_args(argv):
                     default=rg.build_dir() / "examples" / "transformer_block.rtxg")
     ap.add_argument("--windows", type=int, default=0, help="timed windows per side")
     args = ap.parse_args(argv)
+    if args.threads < 0 or args.windows < 0:
+        ap.error("--threads and --windows take a count >= 0 (0: the default)")
     args.gemm = 256 if args.quick else 1024
     args.windows = args.windows or (3 if args.quick else 9)
     args.window_ms = 30.0 if args.quick else 250.0
@@ -260,12 +262,13 @@ def run(args, report):
     if not driver_bin.is_file():
         sys.exit(f"bench_cpu: {driver_bin} missing (make all)")
     rtxd_blas = subprocess.run([str(driver_bin), "--blas"], capture_output=True, text=True,
-                               timeout=60).stdout.strip()
+                               timeout=60).stdout.strip() or "unknown"
     np_blas, np_threads = numpy_blas()
     print(f"machine: {cpu_model()}, {os.cpu_count()} logical CPUs, load average "
           f"{os.getloadavg()[0]:.2f}; numpy {np.__version__}")
     print(f"BLAS: rtxd {rtxd_blas}; NumPy {np_blas}")
-    same = "the same" if np_threads == args.threads else "DIFFERENT"
+    same = ("the same" if np_threads == args.threads else
+            "unknown" if np_threads is None else "DIFFERENT: the comparison is not like with like")
     print(f"threads: rtxd {args.threads} (CPU backend pool and its OpenBLAS), NumPy BLAS "
           f"{np_threads} ({same}); NumPy's elementwise operations run on 1 thread")
     env = {k: v for k, v in os.environ.items()
@@ -273,15 +276,19 @@ def run(args, report):
     if env:
         print("env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     print(f"windows: {args.windows} per side after 1 warm-up window, alternating, about "
-          f"{args.window_ms:.0f} ms each; median window per run (+- half its spread)",
-          flush=True)
+          f"{args.window_ms:.0f} ms each, each after a {args.settle_s:g} s pause; median window "
+          f"per run (+- half its spread)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         drv = harness.Driver([str(driver_bin), "--threads", str(args.threads), "--gemm",
                               str(args.gemm), "--block", str(args.block_graph), "--data", tmp])
         bench = Bench(args, drv, data, report)
         try:
-            index = {c["name"]: c["case"] for c in drv.cases()}
+            try:
+                index = {c["name"]: c["case"] for c in drv.cases()}
+            except harness.CaseError as e:
+                report.error("driver", "", str(e))
+                return
             for key in args.case or list(CASES):
                 name, label = CASES[key]
                 try:

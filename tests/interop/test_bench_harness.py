@@ -115,6 +115,24 @@ def test_failed_case_fails_the_exit_status(tmp_path, report):
     assert "1 failed" in r.out
 
 
+@pytest.mark.parametrize("dies", ["at start", "during prepare"])
+def test_dead_driver_fails_the_run_even_when_report_only(tmp_path, dies):
+    fake = tmp_path / "bin" / "rtx-bench-cpu"
+    fake.parent.mkdir()
+    answer = ("" if dies == "at start" else
+              """read line; echo '{"cases": 1}'
+echo '{"case": 0, "name": "gemm", "shape": "", "dtype": "f32"}'; read line
+""")
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = --blas ] && exit 0\n{answer}exit 3\n")
+    fake.chmod(0o755)
+    p = subprocess.run([sys.executable, str(BENCH_CPU), "--quick", "--case", "gemm",
+                        "--report"], capture_output=True, text=True, timeout=TIMEOUT_S,
+                       env={**clean_env(), "RTX_BUILD": str(tmp_path), "RTX_PY": str(rg.py_dir())})
+    r = BenchRun(p)
+    assert r.rc == 1, r.describe()
+    assert "FAILED" in r.verdicts() and "exited with 3" in r.out, r.describe()
+
+
 def test_quick_run_checks_both_references_and_reports():
     r = bench_cpu("--report")
     assert r.rc == 0, r.describe()
