@@ -122,7 +122,7 @@ BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-exampl
         $(BUILD)/bin/rtxd $(BUILD)/bin/rtxctl $(LIBCLIENT) $(LIBCLIENT_SO) \
         $(BUILD)/lib/pkgconfig/rtx.pc $(BUILD)/bin/rtx-client-check $(BUILD)/bin/client-example \
         $(BUILD)/bin/rtx-gpu-tests $(BUILD)/bin/rtx-gpu-linalg-tests \
-        $(BUILD)/bin/rtx-gpu-jobs-tests $(BUILD)/bin/rtx-bench-gpu \
+        $(BUILD)/bin/rtx-gpu-jobs-tests $(BUILD)/bin/rtx-bench-gpu $(BUILD)/bin/rtx-bench-cpu \
         $(BUILD)/bin/rtx-bench-sched $(BUILD)/bin/rtx-bench-mem-pool
 EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg \
             $(foreach m,simple mlp mlp_nobatch transformer_block mlp_wide mlp_wide_nobatch,\
@@ -360,6 +360,14 @@ $(BUILD)/bin/rtx-bench-mem-pool: $(BUILD)/obj/bench/bench-mem-pool.o $(LIBRT)
 bench-mem-pool: $(BUILD)/bin/rtx-bench-mem-pool
 	$(BUILD)/bin/rtx-bench-mem-pool
 
+# bench/bench-cpu.c: rtxd's side of bench/bench_cpu.py (graphs through the plan and executor on
+# the CPU backend, steered by bench/harness.py through bench/bench-driver.c). In `all`: the
+# harness's tests (tests/interop/test_bench_harness.py) run it.
+$(BUILD)/bin/rtx-bench-cpu: $(BUILD)/obj/bench/bench-cpu.o $(BUILD)/obj/bench/bench-driver.o \
+                            $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
 # bench/bench-gpu.c: the CUDA backend's ops on device-resident data, the transformer block and
 # the caching allocator (it calls CUDA directly for the allocator's raw baseline).
 $(BUILD)/obj/bench/bench-gpu.o: CFLAGS += $(CUDA_CFLAGS)
@@ -417,6 +425,6 @@ clean:
   $(GPU_LINALG_TEST_OBJ:.o=.d) $(GPU_JOBS_TEST_OBJ:.o=.d) $(BUILD)/obj/bench/bench-gpu.d \
   $(DAEMON_OBJ:.o=.d) $(MODELS_OBJ:.o=.d) $(SCHED_OBJ:.o=.d) $(BUILD)/obj/bench/bench-sched.d \
   $(BUILD)/obj/bench/bench-mem-pool.d $(BUILD)/obj/bench/bench-jobs.d \
-  $(BUILD)/obj/bench/echo-server.d \
-  $(CLIENT_OBJ:.o=.d) \
+  $(BUILD)/obj/bench/echo-server.d $(BUILD)/obj/bench/bench-cpu.d \
+  $(BUILD)/obj/bench/bench-driver.d $(CLIENT_OBJ:.o=.d) \
   $(BUILD)/obj/client/rtxctl.d $(BUILD)/obj/tests/integration/client-check.d

@@ -102,6 +102,15 @@ int bench_serve(struct bench_case *cases, int n, FILE *in, FILE *out) {
     char line[256];
     int bad = 0;
     while (fgets(line, sizeof line, in)) {
+        size_t len = strlen(line);
+        if (len == sizeof line - 1 && line[len - 1] != '\n') {
+            /* one answer per line: the rest of an overlong line is not a command of its own */
+            int ch;
+            while ((ch = fgetc(in)) != EOF && ch != '\n') continue;
+            print_error(out, -1, "bad command: line too long");
+            bad = 1;
+            continue;
+        }
         char cmd[16] = "";
         int i = -1, reps = 0;
         int got = sscanf(line, "%15s %d %d", cmd, &i, &reps);

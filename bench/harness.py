@@ -190,11 +190,14 @@ class Report:
     def note(self, case, shape, ours, ref=""):
         self.rows.append((case, shape, "-", ours, ref, "", "", ""))
 
-    def print_table(self, out=sys.stdout):
+    def print_table(self, out=None):
+        """The rows as a Markdown table on out (sys.stdout as it is when called)."""
+        out = out or sys.stdout
         print("| " + " | ".join(self.HEAD) + " |", file=out)
         print("|" + " --- |" * len(self.HEAD), file=out)
         for r in self.rows:
-            print("| " + " | ".join(str(v) for v in r) + " |", file=out)
+            # a '|' inside a cell (an error message) would split it: escape it as Markdown does
+            print("| " + " | ".join(str(v).replace("|", "\\|") for v in r) + " |", file=out)
         mode = "judged" if self.judge else "report only: targets not judged"
         print(f"{len(self.rows)} rows, {self.failed} failed, {self.missed} targets missed "
               f"({mode})", file=out, flush=True)
