@@ -335,7 +335,7 @@ $(BUILD)/bin/rtx-echo-server: $(BUILD)/obj/bench/echo-server.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) -pthread
 
-$(BUILD)/bin/rtx-bench-jobs: $(BUILD)/obj/bench/bench-jobs.o $(PROTO_OBJ)
+$(BUILD)/bin/rtx-bench-jobs: $(BUILD)/obj/bench/bench-jobs.o $(BUILD)/obj/bench/bench-util.o $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) $(shell pkg-config --libs libprotobuf-c) -lm -pthread
 
@@ -343,7 +343,7 @@ $(BUILD)/bin/rtx-bench-jobs: $(BUILD)/obj/bench/bench-jobs.o $(PROTO_OBJ)
 # and its goodput under 2x overload against FIFO and strict-priority queues, on a simulated
 # clock. In `all` (tests/interop/test_bench_verdicts.py runs it).
 .PHONY: bench-sched bench-sched-callgrind
-$(BUILD)/bin/rtx-bench-sched: $(BUILD)/obj/bench/bench-sched.o $(LIBSCHED) $(LIBRT)
+$(BUILD)/bin/rtx-bench-sched: $(BUILD)/obj/bench/bench-sched.o $(BUILD)/obj/bench/bench-util.o $(LIBSCHED) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs inih 2>/dev/null) $(LDLIBS)
 bench-sched: $(BUILD)/bin/rtx-bench-sched
@@ -354,7 +354,7 @@ bench-sched-callgrind: $(BUILD)/bin/rtx-bench-sched
 # bench/bench-mem-pool.c: the caching allocator against the raw (malloc) allocator it caches,
 # both warm. In `all` (tests/interop/test_bench_verdicts.py runs it).
 .PHONY: bench-mem-pool
-$(BUILD)/bin/rtx-bench-mem-pool: $(BUILD)/obj/bench/bench-mem-pool.o $(LIBRT)
+$(BUILD)/bin/rtx-bench-mem-pool: $(BUILD)/obj/bench/bench-mem-pool.o $(BUILD)/obj/bench/bench-util.o $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 bench-mem-pool: $(BUILD)/bin/rtx-bench-mem-pool
@@ -364,6 +364,7 @@ bench-mem-pool: $(BUILD)/bin/rtx-bench-mem-pool
 # the CPU backend, steered by bench/harness.py through bench/bench-driver.c). In `all`: the
 # harness's tests (tests/interop/test_bench_harness.py) run it.
 $(BUILD)/bin/rtx-bench-cpu: $(BUILD)/obj/bench/bench-cpu.o $(BUILD)/obj/bench/bench-driver.o \
+                            $(BUILD)/obj/bench/bench-util.o \
                             $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
@@ -371,7 +372,8 @@ $(BUILD)/bin/rtx-bench-cpu: $(BUILD)/obj/bench/bench-cpu.o $(BUILD)/obj/bench/be
 # bench/bench-gpu.c: the CUDA backend's ops on device-resident data, the transformer block and
 # the caching allocator (it calls CUDA directly for the allocator's raw baseline).
 $(BUILD)/obj/bench/bench-gpu.o: CFLAGS += $(CUDA_CFLAGS)
-$(BUILD)/bin/rtx-bench-gpu: $(BUILD)/obj/bench/bench-gpu.o $(BUILD)/obj/bench/bench-driver.o $(BUILD)/obj/tests/gpu/block-graph.o $(LIBRT)
+$(BUILD)/bin/rtx-bench-gpu: $(BUILD)/obj/bench/bench-gpu.o $(BUILD)/obj/bench/bench-driver.o \
+                            $(BUILD)/obj/bench/bench-util.o $(BUILD)/obj/tests/gpu/block-graph.o $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
@@ -426,5 +428,5 @@ clean:
   $(DAEMON_OBJ:.o=.d) $(MODELS_OBJ:.o=.d) $(SCHED_OBJ:.o=.d) $(BUILD)/obj/bench/bench-sched.d \
   $(BUILD)/obj/bench/bench-mem-pool.d $(BUILD)/obj/bench/bench-jobs.d \
   $(BUILD)/obj/bench/echo-server.d $(BUILD)/obj/bench/bench-cpu.d \
-  $(BUILD)/obj/bench/bench-driver.d $(CLIENT_OBJ:.o=.d) \
+  $(BUILD)/obj/bench/bench-driver.d $(BUILD)/obj/bench/bench-util.d $(CLIENT_OBJ:.o=.d) \
   $(BUILD)/obj/client/rtxctl.d $(BUILD)/obj/tests/integration/client-check.d

@@ -5,10 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "bench/bench-driver.h"
 
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 void bench_case_init(struct bench_case *c, const char *name, const char *dtype,
                      const struct bench_case_i *iface, void *state) {
@@ -18,33 +15,6 @@ void bench_case_init(struct bench_case *c, const char *name, const char *dtype,
     c->iface = iface;
     c->state = state;
     c->reps = 20;
-}
-
-double bench_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void bench_json_escape(FILE *out, const char *s) {
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', out);
-        fputc((unsigned char)*s < ' ' ? ' ' : *s, out);
-    }
-}
-
-/* RTX_BENCH_DELAY_US as a timespec (zero when unset or invalid). */
-static struct timespec delay_per_run(void) {
-    struct timespec ts = {0, 0};
-    const char *s = getenv("RTX_BENCH_DELAY_US");
-    if (!s || !*s) return ts;
-    char *end;
-    errno = 0;
-    long long us = strtoll(s, &end, 10);
-    if (errno || *end || us <= 0) return ts;
-    ts.tv_sec = (time_t)(us / 1000000);
-    ts.tv_nsec = (long)(us % 1000000) * 1000;
-    return ts;
 }
 
 static void print_error(FILE *out, int i, const char *msg) {
@@ -75,13 +45,14 @@ static int prepare(struct bench_case *c, struct rtx_err *err) {
 
 /* One window: reps runs between two synchronizations; *ms gets milliseconds per run. */
 static int window(struct bench_case *c, int reps, double *ms, struct rtx_err *err) {
-    struct timespec delay = delay_per_run();
-    bool delayed = delay.tv_sec || delay.tv_nsec;
+    double delay_us;
+    if (bench_env_us("RTX_BENCH_DELAY_US", &delay_us))
+        return rtx_err_set(err, RTX_EINVAL, "RTX_BENCH_DELAY_US: want microseconds");
     int rc = c->iface->sync(c, err);
     double t0 = bench_now_s();
     for (int r = 0; r < reps && rc == 0; r++) {
         rc = c->iface->run(c, err);
-        if (rc == 0 && delayed) nanosleep(&delay, NULL);
+        if (rc == 0) bench_wait_us(delay_us);
     }
     if (rc == 0) rc = c->iface->sync(c, err);
     *ms = (bench_now_s() - t0) * 1e3 / reps;
@@ -166,11 +137,6 @@ int bench_serve(struct bench_case *cases, int n, FILE *in, FILE *out) {
     return bad;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int bench_run_all(struct bench_case *cases, int n, int windows, FILE *out) {
     int failed = 0;
     double ms[64];
@@ -187,13 +153,13 @@ int bench_run_all(struct bench_case *cases, int n, int windows, FILE *out) {
             release(c);
             continue;
         }
-        qsort(ms, (size_t)windows, sizeof ms[0], cmp_double);
-        double med = windows % 2 ? ms[windows / 2] : (ms[windows / 2 - 1] + ms[windows / 2]) / 2;
+        struct bench_summary sm = bench_summarize(ms, windows);
+        double med = sm.median;
         print_identity(out, i, c);
         fputs(", \"route\": \"", out);
         bench_json_escape(out, c->route);
         fprintf(out, "\", \"ms\": %.6f, \"ms_min\": %.6f, \"ms_max\": %.6f, \"windows\": %d, "
-                     "\"reps\": %d", med, ms[0], ms[windows - 1], windows, c->reps);
+                     "\"reps\": %d", med, sm.lo, sm.hi, windows, c->reps);
         if (c->flops > 0) fprintf(out, ", \"tflops\": %.3f", c->flops / (med * 1e-3) / 1e12);
         if (c->bytes > 0) fprintf(out, ", \"gbps\": %.2f", c->bytes / (med * 1e-3) / 1e9);
         fputs("}\n", out);

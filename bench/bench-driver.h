@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "bench/bench-util.h"
 #include "runtime/runtime.h"
 
 struct bench_case;
@@ -66,9 +67,6 @@ struct bench_case {
 void bench_case_init(struct bench_case *c, const char *name, const char *dtype,
                      const struct bench_case_i *iface, void *state);
 
-/* Seconds of CLOCK_MONOTONIC. */
-double bench_now_s(void);
-
 /* Runs the command loop on in/out over cases[0 .. n-1]; returns 0 at quit or EOF, 1 after a
  * malformed command (answered with an error line, the loop goes on) was seen. */
 int bench_serve(struct bench_case *cases, int n, FILE *in, FILE *out);
@@ -79,8 +77,5 @@ int bench_run_all(struct bench_case *cases, int n, int windows, FILE *out);
 
 /* Releases every prepared case. */
 void bench_release_all(struct bench_case *cases, int n);
-
-/* Writes s as a JSON string body (quotes and backslashes escaped, controls as spaces). */
-void bench_json_escape(FILE *out, const char *s);
 
 #endif /* RTX_BENCH_DRIVER_H */

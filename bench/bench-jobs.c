@@ -47,6 +47,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench-util.h"
 #include "rtx/v1/jobs.pb-c.h"
 
 #define MAX_SLOTS 256
@@ -115,12 +116,6 @@ struct bench {
     char route_device[32], route_exec_mode[16];
     bool route_mixed;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void stats_error(struct stats *st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -264,7 +259,7 @@ static void slot_start(struct slot *s);
 /* The operation that began at s->t_start ended (ok or not); record it and start the next. */
 static void op_done(struct slot *s, bool ok) {
     struct bench *b = s->b;
-    double t = now_s();
+    double t = bench_now_s();
     call_release(s);
     s->state = ST_IDLE;
     if (ok && s->t_start >= b->record_from && t <= b->record_until) {
@@ -311,7 +306,7 @@ static int start_outputs(struct slot *s) {
 
 static void slot_start(struct slot *s) {
     struct bench *b = s->b;
-    s->t_start = s->t_step = now_s();
+    s->t_start = s->t_step = bench_now_s();
     int rc;
     if (b->work == WORK_ECHO) {
         s->state = ST_ECHO;
@@ -341,7 +336,7 @@ static bool check_outputs(struct slot *s, grpc_slice msg) {
 
 /* Job step `i` of slot s ended now. */
 static void step_done(struct slot *s, int i) {
-    double t = now_s();
+    double t = bench_now_s();
     s->step_us[i] = (t - s->t_step) * 1e6;
     s->t_step = t;
 }
@@ -508,7 +503,7 @@ static int run_phase(struct bench *b, enum workload work, int concurrency, doubl
     b->work = work;
     memset(&b->st, 0, sizeof b->st);
     memset(b->steps, 0, sizeof b->steps);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     b->record_from = t0 + warmup;
     b->record_until = b->record_from + seconds;
     for (int i = 0; i < concurrency; i++) {
@@ -522,7 +517,7 @@ static int run_phase(struct bench *b, enum workload work, int concurrency, doubl
             gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN));
         grpc_event ev = grpc_completion_queue_next(b->cq, until, NULL);
         if (ev.type == GRPC_OP_COMPLETE) on_complete(ev.tag, ev.success != 0);
-        if (!cancelled && now_s() > give_up) {
+        if (!cancelled && bench_now_s() > give_up) {
             /* a server that stopped answering: cancel, the completions still arrive */
             for (int i = 0; i < concurrency; i++)
                 if (b->slots[i].call) grpc_call_cancel(b->slots[i].call, NULL);
@@ -583,21 +578,12 @@ static void usage(FILE *out) {
                  "                      [--concurrency N,N...] [--bytes N] [--report]\n");
 }
 
-/* Median, min and max of v[0..n) (n >= 1; NaNs sort first and are skipped); v is sorted. */
+/* Median, min and max of v[0..n), NaNs skipped (bench_summarize); v is sorted. */
 static void summary(double *v, int n, double *med, double *lo, double *hi) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    int k = 0;
-    while (k < n && isnan(v[k]))
-        k++;
-    if (k == n) {
-        *med = *lo = *hi = NAN;
-        return;
-    }
-    v += k;
-    n -= k;
-    *med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    *lo = v[0];
-    *hi = v[n - 1];
+    struct bench_summary s = bench_summarize(v, n);
+    *med = s.median;
+    *lo = s.lo;
+    *hi = s.hi;
 }
 
 static void print_num(double x, const char *fmt) {
@@ -613,8 +599,7 @@ int main(int argc, char **argv) {
     int windows = 5;
     int conc[MAX_PHASES] = {1, 16}, n_conc = 2;
     long bytes = 64;
-    const char *rep = getenv("RTX_BENCH_REPORT");
-    bool report = rep && *rep && strcmp(rep, "0") != 0;
+    bool report = bench_report_only(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--help") == 0) {

@@ -48,6 +48,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench-util.h"
 #include "runtime/mem-pool.h"
 
 #define SLOTS 256
@@ -83,20 +84,6 @@ static const struct rtx_mem_pool_device_i raw_iface = {
     .event_destroy = raw_event_destroy,
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Spins for us microseconds (the delay knobs); nothing when us is 0. */
-static void busy_wait_us(double us) {
-    if (us <= 0) return;
-    double until = now_s() + us * 1e-6;
-    while (now_s() < until) {
-    }
-}
-
 static uint64_t rng;
 static uint64_t rnd(void) {
     rng ^= rng << 13;
@@ -128,7 +115,7 @@ static int run(const struct side *sd, long ops) {
     rng = UINT64_C(0x9e3779b97f4a7c15);
     for (long i = 0; i < ops; i++) {
         int k = (int)(rnd() % SLOTS);
-        busy_wait_us(sd->delay_us);
+        bench_wait_us(sd->delay_us);
         if (slot[k]) {
             if (sd->pool)
                 rtx_mem_pool_release(sd->pool, slot[k], NULL);
@@ -161,40 +148,9 @@ static int run(const struct side *sd, long ops) {
 
 /* One timed window of one side into sd->ops_per_s[w]. */
 static int timed(struct side *sd, int w, long ops) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (run(sd, ops) != 0) return -1;
-    sd->ops_per_s[w] = (double)ops / (now_s() - t0);
-    return 0;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median, min and max of v[0..n) (n >= 1); v is left unchanged. */
-static void summary(const double *v, int n, double *med, double *lo, double *hi) {
-    double s[MAX_WINDOWS];
-    memcpy(s, v, sizeof *v * (size_t)n);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    *med = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-    *lo = s[0];
-    *hi = s[n - 1];
-}
-
-/* A non-negative number of microseconds from the environment variable name; 0 when unset.
- * Returns -1 (with a message) for a bad value. */
-static int env_delay_us(const char *name, double *us) {
-    const char *v = getenv(name);
-    *us = 0;
-    if (!v || !*v) return 0;
-    char *end;
-    errno = 0;
-    *us = strtod(v, &end);
-    if (errno || *end || !(*us >= 0) || *us > 1e6) {
-        fprintf(stderr, "rtx-bench-mem-pool: %s=%s: want microseconds, 0 .. 1000000\n", name, v);
-        return -1;
-    }
+    sd->ops_per_s[w] = (double)ops / (bench_now_s() - t0);
     return 0;
 }
 
@@ -211,8 +167,7 @@ static void usage(FILE *out) {
 int main(int argc, char **argv) {
     long ops = 500000;
     int windows = 5;
-    const char *rep = getenv("RTX_BENCH_REPORT");
-    bool report = rep && *rep && strcmp(rep, "0") != 0;
+    bool report = bench_report_only(argc, argv);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--report") == 0) {
             report = true;
@@ -235,8 +190,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     struct side pool = {.name = "pool"}, raw = {.name = "malloc"};
-    if (env_delay_us("RTX_BENCH_DELAY_US", &pool.delay_us) ||
-        env_delay_us("RTX_BENCH_REF_DELAY_US", &raw.delay_us))
+    if (bench_env_us("RTX_BENCH_DELAY_US", &pool.delay_us) ||
+        bench_env_us("RTX_BENCH_REF_DELAY_US", &raw.delay_us))
         return 2;
     struct rtx_err err;
     if (rtx_mem_pool_new(&raw_iface, NULL, NULL, &pool.pool, &err) != 0) {
@@ -271,12 +226,14 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    double pm, plo, phi, rm, rlo, rhi, qm, qlo, qhi, ratio[MAX_WINDOWS];
+    double ratio[MAX_WINDOWS];
     for (int w = 0; w < windows; w++)
         ratio[w] = pool.ops_per_s[w] / raw.ops_per_s[w];
-    summary(pool.ops_per_s, windows, &pm, &plo, &phi);
-    summary(raw.ops_per_s, windows, &rm, &rlo, &rhi);
-    summary(ratio, windows, &qm, &qlo, &qhi);
+    struct bench_summary ps = bench_summarize(pool.ops_per_s, windows),
+                         rs = bench_summarize(raw.ops_per_s, windows),
+                         qs = bench_summarize(ratio, windows);
+    double pm = ps.median, plo = ps.lo, phi = ps.hi, rm = rs.median, rlo = rs.lo, rhi = rs.hi,
+           qlo = qs.lo, qhi = qs.hi;
     printf("  malloc: median %6.2f M ops/s (%.0f ns/op), spread %.2f .. %.2f\n", rm / 1e6,
            1e9 / rm, rlo / 1e6, rhi / 1e6);
     printf("  pool  : median %6.2f M ops/s (%.0f ns/op), spread %.2f .. %.2f\n", pm / 1e6,

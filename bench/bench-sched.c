@@ -54,6 +54,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/bench-util.h"
 #include "scheduler/sched.h"
 
 #define MS 1000000LL
@@ -589,8 +590,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
-    const char *rep = getenv("RTX_BENCH_REPORT");
-    struct opts op = {.report = rep && *rep && strcmp(rep, "0") != 0,
+    struct opts op = {.report = bench_report_only(argc, argv),
                       .handicap_sched = 1.0,
                       .handicap_base = 1.0,
                       .target_goodput = 1.0};
