@@ -112,7 +112,7 @@ int bench_serve(struct bench_case *cases, int n, FILE *in, FILE *out) {
             print_identity(out, i, c);
             fputs(", \"route\": \"", out);
             bench_json_escape(out, c->route);
-            fprintf(out, "\", \"flops\": %.6g, \"bytes\": %.6g}\n", c->flops, c->bytes);
+            fprintf(out, "\", \"flops\": %.17g, \"bytes\": %.17g}\n", c->flops, c->bytes);
             fflush(out);
         } else if (strcmp(cmd, "window") == 0 && got == 3 && reps > 0) {
             double ms = 0;

@@ -17,10 +17,11 @@
  *   uploaded from pageable memory and y downloaded into pinned memory every run: "block_io")
  *   and device-resident through rtx_plan_execute_device, once on the graph-replaying backend
  *   and once on a backend made with disable_graphs (route "graph replay" / "node by node").
- *   Each plan execution ends with the executor's synchronize, as a job's does; PyTorch's
- *   eager runs do not, so that difference counts against rtxd.
+ *   Each plan execution ends with the executor's synchronize, as a job's does; bench_gpu.py
+ *   judges the device-resident rows against PyTorch runs that synchronize too.
  * - Transfers of 64 MiB: rtx_backend_upload from pageable host memory (staged through pinned
- *   chunks on the copy stream), and rtx_backend_download into the backend's pinned pool.
+ *   chunks on the copy stream) and synchronized, as PyTorch's copy_ from pageable memory is,
+ *   and rtx_backend_download into the backend's pinned pool (it returns when the copy is done).
  * - The allocator: one pseudo-random trace (256 slots; a step frees the slot's block or
  *   allocates 512 B .. 4 MiB) per run, through rtx_mem_pool over cudaMalloc/cudaFree, through
  *   cudaMallocAsync/cudaFreeAsync on the device's default memory pool with its release
@@ -35,8 +36,9 @@
  *   --serve: the driver's command loop (bench_gpu.py); otherwise every selected case is timed
  *   alone and printed as one JSON line. --quick: fewer and smaller cases; --memory,
  *   --attention, --block (block and transfers), --alloc: only those cases.
- * Exit status: 0; 1 when a case failed (alone) or a command was malformed (--serve); 3 when
- * there is no CUDA device (the reason printed as {"error": ...}).
+ * Exit status: 0; 1 when a case failed (alone), a command was malformed (--serve) or an
+ * installed driver failed; 3 when there is no CUDA device (the reason printed as
+ * {"error": ...}).
  */
 #include <math.h>
 #include <stdint.h>
@@ -295,10 +297,11 @@ struct transfer_case {
 
 static int transfer_run(struct bench_case *c, struct rtx_err *err) {
     struct transfer_case *t = c->state;
-    if (!t->download) {
+    if (!t->download) { /* synchronized per run, as PyTorch's pageable copy_ is */
         rtx_tensor_unref(t->dev);
         t->dev = NULL;
-        return rtx_backend_upload(be, t->host, &t->dev, err);
+        int rc = rtx_backend_upload(be, t->host, &t->dev, err);
+        return rc ? rc : rtx_backend_synchronize(be, err);
     }
     rtx_tensor_unref(t->back);
     t->back = NULL;
@@ -381,6 +384,8 @@ struct alloc_case {
     long ops;                   /* allocations plus frees per run */
     struct rtx_mem_pool *pool;
     cudaStream_t stream;
+    cudaMemPool_t mp;           /* ALLOC_ASYNC: the device's default pool, else NULL */
+    uint64_t old_threshold;     /* its release threshold before prepare, bytes */
 };
 
 static int trace_alloc(struct alloc_case *a, size_t bytes, void **p) {
@@ -444,11 +449,15 @@ static int alloc_prepare(struct bench_case *c, struct rtx_err *err) {
         struct rtx_mem_pool_config cfg = {.name = "bench"};
         rc = rtx_mem_pool_new(&cu_iface, NULL, &cfg, &a->pool, err);
     } else if (a->kind == ALLOC_ASYNC) {
-        cudaMemPool_t mp;
         uint64_t keep = UINT64_MAX;
+        cudaMemPool_t mp;
         if (cudaDeviceGetDefaultMemPool(&mp, 0) != cudaSuccess ||
+            cudaMemPoolGetAttribute(mp, cudaMemPoolAttrReleaseThreshold, &a->old_threshold) !=
+                cudaSuccess ||
             cudaMemPoolSetAttribute(mp, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess)
             rc = rtx_err_set(err, RTX_EGPU, "the default memory pool's release threshold");
+        else
+            a->mp = mp;
     }
     for (int r = 0; r < 2 && rc == 0; r++) rc = alloc_run(c, err); /* fills the caches */
     if (rc == 0) rc = alloc_sync(c, err);
@@ -461,6 +470,12 @@ static void alloc_release(struct bench_case *c) {
     struct alloc_case *a = c->state;
     rtx_mem_pool_free(a->pool);
     a->pool = NULL;
+    if (a->stream) (void)cudaStreamSynchronize(a->stream);
+    if (a->mp) { /* the default pool as it was, its cached memory returned */
+        (void)cudaMemPoolSetAttribute(a->mp, cudaMemPoolAttrReleaseThreshold, &a->old_threshold);
+        (void)cudaMemPoolTrimTo(a->mp, 0);
+        a->mp = NULL;
+    }
     if (a->stream) (void)cudaStreamDestroy(a->stream);
     a->stream = NULL;
 }
@@ -685,11 +700,13 @@ int main(int argc, char **argv) {
         }
     }
     char why[256] = "";
-    if (rtx_cuda_device_count(why, sizeof why, NULL) == 0) {
-        printf("{\"error\": \"no CUDA device: ");
+    bool driver_fault = false;
+    if (rtx_cuda_device_count(why, sizeof why, &driver_fault) == 0) {
+        /* an installed driver that fails is a failure, not a machine without a GPU */
+        printf("{\"error\": \"%s", driver_fault ? "the CUDA driver failed: " : "no CUDA device: ");
         bench_json_escape(stdout, why);
         printf("\"}\n");
-        return 3;
+        return driver_fault ? 1 : 3;
     }
     struct rtx_err err = {0};
     struct rtx_cuda_options opt = {.device = 0};

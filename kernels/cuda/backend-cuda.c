@@ -779,15 +779,20 @@ fail:
  * Pool statistics (for Admin.Pools)
  * ---------------------------------------------------------------------------------------- */
 
+/* Whether be is a CUDA backend, with or without graph capture. */
+static bool is_cuda(const struct rtx_backend *be) {
+    return be && (be->iface == &cuda_iface || be->iface == &cuda_iface_no_graphs);
+}
+
 const char *rtx_backend_cuda_attention_route(struct rtx_backend *be) {
-    if (be == NULL || be->iface != &cuda_iface) return "";
+    if (!is_cuda(be)) return "";
     struct cuda_backend *b = be->ctx;
     return b->cu.attention_route ? b->cu.attention_route : "";
 }
 
 int rtx_backend_cuda_pool_stats(struct rtx_backend *be, struct rtx_mem_pool_stats *device,
                                 struct rtx_mem_pool_stats *pinned, struct rtx_err *err) {
-    if (be == NULL || be->iface != &cuda_iface)
+    if (!is_cuda(be))
         return rtx_err_set(err, RTX_EINVAL, "pool statistics: %s is not a CUDA backend",
                            rtx_backend_name(be));
     struct cuda_backend *b = be->ctx;

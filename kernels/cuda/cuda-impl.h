@@ -61,7 +61,7 @@ struct rtx_cuda {
     int cc_major, cc_minor;
     struct rtx_backend_graph *capture; /* the graph being captured on stream, else NULL */
     void *cudnn;                   /* attention-cudnn.c's state, made on first use, else NULL */
-    const char *attention_route;   /* the route the last attention node took, "" before one */
+    const char *attention_route;   /* the route the last attention node took; NULL before one */
 };
 
 /* Device scratch memory from the backend's pool, ordered on cu->stream; release with

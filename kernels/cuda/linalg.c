@@ -296,13 +296,12 @@ static int run_attention(struct rtx_cuda *cu, const struct rtx_node_args *a, str
             .scale = scale,
             .mask = mk,
         };
+        if (RTX_CUDA_CHECK(err, rtx__cuda_flash_attention(&fp, cu->stream)) < 0)
+            return rtx__cuda_node_fail(a, RTX_EGPU, err);
         cu->attention_route = "flash";
-        return RTX_CUDA_CHECK(err, rtx__cuda_flash_attention(&fp, cu->stream)) < 0
-                   ? rtx__cuda_node_fail(a, RTX_EGPU, err)
-                   : 0;
+        return 0;
     }
 
-    cu->attention_route = "unfused";
     /* Heads per block: scores (f32) and, for f16/bf16, P in the input dtype. */
     size_t head_bytes = (size_t)(Lq * Lk) * (sizeof(float) + (dt == RTX_F32 ? 0 : esz));
     int64_t hb = (int64_t)(ATTN_SCRATCH / head_bytes);
@@ -372,7 +371,9 @@ static int run_attention(struct rtx_cuda *cu, const struct rtx_node_args *a, str
         }
     }
     rtx__cuda_scratch_release(cu, scratch);
-    return rc < 0 ? rtx__cuda_node_fail(a, rc, err) : 0;
+    if (rc < 0) return rtx__cuda_node_fail(a, rc, err);
+    cu->attention_route = "unfused";
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------

@@ -472,6 +472,26 @@ void gpu_attention_tests(int index) {
     scale_and_mask_tests();
     fallback_tests();
     route_tests();
+    /* a backend without graph capture is a CUDA backend too: it reports its route */
+    struct rtx_backend *graphed = gpu_be;
+    go.disable_graphs = true;
+    rc = rtx_backend_cuda_new(&go, &gpu_be, &err);
+    if (gpu_check(rc == 0, "CUDA backend without graphs%s%s", rc ? ": " : "", err.msg)) {
+        struct acase c = qkv(RTX_BF16, 1, 2, 64, 64, 64, 64, 0);
+        struct rtx_tensor *in[3] = {NULL, NULL, NULL}, *y = NULL;
+        for (int k = 0; k < 3; k++)
+            in[k] = make_input(&c.in[k]);
+        rc = in[0] && in[1] && in[2] ? run_on(gpu_be, &c, in, &y, &err) : RTX_ENOMEM;
+        if (gpu_check(rc == 0, "attention without graphs runs%s%s", rc ? ": " : "", err.msg))
+            gpu_check(strcmp(rtx_backend_cuda_attention_route(gpu_be), "") != 0,
+                      "attention without graphs reports its route ('%s')",
+                      rtx_backend_cuda_attention_route(gpu_be));
+        rtx_tensor_unref(y);
+        for (int k = 0; k < 3; k++)
+            rtx_tensor_unref(in[k]);
+        rtx_backend_free(gpu_be);
+    }
+    gpu_be = graphed;
     rtx_backend_free(gpu_be);
     rtx_backend_free(cpu_be);
     gpu_be = cpu_be = NULL;
