@@ -361,7 +361,7 @@ bench-mem-pool: $(BUILD)/bin/rtx-bench-mem-pool
 	$(BUILD)/bin/rtx-bench-mem-pool
 
 # bench/bench-cpu.c: rtxd's side of bench/bench_cpu.py (graphs through the plan and executor on
-# the CPU backend, steered by bench/harness.py through bench/bench-driver.c). In `all`: the
+# the CPU backend, steered by bench/bench_harness.py through bench/bench-driver.c). In `all`: the
 # harness's tests (tests/interop/test_bench_harness.py) run it.
 $(BUILD)/bin/rtx-bench-cpu: $(BUILD)/obj/bench/bench-cpu.o $(BUILD)/obj/bench/bench-driver.o \
                             $(BUILD)/obj/bench/bench-util.o \
@@ -412,7 +412,7 @@ test-gpu:
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_gpu.py --harness-check
 
 # On the GPU machine, like test-gpu: bench/bench_gpu.py drives rtx-bench-gpu and times the same
-# cases in PyTorch (the machine's python3) window by window (bench/harness.py), prints the
+# cases in PyTorch (the machine's python3) window by window (bench/bench_harness.py), prints the
 # ratios and exits 1 on a failed case or a missed target (RTX_BENCH_REPORT=1: report only).
 # Builds nothing.
 bench-gpu:

@@ -39,7 +39,7 @@
 static const char usage_text[] =
     "usage: rtx-bench-cpu [--serve] [--quick] [--threads N] [--gemm N] [--block GRAPH]\n"
     "                     [--batch B] [--data DIR] [--windows N] | --blas\n"
-    "  --serve        answer bench/harness.py's commands on stdin (bench/bench-driver.h)\n"
+    "  --serve        answer bench/bench_harness.py's commands on stdin (bench/bench-driver.h)\n"
     "  --quick        GEMM 256 (unless --gemm), 3 windows\n"
     "  --threads N    CPU backend threads (default 0: one per online CPU, as rtxrun)\n"
     "  --gemm N       the GEMM case's size: [N,N] x [N,N] (default 1024)\n"

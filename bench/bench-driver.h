@@ -1,6 +1,6 @@
 /*
  * bench-driver.h - the rtxd side of a benchmark comparison: a table of cases that a Python
- * script (bench/harness.py) times in windows alternating with its reference, or that the
+ * script (bench/bench_harness.py) times in windows alternating with its reference, or that the
  * driver times alone.
  *
  * DESIGN
@@ -24,7 +24,7 @@
  * case failed.
  * RTX_BENCH_DELAY_US (environment, microseconds) waits that long after every timed run of the
  * rtxd side, inside the window: a deliberately slowed rtxd, with which the harness's own tests
- * check that a verdict can flip (harness.py has RTX_BENCH_REF_DELAY_US for the reference).
+ * check that a verdict can flip (bench_harness.py has RTX_BENCH_REF_DELAY_US for the reference).
  */
 #ifndef RTX_BENCH_DRIVER_H
 #define RTX_BENCH_DRIVER_H

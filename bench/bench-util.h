@@ -1,7 +1,7 @@
 /*
  * bench-util.h - what every benchmark program shares: the clock, the median and spread of
  * timing windows, the report-only switch and the slow-a-side knobs (docs/benchmarks.md, "How
- * every comparison is timed"; bench/harness.py is the Python side of the same rules).
+ * every comparison is timed"; bench/bench_harness.py is the Python side of the same rules).
  */
 #ifndef RTX_BENCH_UTIL_H
 #define RTX_BENCH_UTIL_H

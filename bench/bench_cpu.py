@@ -4,7 +4,7 @@ bench_cpu.py (make bench) - rtxd on the CPU against NumPy, both sides timed the 
 
 rtxd's side is build/bin/rtx-bench-cpu (bench/bench-cpu.c): graphs through the runtime's plan
 and executor on the CPU backend, exactly what rtxrun runs, timed in-process by the benchmark
-driver (bench/bench-driver.h). NumPy's side is timed in this process. bench/harness.py steers
+driver (bench/bench-driver.h). NumPy's side is timed in this process. bench/bench_harness.py steers
 both: windows of N runs back to back, alternating between the sides, the median window with
 its spread, a ratio (> 1: rtxd is faster) and a verdict against the target.
 
@@ -44,7 +44,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "interop"))
 sys.path.insert(0, str(REPO / "bench"))
-import harness  # noqa: E402
+import bench_harness as harness  # noqa: E402
 import rtxgraph as rg  # noqa: E402
 
 try:

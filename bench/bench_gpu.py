@@ -1,7 +1,7 @@
 """bench_gpu.py - the CUDA backend against PyTorch on the same GPU, timed the same way.
 
 rtxd's side is build/bin/rtx-bench-gpu (bench/bench-gpu.c) run as a driver (--serve,
-bench/bench-driver.h); PyTorch's runs in this process. Every case is timed by harness.py's one
+bench/bench-driver.h); PyTorch's runs in this process. Every case is timed by bench_harness.py's one
 method: warm-up, then windows of N runs back to back between two synchronizations, rtxd's and
 PyTorch's windows alternating, the median window with its spread. Outputs are preallocated on
 both sides where PyTorch allows it (matmul, add and softmax write into `out=`; layer norm,
@@ -45,7 +45,7 @@ Usage (on the GPU machine, after `make all gpu-bundle` elsewhere): make bench-gp
 Environment: RTX_BUILD (the build folder, default ./build), RTX_BENCH_ARGS (arguments for
 rtx-bench-gpu, e.g. --quick or --attention), RTX_BENCH_WINDOWS (timed windows per side,
 default 7), RTX_BENCH_WINDOW_MS (the length a window aims at, default 40),
-RTX_BENCH_DELAY_US / RTX_BENCH_REF_DELAY_US (slow rtxd / PyTorch on purpose, harness.py).
+RTX_BENCH_DELAY_US / RTX_BENCH_REF_DELAY_US (slow rtxd / PyTorch on purpose, bench_harness.py).
 """
 import argparse
 import functools
@@ -57,7 +57,7 @@ import subprocess
 import sys
 import tempfile
 
-import harness as H
+import bench_harness as H
 
 TARGETS = {"gemm": 0.95, "attention": 0.8, "block": 1.3, "alloc": 1.0}
 MEM_TARGET, COPY_TARGET = 1.0, 0.8

@@ -1,5 +1,5 @@
 """
-test_bench_harness.py - the benchmark harness (bench/harness.py and bench/bench-driver.c) as
+test_bench_harness.py - the benchmark harness (bench/bench_harness.py and bench/bench-driver.c) as
 bench/bench_cpu.py uses it with its driver build/bin/rtx-bench-cpu: a verdict flips when one
 side is slowed on purpose (RTX_BENCH_DELAY_US for rtxd, RTX_BENCH_REF_DELAY_US for the
 reference), a case that fails reaches the exit status, --report judges nothing but still fails
@@ -27,7 +27,7 @@ import rtxgraph as rg
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
-import harness  # noqa: E402
+import bench_harness as harness  # noqa: E402
 
 BENCH_CPU = REPO / "bench" / "bench_cpu.py"
 FAST_US, SLOW_US = 20_000, 80_000  # delays per run; the quick GEMM runs in ~0.3 ms
@@ -239,7 +239,7 @@ def test_harness_driver_raises_case_errors_and_closes_with_0(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------
-# harness.py on its own
+# bench_harness.py on its own
 # ------------------------------------------------------------------------------------------
 
 def test_reference_window_honours_its_delay(monkeypatch):

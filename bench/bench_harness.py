@@ -1,4 +1,4 @@
-"""harness.py - the one way rtxd's benchmarks time two sides and judge the ratio.
+"""bench_harness.py - the one way rtxd's benchmarks time two sides and judge the ratio.
 
 Every comparison times rtxd and its reference the same way: warm-up, then N runs back to back
 between two synchronizations (a window), several windows, the median window with its spread
