@@ -100,7 +100,9 @@ LIBSCHED    := $(BUILD)/lib/librtxsched.a
 DAEMON_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard daemon/*.c))
 # daemon objects without main(), linked into the unit tests
 DAEMON_LIB_OBJ := $(filter-out $(BUILD)/obj/daemon/main.o,$(DAEMON_OBJ))
-CLIENT_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out client/rtxctl.c,$(wildcard client/*.c)))
+CLIENT_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard client/*.c))
+# client/rtxctl/: the operator CLI, one file per command family
+RTXCTL_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard client/rtxctl/*.c))
 LIBCLIENT   := $(BUILD)/lib/librtx.a
 LIBCLIENT_SO := $(BUILD)/lib/librtx.so
 
@@ -194,10 +196,11 @@ $(BUILD)/lib/pkgconfig/rtx.pc: client/rtx.pc.in
 	@mkdir -p $(dir $@)
 	sed -e 's|@PREFIX@|$(abspath $(BUILD))|' -e 's|@INCLUDEDIR@|$(abspath client)|' $< > $@
 
-# rtxctl: librtx for the daemon, rtxd's runtime for .npy files and random inputs.
-$(BUILD)/bin/rtxctl: $(BUILD)/obj/client/rtxctl.o $(LIBCLIENT) $(LIBRT)
+# rtxctl: librtx for the daemon, rtxd's runtime for .npy files and random inputs, jansson for
+# --json.
+$(BUILD)/bin/rtxctl: $(RTXCTL_OBJ) $(LIBCLIENT) $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) $(shell pkg-config --libs jansson 2>/dev/null) $(LDLIBS)
 
 # The C driver of librtx that tests/integration runs against a live rtxd.
 $(BUILD)/bin/rtx-client-check: $(BUILD)/obj/tests/integration/client-check.o $(LIBCLIENT)
@@ -429,4 +432,4 @@ clean:
   $(BUILD)/obj/bench/bench-mem-pool.d $(BUILD)/obj/bench/bench-jobs.d \
   $(BUILD)/obj/bench/echo-server.d $(BUILD)/obj/bench/bench-cpu.d \
   $(BUILD)/obj/bench/bench-driver.d $(BUILD)/obj/bench/bench-util.d $(CLIENT_OBJ:.o=.d) \
-  $(BUILD)/obj/client/rtxctl.d $(BUILD)/obj/tests/integration/client-check.d
+  $(RTXCTL_OBJ:.o=.d) $(BUILD)/obj/tests/integration/client-check.d
