@@ -30,7 +30,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/backend.h"
+#include "kernels/cuda/backend-cuda.h"
 #include "models/serving.h"
 #include "scheduler/sched.h"
 

@@ -23,7 +23,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/cpu/backend-cpu.h"
 #include "kernels/cpu/cpu-impl.h"
+#include "runtime/backend-impl.h"
 
 #define CPU_MAX_THREADS 1024
 #define CPU_CHUNKS_PER_THREAD 4 /* chunks per thread, for load balance */

@@ -10,7 +10,7 @@
 #ifndef RTX_CPU_IMPL_H
 #define RTX_CPU_IMPL_H
 
-#include "kernels/backend-impl.h"
+#include "runtime/backend.h"
 
 struct rtx_cpu; /* the backend context: thread pool and options */
 

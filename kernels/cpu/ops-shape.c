@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu-impl.h"
+#include "kernels/geometry.h"
 
 #define TILE 32
 #define COPY_GRAIN_BYTES (1 << 15) /* bytes per parallel chunk, about */

@@ -51,9 +51,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
-#include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/attention-cudnn.h"
+#include "kernels/cuda/backend-cuda.h"
+#include "kernels/cuda/cuda-impl.h"
+#include "runtime/backend-impl.h"
 #include "runtime/mem-pool.h"
 
 #define BLASLT_WORKSPACE_BYTES ((size_t)32 << 20) /* bytes */

@@ -20,9 +20,10 @@
  */
 #include <string.h>
 
-#include "kernels/backend-impl.h"
 #include "kernels/cuda/conv-kernels.h"
 #include "kernels/cuda/cuda-impl.h"
+#include "kernels/geometry.h"
+#include "runtime/backend.h"
 
 #define COL_SCRATCH ((size_t)256 << 20) /* bytes of im2col columns per chunk, at most */
 

@@ -1,7 +1,7 @@
 /*
  * cuda-impl.h - internal header of kernels/cuda/: the one macro through which every CUDA call
  * is checked, and the extern "C" entry points of the .cu files. Only kernels/cuda/ includes it;
- * everyone else goes through kernels/backend.h.
+ * everyone else goes through runtime/backend.h and kernels/cuda/backend-cuda.h.
  *
  * DESIGN
  * RTX_CUDA_CHECK(err, stmt) plays the part of ggml's CUDA_CHECK_GEN, except that a daemon does

@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/backend.h"
 #include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/launch.h"
+#include "runtime/backend.h"
 
 #define DT(x) (1u << RTX_##x)
 #define DT_FLOAT (DT(F32) | DT(F16) | DT(BF16))

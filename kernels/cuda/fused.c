@@ -20,8 +20,8 @@
  */
 #include <string.h>
 
-#include "kernels/backend-impl.h"
 #include "kernels/cuda/cuda-impl.h"
+#include "runtime/backend.h"
 
 int rtx__cuda_fused_span(const struct rtx_graph *g, const int *order, int n, const int *uses) {
     if (n < 2) return 1;

@@ -36,11 +36,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
 #include "kernels/cuda/attention-cudnn.h"
 #include "kernels/cuda/attention-flash.h"
 #include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/linalg-kernels.h"
+#include "kernels/geometry.h"
+#include "runtime/backend.h"
 
 #define ATTN_SCRATCH ((size_t)256 << 20) /* bytes of scores per block of heads, at most */
 

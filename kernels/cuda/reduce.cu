@@ -48,9 +48,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
 #include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/dtype.cuh"
+#include "runtime/backend.h"
 
 #define COL_X 32             /* outputs per column block */
 #define COL_Y 8              /* r-splits per column block */

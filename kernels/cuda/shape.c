@@ -25,9 +25,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
 #include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/geometry.h"
+#include "runtime/backend.h"
 
 #define COPY_MAX_UNIT 16  /* bytes: the widest unit a copy moves (uint4) */
 #define COPY_TILE_MIN 16  /* shortest dims the tiled transpose takes (its tiles are 32 x 32) */

@@ -1,11 +1,11 @@
 /*
  * backend.c - the public backend wrappers: argument checks, then one call through the
- * backend's vtable (kernels/backend-impl.h). Optional slots left NULL get their documented
+ * backend's vtable (runtime/backend-impl.h). Optional slots left NULL get their documented
  * default here, so callers never test the vtable themselves.
  */
 #include <string.h>
 
-#include "kernels/backend-impl.h"
+#include "runtime/backend-impl.h"
 
 const char *rtx_backend_name(struct rtx_backend *be) {
     return be ? be->iface->name(be) : "?";
