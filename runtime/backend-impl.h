@@ -8,6 +8,10 @@
 
 #include "runtime/backend.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct rtx_backend_i {
     /* Short device name ("cpu"). */
     const char *(*name)(struct rtx_backend *be);
@@ -67,4 +71,12 @@ struct rtx_backend {
     void *ctx;
 };
 
+/* Error helper for kernels: sets err to fmt's message prefixed with "node N 'name' (op): " (as
+ * the validator names nodes) and returns code; with err NULL only returns code. */
+int rtx__backend_node_err(struct rtx_err *err, const struct rtx_node_args *a, int code,
+                          const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+#ifdef __cplusplus
+}
+#endif
 #endif /* RTX_BACKEND_IMPL_H */
