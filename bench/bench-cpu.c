@@ -32,7 +32,8 @@
 #include <unistd.h>
 
 #include "bench/bench-driver.h"
-#include "kernels/backend.h"
+#include "kernels/cpu/backend-cpu.h"
+#include "runtime/backend.h"
 
 #define WARMUP_RUNS 2
 

@@ -49,7 +49,8 @@
 #include <cuda_runtime.h>
 
 #include "bench/bench-driver.h"
-#include "kernels/backend.h"
+#include "kernels/cuda/backend-cuda.h"
+#include "runtime/backend.h"
 #include "runtime/mem-pool.h"
 #include "tests/gpu/block-graph.h"
 

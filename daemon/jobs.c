@@ -134,8 +134,10 @@
 void (*rtx__jobs_after_enqueue_hook)(void);
 int64_t (*rtx__jobs_clock_hook)(void);
 #include "daemon/log.h"
-#include "kernels/backend.h"
+#include "kernels/cpu/backend-cpu.h"
+#include "kernels/cuda/backend-cuda.h"
 #include "rtx/v1/jobs.pb-c.h"
+#include "runtime/backend.h"
 
 #define MAX_LANES                                                                                 \
     ((int)(sizeof(((struct rtx_jobs_stats *)0)->lanes) / sizeof(struct rtx_lane_depth)))

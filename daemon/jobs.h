@@ -41,7 +41,7 @@
 #ifndef RTX_DAEMON_JOBS_H
 #define RTX_DAEMON_JOBS_H
 
-#include "kernels/backend.h"
+#include "kernels/cuda/backend-cuda.h"
 #include "runtime/mem-pool.h"
 #include "scheduler/sched.h"
 #include "store/store.h"

@@ -28,7 +28,7 @@
 #include "daemon/config.h"
 #include "daemon/jobs.h"
 #include "daemon/shm.h"
-#include "kernels/backend.h"
+#include "kernels/cuda/backend-cuda.h"
 #include "models/serving.h"
 #include "store/store.h"
 

@@ -15,7 +15,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
+#include "kernels/geometry.h"
 
 static void contiguous_strides(int nd, const int64_t *dims, int64_t *str) {
     int64_t s = 1;

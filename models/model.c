@@ -51,6 +51,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "kernels/cpu/backend-cpu.h"
 #include "models/serving-impl.h"
 #include "runtime/mem-pool.h"
 

@@ -30,7 +30,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/backend.h"
+#include "kernels/cuda/backend-cuda.h"
 #include "models/serving.h"
 #include "scheduler/sched.h"
 
@@ -166,7 +166,7 @@ struct rtx__model_load_opts {
 };
 
 /* Reports an event through fn (NULL: nowhere); fields: key, value, ..., NULL (at most 8
- * pairs). */
+ * pairs) (models/serving-log.c). */
 void rtx__serving_log(rtx_serving_log_fn fn, enum rtx_serving_log_level level, const char *msg,
                       ...) __attribute__((sentinel));
 

@@ -29,7 +29,6 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1197,20 +1196,4 @@ void rtx_serving_lanes(struct rtx_serving *s, struct rtx_sched_stats *out) {
     }
     pthread_mutex_unlock(&s->mu);
     rtx_free(st);
-}
-
-void rtx__serving_log(rtx_serving_log_fn fn, enum rtx_serving_log_level level, const char *msg,
-                      ...) {
-    if (!fn) return;
-    const char *fields[2 * 8 + 1];
-    int n = 0;
-    va_list ap;
-    va_start(ap, msg);
-    for (const char *key; n < 2 * 8 && (key = va_arg(ap, const char *)) != NULL; n += 2) {
-        fields[n] = key;
-        fields[n + 1] = va_arg(ap, const char *);
-    }
-    va_end(ap);
-    fields[n] = NULL;
-    fn(level, msg, fields);
 }

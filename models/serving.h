@@ -27,7 +27,7 @@
 
 #include "runtime/runtime.h"
 
-struct rtx_cuda_devices; /* kernels/backend.h */
+struct rtx_cuda_devices; /* kernels/cuda/backend-cuda.h */
 struct rtx_sched_config; /* scheduler/sched.h */
 struct rtx_sched_stats;
 struct rtx_mem_pool_stats;

@@ -54,7 +54,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/backend.h"
+#include "runtime/backend.h"
 #include "runtime/runtime-impl.h"
 
 #define ARENA_ALIGN 64

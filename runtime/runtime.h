@@ -11,7 +11,7 @@
  * runs dtype/shape inference. A plan (rtx_plan_new) binds concrete input shapes, orders the
  * nodes topologically, infers every value's dtype and shape and assigns intermediate
  * tensors to offsets in one arena by lifetime. rtx_plan_execute runs the plan on a backend
- * (kernels/backend.h); the executor never branches on the device type.
+ * (runtime/backend.h); the executor never branches on the device type.
  */
 #ifndef RTX_RUNTIME_H
 #define RTX_RUNTIME_H
@@ -406,7 +406,7 @@ int rtx_graph_save_file(const struct rtx_graph *g, const char *path, struct rtx_
  * Planning and execution
  * ---------------------------------------------------------------------------------------- */
 
-struct rtx_backend; /* kernels/backend.h */
+struct rtx_backend; /* runtime/backend.h */
 struct rtx_plan;
 
 /* Validates g and binds concrete input shapes and dtypes (inputs[i] describes graph input i;

@@ -27,7 +27,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/backend-cpu.h"
+#include "kernels/cuda/backend-cuda.h"
+#include "runtime/backend.h"
 #include "runtime/runtime.h"
 
 enum {

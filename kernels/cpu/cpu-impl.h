@@ -10,9 +10,15 @@
 #ifndef RTX_CPU_IMPL_H
 #define RTX_CPU_IMPL_H
 
-#include "kernels/backend-impl.h"
+#include "runtime/backend-impl.h"
 
-struct rtx_cpu; /* the backend context: thread pool and options */
+struct rtx_cpu; /* the backend context: its thread pool (kernels/cpu/thread-pool.c) */
+
+/* A pool of n threads (n >= 1): n - 1 workers and the caller of rtx__cpu_parallel_for. Workers
+ * block every signal. RTX_ENOMEM, or the -errno of a failed pthread_create. */
+int rtx__cpu_pool_new(int n, struct rtx_cpu **out, struct rtx_err *err);
+/* Stops and joins the workers, then frees the pool; NULL is a no-op. */
+void rtx__cpu_pool_free(struct rtx_cpu *cpu);
 
 /* Calls fn(ctx, begin, end) over [0, n) split into chunks of at least `grain` items, on the
  * pool's threads and the caller's; returns when all chunks are done. Runs inline when n is
@@ -74,9 +80,5 @@ int rtx__cpu_reduce(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
 int rtx__cpu_linalg(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
 int rtx__cpu_shape(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
 int rtx__cpu_conv(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
-
-/* Error helper for kernels: prefixes "node N 'name' (op): " (as the validator does). */
-int rtx__cpu_node_err(struct rtx_err *err, const struct rtx_node_args *a, int code,
-                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #endif /* RTX_CPU_IMPL_H */

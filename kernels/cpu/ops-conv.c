@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu-impl.h"
+#include "kernels/geometry.h"
 
 #define SMALL_GEMM_MACS (1 << 18) /* below this OpenBLAS computes on the calling thread */
 #define CONVERT_GRAIN (1 << 15)   /* elements per chunk of a dtype conversion */
@@ -142,14 +143,14 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     struct rtx__conv2d_geom geo;
     char why[128];
     int rc = rtx__conv2d_geometry(a->node, X, Wt, B, Y, &geo, why, sizeof why);
-    if (rc) return rtx__cpu_node_err(err, a, rc, "%s", why);
+    if (rc) return rtx__backend_node_err(err, a, rc, "%s", why);
     int64_t O = geo.O;
     struct conv_job j = {.g = geo};
     atomic_init(&j.failed, 0);
     if (j.g.w.N * O * j.g.P == 0) return 0;
     if (j.g.K > INT_MAX || j.g.P > INT_MAX || j.g.Og > INT_MAX)
-        return rtx__cpu_node_err(err, a, RTX_ELIMIT, "im2col matrix dimension over %d",
-                                 INT_MAX);
+        return rtx__backend_node_err(err, a, RTX_ELIMIT, "im2col matrix dimension over %d",
+                                     INT_MAX);
 
     float *x_own = NULL, *w_own = NULL, *b_own = NULL, *y_own = NULL, *col = NULL;
     j.x = rtx__cpu_as_f32(cpu, X, &x_own);
@@ -160,7 +161,7 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     else if (j.wt && (j.bias || !B))
         j.y = y_own = rtx_malloc((size_t)rtx_tensor_numel(Y) * sizeof *y_own);
     if (j.y == NULL || !j.wt || (B && !j.bias)) {
-        rc = rtx__cpu_node_err(err, a, RTX_ENOMEM, "f32 scratch");
+        rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "f32 scratch");
         goto done;
     }
     if (j.g.K == 0) {
@@ -168,13 +169,13 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     } else if (j.g.w.N * j.g.G > 1 && j.g.Og * j.g.P * j.g.K <= SMALL_GEMM_MACS) {
         rtx__cpu_parallel_for(cpu, j.g.w.N * j.g.G, 1, conv_groups_chunk, &j);
         if (atomic_load(&j.failed)) {
-            rc = rtx__cpu_node_err(err, a, RTX_ENOMEM, "im2col scratch");
+            rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "im2col scratch");
             goto done;
         }
     } else {
         col = j.g.direct ? NULL : rtx_malloc((size_t)(j.g.K * j.g.P) * sizeof *col);
         if (!j.g.direct && col == NULL) {
-            rc = rtx__cpu_node_err(err, a, RTX_ENOMEM, "im2col scratch");
+            rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "im2col scratch");
             goto done;
         }
         for (int64_t ng = 0; ng < j.g.w.N * j.g.G; ng++) conv_group(&j, ng, col, cpu);
@@ -255,7 +256,7 @@ static int run_pool(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool is_
     struct rtx__pool2d_geom geo;
     char why[128];
     int rc = rtx__pool2d_geometry(a->node, X, Y, is_max, &geo, why, sizeof why);
-    if (rc) return rtx__cpu_node_err(err, a, rc, "%s", why);
+    if (rc) return rtx__backend_node_err(err, a, rc, "%s", why);
     struct pool_job j = {
         .w = geo.w, .x = rtx_tensor_data(X), .y = rtx_tensor_data(Y), .dt = X->dtype,
         .is_max = is_max, .count_include_pad = geo.count_include_pad,
@@ -273,5 +274,5 @@ int rtx__cpu_conv(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx
     case RTX_OP_AVG_POOL2D: return run_pool(cpu, a, false, err);
     default: break;
     }
-    return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "not a conv op");
+    return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not a conv op");
 }

@@ -497,11 +497,11 @@ static int ew_setup(struct ew_ctx *c, const struct rtx_node_args *a, struct rtx_
         const struct rtx_tensor *t = a->in[k];
         if (!bcast_strides(t, y, st[k])) {
             char sb[96], sy[96];
-            return rtx__cpu_node_err(err, a, RTX_EINTERNAL,
-                                     "input %d shape %s does not broadcast to the output "
-                                     "shape %s", k,
-                                     rtx_shape_str(t->dtype, t->ndim, t->dims, sb, sizeof sb),
-                                     rtx_shape_str(y->dtype, y->ndim, y->dims, sy, sizeof sy));
+            return rtx__backend_node_err(err, a, RTX_EINTERNAL,
+                                         "input %d shape %s does not broadcast to the output "
+                                         "shape %s", k,
+                                         rtx_shape_str(t->dtype, t->ndim, t->dims, sb, sizeof sb),
+                                         rtx_shape_str(y->dtype, y->ndim, y->dims, sy, sizeof sy));
         }
     }
     c->ndim = 0;
@@ -573,7 +573,7 @@ int rtx__cpu_elementwise(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     memset(&c, 0, sizeof c);
     c.op = a->node->op;
     if (a->n_out < 1 || !a->out[0])
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "missing output tensor");
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "missing output tensor");
     enum rtx_dtype dt = a->out[0]->dtype, want_in = dt;
     bool ok, heavy = false;
     switch (c.op) {
@@ -603,8 +603,8 @@ int rtx__cpu_elementwise(struct rtx_cpu *cpu, const struct rtx_node_args *a,
         if (strcmp(ap, "tanh") == 0)
             c.gelu_tanh = true;
         else if (strcmp(ap, "none") != 0)
-            return rtx__cpu_node_err(err, a, RTX_EINVAL,
-                                     "approximate must be \"none\" or \"tanh\", not \"%s\"", ap);
+            return rtx__backend_node_err(
+                err, a, RTX_EINVAL, "approximate must be \"none\" or \"tanh\", not \"%s\"", ap);
     }
         /* fall through */
     case RTX_OP_SQRT:
@@ -640,23 +640,23 @@ int rtx__cpu_elementwise(struct rtx_cpu *cpu, const struct rtx_node_args *a,
         want_in = a->n_in >= 1 && a->in[0] ? a->in[0]->dtype : dt;
         break;
     default:
-        return rtx__cpu_node_err(err, a, RTX_EUNSUPPORTED, "not an elementwise op");
+        return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "not an elementwise op");
     }
     if (a->n_in < c.n_in)
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "expected %d inputs, got %d", c.n_in,
-                                 a->n_in);
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "expected %d inputs, got %d", c.n_in,
+                                     a->n_in);
     for (int k = 0; k < c.n_in; k++) {
         const struct rtx_tensor *t = a->in[k];
-        if (!t) return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "input %d is missing", k);
+        if (!t) return rtx__backend_node_err(err, a, RTX_EINTERNAL, "input %d is missing", k);
         bool is_cond = c.op == RTX_OP_WHERE && k == 0;
         if (!is_cond && t->dtype != want_in) ok = false;
         c.in[k] = rtx_tensor_data(t);
         c.in_dt[k] = t->dtype;
     }
     if (!ok)
-        return rtx__cpu_node_err(err, a, RTX_EUNSUPPORTED, "unsupported dtypes (input %s, "
-                                 "output %s)", rtx_dtype_name(a->in[0]->dtype),
-                                 rtx_dtype_name(dt));
+        return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "unsupported dtypes (input %s, "
+                                     "output %s)", rtx_dtype_name(a->in[0]->dtype),
+                                     rtx_dtype_name(dt));
     c.out = rtx_tensor_data(a->out[0]);
     c.out_dt = dt;
     int_range(dt, &c.lo, &c.hi);

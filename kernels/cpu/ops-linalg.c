@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu-impl.h"
+#include "kernels/geometry.h"
 
 #define SMALL_GEMM_MACS (1 << 18) /* below this OpenBLAS computes on the calling thread */
 #define CONVERT_GRAIN (1 << 15)   /* elements per chunk of a dtype conversion */
@@ -92,21 +93,21 @@ static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     struct rtx__matmul_geom geo;
     char why[128];
     if (rtx__matmul_geometry(a->node, A, B, &geo, why, sizeof why))
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "%s", why);
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "%s", why);
     bool ta = geo.ta, tb = geo.tb;
     int64_t M = geo.M, K = geo.K, N = geo.N, nbatch = geo.nbatch, b_mats = geo.b_mats;
     int nbat = geo.nbat;
     const int64_t *odims = geo.batch_dims, *astr = geo.a_stride, *bstr = geo.b_stride;
     if (rtx_tensor_numel(Y) != nbatch * M * N)
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output has %lld elements, want %lld",
-                                 (long long)rtx_tensor_numel(Y), (long long)(nbatch * M * N));
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "output has %lld elements, want %lld",
+                                     (long long)rtx_tensor_numel(Y), (long long)(nbatch * M * N));
     if (nbatch * M * N == 0) return 0;
 
     bool fold = b_mats == 1 && !ta && fits_int(nbatch * M);
     int64_t rows = fold ? nbatch * M : M;
     int64_t lda = ta ? M : K, ldb = tb ? K : N;
     if (!fits_int(rows) || !fits_int(N) || !fits_int(K) || !fits_int(lda) || !fits_int(ldb))
-        return rtx__cpu_node_err(err, a, RTX_ELIMIT, "matrix dimension over %d", INT_MAX);
+        return rtx__backend_node_err(err, a, RTX_ELIMIT, "matrix dimension over %d", INT_MAX);
 
     float *a_own = NULL, *b_own = NULL, *y_own = NULL;
     const float *af = rtx__cpu_as_f32(cpu, A, &a_own);
@@ -115,7 +116,7 @@ static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     int64_t *offs = NULL;
     int rc = 0;
     if (yf == NULL) {
-        rc = rtx__cpu_node_err(err, a, RTX_ENOMEM, "f32 scratch");
+        rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "f32 scratch");
         goto done;
     }
     if (K == 0) {
@@ -127,7 +128,7 @@ static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     } else {
         offs = rtx_malloc((size_t)nbatch * 2 * sizeof *offs);
         if (offs == NULL) {
-            rc = rtx__cpu_node_err(err, a, RTX_ENOMEM, "batch offsets");
+            rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "batch offsets");
             goto done;
         }
         int64_t idx[RTX_MAX_DIMS] = {0}, ao = 0, bo = 0;
@@ -196,13 +197,13 @@ static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
     struct rtx__gemm_geom geo;
     char why[128];
     if (rtx__gemm_geometry(a->node, A, B, C, Y, &geo, why, sizeof why))
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "%s", why);
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "%s", why);
     bool ta = geo.ta, tb = geo.tb;
     float alpha = geo.alpha, beta = geo.beta;
     int64_t M = geo.M, K = geo.K, N = geo.N, cM = geo.cM, cN = geo.cN;
     if (M * N == 0) return 0;
     if (!fits_int(M) || !fits_int(N) || !fits_int(K))
-        return rtx__cpu_node_err(err, a, RTX_ELIMIT, "matrix dimension over %d", INT_MAX);
+        return rtx__backend_node_err(err, a, RTX_ELIMIT, "matrix dimension over %d", INT_MAX);
 
     float *a_own = NULL, *b_own = NULL, *c_own = NULL, *y_own = NULL;
     const float *af = rtx__cpu_as_f32(cpu, A, &a_own);
@@ -211,7 +212,7 @@ static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
     float *yf = bf && (cf || !C) ? rtx__cpu_out_f32(Y, &y_own) : NULL;
     int rc = 0;
     if (yf == NULL) {
-        rc = rtx__cpu_node_err(err, a, RTX_ENOMEM, "f32 scratch");
+        rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "f32 scratch");
         goto done;
     }
     if (C) {
@@ -408,14 +409,14 @@ static int run_attention(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     struct rtx__attention_geom geo;
     char why[128];
     int grc = rtx__attention_geometry(a->node, Q, K, V, Mk, Y, &geo, why, sizeof why);
-    if (grc) return rtx__cpu_node_err(err, a, grc, "%s", why);
+    if (grc) return rtx__backend_node_err(err, a, grc, "%s", why);
     int64_t BH = geo.BH;
     struct attn_job j = {
         .out = Y, .lead = geo.lead, .Lq = geo.Lq, .D = geo.D, .Lk = geo.Lk, .Dv = geo.Dv,
         .causal = geo.causal, .scale = geo.scale,
     };
     if (!fits_int(j.Lq) || !fits_int(j.Lk) || !fits_int(j.D) || !fits_int(j.Dv))
-        return rtx__cpu_node_err(err, a, RTX_ELIMIT, "dimension over %d", INT_MAX);
+        return rtx__backend_node_err(err, a, RTX_ELIMIT, "dimension over %d", INT_MAX);
     memcpy(j.lead_dims, geo.lead_dims, (size_t)geo.lead * sizeof *j.lead_dims);
     if (Mk) {
         memcpy(j.mask_lead_str, geo.mask_lead_str, (size_t)geo.lead * sizeof *j.mask_lead_str);
@@ -444,11 +445,11 @@ static int run_attention(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     j.v = j.k ? rtx__cpu_as_f32(cpu, V, &v_own) : NULL;
     int rc = 0;
     if (j.v == NULL) {
-        rc = rtx__cpu_node_err(err, a, RTX_ENOMEM, "f32 scratch");
+        rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "f32 scratch");
     } else {
         rtx__cpu_parallel_for(cpu, BH * j.n_blocks, 1, attn_chunk, &j);
         if (atomic_load(&j.failed))
-            rc = rtx__cpu_node_err(err, a, RTX_ENOMEM, "score scratch");
+            rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "score scratch");
     }
     rtx_free(q_own);
     rtx_free(k_own);
@@ -463,5 +464,5 @@ int rtx__cpu_linalg(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
     case RTX_OP_ATTENTION: return run_attention(cpu, a, err);
     default: break;
     }
-    return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "not a linalg op");
+    return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not a linalg op");
 }

@@ -410,8 +410,8 @@ static int read_axes(const struct rtx_node_args *a, int ndim, bool *red, struct 
     for (int k = 0; k < na; k++) {
         int64_t ax = axes[k] < 0 ? axes[k] + ndim : axes[k];
         if (ax < 0 || ax >= ndim)
-            return rtx__cpu_node_err(err, a, RTX_EINVAL, "axis %lld out of range for rank %d",
-                                     (long long)axes[k], ndim);
+            return rtx__backend_node_err(err, a, RTX_EINVAL, "axis %lld out of range for rank %d",
+                                         (long long)axes[k], ndim);
         red[ax] = true;
     }
     return 0;
@@ -423,7 +423,8 @@ static int run_reduce(struct rtx_cpu *cpu, struct rd_ctx *c, struct rtx_err *err
     int rc = read_axes(c->a, x->ndim, red, err);
     if (rc < 0) return rc;
     if (c->op == RTX_OP_REDUCE_MEAN && !rtx_dtype_is_float(c->dt))
-        return rtx__cpu_node_err(err, c->a, RTX_EUNSUPPORTED, "reduce_mean needs a float input");
+        return rtx__backend_node_err(err, c->a, RTX_EUNSUPPORTED,
+                                     "reduce_mean needs a float input");
     int64_t n_out = rtx_tensor_numel(c->a->out[0]);
     c->count = 1;
     for (int d = 0; d < x->ndim; d++)
@@ -432,7 +433,7 @@ static int run_reduce(struct rtx_cpu *cpu, struct rd_ctx *c, struct rtx_err *err
     if (c->count == 0) {
         /* An empty reduced axis: the identity of sum, NaN for mean, no max or min. */
         if (c->op == RTX_OP_REDUCE_MAX || c->op == RTX_OP_REDUCE_MIN)
-            return rtx__cpu_node_err(err, c->a, RTX_EINVAL, "cannot reduce an empty axis");
+            return rtx__backend_node_err(err, c->a, RTX_EINVAL, "cannot reduce an empty axis");
         struct rd_acc acc;
         acc_init(c, &acc);
         for (int64_t i = 0; i < n_out; i++) acc_store(c, &acc, i);
@@ -512,8 +513,8 @@ static int axis_view(struct rd_ctx *c, int64_t dflt, struct rtx_err *err) {
     if (nd == 0) return 0; /* a scalar is one row of one element */
     int64_t ax = axis < 0 ? axis + nd : axis;
     if (ax < 0 || ax >= nd)
-        return rtx__cpu_node_err(err, c->a, RTX_EINVAL, "axis %lld out of range for rank %d",
-                                 (long long)axis, nd);
+        return rtx__backend_node_err(err, c->a, RTX_EINVAL, "axis %lld out of range for rank %d",
+                                     (long long)axis, nd);
     for (int d = 0; d < nd; d++) {
         if (d < ax)
             c->outer *= x->dims[d];
@@ -673,8 +674,8 @@ static int run_norm(struct rtx_cpu *cpu, struct rd_ctx *c, struct rtx_err *err) 
     int nd = x->ndim;
     int64_t ax = axis < 0 ? axis + nd : axis;
     if (ax < 0 || ax >= (nd > 0 ? nd : 1))
-        return rtx__cpu_node_err(err, c->a, RTX_EINVAL, "axis %lld out of range for rank %d",
-                                 (long long)axis, nd);
+        return rtx__backend_node_err(err, c->a, RTX_EINVAL, "axis %lld out of range for rank %d",
+                                     (long long)axis, nd);
     c->outer = c->r = 1;
     for (int d = 0; d < nd; d++) {
         if (d < ax)
@@ -688,8 +689,8 @@ static int run_norm(struct rtx_cpu *cpu, struct rd_ctx *c, struct rtx_err *err) 
         const struct rtx_tensor *p = c->a->in[k];
         if (!p) continue;
         if (p->dtype != c->dt || rtx_tensor_numel(p) != c->r)
-            return rtx__cpu_node_err(err, c->a, RTX_EINVAL, "input %d must be %s with %lld "
-                                     "elements", k, rtx_dtype_name(c->dt), (long long)c->r);
+            return rtx__backend_node_err(err, c->a, RTX_EINVAL, "input %d must be %s with %lld "
+                                         "elements", k, rtx_dtype_name(c->dt), (long long)c->r);
         if (k == 1)
             c->scale = rtx_tensor_data(p);
         else
@@ -710,7 +711,7 @@ int rtx__cpu_reduce(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
     c.a = a;
     c.op = a->node->op;
     if (a->n_in < 1 || !a->in[0] || a->n_out < 1 || !a->out[0])
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "missing input or output tensor");
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "missing input or output tensor");
     c.dt = a->in[0]->dtype;
     c.x = rtx_tensor_data(a->in[0]);
     c.y = rtx_tensor_data(a->out[0]);
@@ -728,7 +729,7 @@ int rtx__cpu_reduce(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
         if (c.dt == RTX_BOOL || ydt != RTX_I64) break;
         if ((rc = axis_view(&c, -1, err)) < 0) return rc;
         if (rtx_tensor_numel(a->out[0]) == 0) return 0;
-        if (c.r == 0) return rtx__cpu_node_err(err, a, RTX_EINVAL, "argmax of an empty axis");
+        if (c.r == 0) return rtx__backend_node_err(err, a, RTX_EINVAL, "argmax of an empty axis");
         rtx__cpu_parallel_for(cpu, c.outer * c.inner, 1 + RD_GRAIN / c.r, argmax_task, &c);
         return 0;
     case RTX_OP_SOFTMAX:
@@ -743,8 +744,9 @@ int rtx__cpu_reduce(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
         if (!is_float || ydt != c.dt) break;
         return run_norm(cpu, &c, err);
     default:
-        return rtx__cpu_node_err(err, a, RTX_EUNSUPPORTED, "not a reduction op");
+        return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "not a reduction op");
     }
-    return rtx__cpu_node_err(err, a, RTX_EUNSUPPORTED, "unsupported dtypes (input %s, output %s)",
-                             rtx_dtype_name(c.dt), rtx_dtype_name(ydt));
+    return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED,
+                                 "unsupported dtypes (input %s, output %s)", rtx_dtype_name(c.dt),
+                                 rtx_dtype_name(ydt));
 }

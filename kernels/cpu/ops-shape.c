@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu-impl.h"
+#include "kernels/geometry.h"
 
 #define TILE 32
 #define COPY_GRAIN_BYTES (1 << 15) /* bytes per parallel chunk, about */
@@ -157,7 +158,7 @@ static int run_view_copy(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     struct rtx__strided_view v;
     char why[128];
     int rc = rtx__shape_view(a->node, x, y, &v, why, sizeof why);
-    if (rc) return rtx__cpu_node_err(err, a, rc, "%s", why);
+    if (rc) return rtx__backend_node_err(err, a, rc, "%s", why);
     size_t es = rtx_dtype_size(x->dtype);
     strided_copy(cpu, v, (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es,
                  rtx_tensor_data(y), es);
@@ -169,7 +170,7 @@ static int run_reshape(const struct rtx_node_args *a, struct rtx_err *err) {
     struct rtx_tensor *y = a->out[0];
     size_t bytes = rtx_tensor_nbytes(x);
     if (rtx_tensor_nbytes(y) != bytes || y->dtype != x->dtype)
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output size differs from input");
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "output size differs from input");
     void *src = rtx_tensor_data(x), *dst = rtx_tensor_data(y);
     if (bytes > 0 && src != dst) memmove(dst, src, bytes);
     return 0;
@@ -204,22 +205,23 @@ static int run_concat(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     int64_t axis = rtx_node_attr_int(a->node, "axis", 0);
     if (axis < 0) axis += nd;
     if (axis < 0 || axis >= nd)
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "axis out of range for rank %d", nd);
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "axis out of range for rank %d", nd);
     int64_t total = 0;
     for (int i = 0; i < a->n_in; i++) {
         const struct rtx_tensor *x = a->in[i];
         if (x == NULL || x->ndim != nd || x->dtype != y->dtype)
-            return rtx__cpu_node_err(err, a, RTX_EINVAL, "input %d differs in rank or dtype", i);
+            return rtx__backend_node_err(err, a, RTX_EINVAL, "input %d differs in rank or dtype",
+                                         i);
         for (int d = 0; d < nd; d++)
             if (d != axis && x->dims[d] != y->dims[d])
-                return rtx__cpu_node_err(err, a, RTX_EINVAL,
-                                         "input %d dimension %d is %lld, want %lld", i, d,
-                                         (long long)x->dims[d], (long long)y->dims[d]);
+                return rtx__backend_node_err(err, a, RTX_EINVAL,
+                                             "input %d dimension %d is %lld, want %lld", i, d,
+                                             (long long)x->dims[d], (long long)y->dims[d]);
         total += x->dims[axis];
     }
     if (total != y->dims[axis])
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "concat axis sums to %lld, want %lld",
-                                 (long long)total, (long long)y->dims[axis]);
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "concat axis sums to %lld, want %lld",
+                                     (long long)total, (long long)y->dims[axis]);
     struct concat_job j = {.a = a, .axis = (int)axis,
                            .inner_bytes = (int64_t)rtx_dtype_size(y->dtype)};
     int64_t outer = 1;
@@ -260,10 +262,10 @@ static int run_gather(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     int64_t axis = rtx_node_attr_int(a->node, "axis", 0);
     if (axis < 0) axis += nd;
     if (axis < 0 || axis >= nd)
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "axis out of range for rank %d", nd);
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "axis out of range for rank %d", nd);
     if (ind->dtype != RTX_I32 && ind->dtype != RTX_I64)
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "indices must be i32 or i64, not %s",
-                                 rtx_dtype_name(ind->dtype));
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "indices must be i32 or i64, not %s",
+                                     rtx_dtype_name(ind->dtype));
     struct gather_job j = {
         .data = rtx_tensor_data(x), .out = rtx_tensor_data(y), .idx = rtx_tensor_data(ind),
         .idx64 = ind->dtype == RTX_I64, .n_idx = rtx_tensor_numel(ind),
@@ -274,15 +276,15 @@ static int run_gather(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     for (int d = (int)axis + 1; d < nd; d++) j.inner_bytes *= x->dims[d];
     if (rtx_tensor_numel(y) * (int64_t)rtx_dtype_size(x->dtype) !=
         outer * j.n_idx * j.inner_bytes)
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output size does not match");
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "output size does not match");
     for (int64_t i = 0; i < j.n_idx; i++) {
         int64_t ix = gather_index(&j, i);
         if (ix < -j.axis_dim || ix >= j.axis_dim)
-            return rtx__cpu_node_err(err, a, RTX_EINVAL,
-                                     "index %lld (indices element %lld) out of range for axis "
-                                     "%lld of size %lld",
-                                     (long long)ix, (long long)i, (long long)axis,
-                                     (long long)j.axis_dim);
+            return rtx__backend_node_err(err, a, RTX_EINVAL,
+                                         "index %lld (indices element %lld) out of range for axis "
+                                         "%lld of size %lld",
+                                         (long long)ix, (long long)i, (long long)axis,
+                                         (long long)j.axis_dim);
     }
     if (j.inner_bytes == 0) return 0;
     rtx__cpu_parallel_for(cpu, outer * j.n_idx, COPY_GRAIN_BYTES / j.inner_bytes + 1,
@@ -295,11 +297,11 @@ static int run_constant(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     const struct rtx_attr *attr = rtx_node_attr(a->node, "value");
     struct rtx_tensor *y = a->out[0];
     if (attr == NULL || attr->type != RTX_ATTR_TENSOR || attr->t == NULL)
-        return rtx__cpu_node_err(err, a, RTX_EINVAL, "attribute value (tensor) is missing");
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "attribute value (tensor) is missing");
     const struct rtx_tensor *t = attr->t;
     if (t->dtype != y->dtype || t->ndim != y->ndim ||
         memcmp(t->dims, y->dims, (size_t)t->ndim * sizeof *t->dims) != 0)
-        return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "output differs from value's shape");
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "output differs from value's shape");
     struct rtx__strided_view v = {.ndim = t->ndim};
     memcpy(v.dims, t->dims, (size_t)t->ndim * sizeof *v.dims);
     memcpy(v.strides, t->strides, (size_t)t->ndim * sizeof *v.strides);
@@ -317,5 +319,5 @@ int rtx__cpu_shape(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rt
     case RTX_OP_CONSTANT: return run_constant(cpu, a, err);
     default: break;
     }
-    return rtx__cpu_node_err(err, a, RTX_EINTERNAL, "not a shape op");
+    return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not a shape op");
 }

@@ -41,8 +41,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/backend.h"
 #include "kernels/cuda/attention-cudnn.h"
+#include "kernels/cuda/backend-cuda.h"
 #include "runtime/runtime.h"
 
 #if defined(__has_include)

@@ -51,9 +51,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
-#include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/attention-cudnn.h"
+#include "kernels/cuda/backend-cuda.h"
+#include "kernels/cuda/cuda-impl.h"
+#include "runtime/backend-impl.h"
 #include "runtime/mem-pool.h"
 
 #define BLASLT_WORKSPACE_BYTES ((size_t)32 << 20) /* bytes */
@@ -287,22 +288,6 @@ void rtx__cuda_scratch_release(struct rtx_cuda *cu, void *ptr) {
         }
     }
     (void)rtx_mem_pool_release(cu->pool, ptr, NULL);
-}
-
-int rtx__cuda_node_err(struct rtx_err *err, const struct rtx_node_args *a, int code,
-                       const char *fmt, ...) {
-    if (err == NULL) return code;
-    char detail[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
-    va_end(ap);
-    const struct rtx_node *node = a->node;
-    int idx = a->graph ? (int)(node - a->graph->nodes) : -1;
-    if (node->name && node->name[0])
-        return rtx_err_set(err, code, "node %d '%s' (%s): %s", idx, node->name,
-                           rtx_op_name(node->op), detail);
-    return rtx_err_set(err, code, "node %d (%s): %s", idx, rtx_op_name(node->op), detail);
 }
 
 static void buffer_release(void *ctx, void *data) {
@@ -628,8 +613,8 @@ static int dispatch(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
         break;
     case RTX_OP_COUNT:
     default:
-        rc = rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "op %d has no CUDA kernel",
-                                (int)a->node->op);
+        rc = rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "op %d has no CUDA kernel",
+                                   (int)a->node->op);
         break;
     }
     return rc;

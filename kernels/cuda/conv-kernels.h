@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/backend-impl.h" /* struct rtx__window_geom, shared with the CPU backend */
+#include "kernels/geometry.h" /* struct rtx__window_geom, shared with the CPU backend */
 
 #ifdef __cplusplus
 extern "C" {

@@ -20,9 +20,10 @@
  */
 #include <string.h>
 
-#include "kernels/backend-impl.h"
 #include "kernels/cuda/conv-kernels.h"
 #include "kernels/cuda/cuda-impl.h"
+#include "kernels/geometry.h"
+#include "runtime/backend-impl.h"
 
 #define COL_SCRATCH ((size_t)256 << 20) /* bytes of im2col columns per chunk, at most */
 
@@ -37,12 +38,12 @@ static int run_conv2d(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
     cudaDataType_t ct;
     if (rtx__cuda_data_type(X->dtype, &ct) || Wt->dtype != X->dtype || Y->dtype != X->dtype ||
         (B && B->dtype != X->dtype))
-        return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "conv2d of %s",
-                                  rtx_dtype_name(X->dtype));
+        return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "conv2d of %s",
+                                     rtx_dtype_name(X->dtype));
     struct rtx__conv2d_geom geo;
     char why[128];
     int rc = rtx__conv2d_geometry(a->node, X, Wt, B, Y, &geo, why, sizeof why);
-    if (rc) return rtx__cuda_node_err(err, a, rc, "%s", why);
+    if (rc) return rtx__backend_node_err(err, a, rc, "%s", why);
     const struct rtx__window_geom w = geo.w;
     int64_t N = w.N, C = w.C, O = geo.O, G = geo.G;
     int64_t Cg = geo.Cg, Og = geo.Og, K = geo.K, P = geo.P;
@@ -56,8 +57,8 @@ static int run_conv2d(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
         rc = RTX_CUDA_CHECK(err, cudaMemsetAsync(y, 0, rtx_tensor_nbytes(Y), cu->stream));
     if (rc || K == 0) return rc ? rtx__cuda_node_fail(a, rc, err) : 0;
     if (K > INT32_MAX || P > INT32_MAX || Og > INT32_MAX)
-        return rtx__cuda_node_err(err, a, RTX_ELIMIT, "im2col matrix dimension over %d",
-                                  INT32_MAX);
+        return rtx__backend_node_err(err, a, RTX_ELIMIT, "im2col matrix dimension over %d",
+                                     INT32_MAX);
 
     bool direct = geo.direct;
     size_t per_image = (size_t)(G * K * P) * es; /* bytes of columns per image */
@@ -114,12 +115,12 @@ static int run_pool(struct rtx_cuda *cu, const struct rtx_node_args *a, bool is_
     struct rtx_tensor *Y = a->out[0];
     cudaDataType_t ct;
     if (rtx__cuda_data_type(X->dtype, &ct) || Y->dtype != X->dtype)
-        return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "%s of %s",
-                                  rtx_op_name(a->node->op), rtx_dtype_name(X->dtype));
+        return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "%s of %s",
+                                     rtx_op_name(a->node->op), rtx_dtype_name(X->dtype));
     struct rtx__pool2d_geom geo;
     char why[128];
     int rc = rtx__pool2d_geometry(a->node, X, Y, is_max, &geo, why, sizeof why);
-    if (rc) return rtx__cuda_node_err(err, a, rc, "%s", why);
+    if (rc) return rtx__backend_node_err(err, a, rc, "%s", why);
     int64_t planes = X->dims[0] * X->dims[1];
     rc = RTX_CUDA_CHECK(err, rtx__cuda_pool2d(rtx_tensor_data(X), rtx_tensor_data(Y),
                                               (int)X->dtype, planes, is_max,
@@ -130,14 +131,14 @@ static int run_pool(struct rtx_cuda *cu, const struct rtx_node_args *a, bool is_
 int rtx__cuda_conv(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
     if (a->n_in < 1 || a->n_out < 1 || !a->in[0] || !a->out[0] ||
         (a->node->op == RTX_OP_CONV2D && (a->n_in < 2 || !a->in[1])))
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "missing input or output tensor");
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "missing input or output tensor");
     switch (a->node->op) {
     case RTX_OP_CONV2D: return run_conv2d(cu, a, err);
     case RTX_OP_MAX_POOL2D: return run_pool(cu, a, true, err);
     case RTX_OP_AVG_POOL2D: return run_pool(cu, a, false, err);
     default: break;
     }
-    return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "not a conv or pool op");
+    return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not a conv or pool op");
 }
 
 bool rtx__cuda_conv_supports(const struct rtx_graph *g, const struct rtx_node *n) {

@@ -1,7 +1,7 @@
 /*
  * cuda-impl.h - internal header of kernels/cuda/: the one macro through which every CUDA call
  * is checked, and the extern "C" entry points of the .cu files. Only kernels/cuda/ includes it;
- * everyone else goes through kernels/backend.h.
+ * everyone else goes through runtime/backend.h and kernels/cuda/backend-cuda.h.
  *
  * DESIGN
  * RTX_CUDA_CHECK(err, stmt) plays the part of ggml's CUDA_CHECK_GEN, except that a daemon does
@@ -101,12 +101,9 @@ uint32_t rtx__cuda_lt_align(uintptr_t bits);
  * every other dtype (gemm-lt.c). */
 int rtx__cuda_data_type(enum rtx_dtype dt, cudaDataType_t *t);
 /* For a call that failed with rc and filled err itself (rtx__cuda_lt_gemm, RTX_CUDA_CHECK):
- * prefixes err's message with the node as rtx__cuda_node_err does; returns rc (gemm-lt.c). */
+ * prefixes err's message with the node as rtx__backend_node_err does; returns rc (gemm-lt.c). */
 int rtx__cuda_node_fail(const struct rtx_node_args *a, int rc, struct rtx_err *err);
 
-/* Error helper for kernels: prefixes "node N 'name' (op): " like the CPU backend's. */
-int rtx__cuda_node_err(struct rtx_err *err, const struct rtx_node_args *a, int code,
-                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Op groups, one per file; each switches on a->node->op, and its supports function tells
  * whether it runs this node (op and input dtypes). */

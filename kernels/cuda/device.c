@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/backend.h"
+#include "kernels/cuda/backend-cuda.h"
 #include "kernels/cuda/cuda-impl.h"
 
 #define SELFTEST_ELEMS (1u << 20) /* 4 MiB of uint32_t: many blocks, still instant */

@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/backend.h"
 #include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/launch.h"
+#include "runtime/backend-impl.h"
 
 #define DT(x) (1u << RTX_##x)
 #define DT_FLOAT (DT(F32) | DT(F16) | DT(BF16))
@@ -104,37 +104,37 @@ int rtx__cuda_elementwise(struct rtx_cuda *cu, const struct rtx_node_args *a,
     p.op = (int32_t)a->node->op;
     unsigned dts;
     int n_in = op_inputs(a->node->op, &dts);
-    if (n_in == 0) return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "not an elementwise op");
+    if (n_in == 0) return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not an elementwise op");
     if (a->n_out < 1 || !a->out[0] || a->n_in < n_in)
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "expected %d inputs and an output",
-                                  n_in);
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "expected %d inputs and an output",
+                                     n_in);
     struct rtx_tensor *y = a->out[0];
     const struct rtx_tensor *data0 = a->in[n_in == 3 ? 1 : 0]; /* where: x; else input 0 */
     enum rtx_dtype data_dt = data0 ? data0->dtype : y->dtype;
     for (int k = 0; k < n_in; k++) {
         const struct rtx_tensor *t = a->in[k];
-        if (!t) return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "input %d is missing", k);
+        if (!t) return rtx__backend_node_err(err, a, RTX_EINTERNAL, "input %d is missing", k);
         bool cond = p.op == RTX_OP_WHERE && k == 0;
         bool ok = cond ? t->dtype == RTX_BOOL
                        : t->dtype == data_dt && (dts & (1u << t->dtype)) != 0;
         if (!ok)
-            return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "input %d has dtype %s", k,
-                                      rtx_dtype_name(t->dtype));
+            return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "input %d has dtype %s", k,
+                                         rtx_dtype_name(t->dtype));
         p.in[k] = rtx_tensor_data(t);
         p.in_dt[k] = (int32_t)t->dtype;
     }
     bool cmp = p.op == RTX_OP_EQUAL || p.op == RTX_OP_LESS || p.op == RTX_OP_GREATER;
     if ((cmp && y->dtype != RTX_BOOL) ||
         (!cmp && p.op != RTX_OP_CAST && y->dtype != data_dt))
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output dtype %s does not match",
-                                  rtx_dtype_name(y->dtype));
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "output dtype %s does not match",
+                                     rtx_dtype_name(y->dtype));
     if (p.op == RTX_OP_GELU) {
         const char *ap = rtx_node_attr_string(a->node, "approximate", "none");
         if (strcmp(ap, "tanh") == 0)
             p.gelu_tanh = 1;
         else if (strcmp(ap, "none") != 0)
-            return rtx__cuda_node_err(err, a, RTX_EINVAL,
-                                      "approximate must be \"none\" or \"tanh\", not \"%s\"", ap);
+            return rtx__backend_node_err(
+                err, a, RTX_EINVAL, "approximate must be \"none\" or \"tanh\", not \"%s\"", ap);
     }
     p.n_in = n_in;
     p.out_dt = (int32_t)y->dtype;
@@ -147,10 +147,10 @@ int rtx__cuda_elementwise(struct rtx_cuda *cu, const struct rtx_node_args *a,
         if (!bcast_strides(a->in[k], y, st[k])) {
             char sb[96], sy[96];
             const struct rtx_tensor *t = a->in[k];
-            return rtx__cuda_node_err(err, a, RTX_EINTERNAL,
-                                      "input %d shape %s does not broadcast to %s", k,
-                                      rtx_shape_str(t->dtype, t->ndim, t->dims, sb, sizeof sb),
-                                      rtx_shape_str(y->dtype, y->ndim, y->dims, sy, sizeof sy));
+            return rtx__backend_node_err(err, a, RTX_EINTERNAL,
+                                         "input %d shape %s does not broadcast to %s", k,
+                                         rtx_shape_str(t->dtype, t->ndim, t->dims, sb, sizeof sb),
+                                         rtx_shape_str(y->dtype, y->ndim, y->dims, sy, sizeof sy));
         }
     }
     for (int d = 0; d < y->ndim; d++) {
@@ -176,7 +176,7 @@ int rtx__cuda_elementwise(struct rtx_cuda *cu, const struct rtx_node_args *a,
     if (rc && err) {
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
-        return rtx__cuda_node_err(err, a, rc, "%s", msg);
+        return rtx__backend_node_err(err, a, rc, "%s", msg);
     }
     return rc;
 }

@@ -20,8 +20,8 @@
  */
 #include <string.h>
 
-#include "kernels/backend-impl.h"
 #include "kernels/cuda/cuda-impl.h"
+#include "runtime/backend-impl.h"
 
 int rtx__cuda_fused_span(const struct rtx_graph *g, const int *order, int n, const int *uses) {
     if (n < 2) return 1;
@@ -94,9 +94,9 @@ int rtx__cuda_run_fused(struct rtx_cuda *cu, const struct rtx_node_args *args, i
     lt.align = rtx__cuda_lt_align((uintptr_t)lt.a | (uintptr_t)lt.b | (uintptr_t)lt.d |
                                   (uintptr_t)lt.c | (uintptr_t)lt.bias);
     int rc = rtx__cuda_lt_gemm(cu, &lt, err);
-    if (rc) return rtx__cuda_node_err(err, am, rc, "fused with its bias add%s: %s",
-                                      gelu ? " and gelu" : res ? " and residual add" : "",
-                                      err ? err->msg : "");
+    if (rc) return rtx__backend_node_err(err, am, rc, "fused with its bias add%s: %s",
+                                         gelu ? " and gelu" : res ? " and residual add" : "",
+                                         err ? err->msg : "");
     if (n == 3 && !gelu && !res) return run_node(cu, &args[2], err);
     return 0;
 }

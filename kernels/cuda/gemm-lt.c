@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda-impl.h"
+#include "runtime/backend-impl.h"
 #include "runtime/runtime.h"
 
 #define LT_CACHE 128 /* cached heuristic results */
@@ -72,7 +73,7 @@ int rtx__cuda_node_fail(const struct rtx_node_args *a, int rc, struct rtx_err *e
     char msg[sizeof err->msg];
     memcpy(msg, err->msg, sizeof msg);
     msg[sizeof msg - 1] = '\0';
-    return rtx__cuda_node_err(err, a, rc, "%s", msg);
+    return rtx__backend_node_err(err, a, rc, "%s", msg);
 }
 
 uint32_t rtx__cuda_lt_align(uintptr_t bits) {

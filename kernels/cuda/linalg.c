@@ -36,11 +36,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
 #include "kernels/cuda/attention-cudnn.h"
 #include "kernels/cuda/attention-flash.h"
 #include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/linalg-kernels.h"
+#include "kernels/geometry.h"
+#include "runtime/backend-impl.h"
 
 #define ATTN_SCRATCH ((size_t)256 << 20) /* bytes of scores per block of heads, at most */
 
@@ -53,20 +54,20 @@ static int run_matmul(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
     struct rtx_tensor *Y = a->out[0];
     cudaDataType_t ct;
     if (rtx__cuda_data_type(A->dtype, &ct) < 0 || B->dtype != A->dtype || Y->dtype != A->dtype)
-        return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "matmul of %s",
-                                  rtx_dtype_name(A->dtype));
+        return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "matmul of %s",
+                                     rtx_dtype_name(A->dtype));
     struct rtx__matmul_geom geo;
     char why[128];
     if (rtx__matmul_geometry(a->node, A, B, &geo, why, sizeof why))
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "%s", why);
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "%s", why);
     bool ta = geo.ta, tb = geo.tb;
     int64_t M = geo.M, K = geo.K, N = geo.N, nbatch = geo.nbatch;
     int64_t a_mats = geo.a_mats, b_mats = geo.b_mats;
     int nbat = geo.nbat;
     const int64_t *odims = geo.batch_dims, *astr = geo.a_stride, *bstr = geo.b_stride;
     if (rtx_tensor_numel(Y) != nbatch * M * N)
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output has %lld elements, want %lld",
-                                  (long long)rtx_tensor_numel(Y), (long long)(nbatch * M * N));
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "output has %lld elements, want %lld",
+                                     (long long)rtx_tensor_numel(Y), (long long)(nbatch * M * N));
     if (nbatch * M * N == 0) return 0;
     size_t esz = rtx_dtype_size(A->dtype);
     if (K == 0)
@@ -133,12 +134,12 @@ static int run_gemm(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
     cudaDataType_t ct;
     if (rtx__cuda_data_type(A->dtype, &ct) < 0 || B->dtype != A->dtype || Y->dtype != A->dtype ||
         (C && C->dtype != A->dtype))
-        return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "gemm of %s",
-                                  rtx_dtype_name(A->dtype));
+        return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "gemm of %s",
+                                     rtx_dtype_name(A->dtype));
     struct rtx__gemm_geom geo;
     char why[128];
     if (rtx__gemm_geometry(a->node, A, B, C, Y, &geo, why, sizeof why))
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "%s", why);
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "%s", why);
     bool ta = geo.ta, tb = geo.tb;
     float alpha = geo.alpha, beta = geo.beta;
     int64_t M = geo.M, K = geo.K, N = geo.N, cM = geo.cM, cN = geo.cN;
@@ -218,13 +219,14 @@ static int run_attention(struct rtx_cuda *cu, const struct rtx_node_args *a, str
     enum rtx_dtype dt = Q->dtype;
     cudaDataType_t ct;
     if (rtx__cuda_data_type(dt, &ct) < 0 || K->dtype != dt || V->dtype != dt || Y->dtype != dt)
-        return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "attention of %s", rtx_dtype_name(dt));
+        return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "attention of %s",
+                                     rtx_dtype_name(dt));
     struct rtx__attention_geom geo;
     char why[128];
     int grc = rtx__attention_geometry(a->node, Q, K, V, Mk, Y, &geo, why, sizeof why);
-    if (grc) return rtx__cuda_node_err(err, a, grc, "%s", why);
+    if (grc) return rtx__backend_node_err(err, a, grc, "%s", why);
     if (Mk && Mk->dtype != RTX_BOOL && Mk->dtype != dt)
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "mask of %s", rtx_dtype_name(Mk->dtype));
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "mask of %s", rtx_dtype_name(Mk->dtype));
     int nd = Q->ndim;
     int64_t BH = geo.BH, Lq = geo.Lq, D = geo.D, Lk = geo.Lk, Dv = geo.Dv;
     bool causal = geo.causal;
@@ -247,10 +249,10 @@ static int run_attention(struct rtx_cuda *cu, const struct rtx_node_args *a, str
             err, cudaMemsetAsync(rtx_tensor_data(Y), 0, rtx_tensor_nbytes(Y), cu->stream));
     struct attn_route rt;
     if (attn_route_parse(getenv("RTX_ATTN_ROUTE"), &rt) < 0)
-        return rtx__cuda_node_err(err, a, RTX_EINVAL,
-                                  "RTX_ATTN_ROUTE='%s': want auto, cudnn, flash, unfused or "
-                                  "flash:TILE (m64n64, m128n64, wg1n64, wp1n64)",
-                                  getenv("RTX_ATTN_ROUTE"));
+        return rtx__backend_node_err(err, a, RTX_EINVAL,
+                                     "RTX_ATTN_ROUTE='%s': want auto, cudnn, flash, unfused or "
+                                     "flash:TILE (m64n64, m128n64, wg1n64, wp1n64)",
+                                     getenv("RTX_ATTN_ROUTE"));
     int cc = cu->cc_major * 10 + cu->cc_minor;
     bool try_cudnn = rt.kind == ROUTE_CUDNN ||
                      (rt.kind == ROUTE_AUTO && !Mk && cudnn_preferred(causal, Lk));
@@ -387,7 +389,7 @@ int rtx__cuda_linalg(struct rtx_cuda *cu, const struct rtx_node_args *a, struct 
     case RTX_OP_ATTENTION: return run_attention(cu, a, err);
     default: break;
     }
-    return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "not a linalg op");
+    return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not a linalg op");
 }
 
 bool rtx__cuda_linalg_supports(const struct rtx_graph *g, const struct rtx_node *n) {

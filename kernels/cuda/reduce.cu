@@ -8,7 +8,7 @@
  * Unlike the elementwise and shape groups (a C half filling a launch.h struct, a .cu half that
  * only launches), this group keeps its host side in this file: the view computations are
  * short, and the dtype x op dispatch is templates, which only C++ has. Errors still go through
- * RTX_CUDA_CHECK and rtx__cuda_node_err; nothing here aborts.
+ * RTX_CUDA_CHECK and rtx__backend_node_err; nothing here aborts.
  *
  * Reductions, permute-free. As on the CPU, the input's axes are kept (K) or reduced (R); size-1
  * axes are dropped and neighbours of one kind merged. With one R block the input is
@@ -48,9 +48,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
 #include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/dtype.cuh"
+#include "runtime/backend-impl.h"
 
 #define COL_X 32             /* outputs per column block */
 #define COL_Y 8              /* r-splits per column block */
@@ -298,8 +298,8 @@ static int run_reduce(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
     enum rtx_dtype dt = x->dtype;
     bool is_float = rtx_dtype_is_float(dt);
     if (dt == RTX_BOOL || Y->dtype != dt || (op == RTX_OP_REDUCE_MEAN && !is_float))
-        return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "%s of %s", rtx_op_name(a->node->op),
-                                  rtx_dtype_name(dt));
+        return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "%s of %s", rtx_op_name(a->node->op),
+                                     rtx_dtype_name(dt));
     bool red[RTX_MAX_DIMS];
     const int64_t *axes = NULL;
     int na = rtx_node_attr_ints(a->node, "axes", &axes);
@@ -308,8 +308,8 @@ static int run_reduce(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
     for (int k = 0; k < na; k++) {
         int64_t ax = axes[k] < 0 ? axes[k] + x->ndim : axes[k];
         if (ax < 0 || ax >= x->ndim)
-            return rtx__cuda_node_err(err, a, RTX_EINVAL, "axis %lld out of range for rank %d",
-                                      (long long)axes[k], x->ndim);
+            return rtx__backend_node_err(err, a, RTX_EINVAL, "axis %lld out of range for rank %d",
+                                         (long long)axes[k], x->ndim);
         red[ax] = true;
     }
     struct rd_view v;
@@ -323,7 +323,7 @@ static int run_reduce(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
     int64_t outer = 1, r = 1, inner = 1;
     if (v.count == 0) {
         if (op == RTX_OP_REDUCE_MAX || op == RTX_OP_REDUCE_MIN)
-            return rtx__cuda_node_err(err, a, RTX_EINVAL, "cannot reduce an empty axis");
+            return rtx__backend_node_err(err, a, RTX_EINVAL, "cannot reduce an empty axis");
         v.nk = 1; /* every output gets the identity: nothing is read */
         v.kdims[0] = v.n_out;
     } else {
@@ -400,8 +400,8 @@ static int axis_view(const struct rtx_node_args *a, int64_t *outer, int64_t *r, 
     if (nd == 0) return 0; /* a scalar is one row of one element */
     int64_t ax = axis < 0 ? axis + nd : axis;
     if (ax < 0 || ax >= nd)
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "axis %lld out of range for rank %d",
-                                  (long long)axis, nd);
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "axis %lld out of range for rank %d",
+                                     (long long)axis, nd);
     for (int d = 0; d < nd; d++) {
         if (d < ax)
             *outer *= x->dims[d];
@@ -902,15 +902,15 @@ static int run_rows(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
     bool is_arg = a->node->op == RTX_OP_ARGMAX;
     if (is_arg ? (dt == RTX_BOOL || Y->dtype != RTX_I64)
                : (!rtx_dtype_is_float(dt) || Y->dtype != dt))
-        return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "%s of %s", rtx_op_name(a->node->op),
-                                  rtx_dtype_name(dt));
+        return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "%s of %s", rtx_op_name(a->node->op),
+                                     rtx_dtype_name(dt));
     int64_t outer, r, inner;
     int rc = axis_view(a, &outer, &r, &inner, err);
     if (rc < 0) return rc;
     if (rtx_tensor_numel(Y) == 0) return 0;
     if (r == 0)
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "%s of an empty axis",
-                                  rtx_op_name(a->node->op));
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "%s of an empty axis",
+                                     rtx_op_name(a->node->op));
     const void *xp = rtx_tensor_data(x);
     void *yp = rtx_tensor_data(Y);
     cudaStream_t s = cu->stream;
@@ -986,14 +986,14 @@ static int run_norm(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
     enum rtx_dtype dt = x->dtype;
     bool is_layer = a->node->op == RTX_OP_LAYER_NORM;
     if (!rtx_dtype_is_float(dt) || Y->dtype != dt)
-        return rtx__cuda_node_err(err, a, RTX_EUNSUPPORTED, "%s of %s", rtx_op_name(a->node->op),
-                                  rtx_dtype_name(dt));
+        return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED, "%s of %s", rtx_op_name(a->node->op),
+                                     rtx_dtype_name(dt));
     int64_t axis = rtx_node_attr_int(a->node, "axis", -1);
     int nd = x->ndim;
     int64_t ax = axis < 0 ? axis + nd : axis;
     if (ax < 0 || ax >= (nd > 0 ? nd : 1))
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "axis %lld out of range for rank %d",
-                                  (long long)axis, nd);
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "axis %lld out of range for rank %d",
+                                     (long long)axis, nd);
     int64_t rows = 1, r = 1;
     for (int d = 0; d < nd; d++) {
         if (d < ax)
@@ -1008,8 +1008,9 @@ static int run_norm(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
         const struct rtx_tensor *p = a->in[k];
         if (!p) continue;
         if (p->dtype != dt || rtx_tensor_numel(p) != r)
-            return rtx__cuda_node_err(err, a, RTX_EINVAL, "input %d must be %s with %lld elements",
-                                      k, rtx_dtype_name(dt), (long long)r);
+            return rtx__backend_node_err(err, a, RTX_EINVAL,
+                                         "input %d must be %s with %lld elements", k,
+                                         rtx_dtype_name(dt), (long long)r);
         params[k - 1] = rtx_tensor_data(p);
     }
     if (rows == 0 || r == 0) return 0;
@@ -1037,7 +1038,7 @@ static int run_norm(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
 extern "C" int rtx__cuda_reduce(struct rtx_cuda *cu, const struct rtx_node_args *a,
                                 struct rtx_err *err) {
     if (a->n_in < 1 || !a->in[0] || a->n_out < 1 || !a->out[0])
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "missing input or output tensor");
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "missing input or output tensor");
     switch (a->node->op) {
     case RTX_OP_REDUCE_SUM:
     case RTX_OP_REDUCE_MEAN:
@@ -1050,7 +1051,7 @@ extern "C" int rtx__cuda_reduce(struct rtx_cuda *cu, const struct rtx_node_args 
     case RTX_OP_RMS_NORM: return run_norm(cu, a, err);
     default: break;
     }
-    return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "not a reduction op");
+    return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not a reduction op");
 }
 
 extern "C" bool rtx__cuda_reduce_supports(const struct rtx_graph *g, const struct rtx_node *n) {

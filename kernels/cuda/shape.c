@@ -25,9 +25,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
 #include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/geometry.h"
+#include "runtime/backend-impl.h"
 
 #define COPY_MAX_UNIT 16  /* bytes: the widest unit a copy moves (uint4) */
 #define COPY_TILE_MIN 16  /* shortest dims the tiled transpose takes (its tiles are 32 x 32) */
@@ -37,7 +38,7 @@ static int node_gpu_err(const struct rtx_node_args *a, int rc, struct rtx_err *e
     if (rc == 0 || err == NULL) return rc;
     char msg[sizeof err->msg];
     snprintf(msg, sizeof msg, "%s", err->msg);
-    return rtx__cuda_node_err(err, a, rc, "%s", msg);
+    return rtx__backend_node_err(err, a, rc, "%s", msg);
 }
 
 bool rtx__cuda_shape_supports(const struct rtx_graph *g, const struct rtx_node *n) {
@@ -97,7 +98,7 @@ static int run_view_copy(struct rtx_cuda *cu, const struct rtx_node_args *a,
     struct rtx__strided_view v;
     char why[128];
     int rc = rtx__shape_view(a->node, x, y, &v, why, sizeof why);
-    if (rc) return rtx__cuda_node_err(err, a, rc, "%s", why);
+    if (rc) return rtx__backend_node_err(err, a, rc, "%s", why);
     size_t es = rtx_dtype_size(x->dtype);
     return strided_copy(cu, v, (const char *)rtx_tensor_data(x) + v.offset * (int64_t)es,
                         rtx_tensor_data(y), es, err);
@@ -112,7 +113,7 @@ static int run_reshape(struct rtx_cuda *cu, const struct rtx_node_args *a, struc
     struct rtx_tensor *y = a->out[0];
     size_t bytes = rtx_tensor_nbytes(x);
     if (rtx_tensor_nbytes(y) != bytes || y->dtype != x->dtype)
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output size differs from input");
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "output size differs from input");
     void *src = rtx_tensor_data(x), *dst = rtx_tensor_data(y);
     if (bytes == 0 || src == dst) return 0;
     return RTX_CUDA_CHECK(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
@@ -125,23 +126,23 @@ static int run_concat(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
     int64_t axis = rtx_node_attr_int(a->node, "axis", 0);
     if (axis < 0) axis += nd;
     if (axis < 0 || axis >= nd)
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "axis out of range for rank %d", nd);
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "axis out of range for rank %d", nd);
     int64_t total = 0;
     for (int i = 0; i < a->n_in; i++) {
         const struct rtx_tensor *x = a->in[i];
         if (x == NULL || x->ndim != nd || x->dtype != y->dtype)
-            return rtx__cuda_node_err(err, a, RTX_EINVAL, "input %d differs in rank or dtype",
-                                      i);
+            return rtx__backend_node_err(err, a, RTX_EINVAL, "input %d differs in rank or dtype",
+                                         i);
         for (int d = 0; d < nd; d++)
             if (d != axis && x->dims[d] != y->dims[d])
-                return rtx__cuda_node_err(err, a, RTX_EINVAL,
-                                          "input %d dimension %d is %lld, want %lld", i, d,
-                                          (long long)x->dims[d], (long long)y->dims[d]);
+                return rtx__backend_node_err(err, a, RTX_EINVAL,
+                                             "input %d dimension %d is %lld, want %lld", i, d,
+                                             (long long)x->dims[d], (long long)y->dims[d]);
         total += x->dims[axis];
     }
     if (total != y->dims[axis])
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "concat axis sums to %lld, want %lld",
-                                  (long long)total, (long long)y->dims[axis]);
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "concat axis sums to %lld, want %lld",
+                                     (long long)total, (long long)y->dims[axis]);
     size_t inner = rtx_dtype_size(y->dtype); /* bytes per index step along the axis */
     size_t outer = 1;
     for (int d = 0; d < axis; d++) outer *= (size_t)y->dims[d];
@@ -171,10 +172,10 @@ static int run_gather(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
     int64_t axis = rtx_node_attr_int(a->node, "axis", 0);
     if (axis < 0) axis += nd;
     if (axis < 0 || axis >= nd)
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "axis out of range for rank %d", nd);
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "axis out of range for rank %d", nd);
     if (ind->dtype != RTX_I32 && ind->dtype != RTX_I64)
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "indices must be i32 or i64, not %s",
-                                  rtx_dtype_name(ind->dtype));
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "indices must be i32 or i64, not %s",
+                                     rtx_dtype_name(ind->dtype));
     struct rtx_cuda_gather p = {
         .idx64 = ind->dtype == RTX_I64, .n_idx = rtx_tensor_numel(ind),
         .axis_dim = x->dims[axis], .data = rtx_tensor_data(x), .idx = rtx_tensor_data(ind),
@@ -185,7 +186,7 @@ static int run_gather(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
     for (int d = (int)axis + 1; d < nd; d++) inner_bytes *= x->dims[d];
     if (rtx_tensor_numel(y) * (int64_t)rtx_dtype_size(x->dtype) !=
         p.outer * p.n_idx * inner_bytes)
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output size does not match");
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "output size does not match");
     if (p.n_idx == 0) return 0;
     p.unit = inner_bytes % 8 == 0 ? 8 : inner_bytes % 4 == 0 ? 4 : inner_bytes % 2 == 0 ? 2 : 1;
     p.inner = inner_bytes / p.unit;
@@ -211,11 +212,11 @@ static int run_gather(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
                                         cudaMemcpyDeviceToHost));
     if (rc) return node_gpu_err(a, rc, err);
     if (!p.idx64) ix = ix32;
-    return rtx__cuda_node_err(err, a, RTX_EINVAL,
-                              "index %lld (indices element %llu) out of range for axis %lld of "
-                              "size %lld",
-                              (long long)ix, first_bad, (long long)axis,
-                              (long long)p.axis_dim);
+    return rtx__backend_node_err(err, a, RTX_EINVAL,
+                                 "index %lld (indices element %llu) out of range for axis %lld of "
+                                 "size %lld",
+                                 (long long)ix, first_bad, (long long)axis,
+                                 (long long)p.axis_dim);
 }
 
 static int run_constant(struct rtx_cuda *cu, const struct rtx_node_args *a,
@@ -223,11 +224,11 @@ static int run_constant(struct rtx_cuda *cu, const struct rtx_node_args *a,
     const struct rtx_attr *attr = rtx_node_attr(a->node, "value");
     struct rtx_tensor *y = a->out[0];
     if (attr == NULL || attr->type != RTX_ATTR_TENSOR || attr->t == NULL)
-        return rtx__cuda_node_err(err, a, RTX_EINVAL, "attribute value (tensor) is missing");
+        return rtx__backend_node_err(err, a, RTX_EINVAL, "attribute value (tensor) is missing");
     const struct rtx_tensor *t = attr->t;
     if (t->dtype != y->dtype || t->ndim != y->ndim ||
         memcmp(t->dims, y->dims, (size_t)t->ndim * sizeof *t->dims) != 0)
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "output differs from value's shape");
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "output differs from value's shape");
     struct rtx_tensor *c = NULL;
     int rc = rtx_tensor_contiguous(t, &c, err);
     if (rc) return rc;
@@ -242,10 +243,10 @@ static int run_constant(struct rtx_cuda *cu, const struct rtx_node_args *a,
 
 int rtx__cuda_shape(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
     if (a->n_out < 1 || !a->out[0] || (a->node->op != RTX_OP_CONSTANT && a->n_in < 1))
-        return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "missing input or output tensor");
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "missing input or output tensor");
     for (int i = 0; i < a->n_in; i++)
         if (!a->in[i])
-            return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "input %d is missing", i);
+            return rtx__backend_node_err(err, a, RTX_EINTERNAL, "input %d is missing", i);
     int rc;
     switch (a->node->op) {
     case RTX_OP_TRANSPOSE: case RTX_OP_EXPAND: case RTX_OP_SLICE:
@@ -254,10 +255,10 @@ int rtx__cuda_shape(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
     case RTX_OP_RESHAPE: rc = run_reshape(cu, a, err); break;
     case RTX_OP_CONCAT: rc = run_concat(cu, a, err); break;
     case RTX_OP_GATHER:
-        if (a->n_in < 2) return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "indices missing");
+        if (a->n_in < 2) return rtx__backend_node_err(err, a, RTX_EINTERNAL, "indices missing");
         return run_gather(cu, a, err);
     case RTX_OP_CONSTANT: rc = run_constant(cu, a, err); break;
-    default: return rtx__cuda_node_err(err, a, RTX_EINTERNAL, "not a shape op");
+    default: return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not a shape op");
     }
     /* GPU failures get the node's label; the op functions' own errors already have it */
     if (rc == RTX_EGPU && err && strncmp(err->msg, "node ", 5) != 0)

@@ -25,7 +25,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/backend-cpu.h"
+#include "kernels/cuda/backend-cuda.h"
+#include "runtime/backend.h"
 #include "tests/gpu/block-graph.h"
 #include "tests/gpu/gpu-tests.h"
 

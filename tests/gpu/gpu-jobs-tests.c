@@ -35,9 +35,10 @@
 
 #include "daemon/jobs.h"
 #include "daemon/log.h"
-#include "kernels/backend-impl.h"
+#include "kernels/cuda/backend-cuda.h"
 #include "kernels/cuda/cuda-impl.h"
 #include "rtx/v1/jobs.pb-c.h"
+#include "runtime/backend-impl.h"
 #include "tests/gpu/gpu-util.h"
 
 /* Fails the program: a step every later check needs did not work. */

@@ -22,7 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/backend-cpu.h"
+#include "kernels/cuda/backend-cuda.h"
+#include "runtime/backend.h"
 #include "tests/gpu/gpu-util.h"
 
 /* The case tables below leave a case's trailing fields (its attributes) out when it has none. */

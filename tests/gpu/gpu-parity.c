@@ -22,7 +22,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/backend-cpu.h"
+#include "kernels/cuda/backend-cuda.h"
+#include "runtime/backend.h"
 #include "tests/gpu/gpu-tests.h"
 
 enum fill { F_ANY, F_POS, F_SMALL, F_SPECIAL, F_HALF, F_WIDE };

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/backend.h"
+#include "kernels/cuda/backend-cuda.h"
 #include "tests/gpu/gpu-tests.h"
 
 static double gib(size_t bytes) {

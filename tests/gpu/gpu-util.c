@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/backend.h"
+#include "kernels/cuda/backend-cuda.h"
 #include "tests/allow-skip.h"
 #include "tests/gpu/gpu-util.h"
 

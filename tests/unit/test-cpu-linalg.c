@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/backend-cpu.h"
 #include "kernels/cpu/cpu-impl.h"
+#include "runtime/backend-impl.h"
 #include "tests/unit/test-util.h"
 
 /* Tolerances: f32 results against a double reference, and f16/bf16 (inputs already rounded,

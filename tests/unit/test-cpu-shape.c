@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/backend-cpu.h"
 #include "tests/unit/test-util.h"
 
 static struct rtx_tensor *run1(const char *op, const char *attrs, struct rtx_tensor *const *in,

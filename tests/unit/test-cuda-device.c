@@ -9,6 +9,7 @@
  */
 #include <string.h>
 
+#include "kernels/cuda/backend-cuda.h"
 #include "tests/unit/test-util.h"
 
 START_TEST(no_gpu_count_is_zero_with_a_reason) {

@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "kernels/backend-impl.h"
+#include "kernels/geometry.h"
 #include "tests/unit/test-util.h"
 
 /* A graph with one node `op`; its attributes are set by the caller through g and node 0. */

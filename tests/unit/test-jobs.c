@@ -31,8 +31,10 @@
 #include "daemon/jobs.h"
 #include "daemon/metrics.h"
 #include "daemon/server.h"
-#include "kernels/backend-impl.h"
+#include "kernels/cpu/backend-cpu.h"
+#include "kernels/cuda/backend-cuda.h"
 #include "rtx/v1/jobs.pb-c.h"
+#include "runtime/backend-impl.h"
 #include "tests/unit/test-util.h"
 
 /* ------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
+#include "kernels/cpu/backend-cpu.h"
+#include "runtime/backend-impl.h"
 #include "tests/unit/test-util.h"
 
 #define MAX_IN 4

@@ -8,7 +8,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
+#include "kernels/cpu/backend-cpu.h"
+#include "runtime/backend-impl.h"
 #include "tests/unit/test-util.h"
 
 static struct rtx_backend *cpu(void) {

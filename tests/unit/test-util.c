@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/backend-cpu.h"
 #include "tests/unit/test-util.h"
 
 struct rtx_tensor *tu_tensor(enum rtx_dtype dt, int ndim, const int64_t *dims,

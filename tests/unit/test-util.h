@@ -8,7 +8,6 @@
 
 #include <check.h>
 
-#include "kernels/backend.h"
 #include "runtime/runtime.h"
 
 /* A new contiguous tensor holding `values` (numel of them, converted to dt); values may be

@@ -1,11 +1,13 @@
 /*
  * backend.c - the public backend wrappers: argument checks, then one call through the
- * backend's vtable (kernels/backend-impl.h). Optional slots left NULL get their documented
+ * backend's vtable (runtime/backend-impl.h). Optional slots left NULL get their documented
  * default here, so callers never test the vtable themselves.
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
-#include "kernels/backend-impl.h"
+#include "runtime/backend-impl.h"
 
 const char *rtx_backend_name(struct rtx_backend *be) {
     return be ? be->iface->name(be) : "?";
@@ -146,4 +148,20 @@ int rtx_backend_run_fused(struct rtx_backend *be, const struct rtx_node_args *ar
         return 0;
     }
     return be->iface->run_fused(be, args, n, err);
+}
+
+int rtx__backend_node_err(struct rtx_err *err, const struct rtx_node_args *a, int code,
+                          const char *fmt, ...) {
+    if (err == NULL) return code;
+    char detail[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    const struct rtx_node *node = a->node;
+    int idx = a->graph ? (int)(node - a->graph->nodes) : -1;
+    if (node->name && node->name[0])
+        return rtx_err_set(err, code, "node %d '%s' (%s): %s", idx, node->name,
+                           rtx_op_name(node->op), detail);
+    return rtx_err_set(err, code, "node %d (%s): %s", idx, rtx_op_name(node->op), detail);
 }

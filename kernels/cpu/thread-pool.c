@@ -1,0 +1,160 @@
+/*
+ * thread-pool.c - the CPU backend's context (struct rtx_cpu): a fixed pool of worker threads
+ * that heavy kernels share through rtx__cpu_parallel_for. A leaf of kernels/cpu/: the op files
+ * and backend-cpu.c call it, and it calls neither.
+ *
+ * DESIGN
+ * The pool has n_threads - 1 worker threads; the thread that calls rtx__cpu_parallel_for is
+ * the n-th and works too, so a pool of n never runs more than n threads of ours at once. A
+ * job is published under `mu` with a new generation number and every worker is woken; items
+ * are claimed in chunks through one atomic counter, and each worker checks out under `mu`
+ * when it finds no chunk left. The caller returns only after every worker has checked out,
+ * so no worker can still read a job's fields when the next job is published. Workers sleep
+ * on condition variables between jobs and never spin. A second caller (another thread, or a
+ * kernel calling parallel_for from inside a chunk) finds `submit` locked and runs inline, so
+ * nesting cannot deadlock. OpenBLAS keeps threads of its own; it gets the same count.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu-impl.h"
+
+#define CPU_CHUNKS_PER_THREAD 4 /* chunks per thread, for load balance */
+
+struct rtx_cpu {
+    int n_threads;               /* workers + the calling thread */
+    int n_workers;               /* pool threads started */
+    pthread_t *workers;
+    pthread_mutex_t submit;      /* held by the thread running a parallel job */
+    pthread_mutex_t mu;          /* guards everything below but `next` */
+    pthread_cond_t wake;         /* workers wait for a new generation or stop */
+    pthread_cond_t done;         /* the caller waits for busy == 0 */
+    uint64_t gen;                /* job generation */
+    int busy;                    /* workers not yet checked out of the current job */
+    bool stop;
+    void (*fn)(void *ctx, int64_t begin, int64_t end);
+    void *fn_ctx;
+    int64_t n;                   /* items of the current job */
+    int64_t chunk;               /* items per chunk */
+    _Atomic int64_t next;        /* first unclaimed item */
+};
+
+static void run_chunks(struct rtx_cpu *cpu) {
+    for (;;) {
+        int64_t begin = atomic_fetch_add_explicit(&cpu->next, cpu->chunk, memory_order_relaxed);
+        if (begin >= cpu->n) return;
+        int64_t end = begin + cpu->chunk < cpu->n ? begin + cpu->chunk : cpu->n;
+        cpu->fn(cpu->fn_ctx, begin, end);
+    }
+}
+
+static void *worker_main(void *arg) {
+    struct rtx_cpu *cpu = arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&cpu->mu);
+    for (;;) {
+        while (!cpu->stop && cpu->gen == seen) pthread_cond_wait(&cpu->wake, &cpu->mu);
+        if (cpu->stop) break;
+        seen = cpu->gen;
+        pthread_mutex_unlock(&cpu->mu);
+        run_chunks(cpu);
+        pthread_mutex_lock(&cpu->mu);
+        if (--cpu->busy == 0) pthread_cond_signal(&cpu->done);
+    }
+    pthread_mutex_unlock(&cpu->mu);
+    return NULL;
+}
+
+void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
+                           void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    if (cpu == NULL || cpu->n_workers == 0 || n <= grain) {
+        fn(ctx, 0, n);
+        return;
+    }
+    int64_t chunk = n / ((int64_t)cpu->n_threads * CPU_CHUNKS_PER_THREAD);
+    if (chunk < grain) chunk = grain;
+    if (chunk >= n || pthread_mutex_trylock(&cpu->submit) != 0) {
+        fn(ctx, 0, n); /* one chunk, or the pool is busy (nested or concurrent call) */
+        return;
+    }
+    pthread_mutex_lock(&cpu->mu);
+    cpu->fn = fn;
+    cpu->fn_ctx = ctx;
+    cpu->n = n;
+    cpu->chunk = chunk;
+    atomic_store_explicit(&cpu->next, 0, memory_order_relaxed);
+    cpu->busy = cpu->n_workers;
+    cpu->gen++;
+    pthread_cond_broadcast(&cpu->wake);
+    pthread_mutex_unlock(&cpu->mu);
+
+    run_chunks(cpu);
+
+    pthread_mutex_lock(&cpu->mu);
+    while (cpu->busy > 0) pthread_cond_wait(&cpu->done, &cpu->mu);
+    cpu->fn = NULL;
+    cpu->fn_ctx = NULL;
+    pthread_mutex_unlock(&cpu->mu);
+    pthread_mutex_unlock(&cpu->submit);
+}
+
+int rtx__cpu_n_threads(const struct rtx_cpu *cpu) {
+    return cpu ? cpu->n_threads : 1;
+}
+
+void rtx__cpu_pool_free(struct rtx_cpu *cpu) {
+    if (cpu == NULL) return;
+    pthread_mutex_lock(&cpu->mu);
+    cpu->stop = true;
+    pthread_cond_broadcast(&cpu->wake);
+    pthread_mutex_unlock(&cpu->mu);
+    for (int i = 0; i < cpu->n_workers; i++) pthread_join(cpu->workers[i], NULL);
+    pthread_cond_destroy(&cpu->done);
+    pthread_cond_destroy(&cpu->wake);
+    pthread_mutex_destroy(&cpu->mu);
+    pthread_mutex_destroy(&cpu->submit);
+    rtx_free(cpu->workers);
+    rtx_free(cpu);
+}
+
+int rtx__cpu_pool_new(int n, struct rtx_cpu **out, struct rtx_err *err) {
+    *out = NULL;
+    struct rtx_cpu *cpu = rtx_calloc(1, sizeof *cpu);
+    if (cpu == NULL) return rtx_err_set(err, RTX_ENOMEM, "cpu: backend context");
+    cpu->n_threads = n;
+    atomic_init(&cpu->next, 0);
+    if (n > 1) {
+        cpu->workers = rtx_calloc((size_t)n - 1, sizeof *cpu->workers);
+        if (cpu->workers == NULL) {
+            rtx_free(cpu);
+            return rtx_err_set(err, RTX_ENOMEM, "cpu: thread table");
+        }
+    }
+    pthread_mutex_init(&cpu->submit, NULL);
+    pthread_mutex_init(&cpu->mu, NULL);
+    pthread_cond_init(&cpu->wake, NULL);
+    pthread_cond_init(&cpu->done, NULL);
+
+    /* Workers block every signal: the daemon handles signals on its own threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = 0;
+    for (int i = 0; i < n - 1; i++) {
+        rc = pthread_create(&cpu->workers[i], NULL, worker_main, cpu);
+        if (rc != 0) break;
+        cpu->n_workers++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        rtx__cpu_pool_free(cpu);
+        return rtx_err_set(err, -rc, "cpu: starting worker thread: %s", strerror(rc));
+    }
+    *out = cpu;
+    return 0;
+}
