@@ -1,5 +1,5 @@
 /*
- * gpu-jobs-tests.c - rtx-gpu-jobs-tests, the job manager (daemon/jobs.c) on real CUDA devices
+ * gpu-jobs-tests.c - rtx-gpu-jobs-tests, the job manager (daemon/jobs-*.c) on real CUDA devices
  * (make test-gpu): jobs placed by their device field run on the GPU and give the CPU's
  * results; several workers per device share it; the pools report what the jobs allocated; an
  * out-of-memory failure (a pool cap) fails the job and leaves the device usable; a sticky

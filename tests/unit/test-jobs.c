@@ -1,5 +1,5 @@
 /*
- * test-jobs.c - the job manager (daemon/jobs.c) over a real store in a temporary directory:
+ * test-jobs.c - the job manager (daemon/jobs-*.c) over a real store in a temporary directory:
  * admission and its errors (with nothing journaled), results compared with a direct run,
  * failing runs, idempotency, cancellation, deadlines, watchers and unwatch, recovery by restart
  * policy, drain, the queue bound, lane order, concurrent submitters, an out-of-memory
