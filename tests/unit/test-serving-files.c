@@ -1,5 +1,5 @@
 /*
- * test-serving-files.c - the model repository's file formats (models/): config.json parsing
+ * test-serving-files.c - the model repository's file formats (serving/): config.json parsing
  * (every error class: syntax, types, missing fields, bad values, unsupported datatypes),
  * its JSON dump, KServe datatype names, and safetensors parsing (malformed headers, bad
  * offsets, truncation, overlap, holes, alignment) and mapping.
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "models/serving-impl.h"
+#include "serving/serving-impl.h"
 
 /* ------------------------------------------------------------------------------------------
  * config.json

@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "models/serving-impl.h"
+#include "serving/serving-impl.h"
 
 static const struct {
     const char *name;

@@ -52,7 +52,7 @@
 #include <time.h>
 
 #include "kernels/cpu/backend-cpu.h"
-#include "models/serving-impl.h"
+#include "serving/serving-impl.h"
 #include "runtime/mem-pool.h"
 
 /* ------------------------------------------------------------------------------------------

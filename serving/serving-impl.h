@@ -1,6 +1,6 @@
 /*
- * serving-impl.h - internals of the models module, shared by its files and included by
- * nothing outside models/ (and the module's unit tests): safetensors weights
+ * serving-impl.h - internals of the serving module, shared by its files and included by
+ * nothing outside serving/ (and the module's unit tests): safetensors weights
  * (safetensors.c), config.json parsing and the model config's JSON form (model-config.c),
  * loaded model versions with their instances, queue and batcher (model.c), and the
  * repository that holds them (serving.c).
@@ -22,8 +22,8 @@
  * (every COST_SAVE_MS from the repository's housekeeping thread, at unload and at stop), in
  * rows of device RTX__COST_DEVICE.
  */
-#ifndef RTX_MODELS_SERVING_IMPL_H
-#define RTX_MODELS_SERVING_IMPL_H
+#ifndef RTX_SERVING_SERVING_IMPL_H
+#define RTX_SERVING_SERVING_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/backend-cuda.h"
-#include "models/serving.h"
+#include "serving/serving.h"
 #include "scheduler/sched.h"
 
 /* ------------------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ struct rtx__model_load_opts {
 };
 
 /* Reports an event through fn (NULL: nowhere); fields: key, value, ..., NULL (at most 8
- * pairs) (models/serving-log.c). */
+ * pairs) (serving/serving-log.c). */
 void rtx__serving_log(rtx_serving_log_fn fn, enum rtx_serving_log_level level, const char *msg,
                       ...) __attribute__((sentinel));
 
@@ -220,4 +220,4 @@ void rtx__stats_reject(struct rtx__stats_rec *r);
 int64_t rtx__now_ns(void);
 int64_t rtx__unix_ms(void);
 
-#endif /* RTX_MODELS_SERVING_IMPL_H */
+#endif /* RTX_SERVING_SERVING_IMPL_H */
