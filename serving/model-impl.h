@@ -52,7 +52,7 @@ struct rtx_model {
     struct rtx__model_config cfg;  /* cfg.info is what rtx_model_info returns */
     char *config_json;
     struct rtx_graph *graph;
-    struct rtx__safetensors *weights;
+    struct rtx_safetensors *weights;
     int graph_in[RTX_MODEL_MAX_IO];  /* config input i -> position among graph inputs */
     int graph_out[RTX_MODEL_MAX_IO]; /* config output j -> position among graph outputs */
     const char *out_names[RTX_MODEL_MAX_IO];

@@ -69,14 +69,14 @@ static int bind_graph(struct rtx_model *m, const char *gpath, const char *wpath,
             pos++;
             continue;
         }
-        int w = m->weights ? rtx__st_find(m->weights, v->name) : -1;
+        int w = m->weights ? rtx_safetensors_find(m->weights, v->name) : -1;
         if (w < 0)
             return rtx_err_set(err, RTX_EGRAPH,
                                "%s: graph input '%s' is neither an input of config.json nor a "
                                "tensor of %s",
                                gpath, v->name, wpath);
         struct rtx_tensor *t;
-        if ((rc = rtx__st_tensor(m->weights, w, &t, err))) return rc;
+        if ((rc = rtx_safetensors_tensor(m->weights, w, &t, err))) return rc;
         if ((rc = bind_weight(g, pos, t, wpath, err))) {
             rtx_tensor_unref(t);
             return rc;
@@ -367,7 +367,7 @@ int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out
         goto fail;
     }
     if ((rc = rtx_graph_load_file(gpath, &m->limits, &m->graph, err))) goto fail;
-    if (file_exists(wpath) && (rc = rtx__st_open(wpath, &m->weights, err))) goto fail;
+    if (file_exists(wpath) && (rc = rtx_safetensors_open(wpath, &m->weights, err))) goto fail;
     if ((rc = bind_graph(m, gpath, wpath, err))) goto fail;
     if (m->weights) {
         int64_t graph_consts = m->const_bytes;
