@@ -89,11 +89,14 @@ LIBRT       := $(BUILD)/lib/librtxrt.a
 
 STORE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard store/*.c))
 LIBSTORE    := $(BUILD)/lib/librtxstore.a
-# models/: the inference serving core (model repository, batching), linked into rtxd and the
-# unit tests
-MODELS_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard models/*.c))
-LIBMODELS   := $(BUILD)/lib/librtxmodels.a
-MODELS_LIBS := $(shell pkg-config --libs jansson 2>/dev/null)
+# serving/: the inference serving core (model repository, versions, instances, batching),
+# linked into rtxd and the unit tests
+SERVING_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard serving/*.c))
+LIBSERVING   := $(BUILD)/lib/librtxserving.a
+SERVING_LIBS := $(shell pkg-config --libs jansson 2>/dev/null)
+# formats/: model file formats (safetensors today), read by serving/ (jansson: SERVING_LIBS)
+FORMATS_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard formats/*.c))
+LIBFORMATS   := $(BUILD)/lib/librtxformats.a
 # scheduler/: SLA lanes, admission control, brownout (linked into rtxd and the unit tests)
 SCHED_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard scheduler/*.c))
 LIBSCHED    := $(BUILD)/lib/librtxsched.a
@@ -167,7 +170,11 @@ $(LIBSTORE): $(STORE_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIBMODELS): $(MODELS_OBJ)
+$(LIBSERVING): $(SERVING_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBFORMATS): $(FORMATS_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
@@ -175,9 +182,10 @@ $(LIBSCHED): $(SCHED_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBMODELS) $(LIBSCHED) $(LIBSTORE) $(LIBRT)
+$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) $(LIBFORMATS) $(LIBSCHED) $(LIBSTORE) \
+                  $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(MODELS_LIBS) $(LDLIBS) $(CUDA_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(SERVING_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
 # librtx: the client library (depends only on the protocol), static and shared
 $(LIBCLIENT): $(CLIENT_OBJ) $(PROTO_OBJ)
@@ -222,10 +230,10 @@ $(BUILD)/bin/make-examples: $(BUILD)/obj/examples/make-examples.o $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bin/rtx-unit-tests: $(TEST_OBJ) $(DAEMON_LIB_OBJ) $(SVC_PB_OBJ) $(LIBMODELS) $(LIBSTORE) \
-                            $(LIBSCHED) $(LIBRT)
+$(BUILD)/bin/rtx-unit-tests: $(TEST_OBJ) $(DAEMON_LIB_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) \
+                            $(LIBFORMATS) $(LIBSTORE) $(LIBSCHED) $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(MODELS_LIBS) $(LDLIBS) $(CUDA_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(SERVING_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/bin/rtx-gpu-tests: $(GPU_TEST_OBJ) $(LIBRT)
 	@mkdir -p $(dir $@)
@@ -428,7 +436,8 @@ clean:
 
 -include $(RUNTIME_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(GPU_TEST_OBJ:.o=.d) $(STORE_OBJ:.o=.d) \
   $(GPU_LINALG_TEST_OBJ:.o=.d) $(GPU_JOBS_TEST_OBJ:.o=.d) $(BUILD)/obj/bench/bench-gpu.d \
-  $(DAEMON_OBJ:.o=.d) $(MODELS_OBJ:.o=.d) $(SCHED_OBJ:.o=.d) $(BUILD)/obj/bench/bench-sched.d \
+  $(DAEMON_OBJ:.o=.d) $(SERVING_OBJ:.o=.d) $(FORMATS_OBJ:.o=.d) $(SCHED_OBJ:.o=.d) \
+  $(BUILD)/obj/bench/bench-sched.d \
   $(BUILD)/obj/bench/bench-mem-pool.d $(BUILD)/obj/bench/bench-jobs.d \
   $(BUILD)/obj/bench/echo-server.d $(BUILD)/obj/bench/bench-cpu.d \
   $(BUILD)/obj/bench/bench-driver.d $(BUILD)/obj/bench/bench-util.d $(CLIENT_OBJ:.o=.d) \

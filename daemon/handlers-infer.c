@@ -2,7 +2,7 @@
  * handlers-infer.c - inference.GRPCInferenceService, the KServe v2 gRPC service as Triton
  * Inference Server speaks it: health, metadata, model configuration and statistics, the model
  * repository, system shared memory, ModelInfer and ModelStreamInfer. The inference core
- * (models/serving.h) does the work; this file translates between its structs and Triton's
+ * (serving/serving.h) does the work; this file translates between its structs and Triton's
  * messages (proto/inference/grpc_service.proto), and server.c owns everything gRPC.
  *
  * DESIGN

@@ -32,7 +32,7 @@
 #include <stdint.h>
 
 #include "daemon/shm.h"
-#include "models/serving.h"
+#include "serving/serving.h"
 #include "runtime/runtime.h"
 
 struct rtx_daemon; /* daemon/server.h */

@@ -27,7 +27,7 @@ const char *rtx_log_request_id(void);
  * JSON: {"ts":"...","level":"info","msg":"job finished","job":"j...","state":"...","req":"..."} */
 void rtx_log(enum rtx_log_level level, const char *msg, ...) __attribute__((sentinel));
 /* As rtx_log, with the fields in an array: key, value, ..., NULL (a NULL value prints as an
- * empty one). For modules that report through a callback (models/serving.h). */
+ * empty one). For modules that report through a callback (serving/serving.h). */
 void rtx_log_fields(enum rtx_log_level level, const char *msg, const char *const *fields);
 /* printf-style message without fields. */
 void rtx_logf(enum rtx_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

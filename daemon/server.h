@@ -29,7 +29,7 @@
 #include "daemon/jobs.h"
 #include "daemon/shm.h"
 #include "kernels/cuda/backend-cuda.h"
-#include "models/serving.h"
+#include "serving/serving.h"
 #include "store/store.h"
 
 #define RTX_VERSION "0.1.0"
@@ -54,7 +54,7 @@ struct rtx_daemon {
     /* CUDA devices found at start (main.c fills it before the server starts; read-only after;
      * rtx__daemon_close frees it). Their health while serving comes from the job manager. */
     struct rtx_cuda_devices gpus;
-    /* Inference serving (models/serving.h) and the clients' shared-memory regions
+    /* Inference serving (serving/serving.h) and the clients' shared-memory regions
      * (daemon/shm.h), shared by the KServe v2 gRPC service and the HTTP server; serving is
      * NULL when no model repository is configured. */
     struct rtx_serving *serving;

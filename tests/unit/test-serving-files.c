@@ -1,8 +1,8 @@
 /*
- * test-serving-files.c - the model repository's file formats (models/): config.json parsing
- * (every error class: syntax, types, missing fields, bad values, unsupported datatypes),
- * its JSON dump, KServe datatype names, and safetensors parsing (malformed headers, bad
- * offsets, truncation, overlap, holes, alignment) and mapping.
+ * test-serving-files.c - the model repository's files: config.json parsing (serving/; every
+ * error class: syntax, types, missing fields, bad values, unsupported datatypes), its JSON
+ * dump, KServe datatype names, and safetensors weights (formats/formats.h: malformed headers,
+ * bad offsets, truncation, overlap, holes, alignment, mapping).
  */
 #include <check.h>
 #include <stdio.h>
@@ -10,7 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "models/serving-impl.h"
+#include "formats/formats.h"
+#include "serving/serving-impl.h"
 
 /* ------------------------------------------------------------------------------------------
  * config.json
@@ -238,11 +239,11 @@ START_TEST(safetensors_parses_a_valid_header) {
                     " \"s\": {\"dtype\": \"BOOL\", \"shape\": [], \"data_offsets\": [40, 41]}}";
     size_t len;
     uint8_t *img = st_image(h, 248, 41, &len);
-    struct rtx__st_entry *e;
+    struct rtx_safetensors_entry *e;
     int n;
     uint64_t off;
     struct rtx_err err = {0};
-    ck_assert_msg(rtx__st_parse(img, len, "w.safetensors", &e, &n, &off, &err) == 0, "%s",
+    ck_assert_msg(rtx_safetensors_parse(img, len, "w.safetensors", &e, &n, &off, &err) == 0, "%s",
                   err.msg);
     ck_assert_int_eq(n, 3);
     ck_assert_uint_eq(off, 256);
@@ -252,7 +253,7 @@ START_TEST(safetensors_parses_a_valid_header) {
     ck_assert_int_eq(e[0].dims[1], 3);
     ck_assert_str_eq(e[1].name, "b");
     ck_assert_int_eq(e[2].ndim, 0);
-    rtx__st_entries_free(e, n);
+    rtx_safetensors_entries_free(e, n);
     free(img);
 }
 END_TEST
@@ -310,11 +311,11 @@ START_TEST(safetensors_rejects_malformed_files) {
     size_t len;
     uint8_t *img = st_image(st_errors[_i].header, st_errors[_i].pad_to, st_errors[_i].data_len,
                             &len);
-    struct rtx__st_entry *e = NULL;
+    struct rtx_safetensors_entry *e = NULL;
     int n = 0;
     uint64_t off;
     struct rtx_err err = {0};
-    int rc = rtx__st_parse(img, len, "w.safetensors", &e, &n, &off, &err);
+    int rc = rtx_safetensors_parse(img, len, "w.safetensors", &e, &n, &off, &err);
     ck_assert_msg(rc == st_errors[_i].code, "case %d: rc %d (%s)", _i, rc, err.msg);
     ck_assert_msg(strstr(err.msg, st_errors[_i].msg), "case %d: '%s' lacks '%s'", _i, err.msg,
                   st_errors[_i].msg);
@@ -326,21 +327,25 @@ START_TEST(safetensors_rejects_malformed_files) {
 END_TEST
 
 START_TEST(safetensors_rejects_bad_lengths) {
-    struct rtx__st_entry *e;
+    struct rtx_safetensors_entry *e;
     int n;
     uint64_t off;
     struct rtx_err err = {0};
     uint8_t small[5] = {0};
-    ck_assert_int_eq(rtx__st_parse(small, sizeof small, "f", &e, &n, &off, &err), RTX_EFORMAT);
+    ck_assert_int_eq(rtx_safetensors_parse(small, sizeof small, "f", &e, &n, &off, &err),
+                     RTX_EFORMAT);
     ck_assert(strstr(err.msg, "too short"));
     uint8_t beyond[16] = {100, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
-    ck_assert_int_eq(rtx__st_parse(beyond, sizeof beyond, "f", &e, &n, &off, &err), RTX_EFORMAT);
+    ck_assert_int_eq(rtx_safetensors_parse(beyond, sizeof beyond, "f", &e, &n, &off, &err),
+                     RTX_EFORMAT);
     ck_assert(strstr(err.msg, "beyond the end"));
     uint8_t huge[16] = {0, 0, 0, 0, 0, 0, 0, 1, '{', '}'};
-    ck_assert_int_eq(rtx__st_parse(huge, sizeof huge, "f", &e, &n, &off, &err), RTX_EFORMAT);
+    ck_assert_int_eq(rtx_safetensors_parse(huge, sizeof huge, "f", &e, &n, &off, &err),
+                     RTX_EFORMAT);
     ck_assert(strstr(err.msg, "exceeds the limit"));
     uint8_t notobj[16] = {8, 0, 0, 0, 0, 0, 0, 0, 'x', 'x', 'x', 'x', 'x', 'x', 'x', 'x'};
-    ck_assert_int_eq(rtx__st_parse(notobj, sizeof notobj, "f", &e, &n, &off, &err), RTX_EFORMAT);
+    ck_assert_int_eq(rtx_safetensors_parse(notobj, sizeof notobj, "f", &e, &n, &off, &err),
+                     RTX_EFORMAT);
 }
 END_TEST
 
@@ -355,22 +360,22 @@ START_TEST(safetensors_maps_tensors_without_copying) {
     ck_assert_int_eq(write(fd, img, len), (ssize_t)len);
     close(fd);
     free(img);
-    struct rtx__safetensors *st;
+    struct rtx_safetensors *st;
     struct rtx_err err = {0};
-    ck_assert_msg(rtx__st_open(path, &st, &err) == 0, "%s", err.msg);
+    ck_assert_msg(rtx_safetensors_open(path, &st, &err) == 0, "%s", err.msg);
     unlink(path); /* the mapping outlives the name */
-    int i = rtx__st_find(st, "w");
+    int i = rtx_safetensors_find(st, "w");
     ck_assert_int_eq(i, 0);
-    ck_assert_int_eq(rtx__st_find(st, "nope"), -1);
+    ck_assert_int_eq(rtx_safetensors_find(st, "nope"), -1);
     struct rtx_tensor *t;
-    ck_assert(rtx__st_tensor(st, i, &t, &err) == 0);
+    ck_assert(rtx_safetensors_tensor(st, i, &t, &err) == 0);
     ck_assert_ptr_eq(rtx_tensor_data(t), st->data); /* a view of the mapping */
-    rtx__st_unref(st);                               /* the tensor keeps it mapped */
+    rtx_safetensors_unref(st);                       /* the tensor keeps it mapped */
     ck_assert_int_eq(t->dims[1], 3);
     for (int k = 0; k < 6; k++)
         ck_assert_int_eq((int)rtx_tensor_get(t, k), k);
     rtx_tensor_unref(t);
-    ck_assert_int_eq(rtx__st_open("/nonexistent/w.safetensors", &st, &err), RTX_EIO);
+    ck_assert_int_eq(rtx_safetensors_open("/nonexistent/w.safetensors", &st, &err), RTX_EIO);
     ck_assert(strstr(err.msg, "/nonexistent/w.safetensors"));
 }
 END_TEST

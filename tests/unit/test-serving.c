@@ -1,5 +1,5 @@
 /*
- * test-serving.c - the inference core (models/serving.h) over model repositories written
+ * test-serving.c - the inference core (serving/serving.h) over model repositories written
  * into temporary directories: start in each control mode, load / unload / reload (a failed
  * reload keeps the old version), version policies, poll mode, load errors naming the file,
  * request checks, dynamic batching (merge, split, preferred sizes, queue delay, max batch,
@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "models/serving-impl.h"
+#include "serving/serving-impl.h"
 #include "store/store.h"
 
 /* ------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 /*
- * serving.c - the model repository (models/serving.h): scanning the directory, version
+ * serving.c - the model repository (serving/serving.h): scanning the directory, version
  * policies, load / unload / reload, the housekeeping thread (repository polls, saves of
  * learned costs), the model index, statistics and memory.
  *
@@ -35,7 +35,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "models/serving-impl.h"
+#include "serving/serving-impl.h"
 #include "store/store.h"
 
 #define COST_SAVE_MS 10000 /* ms between saves of changed learned costs (as the job manager) */

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/serving-impl.h"
+#include "serving/serving-impl.h"
 
 /* ------------------------------------------------------------------------------------------
  * Datatypes

@@ -1,11 +1,11 @@
 /*
  * serving-log.c - rtx__serving_log: an event of the serving core (load, unload, errors) handed
- * to the repository's log callback as key/value fields. A leaf of models/: serving.c and
+ * to the repository's log callback as key/value fields. A leaf of serving/: serving.c and
  * model.c both report through it, so neither calls the other to log.
  */
 #include <stdarg.h>
 
-#include "models/serving-impl.h"
+#include "serving/serving-impl.h"
 
 void rtx__serving_log(rtx_serving_log_fn fn, enum rtx_serving_log_level level, const char *msg,
                       ...) {

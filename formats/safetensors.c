@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "models/serving-impl.h"
+#include "formats/formats.h"
 
 static const struct {
     const char *name;
@@ -38,7 +38,7 @@ static const struct {
 static const char *const st_unsupported[] = {"F64", "I16", "U16", "U32", "U64", "F8_E4M3",
                                              "F8_E5M2", NULL};
 
-void rtx__st_entries_free(struct rtx__st_entry *e, int n) {
+void rtx_safetensors_entries_free(struct rtx_safetensors_entry *e, int n) {
     if (!e) return;
     for (int i = 0; i < n; i++)
         rtx_free(e[i].name);
@@ -46,14 +46,14 @@ void rtx__st_entries_free(struct rtx__st_entry *e, int n) {
 }
 
 static int cmp_begin(const void *a, const void *b) {
-    const struct rtx__st_entry *x = a, *y = b;
+    const struct rtx_safetensors_entry *x = a, *y = b;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
 /* One tensor's header entry. */
 static int parse_entry(const char *what, const char *name, json_t *v, uint64_t data_bytes,
-                       struct rtx__st_entry *e, struct rtx_err *err) {
+                       struct rtx_safetensors_entry *e, struct rtx_err *err) {
     if (!json_is_object(v))
         return rtx_err_set(err, RTX_EFORMAT, "%s: tensor '%s': expected an object", what, name);
     json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape");
@@ -123,8 +123,9 @@ static int parse_entry(const char *what, const char *name, json_t *v, uint64_t d
     return 0;
 }
 
-int rtx__st_parse(const void *data, size_t len, const char *what, struct rtx__st_entry **entries,
-                  int *n, uint64_t *data_off, struct rtx_err *err) {
+int rtx_safetensors_parse(const void *data, size_t len, const char *what,
+                          struct rtx_safetensors_entry **entries, int *n, uint64_t *data_off,
+                          struct rtx_err *err) {
     *entries = NULL;
     *n = 0;
     const uint8_t *p = data;
@@ -134,9 +135,10 @@ int rtx__st_parse(const void *data, size_t len, const char *what, struct rtx__st
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | p[i];
-    if (hlen > RTX__ST_MAX_HEADER)
+    if (hlen > RTX_SAFETENSORS_MAX_HEADER)
         return rtx_err_set(err, RTX_EFORMAT, "%s: header length %llu exceeds the limit of %llu",
-                           what, (unsigned long long)hlen, (unsigned long long)RTX__ST_MAX_HEADER);
+                           what, (unsigned long long)hlen,
+                           (unsigned long long)RTX_SAFETENSORS_MAX_HEADER);
     if (hlen > len - 8)
         return rtx_err_set(err, RTX_EFORMAT,
                            "%s: header length %llu beyond the end of the file (%zu bytes)", what,
@@ -155,7 +157,7 @@ int rtx__st_parse(const void *data, size_t len, const char *what, struct rtx__st
         goto out;
     }
     size_t cap = json_object_size(root);
-    struct rtx__st_entry *es = rtx_calloc(cap + 1, sizeof *es);
+    struct rtx_safetensors_entry *es = rtx_calloc(cap + 1, sizeof *es);
     if (!es) {
         rc = rtx_err_set(err, RTX_ENOMEM, "%s: out of memory", what);
         goto out;
@@ -220,7 +222,7 @@ int rtx__st_parse(const void *data, size_t len, const char *what, struct rtx__st
                              (unsigned long long)(dbytes - at));
     }
     if (rc) {
-        rtx__st_entries_free(es, m);
+        rtx_safetensors_entries_free(es, m);
         goto out;
     }
     *entries = es;
@@ -231,9 +233,9 @@ out:
     return rc;
 }
 
-int rtx__st_open(const char *path, struct rtx__safetensors **out, struct rtx_err *err) {
+int rtx_safetensors_open(const char *path, struct rtx_safetensors **out, struct rtx_err *err) {
     *out = NULL;
-    struct rtx__safetensors *st = rtx_calloc(1, sizeof *st);
+    struct rtx_safetensors *st = rtx_calloc(1, sizeof *st);
     if (!st || !(st->path = rtx_strdup(path))) {
         rtx_free(st);
         return rtx_err_set(err, RTX_ENOMEM, "%s: out of memory", path);
@@ -262,7 +264,7 @@ int rtx__st_open(const char *path, struct rtx__safetensors **out, struct rtx_err
     close(fd);
     fd = -1;
     uint64_t off = 0;
-    if ((rc = rtx__st_parse(st->map, st->map_bytes, path, &st->entries, &st->n, &off, err)))
+    if ((rc = rtx_safetensors_parse(st->map, st->map_bytes, path, &st->entries, &st->n, &off, err)))
         goto fail;
     st->data = (const uint8_t *)st->map + off;
     st->data_bytes = st->map_bytes - off;
@@ -270,19 +272,19 @@ int rtx__st_open(const char *path, struct rtx__safetensors **out, struct rtx_err
     return 0;
 fail:
     if (fd >= 0) close(fd);
-    rtx__st_unref(st);
+    rtx_safetensors_unref(st);
     return rc;
 }
 
-void rtx__st_unref(struct rtx__safetensors *st) {
+void rtx_safetensors_unref(struct rtx_safetensors *st) {
     if (!st || atomic_fetch_sub(&st->refs, 1) != 1) return;
     if (st->map) munmap(st->map, st->map_bytes);
-    rtx__st_entries_free(st->entries, st->n);
+    rtx_safetensors_entries_free(st->entries, st->n);
     rtx_free(st->path);
     rtx_free(st);
 }
 
-int rtx__st_find(const struct rtx__safetensors *st, const char *name) {
+int rtx_safetensors_find(const struct rtx_safetensors *st, const char *name) {
     for (int i = 0; i < st->n; i++)
         if (strcmp(st->entries[i].name, name) == 0) return i;
     return -1;
@@ -290,12 +292,12 @@ int rtx__st_find(const struct rtx__safetensors *st, const char *name) {
 
 static void release_mapping(void *ctx, void *data) {
     (void)data;
-    rtx__st_unref(ctx);
+    rtx_safetensors_unref(ctx);
 }
 
-int rtx__st_tensor(struct rtx__safetensors *st, int i, struct rtx_tensor **out,
-                   struct rtx_err *err) {
-    const struct rtx__st_entry *e = &st->entries[i];
+int rtx_safetensors_tensor(struct rtx_safetensors *st, int i, struct rtx_tensor **out,
+                           struct rtx_err *err) {
+    const struct rtx_safetensors_entry *e = &st->entries[i];
     atomic_fetch_add(&st->refs, 1);
     /* the views never write: the const goes with the read-only mapping */
     void *p = (void *)(uintptr_t)(st->data + e->begin);

@@ -1,9 +1,9 @@
 /*
- * serving-impl.h - internals of the models module, shared by its files and included by
- * nothing outside models/ (and the module's unit tests): safetensors weights
- * (safetensors.c), config.json parsing and the model config's JSON form (model-config.c),
- * loaded model versions with their instances, queue and batcher (model.c), and the
- * repository that holds them (serving.c).
+ * serving-impl.h - internals of the serving module, shared by its files and included by
+ * nothing outside serving/ (and the module's unit tests): config.json parsing and the model
+ * config's JSON form (model-config.c), loaded model versions with their instances, queue and
+ * batcher (model*.c, whose own structs are in model-impl.h), and the repository that holds
+ * them (serving.c). Weights files are read through formats/formats.h.
  *
  * DESIGN
  * A model version (struct rtx_model) owns its graph (weights bound as initializers over the
@@ -22,68 +22,18 @@
  * (every COST_SAVE_MS from the repository's housekeeping thread, at unload and at stop), in
  * rows of device RTX__COST_DEVICE.
  */
-#ifndef RTX_MODELS_SERVING_IMPL_H
-#define RTX_MODELS_SERVING_IMPL_H
+#ifndef RTX_SERVING_SERVING_IMPL_H
+#define RTX_SERVING_SERVING_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "formats/formats.h"
 #include "kernels/cuda/backend-cuda.h"
-#include "models/serving.h"
+#include "serving/serving.h"
 #include "scheduler/sched.h"
-
-/* ------------------------------------------------------------------------------------------
- * Safetensors (safetensors.c)
- * ---------------------------------------------------------------------------------------- */
-
-#define RTX__ST_MAX_HEADER ((uint64_t)100 << 20) /* bytes: largest JSON header accepted */
-
-struct rtx__st_entry {
-    char *name;
-    enum rtx_dtype dtype;
-    int ndim;
-    int64_t dims[RTX_MAX_DIMS];
-    uint64_t begin, end; /* bytes, relative to the data section */
-};
-
-/* A safetensors file mapped read-only into memory; reference counted (the owner holds one,
- * every tensor made by rtx__st_tensor holds one), unmapped with the last reference. */
-struct rtx__safetensors {
-    atomic_int refs;
-    char *path;
-    void *map;             /* the whole file; NULL for an empty mapping */
-    size_t map_bytes;      /* bytes */
-    const uint8_t *data;   /* the data section (after the 8-byte length and the header) */
-    uint64_t data_bytes;   /* bytes */
-    int n;
-    struct rtx__st_entry *entries; /* sorted by begin offset */
-};
-
-/* Parses a safetensors file held in memory (data, len bytes): the 8-byte little-endian header
- * length, the JSON header (an object of tensors {dtype, shape, data_offsets} and an optional
- * "__metadata__" object of strings) and the data section. Checks every dtype (F32, F16, BF16,
- * I8, I32, I64, U8, BOOL), shape, offset range, size (numel * dtype size), alignment (each
- * tensor starts at a multiple of its element size from the start of the file), overlap and
- * holes (the tensors must tile the data section exactly), and duplicate names. `what` names
- * the file in messages. RTX_EFORMAT for a malformed file (the message says the problem),
- * RTX_EUNSUPPORTED for a dtype rtxd lacks, RTX_ENOMEM. On success *entries (rtx_malloc'ed,
- * sorted by offset; free with rtx__st_entries_free) and *n are set, and *data_off is the file
- * offset of the data section. */
-int rtx__st_parse(const void *data, size_t len, const char *what, struct rtx__st_entry **entries,
-                  int *n, uint64_t *data_off, struct rtx_err *err);
-void rtx__st_entries_free(struct rtx__st_entry *e, int n);
-
-/* Opens and maps path and parses it (rtx__st_parse). RTX_EIO naming the file when it cannot
- * be opened or mapped. *out holds one reference. */
-int rtx__st_open(const char *path, struct rtx__safetensors **out, struct rtx_err *err);
-void rtx__st_unref(struct rtx__safetensors *st); /* NULL: no-op */
-/* Index of the tensor with this name, or -1. */
-int rtx__st_find(const struct rtx__safetensors *st, const char *name);
-/* A tensor over the mapped bytes of entry i (no copy; it holds a reference to st). */
-int rtx__st_tensor(struct rtx__safetensors *st, int i, struct rtx_tensor **out,
-                   struct rtx_err *err);
 
 /* ------------------------------------------------------------------------------------------
  * config.json (model-config.c)
@@ -166,7 +116,7 @@ struct rtx__model_load_opts {
 };
 
 /* Reports an event through fn (NULL: nowhere); fields: key, value, ..., NULL (at most 8
- * pairs) (models/serving-log.c). */
+ * pairs) (serving/serving-log.c). */
 void rtx__serving_log(rtx_serving_log_fn fn, enum rtx_serving_log_level level, const char *msg,
                       ...) __attribute__((sentinel));
 
@@ -220,4 +170,4 @@ void rtx__stats_reject(struct rtx__stats_rec *r);
 int64_t rtx__now_ns(void);
 int64_t rtx__unix_ms(void);
 
-#endif /* RTX_MODELS_SERVING_IMPL_H */
+#endif /* RTX_SERVING_SERVING_IMPL_H */

@@ -19,8 +19,8 @@
  * before they are queued, so a bad request fails in rtx_serving_infer with a message naming
  * the input, and never reaches a worker.
  */
-#ifndef RTX_MODELS_SERVING_H
-#define RTX_MODELS_SERVING_H
+#ifndef RTX_SERVING_H
+#define RTX_SERVING_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -325,4 +325,4 @@ struct rtx_serving_memory {
 };
 void rtx_serving_memory(struct rtx_serving *s, struct rtx_serving_memory *out);
 
-#endif /* RTX_MODELS_SERVING_H */
+#endif /* RTX_SERVING_H */

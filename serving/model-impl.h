@@ -1,0 +1,116 @@
+/*
+ * model-impl.h - a loaded model version's internals, shared by the files of serving/ that
+ * make it up and by nothing else: model.c (references, statistics, requests; the leaf),
+ * model-exec.c (plans and running a batch), model-batcher.c (queue, held list, workers),
+ * model-infer.c (rtx_serving_infer) and model-load.c (load, stop, reconfigure). The
+ * repository (serving.c) sees a version only through serving-impl.h's rtx__model_* calls.
+ * Files depend one way: load -> infer -> batcher -> exec -> model.c.
+ */
+#ifndef RTX_SERVING_MODEL_IMPL_H
+#define RTX_SERVING_MODEL_IMPL_H
+
+#include "serving/serving-impl.h"
+
+struct request {
+    struct request *next;          /* held list, batch lists, dead lists */
+    struct request *qprev, *qnext; /* the model's list of requests queued in its scheduler */
+    bool queued;                   /* on that list (queued in the scheduler) */
+    uint64_t handle;               /* scheduler handle while queued or dispatched; 0: none */
+    struct rtx_model *m;           /* one reference */
+    char *id;                      /* NULL when the client gave none */
+    int batch;                     /* rows along dimension 0 (1 without a batch dimension) */
+    struct rtx_tensor *in[RTX_MODEL_MAX_IO]; /* per config input, one reference each */
+    int n_out;
+    int out_idx[RTX_MODEL_MAX_IO]; /* config output indices, in the requested order */
+    int64_t deadline_ns;
+    const volatile int *cancel;
+    rtx_infer_done_fn done;
+    void *ctx;
+    int64_t t_enqueue;             /* monotonic ns */
+};
+
+struct plan_slot {
+    int64_t key[RTX_MODEL_MAX_IO * RTX_MAX_DIMS];
+    int key_len;
+    struct rtx_plan *plan;
+    uint64_t used;                 /* LRU tick */
+};
+
+struct instance {
+    struct rtx_model *m;
+    int device;                    /* CUDA device, -1 for the CPU */
+    struct rtx_backend *be;
+    pthread_t thread;
+    bool started;
+    struct plan_slot cache[RTX__PLAN_CACHE];
+    uint64_t tick;
+    struct request **batch;        /* room for max(1, max_batch_size) requests */
+};
+
+struct rtx_model {
+    atomic_int refs;
+    struct rtx__model_config cfg;  /* cfg.info is what rtx_model_info returns */
+    char *config_json;
+    struct rtx_graph *graph;
+    struct rtx_safetensors *weights;
+    int graph_in[RTX_MODEL_MAX_IO];  /* config input i -> position among graph inputs */
+    int graph_out[RTX_MODEL_MAX_IO]; /* config output j -> position among graph outputs */
+    const char *out_names[RTX_MODEL_MAX_IO];
+    int64_t host_bytes;            /* weights mapped + initializers from the graph file */
+    int64_t const_bytes;           /* every initializer (uploaded per plan on a device) */
+    struct rtx_limits limits;
+    int n_inst;
+    struct instance *inst;
+    struct rtx__stats_rec *stats;
+
+    int default_lane;              /* lane index: the config's lane, else the server's */
+    uint64_t cost_key;             /* rtx_sched_cost_key("name:version") */
+
+    pthread_mutex_t mu;            /* guards everything below */
+    pthread_cond_t cv;             /* queue changes, gathering ends, stop */
+    struct rtx_sched *sched;       /* admission and order; every call under mu */
+    struct request *head, *tail;   /* held: dispatched by the scheduler, not yet in a batch */
+    struct request *qhead;         /* queued in the scheduler, in no particular order */
+    int64_t n_queued, n_running;   /* requests: queued (scheduler + held), in running batches */
+    int64_t last_sweep_ns;         /* when queued requests were last checked for cancel */
+    int64_t max_queue;
+    bool gathering;                /* a worker is forming a batch */
+    bool stopping, fail_queued, stopped;
+    bool cost_dirty;               /* a run time was learned since rtx__model_cost_changed */
+};
+
+/* model.c */
+void rtx__model_free(struct rtx_model *m);
+static inline void rtx__dur_add(struct rtx_stat_duration *d, int64_t ns) {
+    d->count++;
+    d->ns += ns;
+}
+void rtx__stats_fail(struct rtx__stats_rec *r, enum rtx_infer_failure why, int64_t ns);
+void rtx__request_free(struct request *r);  /* NULL: no-op */
+/* Answers a request with an error, counts it and frees it; a request the scheduler handed
+ * out is finished there (cancelled or failed). Called without m->mu. */
+void rtx__request_fail(struct request *r, int code, const char *msg);
+/* Why a request cannot run any more (0 when it can): deadline or cancel flag. */
+int rtx__request_dead(const struct request *r, int64_t now, char *msg, size_t cap);
+void rtx__instance_drop_plans(struct instance *in);
+
+/* model-exec.c */
+/* Runs the plan for `ins` (graph order) into outs (graph order, n_outputs slots). */
+int rtx__instance_execute(struct instance *in, struct rtx_tensor *const *ins,
+                          struct rtx_tensor **outs, const volatile int *cancel,
+                          struct rtx_err *err);
+/* Runs batch[0..nb) (total rows) and answers every request. */
+void rtx__instance_run_batch(struct instance *in, struct request **batch, int nb, int total);
+
+/* model-batcher.c */
+/* Adds r to the list of requests queued in the scheduler. Under m->mu. */
+void rtx__queue_link(struct rtx_model *m, struct request *r);
+/* An instance's worker thread (arg: its struct instance). */
+void *rtx__model_worker(void *arg);
+
+/* model-infer.c */
+/* A zero tensor for an optional input the request left out (-1 dimensions are 1). */
+int rtx__zero_input(const struct rtx_model_info *info, const struct rtx_model_io *io, int batch,
+                    struct rtx_tensor **out, struct rtx_err *err);
+
+#endif /* RTX_SERVING_MODEL_IMPL_H */

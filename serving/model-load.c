@@ -1,0 +1,430 @@
+/*
+ * model-load.c - loading and stopping a model version: the graph, memory-mapped weights bound
+ * to the graph, checks against config.json, its instances (a backend each) on the devices
+ * there are, its SLA scheduler with the learned cost it had, a warm-up run per instance, the
+ * workers; and new lane settings for a loaded version.
+ *
+ * DESIGN
+ * Weights: the graph file declares every weight as a graph input that config.json does not
+ * list; at load each such input is bound, by name, to the tensor of model.safetensors with
+ * that name (dtype and shape must match the declaration, -1 matching any size), and becomes an
+ * initializer over the mapped bytes. The graph file carries no weight bytes; plans and
+ * backends see ordinary initializers (docs/decisions.md).
+ *
+ * The version's learned cost is kept across reloads (and, with a store, across restarts:
+ * serving.c reads and writes it). New lane settings after a SIGHUP reach the live scheduler
+ * under mu (rtx__model_reconfigure), derived by the same rules as at load (queue bounds
+ * capped at max_queue) but keeping the executors and running bound the version was loaded
+ * with.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "kernels/cpu/backend-cpu.h"
+#include "serving/model-impl.h"
+
+static bool file_exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* Turns graph input v (position pos among g->inputs) into an initializer over t. */
+static int bind_weight(struct rtx_graph *g, int pos, struct rtx_tensor *t, const char *wpath,
+                       struct rtx_err *err) {
+    struct rtx_value *v = &g->values[g->inputs[pos]];
+    char want[96], got[96];
+    bool ok = v->dtype == t->dtype && v->ndim == t->ndim;
+    for (int d = 0; ok && d < v->ndim; d++)
+        ok = v->dims[d] < 0 || v->dims[d] == t->dims[d];
+    if (!ok)
+        return rtx_err_set(err, RTX_EGRAPH, "%s: tensor '%s' is %s, the graph declares %s", wpath,
+                           v->name, rtx_shape_str(t->dtype, t->ndim, t->dims, got, sizeof got),
+                           rtx_shape_str(v->dtype, v->ndim, v->dims, want, sizeof want));
+    v->is_input = false;
+    v->constant = t;
+    for (int d = 0; d < t->ndim; d++)
+        v->dims[d] = t->dims[d];
+    memmove(&g->inputs[pos], &g->inputs[pos + 1], sizeof g->inputs[0] * (size_t)(g->n_inputs -
+                                                                              pos - 1));
+    g->n_inputs--;
+    return 0;
+}
+
+/* Binds the graph's weight inputs, maps config inputs and outputs onto the graph, checks
+ * dtypes and shapes. */
+static int bind_graph(struct rtx_model *m, const char *gpath, const char *wpath,
+                      struct rtx_err *err) {
+    struct rtx_graph *g = m->graph;
+    const struct rtx_model_info *info = &m->cfg.info;
+    int rc, off = info->max_batch_size > 0 ? 1 : 0;
+    for (int pos = 0; pos < g->n_inputs;) {
+        const struct rtx_value *v = &g->values[g->inputs[pos]];
+        int i = 0;
+        while (i < info->n_inputs && strcmp(info->inputs[i].name, v->name) != 0)
+            i++;
+        if (i < info->n_inputs) {
+            pos++;
+            continue;
+        }
+        int w = m->weights ? rtx_safetensors_find(m->weights, v->name) : -1;
+        if (w < 0)
+            return rtx_err_set(err, RTX_EGRAPH,
+                               "%s: graph input '%s' is neither an input of config.json nor a "
+                               "tensor of %s",
+                               gpath, v->name, wpath);
+        struct rtx_tensor *t;
+        if ((rc = rtx_safetensors_tensor(m->weights, w, &t, err))) return rc;
+        if ((rc = bind_weight(g, pos, t, wpath, err))) {
+            rtx_tensor_unref(t);
+            return rc;
+        }
+    }
+    for (int i = 0; i < info->n_inputs; i++) {
+        const struct rtx_model_io *io = &info->inputs[i];
+        int pos = 0;
+        while (pos < g->n_inputs && strcmp(g->values[g->inputs[pos]].name, io->name) != 0)
+            pos++;
+        if (pos == g->n_inputs)
+            return rtx_err_set(err, RTX_EGRAPH, "config.json input '%s' is not an input of %s",
+                               io->name, gpath);
+        m->graph_in[i] = pos;
+        const struct rtx_value *v = &g->values[g->inputs[pos]];
+        char gs[96];
+        if (v->dtype != io->dtype)
+            return rtx_err_set(err, RTX_EGRAPH,
+                               "input '%s': config.json says %s, the graph declares %s",
+                               io->name, rtx__config_dtype_name(io->dtype),
+                               rtx_shape_str(v->dtype, v->ndim, v->dims, gs, sizeof gs));
+        if (v->ndim != io->ndim + off)
+            return rtx_err_set(err, RTX_EGRAPH,
+                               "input '%s': config.json gives %d dimensions%s, the graph "
+                               "declares %s",
+                               io->name, io->ndim, off ? " and the batch" : "",
+                               rtx_shape_str(v->dtype, v->ndim, v->dims, gs, sizeof gs));
+        if (off && v->dims[0] != -1)
+            return rtx_err_set(err, RTX_EGRAPH,
+                               "input '%s': the graph's dimension 0 must be -1 (the batch) "
+                               "when max_batch_size > 0, it is %lld",
+                               io->name, (long long)v->dims[0]);
+        for (int d = 0; d < io->ndim; d++) {
+            int64_t gd = v->dims[d + off];
+            if (gd >= 0 && gd != io->dims[d])
+                return rtx_err_set(err, RTX_EGRAPH,
+                                   "input '%s': config.json dims[%d] is %lld, the graph "
+                                   "declares %lld",
+                                   io->name, d, (long long)io->dims[d], (long long)gd);
+        }
+    }
+    for (int j = 0; j < info->n_outputs; j++) {
+        int pos = 0;
+        while (pos < g->n_outputs &&
+               strcmp(g->values[g->outputs[pos]].name, info->outputs[j].name) != 0)
+            pos++;
+        if (pos == g->n_outputs)
+            return rtx_err_set(err, RTX_EGRAPH, "config.json output '%s' is not an output of %s",
+                               info->outputs[j].name, gpath);
+        m->graph_out[j] = pos;
+        m->out_names[j] = info->outputs[j].name;
+    }
+    if ((rc = rtx_graph_validate(g, &m->limits, err))) return rtx_err_prefix(err, "%s", gpath);
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].constant)
+            m->const_bytes += (int64_t)rtx_tensor_nbytes(g->values[v].constant);
+    m->host_bytes = m->const_bytes;
+    return 0;
+}
+
+/* The instances config.json asks for on the devices there are. */
+static int make_instances(struct rtx_model *m, const struct rtx__model_load_opts *o,
+                          struct rtx_err *err) {
+    const struct rtx__model_config *c = &m->cfg;
+    int healthy[64], n_gpu = 0; /* healthy CUDA devices, by index */
+    for (int d = 0; o->gpus && d < o->gpus->n && n_gpu < 64; d++)
+        if (o->gpus->devs[d].healthy) healthy[n_gpu++] = o->gpus->devs[d].index;
+    int devices[256];
+    int n = 0;
+    for (int gi = 0; gi < c->n_groups; gi++) {
+        const struct rtx__instance_group *g = &c->groups[gi];
+        bool gpu = g->kind == RTX__KIND_GPU || (g->kind == RTX__KIND_AUTO && n_gpu > 0);
+        if (gpu && n_gpu == 0) {
+            rtx__serving_log(o->log, RTX_SERVING_LOG_INFO,
+                             "no healthy GPU: KIND_GPU instances run on the CPU", "model",
+                             c->info.name, NULL);
+            gpu = false;
+        }
+        for (int k = 0; gpu && k < g->n_gpus; k++) {
+            bool found = false;
+            for (int d = 0; d < n_gpu && !found; d++)
+                found = healthy[d] == g->gpus[k];
+            if (!found)
+                return rtx_err_set(err, RTX_EINVAL,
+                                   "config.json: instance_group[%d].gpus names device %d, which "
+                                   "is not a healthy GPU of this host",
+                                   gi, g->gpus[k]);
+        }
+        int nd = !gpu ? 1 : g->n_gpus ? g->n_gpus : n_gpu;
+        for (int d = 0; d < nd; d++)
+            for (int k = 0; k < g->count; k++) {
+                if (n == (int)(sizeof devices / sizeof devices[0]))
+                    return rtx_err_set(err, RTX_ELIMIT, "config.json: more than %d instances",
+                                       n);
+                devices[n++] = !gpu ? -1 : g->n_gpus ? g->gpus[d] : healthy[d];
+            }
+    }
+    m->inst = rtx_calloc((size_t)n, sizeof *m->inst);
+    if (!m->inst) return rtx_err_set(err, RTX_ENOMEM, "out of memory creating instances");
+    int slots = m->cfg.info.max_batch_size > 1 ? m->cfg.info.max_batch_size : 1;
+    bool any_gpu = false;
+    for (int i = 0; i < n; i++) {
+        struct instance *in = &m->inst[i];
+        in->m = m;
+        in->device = devices[i];
+        m->n_inst = i + 1;
+        in->batch = rtx_calloc((size_t)slots, sizeof *in->batch);
+        if (!in->batch) return rtx_err_set(err, RTX_ENOMEM, "out of memory creating instances");
+        int rc;
+        if (in->device < 0) {
+            struct rtx_cpu_options co = {.n_threads = o->cpu_threads};
+            rc = rtx_backend_cpu_new(&co, &in->be, err);
+        } else {
+            struct rtx_cuda_options co = {.device = in->device};
+            rc = rtx_backend_cuda_new(&co, &in->be, err);
+            any_gpu = true;
+        }
+        if (rc) return rtx_err_prefix(err, "instance %d", i);
+    }
+    m->cfg.info.instances = n;
+    snprintf(m->cfg.info.instance_kind, sizeof m->cfg.info.instance_kind, "%s",
+             any_gpu ? "KIND_GPU" : "KIND_CPU");
+    return 0;
+}
+
+/* One run per instance on zero inputs of batch 1; the first checks the outputs against
+ * config.json. A model with a batch dimension is also planned for a batch of 2, to check
+ * that every output carries the batch. */
+static int warm_up(struct rtx_model *m, struct rtx_err *err) {
+    const struct rtx_model_info *info = &m->cfg.info;
+    const struct rtx_graph *g = m->graph;
+    struct rtx_tensor *ins[RTX_MODEL_MAX_IO] = {0};
+    struct rtx_tensor **outs = rtx_calloc((size_t)g->n_outputs + 1, sizeof *outs);
+    int rc = outs ? 0 : rtx_err_set(err, RTX_ENOMEM, "out of memory warming up");
+    int off = info->max_batch_size > 0 ? 1 : 0;
+    for (int i = 0; i < info->n_inputs && rc == 0; i++)
+        rc = rtx__zero_input(info, &info->inputs[i], 1, &ins[m->graph_in[i]], err);
+    for (int k = 0; k < m->n_inst && rc == 0; k++) {
+        rc = rtx__instance_execute(&m->inst[k], ins, outs, NULL, err);
+        if (rc) {
+            rtx_err_prefix(err, "warm-up on instance %d (%s)", k, rtx_backend_name(m->inst[k].be));
+            break;
+        }
+        for (int j = 0; j < info->n_outputs && k == 0 && rc == 0; j++) {
+            const struct rtx_model_io *io = &info->outputs[j];
+            const struct rtx_tensor *t = outs[m->graph_out[j]];
+            bool ok = t->dtype == io->dtype && t->ndim == io->ndim + off;
+            for (int d = 0; ok && d < io->ndim; d++)
+                ok = io->dims[d] < 0 || io->dims[d] == t->dims[d + off];
+            char got[96];
+            if (!ok)
+                rc = rtx_err_set(err, RTX_EGRAPH,
+                                 "output '%s': the graph computes %s for a batch of 1, "
+                                 "config.json says %s with dims of rank %d",
+                                 io->name, rtx_shape_str(t->dtype, t->ndim, t->dims, got,
+                                                         sizeof got),
+                                 rtx__config_dtype_name(io->dtype), io->ndim);
+        }
+        for (int j = 0; j < g->n_outputs; j++) {
+            rtx_tensor_unref(outs[j]);
+            outs[j] = NULL;
+        }
+    }
+    if (rc == 0 && info->max_batch_size > 1) {
+        struct rtx_tensor *two[RTX_MODEL_MAX_IO] = {0};
+        struct rtx_plan *p = NULL;
+        for (int i = 0; i < info->n_inputs && rc == 0; i++)
+            rc = rtx__zero_input(info, &info->inputs[i], 2, &two[m->graph_in[i]], err);
+        if (rc == 0)
+            rc = rtx_plan_new(g, (const struct rtx_tensor *const *)two, g->n_inputs, &m->limits,
+                              &p, err);
+        for (int j = 0; j < info->n_outputs && rc == 0; j++) {
+            enum rtx_dtype dt;
+            int nd;
+            int64_t dims[RTX_MAX_DIMS];
+            rtx_plan_value_shape(p, g->outputs[m->graph_out[j]], &dt, &nd, dims);
+            if (nd < 1 || dims[0] != 2)
+                rc = rtx_err_set(err, RTX_EGRAPH,
+                                 "output '%s' does not carry the batch in dimension 0 "
+                                 "(max_batch_size %d)",
+                                 info->outputs[j].name, info->max_batch_size);
+        }
+        rtx_plan_free(p);
+        for (int i = 0; i < RTX_MODEL_MAX_IO; i++)
+            rtx_tensor_unref(two[i]);
+    }
+    for (int i = 0; i < RTX_MODEL_MAX_IO; i++)
+        rtx_tensor_unref(ins[i]);
+    rtx_free(outs);
+    return rc;
+}
+/* The version's scheduler config from the server's lanes and knobs (NULL: the defaults): one
+ * executor per instance, room to run what its batches hold, each lane's queue bound capped
+ * at max_queue. */
+static struct rtx_sched_config version_sched_config(const struct rtx_model *m,
+                                                    const struct rtx_sched_config *server) {
+    struct rtx_sched_config sc;
+    if (server)
+        sc = *server;
+    else
+        rtx_sched_config_init(&sc);
+    sc.executors = m->n_inst > 0 ? m->n_inst : 1;
+    int64_t per_batch = m->cfg.info.max_batch_size > 0 ? m->cfg.info.max_batch_size : 1;
+    int64_t want_running = sc.executors * per_batch * 2; /* batches forming and held */
+    if (sc.max_running < want_running) sc.max_running = want_running;
+    if (sc.max_running > 10000000) sc.max_running = 10000000;
+    for (int i = 0; i < sc.n_lanes; i++)
+        if (sc.lanes[i].max_queued > m->max_queue) sc.lanes[i].max_queued = m->max_queue;
+    return sc;
+}
+
+int rtx__model_reconfigure(struct rtx_model *m, const struct rtx_sched_config *server,
+                           struct rtx_err *err) {
+    pthread_mutex_lock(&m->mu);
+    struct rtx_sched_config sc = version_sched_config(m, server);
+    const struct rtx_sched_config *cur = rtx_sched_config(m->sched);
+    sc.executors = cur->executors; /* fixed at load, as its instances are */
+    sc.max_running = cur->max_running;
+    int rc = rtx_sched_reconfigure(m->sched, &sc, rtx__now_ns(), err);
+    pthread_mutex_unlock(&m->mu);
+    if (rc)
+        rtx_err_prefix(err, "model '%s' version %lld", m->cfg.info.name,
+                       (long long)m->cfg.info.version);
+    return rc;
+}
+
+/* The version's scheduler (version_sched_config), its default lane and the learned cost it
+ * had when it last stopped. */
+static int make_scheduler(struct rtx_model *m, const struct rtx__model_load_opts *o,
+                          struct rtx_err *err) {
+    struct rtx_sched_config sc = version_sched_config(m, o->sched);
+    int rc = rtx_sched_new(&sc, rtx__now_ns(), &m->sched, err);
+    if (rc) {
+        rtx_err_prefix(err, "model '%s' version %lld", m->cfg.info.name,
+                       (long long)m->cfg.info.version);
+        return rc;
+    }
+    m->default_lane = o->default_lane >= 0 && o->default_lane < sc.n_lanes ? o->default_lane
+                                                                         : sc.n_lanes - 1;
+    if (m->cfg.info.default_lane[0]) {
+        int lane = rtx_sched_lane_find(m->sched, m->cfg.info.default_lane);
+        if (lane < 0)
+            return rtx_err_set(err, RTX_EINVAL,
+                               "model '%s': parameters.lane '%s' is not a lane of the server",
+                               m->cfg.info.name, m->cfg.info.default_lane);
+        m->default_lane = lane;
+    }
+    m->cost_key = rtx__model_cost_key(m->cfg.info.name, m->cfg.info.version);
+    int64_t ema = 0, samples = 0;
+    if (m->stats) {
+        pthread_mutex_lock(&m->stats->mu);
+        ema = m->stats->cost_ema_ns;
+        samples = m->stats->cost_samples;
+        pthread_mutex_unlock(&m->stats->mu);
+    }
+    if (ema > 0 && (rc = rtx_sched_cost_load(m->sched, m->cost_key, ema, samples, err)))
+        return rc;
+    return 0;
+}
+
+int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out,
+                    struct rtx_err *err) {
+    *out = NULL;
+    char gpath[4200], wpath[4200];
+    snprintf(gpath, sizeof gpath, "%s/model.rtxg", o->dir);
+    snprintf(wpath, sizeof wpath, "%s/model.safetensors", o->dir);
+    struct rtx_model *m = rtx_calloc(1, sizeof *m);
+    if (!m) return rtx_err_set(err, RTX_ENOMEM, "out of memory loading %s", o->dir);
+    atomic_init(&m->refs, 1);
+    m->cfg = *o->cfg;
+    m->cfg.info.version = o->version;
+    m->limits = o->limits ? *o->limits : rtx_limits_default();
+    m->max_queue = o->max_queue > 0 ? o->max_queue : INT64_MAX;
+    m->stats = o->stats;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    int rc = 0;
+    if (!(m->config_json = rtx__model_config_dump(&m->cfg))) {
+        rc = rtx_err_set(err, RTX_ENOMEM, "out of memory loading %s", o->dir);
+        goto fail;
+    }
+    if (!file_exists(gpath)) {
+        rc = rtx_err_set(err, RTX_EIO, "%s: %s", gpath, strerror(errno));
+        goto fail;
+    }
+    if ((rc = rtx_graph_load_file(gpath, &m->limits, &m->graph, err))) goto fail;
+    if (file_exists(wpath) && (rc = rtx_safetensors_open(wpath, &m->weights, err))) goto fail;
+    if ((rc = bind_graph(m, gpath, wpath, err))) goto fail;
+    if (m->weights) {
+        int64_t graph_consts = m->const_bytes;
+        for (int i = 0; i < m->weights->n; i++)
+            graph_consts -= (int64_t)(m->weights->entries[i].end - m->weights->entries[i].begin);
+        m->host_bytes = (int64_t)m->weights->map_bytes + (graph_consts > 0 ? graph_consts : 0);
+    }
+    if ((rc = make_instances(m, o, err))) goto fail;
+    if ((rc = make_scheduler(m, o, err))) goto fail;
+    if ((rc = warm_up(m, err))) goto fail;
+    for (int i = 0; i < m->n_inst; i++) {
+        if (pthread_create(&m->inst[i].thread, NULL, rtx__model_worker, &m->inst[i]) != 0) {
+            rc = rtx_err_set(err, RTX_ENOMEM, "cannot start a worker thread");
+            rtx__model_stop(m, true);
+            goto fail;
+        }
+        m->inst[i].started = true;
+    }
+    *out = m;
+    return 0;
+fail:
+    rtx__model_free(m);
+    return rc;
+}
+
+void rtx__model_stop(struct rtx_model *m, bool fail_queued) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    if (m->stopped) {
+        pthread_mutex_unlock(&m->mu);
+        return;
+    }
+    m->stopping = true;
+    m->fail_queued = fail_queued;
+    m->stopped = true;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    for (int i = 0; i < m->n_inst; i++)
+        if (m->inst[i].started) {
+            pthread_join(m->inst[i].thread, NULL);
+            m->inst[i].started = false;
+        }
+    /* no worker left: the instances' plans and device memory go now, the graph and the
+     * weights with the last reference */
+    for (int i = 0; i < m->n_inst; i++) {
+        rtx__instance_drop_plans(&m->inst[i]);
+        rtx_backend_free(m->inst[i].be);
+        m->inst[i].be = NULL;
+    }
+    /* the learned cost survives a reload of this version */
+    int64_t ema = 0, samples = 0;
+    uint64_t key;
+    bool have = rtx__model_cost(m, &key, &ema, &samples) == 0;
+    if (have && m->stats) {
+        pthread_mutex_lock(&m->stats->mu);
+        m->stats->cost_ema_ns = ema;
+        m->stats->cost_samples = samples;
+        pthread_mutex_unlock(&m->stats->mu);
+    }
+}
