@@ -19,7 +19,11 @@
     X(cuda_device)                                                                              \
     X(cuda_flash)                                                                               \
     X(store)                                                                                    \
-    X(jobs)                                                                                     \
+    X(jobs)                                                                                 \
+    X(jobs_queue)                                                                           \
+    X(jobs_sched)                                                                           \
+    X(jobs_devices)                                                                         \
+    X(jobs_plans)                                                                           \
     X(config)                                                                                   \
     X(log)                                                                                      \
     X(server)                                                                                   \
