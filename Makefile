@@ -103,6 +103,8 @@ LIBSCHED    := $(BUILD)/lib/librtxsched.a
 DAEMON_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard daemon/*.c))
 # daemon objects without main(), linked into the unit tests
 DAEMON_LIB_OBJ := $(filter-out $(BUILD)/obj/daemon/main.o,$(DAEMON_OBJ))
+# the job manager (daemon/jobs-*.c), linked alone by the GPU jobs tests
+JOBS_OBJ := $(filter $(BUILD)/obj/daemon/jobs-%.o,$(DAEMON_OBJ))
 CLIENT_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard client/*.c))
 # client/rtxctl/: the operator CLI, one file per command family
 RTXCTL_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard client/rtxctl/*.c))
@@ -244,7 +246,7 @@ $(BUILD)/bin/rtx-gpu-linalg-tests: $(GPU_LINALG_TEST_OBJ) $(GPU_UTIL_OBJ) $(LIBR
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 $(GPU_JOBS_TEST_OBJ): CFLAGS += $(CUDA_CFLAGS)
-$(BUILD)/bin/rtx-gpu-jobs-tests: $(GPU_JOBS_TEST_OBJ) $(GPU_UTIL_OBJ) $(BUILD)/obj/daemon/jobs.o \
+$(BUILD)/bin/rtx-gpu-jobs-tests: $(GPU_JOBS_TEST_OBJ) $(GPU_UTIL_OBJ) $(JOBS_OBJ) \
                                  $(BUILD)/obj/daemon/log.o $(SVC_PB_OBJ) $(LIBSCHED) \
                                  $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
