@@ -49,9 +49,9 @@
 #include <time.h>
 #include <uv.h>
 
+#include "daemon/daemon.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
-#include "daemon/server.h"
 
 #define LINGER_MS 2000 /* after SHUT_RD, connections still open get SHUT_RDWR */
 #define WATCH_MS 20    /* period of the check for HTTP/1 clients gone mid-request */
