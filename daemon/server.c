@@ -83,37 +83,89 @@ enum method_flags {
 
 struct method {
     const char *path;            /* "/package.Service/Method" */
+    unsigned flags;              /* its call kind: one of enum method_flags */
+    int requests;                /* outstanding requests per completion queue */
     rtx_server_unary_fn unary;   /* METHOD_UNARY */
     rtx_server_stream_fn stream; /* METHOD_SERVER_STREAMING */
-    unsigned flags;
-    int requests;                /* outstanding requests per completion queue */
     rtx_server_async_fn async;   /* METHOD_ASYNC */
     rtx_server_bidi_fn bidi;     /* METHOD_BIDI_STREAMING */
 };
 
-#define INFER_PATH(m) "/inference.GRPCInferenceService/" #m
-#define INFER_METHOD(m, fn) {INFER_PATH(m), rtx__infer_##fn, NULL, METHOD_UNARY, 1, NULL, NULL},
+/* One row per rpc of proto/rtx/v1/jobs.proto, admin.proto and
+ * proto/inference/grpc_service.proto: its path, its call kind, the requests kept outstanding
+ * per completion queue, and the handler of that kind. Adding an rpc is one row here and its
+ * handler's prototype in server.h. */
+#define INFER "/inference.GRPCInferenceService/"
 
 static const struct method methods[] = {
-    {"/rtx.v1.Jobs/Submit", rtx__daemon_jobs_submit, NULL, METHOD_UNARY, 4, NULL, NULL},
-    {"/rtx.v1.Jobs/Get", rtx__daemon_jobs_get, NULL, METHOD_UNARY, 4, NULL, NULL},
-    {"/rtx.v1.Jobs/Wait", NULL, rtx__daemon_jobs_wait, METHOD_SERVER_STREAMING, 4, NULL, NULL},
-    {"/rtx.v1.Jobs/Cancel", rtx__daemon_jobs_cancel, NULL, METHOD_UNARY, 2, NULL, NULL},
-    {"/rtx.v1.Jobs/List", rtx__daemon_jobs_list, NULL, METHOD_UNARY, 2, NULL, NULL},
-    {"/rtx.v1.Jobs/GetOutputs", rtx__daemon_jobs_get_outputs, NULL, METHOD_UNARY, 2, NULL,
-     NULL},
-    {"/rtx.v1.Admin/Status", rtx__daemon_admin_status, NULL, METHOD_UNARY, 2, NULL, NULL},
-    {"/rtx.v1.Admin/Devices", rtx__daemon_admin_devices, NULL, METHOD_UNARY, 1, NULL, NULL},
-    {"/rtx.v1.Admin/Health", rtx__daemon_admin_health, NULL, METHOD_UNARY, 2, NULL, NULL},
-    {"/rtx.v1.Admin/Config", rtx__daemon_admin_config, NULL, METHOD_UNARY, 1, NULL, NULL},
-    {"/rtx.v1.Admin/Pools", rtx__daemon_admin_pools, NULL, METHOD_UNARY, 1, NULL, NULL},
-    {"/rtx.v1.Admin/Lanes", rtx__daemon_admin_lanes, NULL, METHOD_UNARY, 1, NULL, NULL},
-    {"/rtx.v1.Admin/Drain", rtx__daemon_admin_drain, NULL, METHOD_UNARY, 1, NULL, NULL},
-    {INFER_PATH(ModelInfer), NULL, NULL, METHOD_ASYNC, 8, rtx__infer_model_infer, NULL},
-    {INFER_PATH(ModelStreamInfer), NULL, NULL, METHOD_BIDI_STREAMING, 2, NULL,
-     rtx__infer_model_stream_infer},
-    RTX_INFER_UNARY(INFER_METHOD)
+    {.path = "/rtx.v1.Jobs/Submit", .flags = METHOD_UNARY, .requests = 4,
+     .unary = rtx__daemon_jobs_submit},
+    {.path = "/rtx.v1.Jobs/Get", .flags = METHOD_UNARY, .requests = 4,
+     .unary = rtx__daemon_jobs_get},
+    {.path = "/rtx.v1.Jobs/Wait", .flags = METHOD_SERVER_STREAMING, .requests = 4,
+     .stream = rtx__daemon_jobs_wait},
+    {.path = "/rtx.v1.Jobs/Cancel", .flags = METHOD_UNARY, .requests = 2,
+     .unary = rtx__daemon_jobs_cancel},
+    {.path = "/rtx.v1.Jobs/List", .flags = METHOD_UNARY, .requests = 2,
+     .unary = rtx__daemon_jobs_list},
+    {.path = "/rtx.v1.Jobs/GetOutputs", .flags = METHOD_UNARY, .requests = 2,
+     .unary = rtx__daemon_jobs_get_outputs},
+    {.path = "/rtx.v1.Admin/Status", .flags = METHOD_UNARY, .requests = 2,
+     .unary = rtx__daemon_admin_status},
+    {.path = "/rtx.v1.Admin/Devices", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__daemon_admin_devices},
+    {.path = "/rtx.v1.Admin/Health", .flags = METHOD_UNARY, .requests = 2,
+     .unary = rtx__daemon_admin_health},
+    {.path = "/rtx.v1.Admin/Config", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__daemon_admin_config},
+    {.path = "/rtx.v1.Admin/Pools", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__daemon_admin_pools},
+    {.path = "/rtx.v1.Admin/Lanes", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__daemon_admin_lanes},
+    {.path = "/rtx.v1.Admin/Drain", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__daemon_admin_drain},
+    {.path = INFER "ModelInfer", .flags = METHOD_ASYNC, .requests = 8,
+     .async = rtx__infer_model_infer},
+    {.path = INFER "ModelStreamInfer", .flags = METHOD_BIDI_STREAMING, .requests = 2,
+     .bidi = rtx__infer_model_stream_infer},
+    {.path = INFER "ServerLive", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_server_live},
+    {.path = INFER "ServerReady", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_server_ready},
+    {.path = INFER "ModelReady", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_model_ready},
+    {.path = INFER "ServerMetadata", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_server_metadata},
+    {.path = INFER "ModelMetadata", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_model_metadata},
+    {.path = INFER "ModelConfig", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_model_config},
+    {.path = INFER "ModelStatistics", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_model_statistics},
+    {.path = INFER "RepositoryIndex", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_repository_index},
+    {.path = INFER "RepositoryModelLoad", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_repository_model_load},
+    {.path = INFER "RepositoryModelUnload", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_repository_model_unload},
+    {.path = INFER "SystemSharedMemoryStatus", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_system_shm_status},
+    {.path = INFER "SystemSharedMemoryRegister", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_system_shm_register},
+    {.path = INFER "SystemSharedMemoryUnregister", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_system_shm_unregister},
+    {.path = INFER "CudaSharedMemoryStatus", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_cuda_shm_status},
+    {.path = INFER "CudaSharedMemoryRegister", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_cuda_shm_register},
+    {.path = INFER "CudaSharedMemoryUnregister", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_cuda_shm_unregister},
+    {.path = INFER "TraceSetting", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_trace_setting},
+    {.path = INFER "LogSettings", .flags = METHOD_UNARY, .requests = 1,
+     .unary = rtx__infer_log_settings},
 };
+#undef INFER
 #define N_METHODS ((int)(sizeof methods / sizeof methods[0]))
 static_assert(sizeof methods / sizeof methods[0] == 33,
               "one entry per rpc of proto/rtx/v1/jobs.proto, admin.proto and "
