@@ -1,12 +1,12 @@
 /*
- * server.h - internal header of rtxd's RPC layer: the gRPC C core server (server.c), the
+ * server.h - internal header of rtxd's RPC layer: the gRPC C core server (server*.c), the
  * rtx.v1.Jobs and rtx.v1.Admin handlers (handlers-jobs.c, handlers-admin.c), the
- * inference.GRPCInferenceService handlers (handlers-infer.c). The daemon state they share with
+ * inference.GRPCInferenceService handlers (handlers-infer*.c). The daemon state they share with
  * main.c and the HTTP server is in daemon/daemon.h, which this header includes. Only daemon/
  * and the unit tests include it.
  *
  * DESIGN
- * server.c owns everything gRPC: completion-queue threads, the static method table, call
+ * server*.c own everything gRPC: completion-queue threads, the static method table, call
  * state machines, request ids, deadlines and shutdown. Handlers never see a grpc_call: a unary
  * handler gets the request bytes and fills a struct rtx_server_reply (a status, a message and,
  * on success, a serialized reply); the streaming handler (Jobs.Wait) gets a stream it feeds
@@ -180,7 +180,7 @@ void rtx__daemon_admin_pools(struct rtx_daemon *d, const uint8_t *req, size_t le
 void rtx__daemon_admin_lanes(struct rtx_daemon *d, const uint8_t *req, size_t len,
                              struct rtx_server_reply *rep);
 
-/* inference.GRPCInferenceService (handlers-infer.c): the KServe v2 / Triton gRPC service. */
+/* inference.GRPCInferenceService (handlers-infer*.c): the KServe v2 / Triton gRPC service. */
 #define RTX_INFER_UNARY(X)                                                                      \
     X(ServerLive, server_live)                                                                  \
     X(ServerReady, server_ready)                                                                \
