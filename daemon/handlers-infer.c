@@ -1,26 +1,13 @@
 /*
  * handlers-infer.c - inference.GRPCInferenceService, the KServe v2 gRPC service as Triton
- * Inference Server speaks it: health, metadata, model configuration and statistics, the model
- * repository, system shared memory, ModelInfer and ModelStreamInfer. The inference core
- * (serving/serving.h) does the work; this file translates between its structs and Triton's
- * messages (proto/inference/grpc_service.proto), and server.c owns everything gRPC.
+ * Inference Server speaks it: the helpers its handlers share (handlers-infer-impl.h), health,
+ * server and model metadata, model configuration and statistics. The model repository, shared
+ * memory, trace and log settings are in handlers-infer-repo.c; ModelInfer and ModelStreamInfer
+ * in handlers-infer-run.c. The inference core (serving/serving.h) does the work; these files
+ * translate between its structs and Triton's messages (proto/inference/grpc_service.proto),
+ * and server.c owns everything gRPC.
  *
  * DESIGN
- * ModelInfer is an asynchronous call: the handler decodes and checks the request, builds a
- * struct rtx_infer_request and queues it with rtx_serving_infer, then returns; the core's
- * completion (on a worker thread) packs the response and finishes the call, so no
- * completion-queue thread waits while a batch runs. ModelStreamInfer shares all of that: one
- * request per stream message, its answer (a response or an error_message) written when its
- * completion runs.
- * Inputs are not copied when they need not be: raw_input_contents entries (which protobuf-c
- * has already copied into the unpacked message) and shared-memory regions are wrapped as
- * tensors (rtx_tensor_wrap) whose release drops a reference on the request's context, so the
- * unpacked message and the regions stay alive until the core and the completion are both
- * done with them, whatever order those happen in. Typed contents (InferTensorContents) and
- * inputs at addresses not aligned for their element type are copied. Outputs travel as
- * raw_output_contents pointing at the result tensors while the response is packed (one entry
- * per output, empty for outputs written to shared memory, as Triton does), or as typed
- * contents when the client asks for binary_data = false.
  * Errors follow Triton: an unknown model or version is NOT_FOUND, a model that is not ready
  * UNAVAILABLE, anything wrong with a request INVALID_ARGUMENT with a message naming the input
  * or parameter and the problem; a full queue is UNAVAILABLE.
@@ -34,9 +21,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon/handlers-infer-impl.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
-#include "inference/grpc_service.pb-c.h"
 
 #define SERVER_NAME "rtxd"
 
@@ -50,15 +36,8 @@ static const char *const extensions[] = {
  * Helpers
  * ---------------------------------------------------------------------------------------- */
 
-/* Allocations that live until a reply is packed. */
-struct arena {
-    void **ptrs;
-    size_t n, cap;
-    bool failed;
-};
-
 /* n zeroed bytes recorded in the arena; NULL (failed set) when out of memory. */
-static void *arena_alloc(struct arena *a, size_t n) {
+void *rtx__infer_arena_alloc(struct arena *a, size_t n) {
     if (a->failed) return NULL;
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 32;
@@ -79,35 +58,27 @@ static void *arena_alloc(struct arena *a, size_t n) {
     return mem;
 }
 
-static char *arena_printf(struct arena *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static char *arena_printf(struct arena *a, const char *fmt, ...) {
+char *rtx__infer_arena_printf(struct arena *a, const char *fmt, ...) {
     char buf[64];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    char *s = arena_alloc(a, strlen(buf) + 1);
+    char *s = rtx__infer_arena_alloc(a, strlen(buf) + 1);
     if (s) memcpy(s, buf, strlen(buf) + 1);
     return s ? s : (char *)"";
 }
 
-static void arena_free(struct arena *a) {
+void rtx__infer_arena_free(struct arena *a) {
     for (size_t i = 0; i < a->n; i++)
         rtx_free(a->ptrs[i]);
     rtx_free(a->ptrs);
     *a = (struct arena){0};
 }
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Packs msg into rep (arena freed by the caller); INTERNAL when the arena ran out. */
-static void pack(struct rtx_daemon *d, struct arena *a, const ProtobufCMessage *msg,
-                 struct rtx_server_reply *rep) {
+void rtx__infer_pack(struct rtx_daemon *d, struct arena *a, const ProtobufCMessage *msg,
+                     struct rtx_server_reply *rep) {
     if (a->failed)
         rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory building the reply");
     else
@@ -115,7 +86,7 @@ static void pack(struct rtx_daemon *d, struct arena *a, const ProtobufCMessage *
 }
 
 /* The serving core, or UNAVAILABLE when rtxd serves no models. */
-static struct rtx_serving *serving(struct rtx_daemon *d, struct rtx_server_reply *rep) {
+struct rtx_serving *rtx__infer_serving(struct rtx_daemon *d, struct rtx_server_reply *rep) {
     if (!d->serving)
         rtx_server_reply_status(rep, GRPC_STATUS_UNAVAILABLE,
                                 "rtxd serves no models: no model repository is configured "
@@ -124,7 +95,7 @@ static struct rtx_serving *serving(struct rtx_daemon *d, struct rtx_server_reply
 }
 
 /* A model version string: "" is 0 (the server's choice). */
-static int parse_version(const char *s, int64_t *out, struct rtx_err *err) {
+int rtx__infer_parse_version(const char *s, int64_t *out, struct rtx_err *err) {
     *out = 0;
     if (!s || !s[0]) return 0;
     char *end = NULL;
@@ -139,14 +110,14 @@ static int parse_version(const char *s, int64_t *out, struct rtx_err *err) {
 /* A reference to a ready model version; an error reply otherwise. */
 static struct rtx_model *model_get(struct rtx_daemon *d, const char *name, const char *version,
                                    struct rtx_server_reply *rep) {
-    struct rtx_serving *s = serving(d, rep);
+    struct rtx_serving *s = rtx__infer_serving(d, rep);
     if (!s) return NULL;
     struct rtx_err err = {0};
     int64_t v;
     struct rtx_model *m = NULL;
     if (!name || !name[0])
         rtx_err_set(&err, RTX_EINVAL, "the model name is empty");
-    else if (parse_version(version, &v, &err) == 0)
+    else if (rtx__infer_parse_version(version, &v, &err) == 0)
         rtx_serving_model_get(s, name, v, &m, &err);
     if (!m) rtx_server_reply_err(rep, &err);
     return m;
@@ -154,89 +125,13 @@ static struct rtx_model *model_get(struct rtx_daemon *d, const char *name, const
 
 /* The request message, or NULL with INVALID_ARGUMENT "malformed inference.X" in rep. Free
  * with protobuf_c_message_free_unpacked (or the type's own free_unpacked). */
-static void *unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *req, size_t len,
-                    struct rtx_server_reply *rep) {
+void *rtx__infer_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *req, size_t len,
+                        struct rtx_server_reply *rep) {
     ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, req);
     if (!m)
         rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT, "malformed %s.%s",
                                 desc->package_name, desc->name);
     return m;
-}
-
-/* The parameter entries of every message share one layout. */
-typedef Inference__ModelInferRequest__ParametersEntry param_entry;
-
-static const Inference__InferParameter *param_find(size_t n, void *entries, const char *key) {
-    param_entry **e = entries;
-    for (size_t i = 0; i < n; i++)
-        if (e[i]->key && strcmp(e[i]->key, key) == 0 && e[i]->value) return e[i]->value;
-    return NULL;
-}
-#define PARAM(msg, key) param_find((msg)->n_parameters, (void *)(msg)->parameters, key)
-
-/* An integer parameter (int64 or uint64); RTX_EINVAL naming `what` for another type. */
-static int param_int(const Inference__InferParameter *p, const char *what, int64_t *out,
-                     struct rtx_err *err) {
-    switch (p->parameter_choice_case) {
-    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM: *out = p->int64_param; return 0;
-    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM:
-        if (p->uint64_param > INT64_MAX) break;
-        *out = (int64_t)p->uint64_param;
-        return 0;
-    default: break;
-    }
-    return rtx_err_set(err, RTX_EINVAL, "%s must be an integer parameter (int64_param)", what);
-}
-
-static int param_bool(const Inference__InferParameter *p, const char *what, bool *out,
-                      struct rtx_err *err) {
-    if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
-        return rtx_err_set(err, RTX_EINVAL, "%s must be a bool parameter (bool_param)", what);
-    *out = p->bool_param;
-    return 0;
-}
-
-/* A shared-memory reference in a tensor's parameters: found (1), absent (0) or an error. */
-struct shm_param {
-    const char *region;
-    int64_t offset, byte_size; /* bytes */
-};
-
-static int shm_param_get(size_t n, void *entries, const char *kind, const char *name,
-                         struct shm_param *out, struct rtx_err *err) {
-    const Inference__InferParameter *r = param_find(n, entries, "shared_memory_region");
-    const Inference__InferParameter *sz = param_find(n, entries, "shared_memory_byte_size");
-    const Inference__InferParameter *off = param_find(n, entries, "shared_memory_offset");
-    *out = (struct shm_param){0};
-    if (!r) {
-        if (sz || off)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "%s '%s': shared_memory_byte_size or shared_memory_offset given "
-                               "without shared_memory_region",
-                               kind, name);
-        return 0;
-    }
-    if (r->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM ||
-        !r->string_param || !r->string_param[0])
-        return rtx_err_set(err, RTX_EINVAL,
-                           "%s '%s': shared_memory_region must be a non-empty string", kind, name);
-    out->region = r->string_param;
-    if (!sz)
-        return rtx_err_set(err, RTX_EINVAL,
-                           "%s '%s': shared_memory_byte_size is required with "
-                           "shared_memory_region",
-                           kind, name);
-    char what[200];
-    snprintf(what, sizeof what, "%s '%s': shared_memory_byte_size", kind, name);
-    if (param_int(sz, what, &out->byte_size, err) != 0) return err->code;
-    if (off) {
-        snprintf(what, sizeof what, "%s '%s': shared_memory_offset", kind, name);
-        if (param_int(off, what, &out->offset, err) != 0) return err->code;
-    }
-    if (out->byte_size < 0 || out->offset < 0)
-        return rtx_err_set(err, RTX_EINVAL, "%s '%s': negative shared-memory offset or size", kind,
-                           name);
-    return 1;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -246,7 +141,7 @@ static int shm_param_get(size_t n, void *entries, const char *kind, const char *
 void rtx__infer_server_live(struct rtx_daemon *d, const uint8_t *req, size_t len,
                             struct rtx_server_reply *rep) {
     Inference__ServerLiveRequest *in =
-        unpack(&inference__server_live_request__descriptor, req, len, rep);
+        rtx__infer_unpack(&inference__server_live_request__descriptor, req, len, rep);
     if (!in) return;
     inference__server_live_request__free_unpacked(in, NULL);
     Inference__ServerLiveResponse out = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
@@ -257,7 +152,7 @@ void rtx__infer_server_live(struct rtx_daemon *d, const uint8_t *req, size_t len
 void rtx__infer_server_ready(struct rtx_daemon *d, const uint8_t *req, size_t len,
                              struct rtx_server_reply *rep) {
     Inference__ServerReadyRequest *in =
-        unpack(&inference__server_ready_request__descriptor, req, len, rep);
+        rtx__infer_unpack(&inference__server_ready_request__descriptor, req, len, rep);
     if (!in) return;
     inference__server_ready_request__free_unpacked(in, NULL);
     Inference__ServerReadyResponse out = INFERENCE__SERVER_READY_RESPONSE__INIT;
@@ -268,13 +163,13 @@ void rtx__infer_server_ready(struct rtx_daemon *d, const uint8_t *req, size_t le
 void rtx__infer_model_ready(struct rtx_daemon *d, const uint8_t *req, size_t len,
                             struct rtx_server_reply *rep) {
     Inference__ModelReadyRequest *in =
-        unpack(&inference__model_ready_request__descriptor, req, len, rep);
+        rtx__infer_unpack(&inference__model_ready_request__descriptor, req, len, rep);
     if (!in) return;
     struct rtx_err err = {0};
     int64_t v = 0;
     if (!in->name[0]) {
         rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT, "the model name is empty");
-    } else if (parse_version(in->version, &v, &err) != 0) {
+    } else if (rtx__infer_parse_version(in->version, &v, &err) != 0) {
         rtx_server_reply_err(rep, &err);
     } else {
         Inference__ModelReadyResponse out = INFERENCE__MODEL_READY_RESPONSE__INIT;
@@ -287,7 +182,7 @@ void rtx__infer_model_ready(struct rtx_daemon *d, const uint8_t *req, size_t len
 void rtx__infer_server_metadata(struct rtx_daemon *d, const uint8_t *req, size_t len,
                                 struct rtx_server_reply *rep) {
     Inference__ServerMetadataRequest *in =
-        unpack(&inference__server_metadata_request__descriptor, req, len, rep);
+        rtx__infer_unpack(&inference__server_metadata_request__descriptor, req, len, rep);
     if (!in) return;
     inference__server_metadata_request__free_unpacked(in, NULL);
     Inference__ServerMetadataResponse out = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
@@ -302,10 +197,11 @@ static Inference__ModelMetadataResponse__TensorMetadata **
 tensor_metadata(struct arena *a, const struct rtx_model_info *info, bool inputs) {
     int n = inputs ? info->n_inputs : info->n_outputs;
     const struct rtx_model_io *io = inputs ? info->inputs : info->outputs;
-    Inference__ModelMetadataResponse__TensorMetadata **p = arena_alloc(a, (size_t)n * sizeof *p);
+    Inference__ModelMetadataResponse__TensorMetadata **p =
+        rtx__infer_arena_alloc(a, (size_t)n * sizeof *p);
     for (int i = 0; p && i < n; i++) {
-        Inference__ModelMetadataResponse__TensorMetadata *t = arena_alloc(a, sizeof *t);
-        int64_t *shape = arena_alloc(a, (RTX_MAX_DIMS + 1) * sizeof *shape);
+        Inference__ModelMetadataResponse__TensorMetadata *t = rtx__infer_arena_alloc(a, sizeof *t);
+        int64_t *shape = rtx__infer_arena_alloc(a, (RTX_MAX_DIMS + 1) * sizeof *shape);
         if (!t || !shape) return p;
         inference__model_metadata_response__tensor_metadata__init(t);
         t->name = (char *)io[i].name;
@@ -324,7 +220,7 @@ tensor_metadata(struct arena *a, const struct rtx_model_info *info, bool inputs)
 void rtx__infer_model_metadata(struct rtx_daemon *d, const uint8_t *req, size_t len,
                                struct rtx_server_reply *rep) {
     Inference__ModelMetadataRequest *in =
-        unpack(&inference__model_metadata_request__descriptor, req, len, rep);
+        rtx__infer_unpack(&inference__model_metadata_request__descriptor, req, len, rep);
     if (!in) return;
     struct rtx_model *m = model_get(d, in->name, in->version, rep);
     inference__model_metadata_request__free_unpacked(in, NULL);
@@ -333,7 +229,7 @@ void rtx__infer_model_metadata(struct rtx_daemon *d, const uint8_t *req, size_t 
     struct arena a = {0};
     Inference__ModelMetadataResponse out = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
     out.name = (char *)info->name;
-    char *version = arena_printf(&a, "%" PRId64, info->version);
+    char *version = rtx__infer_arena_printf(&a, "%" PRId64, info->version);
     out.n_versions = 1;
     out.versions = &version;
     out.platform = (char *)info->platform;
@@ -341,11 +237,10 @@ void rtx__infer_model_metadata(struct rtx_daemon *d, const uint8_t *req, size_t 
     out.inputs = tensor_metadata(&a, info, true);
     out.n_outputs = (size_t)info->n_outputs;
     out.outputs = tensor_metadata(&a, info, false);
-    pack(d, &a, &out.base, rep);
-    arena_free(&a);
+    rtx__infer_pack(d, &a, &out.base, rep);
+    rtx__infer_arena_free(&a);
     rtx_model_unref(m);
 }
-
 /* ------------------------------------------------------------------------------------------
  * Model configuration and statistics
  * ---------------------------------------------------------------------------------------- */
@@ -367,7 +262,7 @@ static Inference__DataType config_dtype(enum rtx_dtype dt) {
 void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t len,
                              struct rtx_server_reply *rep) {
     Inference__ModelConfigRequest *in =
-        unpack(&inference__model_config_request__descriptor, req, len, rep);
+        rtx__infer_unpack(&inference__model_config_request__descriptor, req, len, rep);
     if (!in) return;
     struct rtx_model *m = model_get(d, in->name, in->version, rep);
     inference__model_config_request__free_unpacked(in, NULL);
@@ -379,9 +274,9 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
     cfg.platform = (char *)info->platform;
     cfg.max_batch_size = info->max_batch_size;
 
-    Inference__ModelInput **ins = arena_alloc(&a, (size_t)info->n_inputs * sizeof *ins);
+    Inference__ModelInput **ins = rtx__infer_arena_alloc(&a, (size_t)info->n_inputs * sizeof *ins);
     for (int i = 0; ins && i < info->n_inputs; i++) {
-        Inference__ModelInput *x = arena_alloc(&a, sizeof *x);
+        Inference__ModelInput *x = rtx__infer_arena_alloc(&a, sizeof *x);
         if (!x) break;
         inference__model_input__init(x);
         x->name = (char *)info->inputs[i].name;
@@ -393,9 +288,10 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
     }
     cfg.n_input = (size_t)info->n_inputs;
     cfg.input = ins;
-    Inference__ModelOutput **outs = arena_alloc(&a, (size_t)info->n_outputs * sizeof *outs);
+    Inference__ModelOutput **outs =
+        rtx__infer_arena_alloc(&a, (size_t)info->n_outputs * sizeof *outs);
     for (int i = 0; outs && i < info->n_outputs; i++) {
-        Inference__ModelOutput *x = arena_alloc(&a, sizeof *x);
+        Inference__ModelOutput *x = rtx__infer_arena_alloc(&a, sizeof *x);
         if (!x) break;
         inference__model_output__init(x);
         x->name = (char *)info->outputs[i].name;
@@ -417,7 +313,7 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
     }
     Inference__ModelInstanceGroup group = INFERENCE__MODEL_INSTANCE_GROUP__INIT;
     Inference__ModelInstanceGroup *groups[1] = {&group};
-    group.name = arena_printf(&a, "%s_0", info->name);
+    group.name = rtx__infer_arena_printf(&a, "%s_0", info->name);
     group.count = info->instances;
     group.kind = strcmp(info->instance_kind, "KIND_GPU") == 0
                      ? INFERENCE__MODEL_INSTANCE_GROUP__KIND__KIND_GPU
@@ -438,13 +334,13 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
     }
     Inference__ModelConfigResponse out = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
     out.config = &cfg;
-    pack(d, &a, &out.base, rep);
-    arena_free(&a);
+    rtx__infer_pack(d, &a, &out.base, rep);
+    rtx__infer_arena_free(&a);
     rtx_model_unref(m);
 }
 
 static Inference__StatisticDuration *duration(struct arena *a, const struct rtx_stat_duration *s) {
-    Inference__StatisticDuration *p = arena_alloc(a, sizeof *p);
+    Inference__StatisticDuration *p = rtx__infer_arena_alloc(a, sizeof *p);
     if (!p) return NULL;
     inference__statistic_duration__init(p);
     p->count = s->count > 0 ? (uint64_t)s->count : 0;
@@ -453,13 +349,13 @@ static Inference__StatisticDuration *duration(struct arena *a, const struct rtx_
 }
 
 static Inference__ModelStatistics *model_stats(struct arena *a, const struct rtx_model_stats *s) {
-    Inference__ModelStatistics *p = arena_alloc(a, sizeof *p);
-    Inference__InferStatistics *is = arena_alloc(a, sizeof *is);
+    Inference__ModelStatistics *p = rtx__infer_arena_alloc(a, sizeof *p);
+    Inference__InferStatistics *is = rtx__infer_arena_alloc(a, sizeof *is);
     if (!p || !is) return NULL;
     inference__model_statistics__init(p);
     inference__infer_statistics__init(is);
     p->name = (char *)s->name;
-    p->version = arena_printf(a, "%" PRId64, s->version);
+    p->version = rtx__infer_arena_printf(a, "%" PRId64, s->version);
     p->last_inference = s->last_inference_ms > 0 ? (uint64_t)s->last_inference_ms : 0;
     p->inference_count = s->inference_count > 0 ? (uint64_t)s->inference_count : 0;
     p->execution_count = s->execution_count > 0 ? (uint64_t)s->execution_count : 0;
@@ -474,9 +370,9 @@ static Inference__ModelStatistics *model_stats(struct arena *a, const struct rtx
     is->cache_miss = duration(a, &zero);
     p->inference_stats = is;
     int nb = s->n_batch_stats;
-    Inference__InferBatchStatistics **bs = arena_alloc(a, (size_t)nb * sizeof *bs);
+    Inference__InferBatchStatistics **bs = rtx__infer_arena_alloc(a, (size_t)nb * sizeof *bs);
     for (int i = 0; bs && i < nb; i++) {
-        Inference__InferBatchStatistics *b = arena_alloc(a, sizeof *b);
+        Inference__InferBatchStatistics *b = rtx__infer_arena_alloc(a, sizeof *b);
         if (!b) return p;
         inference__infer_batch_statistics__init(b);
         b->batch_size = (uint64_t)s->batch_stats[i].batch_size;
@@ -493,877 +389,27 @@ static Inference__ModelStatistics *model_stats(struct arena *a, const struct rtx
 void rtx__infer_model_statistics(struct rtx_daemon *d, const uint8_t *req, size_t len,
                                  struct rtx_server_reply *rep) {
     Inference__ModelStatisticsRequest *in =
-        unpack(&inference__model_statistics_request__descriptor, req, len, rep);
+        rtx__infer_unpack(&inference__model_statistics_request__descriptor, req, len, rep);
     if (!in) return;
-    struct rtx_serving *s = serving(d, rep);
+    struct rtx_serving *s = rtx__infer_serving(d, rep);
     struct rtx_err err = {0};
     int64_t v = 0;
     struct rtx_model_stats *st = NULL;
     int n = 0;
-    if (s && parse_version(in->version, &v, &err) == 0 &&
+    if (s && rtx__infer_parse_version(in->version, &v, &err) == 0 &&
         rtx_serving_stats(s, in->name, v, &st, &n, &err) == 0) {
         struct arena a = {0};
-        Inference__ModelStatistics **ms = arena_alloc(&a, (size_t)n * sizeof *ms);
+        Inference__ModelStatistics **ms = rtx__infer_arena_alloc(&a, (size_t)n * sizeof *ms);
         for (int i = 0; ms && i < n; i++)
             ms[i] = model_stats(&a, &st[i]);
         Inference__ModelStatisticsResponse out = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
         out.n_model_stats = (size_t)n;
         out.model_stats = ms;
-        pack(d, &a, &out.base, rep);
-        arena_free(&a);
+        rtx__infer_pack(d, &a, &out.base, rep);
+        rtx__infer_arena_free(&a);
         rtx_free(st);
     } else if (s) {
         rtx_server_reply_err(rep, &err);
     }
     inference__model_statistics_request__free_unpacked(in, NULL);
-}
-
-/* ------------------------------------------------------------------------------------------
- * Repository
- * ---------------------------------------------------------------------------------------- */
-
-void rtx__infer_repository_index(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                                 struct rtx_server_reply *rep) {
-    Inference__RepositoryIndexRequest *in =
-        unpack(&inference__repository_index_request__descriptor, req, len, rep);
-    if (!in) return;
-    struct rtx_serving *s = serving(d, rep);
-    struct rtx_model_index_entry *e = NULL;
-    int n = 0;
-    struct rtx_err err = {0};
-    if (s && rtx_serving_index(s, in->ready, &e, &n, &err) == 0) {
-        struct arena a = {0};
-        Inference__RepositoryIndexResponse__ModelIndex **mi =
-            arena_alloc(&a, (size_t)n * sizeof *mi);
-        for (int i = 0; mi && i < n; i++) {
-            Inference__RepositoryIndexResponse__ModelIndex *x = arena_alloc(&a, sizeof *x);
-            if (!x) break;
-            inference__repository_index_response__model_index__init(x);
-            x->name = e[i].name;
-            x->version = e[i].version > 0 ? arena_printf(&a, "%" PRId64, e[i].version) : "";
-            x->state = (char *)rtx_model_state_name(e[i].state);
-            x->reason = e[i].reason;
-            mi[i] = x;
-        }
-        Inference__RepositoryIndexResponse out = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
-        out.n_models = (size_t)n;
-        out.models = mi;
-        pack(d, &a, &out.base, rep);
-        arena_free(&a);
-        rtx_free(e);
-    } else if (s) {
-        rtx_server_reply_err(rep, &err);
-    }
-    inference__repository_index_request__free_unpacked(in, NULL);
-}
-
-/* Repository parameters other than `allowed` are refused by name. */
-static bool repo_params_ok(size_t n, Inference__RepositoryModelLoadRequest__ParametersEntry **p,
-                           const char *allowed, const char *what, struct rtx_server_reply *rep) {
-    for (size_t i = 0; i < n; i++) {
-        if (allowed && strcmp(p[i]->key, allowed) == 0) continue;
-        rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                                "%s: parameter '%s' is not supported by rtxd%s%s", what, p[i]->key,
-                                allowed ? "; only " : "", allowed ? allowed : "");
-        return false;
-    }
-    return true;
-}
-
-void rtx__infer_repository_model_load(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                                      struct rtx_server_reply *rep) {
-    Inference__RepositoryModelLoadRequest *in =
-        unpack(&inference__repository_model_load_request__descriptor, req, len, rep);
-    if (!in) return;
-    struct rtx_serving *s = serving(d, rep);
-    const char *config = NULL;
-    bool ok = s != NULL;
-    if (ok && !in->model_name[0]) {
-        rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT, "the model name is empty");
-        ok = false;
-    }
-    if (ok) ok = repo_params_ok(in->n_parameters, in->parameters, "config", "load", rep);
-    for (size_t i = 0; ok && i < in->n_parameters; i++) {
-        const Inference__ModelRepositoryParameter *p = in->parameters[i]->value;
-        if (!p || p->parameter_choice_case !=
-                      INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM) {
-            rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "load: parameter 'config' must be a string (the model's "
-                                    "config.json)");
-            ok = false;
-        } else {
-            config = p->string_param;
-        }
-    }
-    if (ok) {
-        struct rtx_err err = {0};
-        if (rtx_serving_load(s, in->model_name, config, &err) != 0) {
-            rtx_server_reply_err(rep, &err);
-        } else {
-            Inference__RepositoryModelLoadResponse out =
-                INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
-            rtx_server_reply_pack(rep, &out.base, 0);
-        }
-    }
-    inference__repository_model_load_request__free_unpacked(in, NULL);
-}
-
-void rtx__infer_repository_model_unload(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                                        struct rtx_server_reply *rep) {
-    Inference__RepositoryModelUnloadRequest *in =
-        unpack(&inference__repository_model_unload_request__descriptor, req, len, rep);
-    if (!in) return;
-    struct rtx_serving *s = serving(d, rep);
-    /* unload_dependents: rtxd has no ensembles, so there are no dependents to unload */
-    bool ok = s != NULL;
-    if (ok && !in->model_name[0]) {
-        rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT, "the model name is empty");
-        ok = false;
-    }
-    if (ok)
-        ok = repo_params_ok(
-            in->n_parameters,
-            (Inference__RepositoryModelLoadRequest__ParametersEntry **)in->parameters,
-            "unload_dependents", "unload", rep);
-    if (ok) {
-        struct rtx_err err = {0};
-        if (rtx_serving_unload(s, in->model_name, &err) != 0) {
-            rtx_server_reply_err(rep, &err);
-        } else {
-            Inference__RepositoryModelUnloadResponse out =
-                INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
-            rtx_server_reply_pack(rep, &out.base, 0);
-        }
-    }
-    inference__repository_model_unload_request__free_unpacked(in, NULL);
-}
-
-/* ------------------------------------------------------------------------------------------
- * Shared memory, trace and log settings
- * ---------------------------------------------------------------------------------------- */
-
-static struct rtx_shm *shm_registry(struct rtx_daemon *d, struct rtx_server_reply *rep) {
-    if (!d->shm)
-        rtx_server_reply_status(rep, GRPC_STATUS_UNAVAILABLE,
-                                "the shared-memory registry is not available");
-    return d->shm;
-}
-
-void rtx__infer_system_shm_status(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                                  struct rtx_server_reply *rep) {
-    Inference__SystemSharedMemoryStatusRequest *in =
-        unpack(&inference__system_shared_memory_status_request__descriptor, req, len, rep);
-    if (!in) return;
-    struct rtx_shm *r = shm_registry(d, rep);
-    struct rtx_shm_status *st = NULL;
-    int n = 0;
-    struct rtx_err err = {0};
-    if (r && rtx_shm_list(r, in->name, &st, &n, &err) == 0) {
-        struct arena a = {0};
-        Inference__SystemSharedMemoryStatusResponse__RegionsEntry **e =
-            arena_alloc(&a, (size_t)n * sizeof *e);
-        for (int i = 0; e && i < n; i++) {
-            Inference__SystemSharedMemoryStatusResponse__RegionsEntry *x =
-                arena_alloc(&a, sizeof *x);
-            Inference__SystemSharedMemoryStatusResponse__RegionStatus *v =
-                arena_alloc(&a, sizeof *v);
-            if (!x || !v) break;
-            inference__system_shared_memory_status_response__regions_entry__init(x);
-            inference__system_shared_memory_status_response__region_status__init(v);
-            v->name = st[i].name;
-            v->key = st[i].key;
-            v->offset = st[i].offset;
-            v->byte_size = st[i].byte_size;
-            x->key = st[i].name;
-            x->value = v;
-            e[i] = x;
-        }
-        Inference__SystemSharedMemoryStatusResponse out =
-            INFERENCE__SYSTEM_SHARED_MEMORY_STATUS_RESPONSE__INIT;
-        out.n_regions = (size_t)n;
-        out.regions = e;
-        pack(d, &a, &out.base, rep);
-        arena_free(&a);
-        rtx_free(st);
-    } else if (r) {
-        rtx_server_reply_err(rep, &err);
-    }
-    inference__system_shared_memory_status_request__free_unpacked(in, NULL);
-}
-
-void rtx__infer_system_shm_register(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                                    struct rtx_server_reply *rep) {
-    Inference__SystemSharedMemoryRegisterRequest *in =
-        unpack(&inference__system_shared_memory_register_request__descriptor, req, len, rep);
-    if (!in) return;
-    struct rtx_shm *r = shm_registry(d, rep);
-    struct rtx_err err = {0};
-    if (r) {
-        if (rtx_shm_register(r, in->name, in->key, in->offset, in->byte_size, &err) != 0) {
-            rtx_server_reply_err(rep, &err);
-        } else {
-            Inference__SystemSharedMemoryRegisterResponse out =
-                INFERENCE__SYSTEM_SHARED_MEMORY_REGISTER_RESPONSE__INIT;
-            rtx_server_reply_pack(rep, &out.base, 0);
-        }
-    }
-    inference__system_shared_memory_register_request__free_unpacked(in, NULL);
-}
-
-void rtx__infer_system_shm_unregister(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                                      struct rtx_server_reply *rep) {
-    Inference__SystemSharedMemoryUnregisterRequest *in =
-        unpack(&inference__system_shared_memory_unregister_request__descriptor, req, len, rep);
-    if (!in) return;
-    struct rtx_shm *r = shm_registry(d, rep);
-    struct rtx_err err = {0};
-    if (r) {
-        if (rtx_shm_unregister(r, in->name, &err) != 0) {
-            rtx_server_reply_err(rep, &err);
-        } else {
-            Inference__SystemSharedMemoryUnregisterResponse out =
-                INFERENCE__SYSTEM_SHARED_MEMORY_UNREGISTER_RESPONSE__INIT;
-            rtx_server_reply_pack(rep, &out.base, 0);
-        }
-    }
-    inference__system_shared_memory_unregister_request__free_unpacked(in, NULL);
-}
-
-static void unsupported(struct rtx_server_reply *rep, const char *what) {
-    rtx_server_reply_status(rep, GRPC_STATUS_UNIMPLEMENTED, "%s", what);
-}
-
-#define CUDA_SHM_MSG                                                                              \
-    "CUDA shared memory is not supported by rtxd: register system (POSIX) shared memory instead"
-
-void rtx__infer_cuda_shm_status(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                                struct rtx_server_reply *rep) {
-    unsupported(rep, CUDA_SHM_MSG);
-}
-
-void rtx__infer_cuda_shm_register(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                                  struct rtx_server_reply *rep) {
-    unsupported(rep, CUDA_SHM_MSG);
-}
-
-void rtx__infer_cuda_shm_unregister(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                                    struct rtx_server_reply *rep) {
-    unsupported(rep, CUDA_SHM_MSG);
-}
-
-void rtx__infer_trace_setting(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                              struct rtx_server_reply *rep) {
-    unsupported(rep, "request tracing is not supported by rtxd (its logs carry each request's "
-                     "x-request-id)");
-}
-
-void rtx__infer_log_settings(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                             struct rtx_server_reply *rep) {
-    unsupported(rep, "log settings are not changed through this service: set log.level and "
-                     "log.format in rtxd's config and send SIGHUP");
-}
-
-/* ------------------------------------------------------------------------------------------
- * Inference
- * ---------------------------------------------------------------------------------------- */
-
-struct out_spec {
-    bool typed;           /* binary_data = false: typed contents */
-    struct shm_param shm; /* shm.region NULL: not in shared memory */
-    void *addr;           /* the mapped region part */
-    struct rtx_shm_ref *ref;
-};
-
-/* One inference request in flight, from decoding to its answer. */
-struct infer_ctx {
-    atomic_int refs; /* the completion, the handler, one per input tensor over memory we hold */
-    struct rtx_daemon *d;
-    Inference__ModelInferRequest *req;
-    struct rtx_model *model;
-    int n_in;
-    struct rtx_infer_input in[RTX_MODEL_MAX_IO];
-    struct rtx_shm_ref *in_refs[RTX_MODEL_MAX_IO]; /* regions wrapped by input tensors */
-    int n_out;
-    const char *out_names[RTX_MODEL_MAX_IO];
-    struct out_spec out[RTX_MODEL_MAX_IO];
-    bool typed_default; /* request parameter binary_data_output = false */
-    /* the call: exactly one of these */
-    struct rtx_server_async *call;
-    struct rtx_server_bidi *stream;
-};
-
-static void ctx_unref(struct infer_ctx *c) {
-    if (atomic_fetch_sub(&c->refs, 1) != 1) return;
-    for (int i = 0; i < c->n_in; i++)
-        rtx_shm_ref_release(c->in_refs[i]);
-    for (int i = 0; i < c->n_out; i++)
-        rtx_shm_ref_release(c->out[i].ref);
-    rtx_model_unref(c->model);
-    if (c->req) inference__model_infer_request__free_unpacked(c->req, NULL);
-    rtx_free(c);
-}
-
-/* A wrapped input's release: the memory belongs to the context. */
-static void input_release(void *ctx, void *data) {
-    ctx_unref(ctx);
-}
-
-/* The element type's typed field name, for messages. */
-static const char *typed_field(enum rtx_dtype dt) {
-    switch (dt) {
-    case RTX_F32: return "fp32_contents";
-    case RTX_I8:
-    case RTX_I32: return "int_contents";
-    case RTX_I64: return "int64_contents";
-    case RTX_U8: return "uint_contents";
-    case RTX_BOOL: return "bool_contents";
-    default: return NULL; /* FP16, BF16: raw only */
-    }
-}
-
-/* The number of typed elements given in any field, and whether the right one is used. */
-static size_t typed_count(const Inference__InferTensorContents *tc, enum rtx_dtype dt,
-                          bool *right) {
-    size_t n_right = 0;
-    switch (dt) {
-    case RTX_F32: n_right = tc->n_fp32_contents; break;
-    case RTX_I8:
-    case RTX_I32: n_right = tc->n_int_contents; break;
-    case RTX_I64: n_right = tc->n_int64_contents; break;
-    case RTX_U8: n_right = tc->n_uint_contents; break;
-    case RTX_BOOL: n_right = tc->n_bool_contents; break;
-    default: break;
-    }
-    size_t all = tc->n_bool_contents + tc->n_int_contents + tc->n_int64_contents +
-                 tc->n_uint_contents + tc->n_uint64_contents + tc->n_fp32_contents +
-                 tc->n_fp64_contents + tc->n_bytes_contents;
-    *right = all == n_right;
-    return all;
-}
-
-/* Copies typed contents (count checked by the caller) into t. */
-static int typed_fill(const Inference__InferTensorContents *tc, struct rtx_tensor *t,
-                      const char *name, struct rtx_err *err) {
-    void *p = rtx_tensor_data(t);
-    int64_t n = rtx_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) {
-        switch (t->dtype) {
-        case RTX_F32: ((float *)p)[i] = tc->fp32_contents[i]; break;
-        case RTX_I32: ((int32_t *)p)[i] = tc->int_contents[i]; break;
-        case RTX_I64: ((int64_t *)p)[i] = tc->int64_contents[i]; break;
-        case RTX_BOOL: ((uint8_t *)p)[i] = tc->bool_contents[i] ? 1 : 0; break;
-        case RTX_I8:
-            if (tc->int_contents[i] < INT8_MIN || tc->int_contents[i] > INT8_MAX)
-                return rtx_err_set(err, RTX_EINVAL,
-                                   "input '%s': int_contents[%" PRId64 "] = %d is out of range "
-                                   "for INT8",
-                                   name, i, tc->int_contents[i]);
-            ((int8_t *)p)[i] = (int8_t)tc->int_contents[i];
-            break;
-        case RTX_U8:
-            if (tc->uint_contents[i] > UINT8_MAX)
-                return rtx_err_set(err, RTX_EINVAL,
-                                   "input '%s': uint_contents[%" PRId64 "] = %u is out of range "
-                                   "for UINT8",
-                                   name, i, tc->uint_contents[i]);
-            ((uint8_t *)p)[i] = (uint8_t)tc->uint_contents[i];
-            break;
-        default: return rtx_err_set(err, RTX_EINTERNAL, "typed contents for an unknown dtype");
-        }
-    }
-    return 0;
-}
-
-/* A tensor over data that the context keeps alive (copied when misaligned). */
-static int wrap_input(struct infer_ctx *c, enum rtx_dtype dt, int ndim, const int64_t *dims,
-                      void *data, size_t bytes, struct rtx_tensor **out, struct rtx_err *err) {
-    if ((uintptr_t)data % rtx_dtype_size(dt) != 0 || bytes == 0) {
-        int rc = rtx_tensor_new(dt, ndim, dims, out, err);
-        if (rc == 0 && bytes) memcpy(rtx_tensor_data(*out), data, bytes);
-        return rc;
-    }
-    atomic_fetch_add(&c->refs, 1);
-    int rc = rtx_tensor_wrap(dt, ndim, dims, data, bytes, input_release, c, out, err);
-    if (rc != 0) atomic_fetch_sub(&c->refs, 1);
-    return rc;
-}
-
-/* Decodes input i into c->in[i]. raw_next: the next unused raw_input_contents entry. */
-static int decode_input(struct infer_ctx *c, int i, size_t *raw_next, struct rtx_err *err) {
-    const Inference__ModelInferRequest *rq = c->req;
-    const Inference__ModelInferRequest__InferInputTensor *x = rq->inputs[i];
-    const char *name = x->name;
-    if (!name[0]) return rtx_err_set(err, RTX_EINVAL, "input %d has no name", i);
-    enum rtx_dtype dt;
-    if (rtx_kserve_dtype_from_name(x->datatype, &dt, err) != 0) {
-        rtx_err_prefix(err, "input '%s'", name);
-        return err->code = RTX_EINVAL; /* a bad request, whichever datatype it names */
-    }
-    if (x->n_shape > RTX_MAX_DIMS)
-        return rtx_err_set(err, RTX_EINVAL, "input '%s': %zu dimensions, at most %d", name,
-                           x->n_shape, RTX_MAX_DIMS);
-    int64_t numel = 1;
-    for (size_t k = 0; k < x->n_shape; k++) {
-        if (x->shape[k] < 0)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "input '%s': dimension %zu is negative (%" PRId64 ")", name, k,
-                               x->shape[k]);
-        if (x->shape[k] > 0 && numel > INT64_MAX / 16 / x->shape[k])
-            return rtx_err_set(err, RTX_ELIMIT, "input '%s': shape too large", name);
-        numel *= x->shape[k];
-    }
-    int ndim = (int)x->n_shape;
-    size_t bytes = (size_t)numel * rtx_dtype_size(dt);
-    char shape[96];
-    rtx_shape_str(dt, ndim, x->shape, shape, sizeof shape);
-
-    struct shm_param sp;
-    int has_shm = shm_param_get(x->n_parameters, x->parameters, "input", name, &sp, err);
-    if (has_shm < 0) return has_shm;
-    bool typed = x->contents != NULL;
-    struct rtx_tensor *t = NULL;
-    if (has_shm) {
-        if (typed)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "input '%s': contents given together with a shared-memory region",
-                               name);
-        if ((uint64_t)sp.byte_size != bytes)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "input '%s': shared_memory_byte_size is %" PRId64 " bytes, but %s "
-                               "takes %zu",
-                               name, sp.byte_size, shape, bytes);
-        if (!c->d->shm) return rtx_err_set(err, RTX_EUNAVAILABLE, "no shared-memory registry");
-        void *addr = NULL;
-        struct rtx_shm_ref *ref = NULL;
-        if (rtx_shm_map(c->d->shm, sp.region, (uint64_t)sp.offset, bytes, &addr, &ref, err) != 0)
-            return rtx_err_prefix(err, "input '%s'", name);
-        c->in_refs[i] = ref;
-        if (wrap_input(c, dt, ndim, x->shape, addr, bytes, &t, err) != 0) return err->code;
-    } else if (typed) {
-        bool right;
-        size_t n = typed_count(x->contents, dt, &right);
-        if (!typed_field(dt))
-            return rtx_err_set(err, RTX_EINVAL,
-                               "input '%s': %s has no typed contents; send it in "
-                               "raw_input_contents",
-                               name, x->datatype);
-        if (!right)
-            return rtx_err_set(err, RTX_EINVAL, "input '%s': datatype %s expects its data in %s",
-                               name, x->datatype, typed_field(dt));
-        if (n != (size_t)numel)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "input '%s': %zu elements in %s, but %s has %" PRId64, name, n,
-                               typed_field(dt), shape, numel);
-        if (rtx_tensor_new(dt, ndim, x->shape, &t, err) != 0) return err->code;
-        if (typed_fill(x->contents, t, name, err) != 0) {
-            rtx_tensor_unref(t);
-            return err->code;
-        }
-    } else {
-        size_t k = (*raw_next)++;
-        if (k >= rq->n_raw_input_contents)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "input '%s': no data: give it in raw_input_contents, in typed "
-                               "contents or in a shared-memory region",
-                               name);
-        const ProtobufCBinaryData *raw = &rq->raw_input_contents[k];
-        if (raw->len != bytes)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "input '%s': raw_input_contents[%zu] holds %zu bytes, but %s "
-                               "takes %zu",
-                               name, k, raw->len, shape, bytes);
-        if (wrap_input(c, dt, ndim, x->shape, raw->data, bytes, &t, err) != 0) return err->code;
-    }
-    c->in[i].name = name;
-    c->in[i].tensor = t;
-    return 0;
-}
-
-/* Decodes requested output i. */
-static int decode_output(struct infer_ctx *c, int i, struct rtx_err *err) {
-    const Inference__ModelInferRequest__InferRequestedOutputTensor *o = c->req->outputs[i];
-    if (!o->name[0]) return rtx_err_set(err, RTX_EINVAL, "requested output %d has no name", i);
-    c->out_names[i] = o->name;
-    struct out_spec *sp = &c->out[i];
-    sp->typed = c->typed_default;
-    const Inference__InferParameter *bd = PARAM(o, "binary_data");
-    if (bd) {
-        bool binary = true;
-        char what[200];
-        snprintf(what, sizeof what, "output '%s': binary_data", o->name);
-        if (param_bool(bd, what, &binary, err) != 0) return err->code;
-        sp->typed = !binary;
-    }
-    if (PARAM(o, "classification"))
-        return rtx_err_set(err, RTX_EINVAL,
-                           "output '%s': the classification extension is not supported by rtxd",
-                           o->name);
-    int has = shm_param_get(o->n_parameters, o->parameters, "output", o->name, &sp->shm, err);
-    if (has < 0) return has;
-    if (has) {
-        if (!c->d->shm) return rtx_err_set(err, RTX_EUNAVAILABLE, "no shared-memory registry");
-        if (rtx_shm_map(c->d->shm, sp->shm.region, (uint64_t)sp->shm.offset,
-                        (uint64_t)sp->shm.byte_size, &sp->addr, &sp->ref, err) != 0)
-            return rtx_err_prefix(err, "output '%s'", o->name);
-    }
-    return 0;
-}
-
-/* Typed contents of an output tensor (when its dtype has them). */
-static Inference__InferTensorContents *typed_contents(struct arena *a,
-                                                      const struct rtx_tensor *t) {
-    Inference__InferTensorContents *tc = arena_alloc(a, sizeof *tc);
-    if (!tc) return NULL;
-    inference__infer_tensor_contents__init(tc);
-    int64_t n = rtx_tensor_numel(t);
-    const void *p = rtx_tensor_data(t);
-    size_t un = (size_t)n;
-    switch (t->dtype) {
-    case RTX_F32:
-        tc->fp32_contents = arena_alloc(a, un * sizeof(float));
-        if (!tc->fp32_contents) return NULL;
-        if (un) memcpy(tc->fp32_contents, p, un * sizeof(float));
-        tc->n_fp32_contents = un;
-        break;
-    case RTX_I32:
-    case RTX_I8:
-        tc->int_contents = arena_alloc(a, un * sizeof(int32_t));
-        if (!tc->int_contents) return NULL;
-        for (size_t i = 0; i < un; i++)
-            tc->int_contents[i] =
-                t->dtype == RTX_I32 ? ((const int32_t *)p)[i] : ((const int8_t *)p)[i];
-        tc->n_int_contents = un;
-        break;
-    case RTX_I64:
-        tc->int64_contents = arena_alloc(a, un * sizeof(int64_t));
-        if (!tc->int64_contents) return NULL;
-        if (un) memcpy(tc->int64_contents, p, un * sizeof(int64_t));
-        tc->n_int64_contents = un;
-        break;
-    case RTX_U8:
-        tc->uint_contents = arena_alloc(a, un * sizeof(uint32_t));
-        if (!tc->uint_contents) return NULL;
-        for (size_t i = 0; i < un; i++)
-            tc->uint_contents[i] = ((const uint8_t *)p)[i];
-        tc->n_uint_contents = un;
-        break;
-    case RTX_BOOL:
-        tc->bool_contents = arena_alloc(a, un * sizeof(protobuf_c_boolean));
-        if (!tc->bool_contents) return NULL;
-        for (size_t i = 0; i < un; i++)
-            tc->bool_contents[i] = ((const uint8_t *)p)[i] != 0;
-        tc->n_bool_contents = un;
-        break;
-    default: return NULL;
-    }
-    return tc;
-}
-
-/* The spec of result output `name` (requested by name), or NULL when not requested. */
-static const struct out_spec *out_spec_of(const struct infer_ctx *c, const char *name) {
-    for (int i = 0; i < c->n_out; i++)
-        if (strcmp(c->out_names[i], name) == 0) return &c->out[i];
-    return NULL;
-}
-
-/* An output parameter entry (string or int64). */
-static Inference__ModelInferResponse__InferOutputTensor__ParametersEntry *
-out_param(struct arena *a, const char *key, const char *s, int64_t v) {
-    Inference__ModelInferResponse__InferOutputTensor__ParametersEntry *e =
-        arena_alloc(a, sizeof *e);
-    Inference__InferParameter *p = arena_alloc(a, sizeof *p);
-    if (!e || !p) return NULL;
-    inference__model_infer_response__infer_output_tensor__parameters_entry__init(e);
-    inference__infer_parameter__init(p);
-    if (s) {
-        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
-        p->string_param = (char *)s;
-    } else {
-        p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
-        p->int64_param = v;
-    }
-    e->key = (char *)key;
-    e->value = p;
-    return e;
-}
-
-/* Builds the ModelInferResponse of a successful result into *out (pointing into res, c and
- * a). Returns 0 or an error (an output larger than its shared-memory region). */
-static int build_response(struct infer_ctx *c, const struct rtx_infer_result *res, struct arena *a,
-                          Inference__ModelInferResponse *out, struct rtx_err *err) {
-    inference__model_infer_response__init(out);
-    out->model_name = (char *)res->model->name;
-    out->model_version = arena_printf(a, "%" PRId64, res->model->version);
-    out->id = (char *)(res->id ? res->id : c->req->id);
-    size_t n = res->n_outputs > 0 ? (size_t)res->n_outputs : 0;
-    Inference__ModelInferResponse__InferOutputTensor **os = arena_alloc(a, n * sizeof *os);
-    ProtobufCBinaryData *raw = arena_alloc(a, n * sizeof *raw);
-    if (!os || !raw) return rtx_err_set(err, RTX_ENOMEM, "out of memory building the reply");
-    bool any_raw = false;
-    for (size_t i = 0; i < n; i++) {
-        const struct rtx_tensor *t = res->outputs[i];
-        const struct out_spec *sp = out_spec_of(c, res->output_names[i]);
-        Inference__ModelInferResponse__InferOutputTensor *o = arena_alloc(a, sizeof *o);
-        if (!o) return rtx_err_set(err, RTX_ENOMEM, "out of memory building the reply");
-        inference__model_infer_response__infer_output_tensor__init(o);
-        o->name = (char *)res->output_names[i];
-        o->datatype = (char *)rtx_kserve_dtype_name(t->dtype);
-        o->n_shape = (size_t)t->ndim;
-        o->shape = (int64_t *)t->dims;
-        size_t bytes = rtx_tensor_nbytes(t);
-        if (sp && sp->shm.region) {
-            if (bytes > (uint64_t)sp->shm.byte_size)
-                return rtx_err_set(err, RTX_EINVAL,
-                                   "output '%s': shared_memory_byte_size is %" PRId64 " bytes, "
-                                   "too small for the %zu bytes of the result",
-                                   o->name, sp->shm.byte_size, bytes);
-            if (bytes) memcpy(sp->addr, rtx_tensor_data(t), bytes);
-            Inference__ModelInferResponse__InferOutputTensor__ParametersEntry **pe =
-                arena_alloc(a, 3 * sizeof *pe);
-            if (!pe) return rtx_err_set(err, RTX_ENOMEM, "out of memory building the reply");
-            pe[0] = out_param(a, "shared_memory_region", sp->shm.region, 0);
-            pe[1] = out_param(a, "shared_memory_byte_size", NULL, (int64_t)bytes);
-            pe[2] = out_param(a, "shared_memory_offset", NULL, sp->shm.offset);
-            o->n_parameters = 3;
-            o->parameters = pe;
-        } else if (sp && sp->typed && typed_field(t->dtype)) {
-            o->contents = typed_contents(a, t);
-        } else {
-            raw[i].data = rtx_tensor_data(t);
-            raw[i].len = bytes;
-            any_raw = true;
-        }
-        os[i] = o;
-    }
-    if (a->failed) return rtx_err_set(err, RTX_ENOMEM, "out of memory building the reply");
-    out->n_outputs = n;
-    out->outputs = os;
-    /* one entry per output (empty for shared memory) when any output travels raw */
-    out->n_raw_output_contents = any_raw ? n : 0;
-    out->raw_output_contents = raw;
-    return 0;
-}
-
-/* Answers the call or the stream message with an error. */
-static void answer_error(struct infer_ctx *c, const struct rtx_err *err);
-
-static void answer_stream(struct rtx_server_bidi *st, Inference__ModelInferResponse *resp,
-                          const char *error, int64_t max_bytes) {
-    Inference__ModelStreamInferResponse m = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
-    m.infer_response = resp;
-    m.error_message = (char *)(error ? error : "");
-    struct rtx_server_reply rep = {.code = GRPC_STATUS_OK};
-    rtx_server_reply_pack(&rep, &m.base, max_bytes);
-    if (rep.code != GRPC_STATUS_OK && resp) {
-        /* too large: answer this one message with the error instead */
-        answer_stream(st, NULL, rep.msg, 0);
-        return;
-    }
-    rtx_server_bidi_reply(st, rep.data, rep.len);
-}
-
-static void answer_error(struct infer_ctx *c, const struct rtx_err *err) {
-    const char *msg = err->msg[0] ? err->msg : rtx_strerror(err->code);
-    if (c->call) {
-        struct rtx_server_reply rep = {.code = GRPC_STATUS_OK};
-        rtx_server_reply_err(&rep, err);
-        rtx_server_async_finish(c->call, &rep);
-        return;
-    }
-    /* On a stream the error names the request, and infer_response carries its id and model
-     * so that a client can match the error to its request. */
-    Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
-    r.model_name = c->req->model_name;
-    r.model_version = c->req->model_version;
-    r.id = c->req->id;
-    char buf[sizeof err->msg + 160];
-    if (c->req->id[0]) {
-        snprintf(buf, sizeof buf, "request '%.128s': %s", c->req->id, msg);
-        msg = buf;
-    }
-    answer_stream(c->stream, &r, msg, 0);
-}
-
-/* The core's completion (a worker thread). */
-static void infer_done(void *ctx, const struct rtx_infer_result *res) {
-    struct infer_ctx *c = ctx;
-    struct rtx_err err = {0};
-    if (res->code != 0) {
-        rtx_err_set(&err, res->code, "%s", res->msg[0] ? res->msg : rtx_strerror(res->code));
-        answer_error(c, &err);
-        ctx_unref(c);
-        return;
-    }
-    struct arena a = {0};
-    Inference__ModelInferResponse resp;
-    int64_t max_bytes = rtx__daemon_max_reply_bytes(c->d);
-    if (build_response(c, res, &a, &resp, &err) != 0) {
-        answer_error(c, &err);
-    } else if (c->call) {
-        struct rtx_server_reply rep = {.code = GRPC_STATUS_OK};
-        rtx_server_reply_pack(&rep, &resp.base, max_bytes);
-        rtx_server_async_finish(c->call, &rep);
-    } else {
-        answer_stream(c->stream, &resp, NULL, max_bytes);
-    }
-    arena_free(&a);
-    ctx_unref(c);
-}
-
-/* Decodes the request, checks it and queues it. Returns 0 (the completion will answer) or an
- * error in err (nothing queued; the caller answers). c->req is set. */
-static int infer_start(struct infer_ctx *c, const volatile int *cancel, int64_t deadline_ns,
-                       struct rtx_err *err) {
-    Inference__ModelInferRequest *rq = c->req;
-    struct rtx_daemon *d = c->d;
-    if (!d->serving)
-        return rtx_err_set(err, RTX_EUNAVAILABLE,
-                           "rtxd serves no models: no model repository is configured (set "
-                           "models.repository)");
-    if (!rq->model_name[0]) return rtx_err_set(err, RTX_EINVAL, "the model name is empty");
-    int64_t version;
-    if (parse_version(rq->model_version, &version, err) != 0) return err->code;
-    if (rtx_serving_model_get(d->serving, rq->model_name, version, &c->model, err) != 0)
-        return err->code;
-    if (rq->n_inputs > RTX_MODEL_MAX_IO || rq->n_outputs > RTX_MODEL_MAX_IO)
-        return rtx_err_set(err, RTX_EINVAL, "%zu inputs and %zu outputs: at most %d each",
-                           rq->n_inputs, rq->n_outputs, RTX_MODEL_MAX_IO);
-
-    int priority = 0;
-    const Inference__InferParameter *p = PARAM(rq, "priority");
-    if (p) {
-        int64_t v = 0;
-        if (param_int(p, "parameter 'priority'", &v, err) != 0) return err->code;
-        if (v < 0 || v > INT32_MAX)
-            return rtx_err_set(err, RTX_EINVAL, "parameter 'priority' %" PRId64 " is out of range",
-                               v);
-        priority = (int)v;
-    }
-    const char *lane = NULL;
-    p = PARAM(rq, "lane");
-    if (p) {
-        if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM ||
-            !p->string_param || !p->string_param[0])
-            return rtx_err_set(err, RTX_EINVAL,
-                               "parameter 'lane' must name a lane (a non-empty string_param)");
-        lane = p->string_param;
-    }
-    p = PARAM(rq, "timeout");
-    if (p) {
-        int64_t us = 0;
-        if (param_int(p, "parameter 'timeout' (microseconds)", &us, err) != 0) return err->code;
-        if (us < 0)
-            return rtx_err_set(err, RTX_EINVAL, "parameter 'timeout' is negative (%" PRId64 ")",
-                               us);
-        if (us > 0 && us < INT64_MAX / 2000) {
-            int64_t t = now_ns() + us * 1000;
-            if (deadline_ns == 0 || t < deadline_ns) deadline_ns = t;
-        }
-    }
-    p = PARAM(rq, "binary_data_output");
-    if (p) {
-        bool binary = true;
-        if (param_bool(p, "parameter 'binary_data_output'", &binary, err) != 0) return err->code;
-        c->typed_default = !binary;
-    }
-
-    size_t raw_next = 0;
-    c->n_in = (int)rq->n_inputs;
-    for (int i = 0; i < c->n_in; i++)
-        if (decode_input(c, i, &raw_next, err) != 0) return err->code;
-    if (raw_next < rq->n_raw_input_contents)
-        return rtx_err_set(err, RTX_EINVAL,
-                           "%zu raw_input_contents given, but only %zu inputs take their data "
-                           "from it",
-                           rq->n_raw_input_contents, raw_next);
-    c->n_out = (int)rq->n_outputs;
-    for (int i = 0; i < c->n_out; i++)
-        if (decode_output(c, i, err) != 0) return err->code;
-
-    struct rtx_infer_request ir = {
-        .model = c->model,
-        .id = rq->id[0] ? rq->id : NULL,
-        .n_inputs = c->n_in,
-        .inputs = c->in,
-        .n_outputs = c->n_out,
-        .outputs = c->out_names,
-        .deadline_ns = deadline_ns,
-        .priority = priority,
-        .lane = lane,
-        .cancel = cancel,
-        .done = infer_done,
-        .ctx = c,
-    };
-    int rc = rtx_serving_infer(d->serving, &ir, err);
-    /* a batch above max_batch_size is a bad request to Triton, not an exhausted resource */
-    if (rc == RTX_ELIMIT) rc = err->code = RTX_EINVAL;
-    return rc;
-}
-
-/* Drops what the handler holds after rtx_serving_infer took its own references. */
-static void drop_inputs(struct infer_ctx *c) {
-    for (int i = 0; i < c->n_in; i++) {
-        rtx_tensor_unref(c->in[i].tensor);
-        c->in[i].tensor = NULL;
-    }
-}
-
-/* A new context for one request, or NULL when out of memory. refs = 2: the completion's and
- * the handler's (the completion may run, on a worker, before rtx_serving_infer returns). */
-static struct infer_ctx *ctx_new(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                                 struct rtx_err *err) {
-    struct infer_ctx *c = rtx_calloc(1, sizeof *c);
-    if (!c) {
-        rtx_err_set(err, RTX_ENOMEM, "out of memory for an inference request");
-        return NULL;
-    }
-    atomic_init(&c->refs, 2);
-    c->d = d;
-    c->req = inference__model_infer_request__unpack(NULL, len, req);
-    if (!c->req) {
-        rtx_free(c);
-        rtx_err_set(err, RTX_EINVAL, "malformed inference.ModelInferRequest");
-        return NULL;
-    }
-    return c;
-}
-
-void rtx__infer_model_infer(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                            struct rtx_server_async *call) {
-    struct rtx_err err = {0};
-    struct infer_ctx *c = ctx_new(d, req, len, &err);
-    if (!c) {
-        struct rtx_server_reply rep = {.code = GRPC_STATUS_OK};
-        rtx_server_reply_err(&rep, &err);
-        rtx_server_async_finish(call, &rep);
-        return;
-    }
-    c->call = call;
-    int rc = infer_start(c, rtx_server_async_cancel_flag(call), rtx_server_async_deadline_ns(call),
-                         &err);
-    drop_inputs(c);
-    if (rc != 0) {
-        answer_error(c, &err);
-        ctx_unref(c); /* the completion's: it will not run */
-    }
-    ctx_unref(c); /* the handler's */
-}
-
-void rtx__infer_model_stream_infer(struct rtx_daemon *d, const uint8_t *req, size_t len,
-                                   struct rtx_server_bidi *st) {
-    struct rtx_err err = {0};
-    struct infer_ctx *c = ctx_new(d, req, len, &err);
-    if (!c) {
-        answer_stream(st, NULL, err.msg, 0);
-        return;
-    }
-    c->stream = st;
-    int rc =
-        infer_start(c, rtx_server_bidi_cancel_flag(st), rtx_server_bidi_deadline_ns(st), &err);
-    drop_inputs(c);
-    if (rc != 0) {
-        answer_error(c, &err);
-        ctx_unref(c); /* the completion's: it will not run */
-    }
-    ctx_unref(c); /* the handler's */
 }

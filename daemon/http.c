@@ -1,6 +1,8 @@
 /*
  * http.c - rtxd's KServe v2 HTTP/REST server and Prometheus /metrics (daemon/http.h), on
- * libh2o over a libuv loop (rtxd's main loop, or one of its own on a thread).
+ * libh2o over a libuv loop (rtxd's main loop, or one of its own on a thread): answers, pending
+ * work and completions, connections, shutdown, start and stop. The endpoints and the routing
+ * are in http-endpoints.c; the structs both share are in http-impl.h.
  *
  * DESIGN
  * One thread runs the loop; the server's listener, connections, h2o context and timers live on
@@ -34,110 +36,16 @@
  * close callback ran, rtx_http_shutdown returns (a thread of the server's ends, and its loop
  * must then close with uv_loop_close returning 0).
  */
-#define H2O_USE_LIBUV 1
-#include "daemon/http.h"
+#include "daemon/http-impl.h"
 
-#include <h2o.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <uv.h>
 
+#include "daemon/daemon.h"
 #include "daemon/log.h"
-#include "daemon/metrics.h"
-#include "daemon/server.h"
-
-#define LINGER_MS 2000 /* after SHUT_RD, connections still open get SHUT_RDWR */
-#define WATCH_MS 20    /* period of the check for HTTP/1 clients gone mid-request */
-#define MAX_SEGMENTS 8 /* path segments routed */
-
-enum phase { PHASE_RUNNING, PHASE_DRAINING, PHASE_CLOSING, PHASE_DONE };
-
-enum pending_kind { PENDING_INFER, PENDING_LOAD, PENDING_UNLOAD };
-
-struct rtx_http;
-
-/* Lives in the h2o request's pool; dispose runs when h2o frees the request. */
-struct req_link {
-    struct pending *p;
-};
-
-struct pending {
-    struct rtx_http *h;
-    enum pending_kind kind;
-    struct pending *prev, *next; /* in h->inflight (loop thread) */
-    struct pending *next_done;   /* in h->done (under h->mu) */
-    h2o_req_t *req;              /* NULL once the client went away */
-    struct req_link *link;
-    struct conn *conn;           /* HTTP/1 inference: its connection, until that closes */
-    volatile int cancel;
-    struct rtx_http_infer *q; /* PENDING_INFER; freed by the completion */
-    uv_work_t work;           /* PENDING_LOAD, PENDING_UNLOAD */
-    char *model, *config_json;
-    struct rtx_err err;
-    int rc;
-    /* the answer */
-    int status;
-    char *body; /* rtx_malloc'ed */
-    size_t len;
-    int64_t header_len; /* -1: JSON only */
-};
-
-struct conn {
-    uv_tcp_t tcp; /* first: the close callback gets its address */
-    struct rtx_http *h;
-    struct conn *prev, *next;
-    struct sockaddr_storage peer; /* the client's address, to find the conn of a request */
-    int peer_len;
-};
-
-struct handler {
-    h2o_handler_t super;
-    struct rtx_http *h;
-};
-
-struct rtx_http {
-    struct rtx_daemon *d;
-    uv_loop_t *loop;     /* &own_loop, or the caller's */
-    uv_loop_t own_loop;  /* run by `thread` when the caller gave no loop */
-    bool own_thread;
-    uv_thread_t thread;
-    bool shut;           /* rtx_http_shutdown completed */
-    uv_tcp_t listener;
-    uv_async_t wake;
-    uv_timer_t grace_timer, linger_timer, watch_timer;
-    h2o_globalconf_t config;
-    h2o_context_t ctx;
-    h2o_accept_ctx_t accept_ctx;
-
-    pthread_mutex_t mu; /* guards the fields up to finished */
-    pthread_cond_t finished_cv;
-    struct pending *done_head, *done_tail;
-    bool stop_requested;
-    int grace_ms;
-    bool wake_closed;
-    bool finished; /* every handle closed: the loop no longer needs this server */
-
-    /* loop thread only */
-    enum phase phase;
-    int n_closing; /* handles closed whose callback has not run yet */
-    struct pending *inflight;
-    int n_inflight;
-    struct conn *conns;
-    int n_conns;
-};
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* ------------------------------------------------------------------------------------------
  * Answers
@@ -156,8 +64,8 @@ static const char *reason_phrase(int status) {
     }
 }
 
-static void respond(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len,
-                    int64_t header_len) {
+void rtx__http_respond(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len,
+                       int64_t header_len) {
     req->res.status = status;
     req->res.reason = reason_phrase(status);
     req->res.content_length = body ? len : 0;
@@ -181,32 +89,32 @@ static void respond(h2o_req_t *req, int status, const char *ctype, const char *b
     h2o_send_inline(req, body ? body : "", body ? len : 0);
 }
 
-static void respond_error(h2o_req_t *req, int status, const char *msg) {
+void rtx__http_respond_error(h2o_req_t *req, int status, const char *msg) {
     size_t len = 0;
     char *body = rtx__http_error_json(msg, &len);
     if (!body) {
         static const char oom[] = "{\"error\":\"out of memory\"}";
-        respond(req, 500, "application/json", oom, sizeof oom - 1, -1);
+        rtx__http_respond(req, 500, "application/json", oom, sizeof oom - 1, -1);
         return;
     }
-    respond(req, status, "application/json", body, len, -1);
+    rtx__http_respond(req, status, "application/json", body, len, -1);
     rtx_free(body);
 }
 
-static void respond_errf(h2o_req_t *req, int status, const char *fmt, ...)
+void rtx__http_respond_errf(h2o_req_t *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static void respond_errf(h2o_req_t *req, int status, const char *fmt, ...) {
+void rtx__http_respond_errf(h2o_req_t *req, int status, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    respond_error(req, status, msg);
+    rtx__http_respond_error(req, status, msg);
 }
 
-static void respond_err(h2o_req_t *req, const struct rtx_err *err) {
-    respond_error(req, rtx__http_status_from_err(err->code),
-                  err->msg[0] ? err->msg : rtx_strerror(err->code));
+void rtx__http_respond_err(h2o_req_t *req, const struct rtx_err *err) {
+    rtx__http_respond_error(req, rtx__http_status_from_err(err->code),
+                            err->msg[0] ? err->msg : rtx_strerror(err->code));
 }
 
 /* The filter on the host's fallback path (h2o's own error answers): a 413 gets rtxd's JSON
@@ -262,18 +170,18 @@ static void body_limit_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t *
 }
 
 /* Answers with j (taken) as JSON. */
-static void respond_json(h2o_req_t *req, int status, json_t *j) {
+void rtx__http_respond_json(h2o_req_t *req, int status, json_t *j) {
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!s) {
-        respond_error(req, 500, "cannot encode the answer as JSON (out of memory, or a name "
+        rtx__http_respond_error(req, 500,
+                                "cannot encode the answer as JSON (out of memory, or a name "
                                 "that is not UTF-8)");
         return;
     }
-    respond(req, status, "application/json", s, strlen(s), -1);
+    rtx__http_respond(req, status, "application/json", s, strlen(s), -1);
     free(s);
 }
-
 /* ------------------------------------------------------------------------------------------
  * Pending work and completions
  * ---------------------------------------------------------------------------------------- */
@@ -287,7 +195,7 @@ static void on_req_dispose(void *arg) {
     l->p = NULL;
 }
 
-static struct pending *pending_new(struct rtx_http *h, h2o_req_t *req, enum pending_kind kind) {
+struct pending *rtx__http_pending_new(struct rtx_http *h, h2o_req_t *req, enum pending_kind kind) {
     struct pending *p = rtx_calloc(1, sizeof *p);
     if (!p) return NULL;
     struct req_link *l = h2o_mem_alloc_shared(&req->pool, sizeof *l, on_req_dispose);
@@ -304,10 +212,10 @@ static struct pending *pending_new(struct rtx_http *h, h2o_req_t *req, enum pend
     return p;
 }
 
-static void check_progress(struct rtx_http *h);
+void rtx__http_check_progress(struct rtx_http *h);
 
 /* Loop thread: unlinks p, answers its client if still there, frees it. */
-static void pending_finish(struct pending *p) {
+void rtx__http_pending_finish(struct pending *p) {
     struct rtx_http *h = p->h;
     if (p->prev)
         p->prev->next = p->next;
@@ -318,8 +226,8 @@ static void pending_finish(struct pending *p) {
     if (p->link) p->link->p = NULL;
     if (p->req) {
         const char *ctype = p->header_len >= 0 ? "application/octet-stream" : "application/json";
-        respond(p->req, p->status, p->status == 200 && p->len == 0 ? NULL : ctype, p->body,
-                p->len, p->header_len);
+        rtx__http_respond(p->req, p->status, p->status == 200 && p->len == 0 ? NULL : ctype,
+                          p->body, p->len, p->header_len);
     }
     rtx__http_infer_free(p->q);
     rtx_free(p->body);
@@ -329,7 +237,7 @@ static void pending_finish(struct pending *p) {
 }
 
 /* Sets p's answer to an error. */
-static void pending_error(struct pending *p, int status, const char *msg) {
+void rtx__http_pending_error(struct pending *p, int status, const char *msg) {
     rtx_free(p->body);
     p->status = status;
     p->header_len = -1;
@@ -341,7 +249,7 @@ static void pending_error(struct pending *p, int status, const char *msg) {
 }
 
 /* The connection of an HTTP/1 request, by the peer address; NULL when not found. */
-static struct conn *conn_of(struct rtx_http *h, h2o_req_t *req) {
+struct conn *rtx__http_conn_of(struct rtx_http *h, h2o_req_t *req) {
     if (req->version >= 0x200 || !req->conn->callbacks->get_peername) return NULL;
     struct sockaddr_storage sa;
     memset(&sa, 0, sizeof sa);
@@ -353,7 +261,7 @@ static struct conn *conn_of(struct rtx_http *h, h2o_req_t *req) {
 }
 
 /* Raises the cancel flag of HTTP/1 inferences whose client closed its connection. */
-static void on_watch(uv_timer_t *t) {
+void rtx__http_on_watch(uv_timer_t *t) {
     struct rtx_http *h = t->data;
     bool any = false;
     for (struct pending *p = h->inflight; p; p = p->next) {
@@ -371,17 +279,17 @@ static void on_watch(uv_timer_t *t) {
 }
 
 /* A worker thread: render, queue for the loop. */
-static void on_infer_done(void *ctx, const struct rtx_infer_result *res) {
+void rtx__http_on_infer_done(void *ctx, const struct rtx_infer_result *res) {
     struct pending *p = ctx;
     struct rtx_http *h = p->h;
     if (res->code != 0) {
-        pending_error(p, rtx__http_status_from_err(res->code),
-                      res->msg[0] ? res->msg : rtx_strerror(res->code));
+        rtx__http_pending_error(p, rtx__http_status_from_err(res->code),
+                                res->msg[0] ? res->msg : rtx_strerror(res->code));
     } else {
         struct rtx_http_body b;
         struct rtx_err err = {0};
         if (rtx__http_infer_render(p->q, res, &b, &err) != 0) {
-            pending_error(p, rtx__http_status_from_err(err.code), err.msg);
+            rtx__http_pending_error(p, rtx__http_status_from_err(err.code), err.msg);
         } else {
             p->status = 200;
             p->body = b.data;
@@ -414,604 +322,12 @@ static void on_wake(uv_async_t *a) {
     pthread_mutex_unlock(&h->mu);
     while (p) {
         struct pending *next = p->next_done;
-        pending_finish(p);
+        rtx__http_pending_finish(p);
         p = next;
     }
     if (stop && h->phase == PHASE_RUNNING) begin_shutdown(h, grace);
-    check_progress(h);
+    rtx__http_check_progress(h);
 }
-
-/* ------------------------------------------------------------------------------------------
- * JSON helpers
- * ---------------------------------------------------------------------------------------- */
-
-static json_t *io_json(const struct rtx_model_io *io, int max_batch_size) {
-    json_t *shape = json_array();
-    if (max_batch_size > 0) json_array_append_new(shape, json_integer(-1));
-    for (int d = 0; d < io->ndim; d++)
-        json_array_append_new(shape, json_integer(io->dims[d]));
-    return json_pack("{s:s,s:s,s:o}", "name", io->name, "datatype",
-                     rtx_kserve_dtype_name(io->dtype), "shape", shape);
-}
-
-static json_t *duration_json(const struct rtx_stat_duration *d) {
-    return json_pack("{s:I,s:I}", "count", (json_int_t)d->count, "ns", (json_int_t)d->ns);
-}
-
-static json_t *stats_json(const struct rtx_model_stats *st, int n) {
-    json_t *arr = json_array();
-    for (int i = 0; arr && i < n; i++) {
-        const struct rtx_model_stats *s = &st[i];
-        char version[32];
-        snprintf(version, sizeof version, "%" PRId64, s->version);
-        json_t *zero = json_pack("{s:i,s:i}", "count", 0, "ns", 0);
-        json_t *inf = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "success",
-                                duration_json(&s->success), "fail", duration_json(&s->fail),
-                                "queue", duration_json(&s->queue), "compute_input",
-                                duration_json(&s->compute_input), "compute_infer",
-                                duration_json(&s->compute_infer), "compute_output",
-                                duration_json(&s->compute_output), "cache_hit", zero,
-                                "cache_miss", json_deep_copy(zero));
-        json_t *batches = json_array();
-        for (int k = 0; batches && k < s->n_batch_stats; k++) {
-            const struct rtx_batch_stat *b = &s->batch_stats[k];
-            json_array_append_new(
-                batches, json_pack("{s:i,s:o,s:o,s:o}", "batch_size", b->batch_size,
-                                   "compute_input", duration_json(&b->compute_input),
-                                   "compute_infer", duration_json(&b->compute_infer),
-                                   "compute_output", duration_json(&b->compute_output)));
-        }
-        json_t *m = json_pack("{s:s,s:s,s:I,s:I,s:I,s:o,s:o}", "name", s->name, "version",
-                              version, "last_inference", (json_int_t)s->last_inference_ms,
-                              "inference_count", (json_int_t)s->inference_count,
-                              "execution_count", (json_int_t)s->execution_count,
-                              "inference_stats", inf, "batch_stats", batches);
-        if (!m || json_array_append_new(arr, m) != 0) {
-            json_decref(arr);
-            return NULL;
-        }
-    }
-    return arr ? json_pack("{s:o}", "model_stats", arr) : NULL;
-}
-
-/* Parses the optional JSON body of a POST; *root NULL for an empty body. false: answered. */
-static bool body_json(h2o_req_t *req, json_t **root) {
-    *root = NULL;
-    if (!req->entity.base || req->entity.len == 0) return true;
-    json_error_t jerr;
-    *root = json_loadb(req->entity.base, req->entity.len, 0, &jerr);
-    if (!*root) {
-        respond_errf(req, 400, "malformed JSON in the request body: %s (line %d, column %d)",
-                     jerr.text, jerr.line, jerr.column);
-        return false;
-    }
-    if (!json_is_object(*root)) {
-        json_decref(*root);
-        *root = NULL;
-        respond_error(req, 400, "the request body must be a JSON object");
-        return false;
-    }
-    return true;
-}
-
-/* ------------------------------------------------------------------------------------------
- * Endpoints
- * ---------------------------------------------------------------------------------------- */
-
-static bool server_ready(struct rtx_daemon *d) {
-    if (atomic_load(&d->draining)) return false;
-    return !d->serving || rtx_serving_ready(d->serving);
-}
-
-static void get_server_metadata(h2o_req_t *req) {
-    json_t *ext = json_pack("[s,s,s,s,s,s]", "model_repository", "model_configuration",
-                            "system_shared_memory", "binary_tensor_data", "statistics",
-                            "schedule_policy");
-    respond_json(req, 200,
-                 json_pack("{s:s,s:s,s:o}", "name", "rtxd", "version", RTX_VERSION,
-                           "extensions", ext));
-}
-
-/* A reference to model `name` version `version`, or an answer and NULL. */
-static struct rtx_model *model_get(struct rtx_http *h, h2o_req_t *req, const char *name,
-                                   int64_t version) {
-    struct rtx_err err = {0};
-    struct rtx_model *m = NULL;
-    if (!h->d->serving) {
-        respond_errf(req, 404, "unknown model '%s': no model repository is configured "
-                               "(models.repository)", name);
-        return NULL;
-    }
-    if (rtx_serving_model_get(h->d->serving, name, version, &m, &err) != 0) {
-        respond_err(req, &err);
-        return NULL;
-    }
-    return m;
-}
-
-static void get_model_metadata(struct rtx_http *h, h2o_req_t *req, const char *name,
-                               int64_t version) {
-    struct rtx_model *m = model_get(h, req, name, version);
-    if (!m) return;
-    const struct rtx_model_info *mi = rtx_model_info(m);
-    char v[32];
-    snprintf(v, sizeof v, "%" PRId64, mi->version);
-    json_t *in = json_array(), *out = json_array();
-    for (int i = 0; i < mi->n_inputs; i++)
-        json_array_append_new(in, io_json(&mi->inputs[i], mi->max_batch_size));
-    for (int i = 0; i < mi->n_outputs; i++)
-        json_array_append_new(out, io_json(&mi->outputs[i], mi->max_batch_size));
-    json_t *j = json_pack("{s:s,s:[s],s:s,s:o,s:o}", "name", mi->name, "versions", v,
-                          "platform", mi->platform, "inputs", in, "outputs", out);
-    rtx_model_unref(m);
-    respond_json(req, 200, j);
-}
-
-static void get_model_ready(struct rtx_http *h, h2o_req_t *req, const char *name,
-                            int64_t version) {
-    struct rtx_model *m = model_get(h, req, name, version);
-    if (!m) return;
-    rtx_model_unref(m);
-    respond(req, 200, NULL, NULL, 0, -1);
-}
-
-static void get_model_config(struct rtx_http *h, h2o_req_t *req, const char *name,
-                             int64_t version) {
-    struct rtx_model *m = model_get(h, req, name, version);
-    if (!m) return;
-    char *cfg = rtx_model_config_json(m);
-    rtx_model_unref(m);
-    if (!cfg) {
-        respond_error(req, 500, "out of memory");
-        return;
-    }
-    respond(req, 200, "application/json", cfg, strlen(cfg), -1);
-    rtx_free(cfg);
-}
-
-static void get_model_stats(struct rtx_http *h, h2o_req_t *req, const char *name,
-                            int64_t version) {
-    struct rtx_model_stats *st = NULL;
-    int n = 0;
-    struct rtx_err err = {0};
-    if (!h->d->serving) {
-        if (name) {
-            respond_errf(req, 404, "unknown model '%s': no model repository is configured",
-                         name);
-            return;
-        }
-        respond_json(req, 200, stats_json(NULL, 0));
-        return;
-    }
-    if (rtx_serving_stats(h->d->serving, name, version, &st, &n, &err) != 0) {
-        respond_err(req, &err);
-        return;
-    }
-    json_t *j = stats_json(st, n);
-    rtx_free(st);
-    respond_json(req, 200, j);
-}
-
-static void post_infer(struct rtx_http *h, h2o_req_t *req, const char *name, int64_t version) {
-    ssize_t ce = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_ENCODING, -1);
-    if (ce >= 0 && !h2o_lcstris(req->headers.entries[ce].value.base,
-                                req->headers.entries[ce].value.len, H2O_STRLIT("identity"))) {
-        respond_errf(req, 400, "Content-Encoding '%.*s' is not supported: send the body "
-                               "uncompressed",
-                     (int)req->headers.entries[ce].value.len, req->headers.entries[ce].value.base);
-        return;
-    }
-    int64_t header_len = -1;
-    ssize_t hi = h2o_find_header_by_str(&req->headers,
-                                        H2O_STRLIT("inference-header-content-length"), -1);
-    if (hi >= 0) {
-        const h2o_iovec_t *v = &req->headers.entries[hi].value;
-        char buf[32];
-        char *end = NULL;
-        if (v->len == 0 || v->len >= sizeof buf) goto bad_header;
-        memcpy(buf, v->base, v->len);
-        buf[v->len] = '\0';
-        long long x = strtoll(buf, &end, 10);
-        if (*end != '\0' || x < 0) goto bad_header;
-        header_len = x;
-    }
-    struct rtx_model *m = model_get(h, req, name, version);
-    if (!m) return;
-    struct rtx_err err = {0};
-    struct rtx_http_infer *q = NULL;
-    if (rtx__http_infer_parse(req->entity.base, req->entity.base ? req->entity.len : 0,
-                              header_len, h->d->shm, &q, &err) != 0) {
-        rtx_model_unref(m);
-        respond_err(req, &err);
-        return;
-    }
-    struct pending *p = pending_new(h, req, PENDING_INFER);
-    if (!p) {
-        rtx_model_unref(m);
-        rtx__http_infer_free(q);
-        respond_error(req, 500, "out of memory");
-        return;
-    }
-    p->q = q;
-    p->conn = conn_of(h, req);
-    if (p->conn && !uv_is_active((uv_handle_t *)&h->watch_timer))
-        uv_timer_start(&h->watch_timer, on_watch, WATCH_MS, WATCH_MS);
-    struct rtx_infer_request r = {
-        .model = m,
-        .id = q->id,
-        .n_inputs = q->n_inputs,
-        .inputs = q->inputs,
-        .n_outputs = q->n_outputs,
-        .outputs = q->output_names,
-        .deadline_ns = q->timeout_us > 0 ? now_ns() + q->timeout_us * 1000 : 0,
-        .priority = q->priority,
-        .lane = q->lane,
-        .cancel = &p->cancel,
-        .done = on_infer_done,
-        .ctx = p,
-    };
-    int rc = rtx_serving_infer(h->d->serving, &r, &err);
-    rtx_model_unref(m);
-    if (rc != 0) {
-        /* the callback will not run: answer now */
-        pending_error(p, rtx__http_status_from_err(rc), err.msg[0] ? err.msg : rtx_strerror(rc));
-        pending_finish(p);
-    }
-    return;
-bad_header:
-    respond_error(req, 400, "Inference-Header-Content-Length must be a non-negative integer");
-}
-
-/* --- repository --- */
-
-static void post_repository_index(struct rtx_http *h, h2o_req_t *req) {
-    json_t *body;
-    if (!body_json(req, &body)) return;
-    json_t *ready = body ? json_object_get(body, "ready") : NULL;
-    if (ready && !json_is_boolean(ready)) {
-        json_decref(body);
-        respond_error(req, 400, "\"ready\" must be true or false");
-        return;
-    }
-    bool ready_only = ready && json_is_true(ready);
-    json_decref(body);
-    json_t *arr = json_array();
-    if (!h->d->serving) {
-        respond_json(req, 200, arr);
-        return;
-    }
-    struct rtx_model_index_entry *idx = NULL;
-    int n = 0;
-    struct rtx_err err = {0};
-    if (rtx_serving_index(h->d->serving, ready_only, &idx, &n, &err) != 0) {
-        json_decref(arr);
-        respond_err(req, &err);
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        json_t *e = json_pack("{s:s,s:s,s:s}", "name", idx[i].name, "state",
-                              rtx_model_state_name(idx[i].state), "reason", idx[i].reason);
-        if (e && idx[i].version > 0) {
-            char v[32];
-            snprintf(v, sizeof v, "%" PRId64, idx[i].version);
-            json_object_set_new(e, "version", json_string(v));
-        }
-        json_array_append_new(arr, e);
-    }
-    rtx_free(idx);
-    respond_json(req, 200, arr);
-}
-
-static void repo_work(uv_work_t *w) {
-    struct pending *p = w->data;
-    struct rtx_serving *s = p->h->d->serving;
-    if (p->kind == PENDING_LOAD)
-        p->rc = rtx_serving_load(s, p->model, p->config_json, &p->err);
-    else
-        p->rc = rtx_serving_unload(s, p->model, &p->err);
-}
-
-static void repo_after(uv_work_t *w, int status) {
-    struct pending *p = w->data;
-    struct rtx_http *h = p->h;
-    if (status != 0)
-        pending_error(p, 500, "the operation was canceled");
-    else if (p->rc != 0)
-        pending_error(p, rtx__http_status_from_err(p->rc),
-                      p->err.msg[0] ? p->err.msg : rtx_strerror(p->rc));
-    else
-        p->status = 200;
-    pending_finish(p);
-    check_progress(h);
-}
-
-static void post_repository_model(struct rtx_http *h, h2o_req_t *req, const char *name,
-                                  bool load) {
-    if (!h->d->serving) {
-        respond_errf(req, 400, "cannot %s '%s': no model repository is configured "
-                               "(models.repository)", load ? "load" : "unload", name);
-        return;
-    }
-    json_t *body;
-    if (!body_json(req, &body)) return;
-    const char *config = NULL;
-    json_t *params = body ? json_object_get(body, "parameters") : NULL;
-    if (params) {
-        if (!json_is_object(params)) {
-            json_decref(body);
-            respond_error(req, 400, "\"parameters\" must be an object");
-            return;
-        }
-        const char *key;
-        json_t *v;
-        json_object_foreach(params, key, v) {
-            if (strncmp(key, "file:", 5) == 0) {
-                respond_errf(req, 400, "load parameter '%s': model files in the request are "
-                                       "not supported; put them in the repository", key);
-                json_decref(body);
-                return;
-            }
-            if (strcmp(key, "config") == 0) {
-                if (!load || !json_is_string(v)) {
-                    json_decref(body);
-                    respond_error(req, 400, load ? "parameter \"config\" must be a string "
-                                                   "holding the model's config JSON"
-                                                 : "parameter \"config\" is for load only");
-                    return;
-                }
-                config = json_string_value(v);
-            }
-        }
-    }
-    struct pending *p = pending_new(h, req, load ? PENDING_LOAD : PENDING_UNLOAD);
-    if (p) {
-        p->model = rtx_strdup(name);
-        p->config_json = config ? rtx_strdup(config) : NULL;
-    }
-    json_decref(body);
-    if (!p || !p->model || (config && !p->config_json)) {
-        if (p) {
-            p->status = 500;
-            pending_finish(p); /* answers 500 with an empty body */
-        } else {
-            respond_error(req, 500, "out of memory");
-        }
-        return;
-    }
-    p->work.data = p;
-    int rc = uv_queue_work(h->loop, &p->work, repo_work, repo_after);
-    if (rc != 0) {
-        pending_error(p, 500, uv_strerror(rc));
-        pending_finish(p);
-    }
-}
-
-/* --- shared memory --- */
-
-static void get_shm_status(struct rtx_http *h, h2o_req_t *req, const char *region) {
-    struct rtx_shm_status *st = NULL;
-    int n = 0;
-    struct rtx_err err = {0};
-    if (rtx_shm_list(h->d->shm, region, &st, &n, &err) != 0) {
-        respond_err(req, &err);
-        return;
-    }
-    json_t *arr = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:I,s:I}", "name", st[i].name, "key",
-                                             st[i].key, "offset", (json_int_t)st[i].offset,
-                                             "byte_size", (json_int_t)st[i].byte_size));
-    rtx_free(st);
-    respond_json(req, 200, arr);
-}
-
-static void post_shm_register(struct rtx_http *h, h2o_req_t *req, const char *region) {
-    json_t *body;
-    if (!body_json(req, &body)) return;
-    json_t *key = body ? json_object_get(body, "key") : NULL;
-    json_t *off = body ? json_object_get(body, "offset") : NULL;
-    json_t *size = body ? json_object_get(body, "byte_size") : NULL;
-    if (!json_is_string(key) || (off && (!json_is_integer(off) || json_integer_value(off) < 0)) ||
-        !json_is_integer(size) || json_integer_value(size) <= 0) {
-        json_decref(body);
-        respond_errf(req, 400, "register '%s': the body must be {\"key\": string, \"offset\": "
-                               "integer >= 0, \"byte_size\": integer > 0}", region);
-        return;
-    }
-    struct rtx_err err = {0};
-    int rc = rtx_shm_register(h->d->shm, region, json_string_value(key),
-                              off ? (uint64_t)json_integer_value(off) : 0,
-                              (uint64_t)json_integer_value(size), &err);
-    json_decref(body);
-    if (rc != 0) {
-        /* a key that cannot be opened or mapped is the client's mistake, as in Triton */
-        respond_error(req, rc == RTX_EIO ? 400 : rtx__http_status_from_err(rc), err.msg);
-        return;
-    }
-    respond(req, 200, NULL, NULL, 0, -1);
-}
-
-static void post_shm_unregister(struct rtx_http *h, h2o_req_t *req, const char *region) {
-    struct rtx_err err = {0};
-    if (rtx_shm_unregister(h->d->shm, region, &err) != 0) {
-        respond_err(req, &err);
-        return;
-    }
-    respond(req, 200, NULL, NULL, 0, -1);
-}
-
-static void get_metrics(struct rtx_http *h, h2o_req_t *req) {
-    char *text = NULL;
-    size_t len = 0;
-    struct rtx_err err = {0};
-    if (rtx_metrics_render(h->d, &text, &len, &err) != 0) {
-        respond_err(req, &err);
-        return;
-    }
-    respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, -1);
-    rtx_free(text);
-}
-
-/* ------------------------------------------------------------------------------------------
- * Routing
- * ---------------------------------------------------------------------------------------- */
-
-struct route {
-    int n;
-    char seg[MAX_SEGMENTS][160];
-};
-
-/* Splits the normalized path into segments; false when too many or too long. */
-static bool split_path(const h2o_iovec_t *path, struct route *r) {
-    r->n = 0;
-    size_t i = 0;
-    while (i < path->len) {
-        while (i < path->len && path->base[i] == '/')
-            i++;
-        if (i == path->len) break;
-        size_t j = i;
-        while (j < path->len && path->base[j] != '/')
-            j++;
-        if (r->n == MAX_SEGMENTS || j - i >= sizeof r->seg[0]) return false;
-        memcpy(r->seg[r->n], path->base + i, j - i);
-        r->seg[r->n][j - i] = '\0';
-        r->n++;
-        i = j;
-    }
-    return true;
-}
-
-static bool seg_is(const struct route *r, int i, const char *s) {
-    return i < r->n && strcmp(r->seg[i], s) == 0;
-}
-
-/* Whether the method is `want`; else answers 405 and returns false. */
-static bool method_is(h2o_req_t *req, const char *want) {
-    size_t n = strlen(want);
-    if (req->method.len == n && memcmp(req->method.base, want, n) == 0) return true;
-    if (strcmp(want, "GET") == 0 && h2o_memis(req->method.base, req->method.len,
-                                              H2O_STRLIT("HEAD")))
-        return true;
-    respond_errf(req, 405, "%.*s is not allowed on %.*s; use %s", (int)req->method.len,
-                 req->method.base, (int)req->path_normalized.len, req->path_normalized.base,
-                 want);
-    return false;
-}
-
-static bool parse_version(h2o_req_t *req, const char *s, int64_t *out) {
-    char *end = NULL;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v <= 0) {
-        respond_errf(req, 400, "model version '%s' is not a positive integer", s);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-static void not_found(h2o_req_t *req) {
-    respond_errf(req, 404, "no such endpoint: %.*s %.*s", (int)req->method.len, req->method.base,
-                 (int)req->path_normalized.len, req->path_normalized.base);
-}
-
-/* /v2/models/{m}[/versions/{v}][/action] */
-static void route_model(struct rtx_http *h, h2o_req_t *req, const struct route *r) {
-    const char *name = r->seg[2];
-    int64_t version = 0;
-    int at = 3;
-    if (seg_is(r, 3, "versions")) {
-        if (r->n < 5) return not_found(req);
-        if (!parse_version(req, r->seg[4], &version)) return;
-        at = 5;
-    }
-    if (r->n == at) {
-        if (method_is(req, "GET")) get_model_metadata(h, req, name, version);
-        return;
-    }
-    if (r->n != at + 1) return not_found(req);
-    const char *action = r->seg[at];
-    if (strcmp(action, "ready") == 0) {
-        if (method_is(req, "GET")) get_model_ready(h, req, name, version);
-    } else if (strcmp(action, "config") == 0) {
-        if (method_is(req, "GET")) get_model_config(h, req, name, version);
-    } else if (strcmp(action, "stats") == 0) {
-        if (method_is(req, "GET")) get_model_stats(h, req, name, version);
-    } else if (strcmp(action, "infer") == 0) {
-        if (method_is(req, "POST")) post_infer(h, req, name, version);
-    } else {
-        not_found(req);
-    }
-}
-
-static void route_shm(struct rtx_http *h, h2o_req_t *req, const struct route *r) {
-    if (r->n == 3 && seg_is(r, 2, "status")) {
-        if (method_is(req, "GET")) get_shm_status(h, req, NULL);
-    } else if (r->n == 3 && seg_is(r, 2, "unregister")) {
-        if (method_is(req, "POST")) post_shm_unregister(h, req, NULL);
-    } else if (r->n == 5 && seg_is(r, 2, "region")) {
-        const char *region = r->seg[3];
-        if (seg_is(r, 4, "status")) {
-            if (method_is(req, "GET")) get_shm_status(h, req, region);
-        } else if (seg_is(r, 4, "register")) {
-            if (method_is(req, "POST")) post_shm_register(h, req, region);
-        } else if (seg_is(r, 4, "unregister")) {
-            if (method_is(req, "POST")) post_shm_unregister(h, req, region);
-        } else {
-            not_found(req);
-        }
-    } else {
-        not_found(req);
-    }
-}
-
-static int on_req(h2o_handler_t *self, h2o_req_t *req) {
-    struct rtx_http *h = ((struct handler *)self)->h;
-    struct route r;
-    if (!split_path(&req->path_normalized, &r)) {
-        not_found(req);
-        return 0;
-    }
-    if (r.n == 1 && seg_is(&r, 0, "metrics")) {
-        if (method_is(req, "GET")) get_metrics(h, req);
-        return 0;
-    }
-    if (!seg_is(&r, 0, "v2")) {
-        not_found(req);
-        return 0;
-    }
-    if (r.n == 1) {
-        if (method_is(req, "GET")) get_server_metadata(req);
-    } else if (r.n == 3 && seg_is(&r, 1, "health") && seg_is(&r, 2, "live")) {
-        if (method_is(req, "GET")) respond(req, 200, NULL, NULL, 0, -1);
-    } else if (r.n == 3 && seg_is(&r, 1, "health") && seg_is(&r, 2, "ready")) {
-        if (!method_is(req, "GET")) return 0;
-        if (server_ready(h->d))
-            respond(req, 200, NULL, NULL, 0, -1);
-        else
-            respond_error(req, 503, atomic_load(&h->d->draining)
-                                        ? "rtxd is shutting down"
-                                        : "rtxd is not ready: a model loaded at start is not "
-                                          "READY (see POST /v2/repository/index)");
-    } else if (r.n == 3 && seg_is(&r, 1, "models") && seg_is(&r, 2, "stats")) {
-        if (method_is(req, "GET")) get_model_stats(h, req, NULL, 0);
-    } else if (r.n >= 3 && seg_is(&r, 1, "models")) {
-        route_model(h, req, &r);
-    } else if (r.n == 3 && seg_is(&r, 1, "repository") && seg_is(&r, 2, "index")) {
-        if (method_is(req, "POST")) post_repository_index(h, req);
-    } else if (r.n == 5 && seg_is(&r, 1, "repository") && seg_is(&r, 2, "models") &&
-               (seg_is(&r, 4, "load") || seg_is(&r, 4, "unload"))) {
-        if (method_is(req, "POST")) post_repository_model(h, req, r.seg[3], seg_is(&r, 4, "load"));
-    } else if (seg_is(&r, 1, "systemsharedmemory")) {
-        route_shm(h, req, &r);
-    } else if (seg_is(&r, 1, "cudasharedmemory")) {
-        respond_error(req, 400, "CUDA shared memory is not supported by rtxd; register a "
-                                "system shared-memory region (/v2/systemsharedmemory) instead");
-    } else {
-        not_found(req);
-    }
-    return 0;
-}
-
 /* ------------------------------------------------------------------------------------------
  * Connections
  * ---------------------------------------------------------------------------------------- */
@@ -1031,7 +347,7 @@ static void on_conn_closed(uv_handle_t *hd) {
     if (c->next) c->next->prev = c->prev;
     h->n_conns--;
     rtx_free(c);
-    check_progress(h);
+    rtx__http_check_progress(h);
 }
 
 static void on_unaccepted_closed(uv_handle_t *hd) {
@@ -1109,7 +425,7 @@ static void begin_shutdown(struct rtx_http *h, int grace_ms) {
 }
 
 /* Advances the shutdown as far as the pendings and connections allow. */
-static void check_progress(struct rtx_http *h) {
+void rtx__http_check_progress(struct rtx_http *h) {
     if (h->phase == PHASE_DRAINING && h->n_inflight == 0) {
         h->phase = PHASE_CLOSING;
         uv_timer_stop(&h->grace_timer);
@@ -1255,7 +571,7 @@ int rtx_http_start(const struct rtx_http_options *opt, struct rtx_http **out, in
         h2o_config_register_host(&h->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
     struct handler *hd = (struct handler *)h2o_create_handler(path, sizeof *hd);
-    hd->super.on_req = on_req;
+    hd->super.on_req = rtx__http_on_req;
     hd->h = h;
     struct body_limit_filter *bl =
         (struct body_limit_filter *)h2o_create_filter(&host->fallback_path, sizeof *bl);

@@ -35,7 +35,7 @@
 #include "serving/serving.h"
 #include "runtime/runtime.h"
 
-struct rtx_daemon; /* daemon/server.h */
+struct rtx_daemon; /* daemon/daemon.h */
 struct uv_loop_s;  /* uv.h */
 
 /* ------------------------------------------------------------------------------------------

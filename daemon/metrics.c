@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "daemon/server.h"
+#include "daemon/daemon.h"
 
 struct sbuf {
     char *data;

@@ -18,7 +18,7 @@
 
 #include "runtime/runtime.h"
 
-struct rtx_daemon; /* daemon/server.h */
+struct rtx_daemon; /* daemon/daemon.h */
 
 /* The whole exposition as an rtx_malloc'ed NUL-terminated string (*len bytes, without the
  * NUL). Every metric family has its # HELP and # TYPE lines, families appear once, and every

@@ -1,11 +1,12 @@
 /*
- * server.h - internal header of rtxd's RPC layer: the gRPC C core server (server.c), the
+ * server.h - internal header of rtxd's RPC layer: the gRPC C core server (server*.c), the
  * rtx.v1.Jobs and rtx.v1.Admin handlers (handlers-jobs.c, handlers-admin.c), the
- * inference.GRPCInferenceService handlers (handlers-infer.c) and the daemon state they share
- * with main.c. Only daemon/ and the unit tests include it.
+ * inference.GRPCInferenceService handlers (handlers-infer*.c). The daemon state they share with
+ * main.c and the HTTP server is in daemon/daemon.h, which this header includes. Only daemon/
+ * and the unit tests include it.
  *
  * DESIGN
- * server.c owns everything gRPC: completion-queue threads, the static method table, call
+ * server*.c own everything gRPC: completion-queue threads, the static method table, call
  * state machines, request ids, deadlines and shutdown. Handlers never see a grpc_call: a unary
  * handler gets the request bytes and fills a struct rtx_server_reply (a status, a message and,
  * on success, a serialized reply); the streaming handler (Jobs.Wait) gets a stream it feeds
@@ -20,71 +21,11 @@
 
 #include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/config.h"
-#include "daemon/jobs.h"
-#include "daemon/shm.h"
-#include "kernels/cuda/backend-cuda.h"
-#include "serving/serving.h"
-#include "store/store.h"
-
-#define RTX_VERSION "0.1.0"
-
-/* The build id: `git describe` passed by the Makefile, else "dev". */
-#ifndef RTX_BUILD_ID
-#define RTX_BUILD_ID "dev"
-#endif
-
-/* ------------------------------------------------------------------------------------------
- * Daemon state shared by main.c and the handlers
- * ---------------------------------------------------------------------------------------- */
-
-struct rtx_daemon {
-    struct rtx_config *cfg; /* read under cfg_lock; SIGHUP writes under it */
-    pthread_rwlock_t cfg_lock;
-    struct rtx_store *store;
-    struct rtx_jobs *jobs;
-    int64_t started_ms;   /* unix ms */
-    char cpu_name[128];   /* /proc/cpuinfo "model name" */
-    int64_t memory_bytes; /* physical memory, bytes */
-    /* CUDA devices found at start (main.c fills it before the server starts; read-only after;
-     * rtx__daemon_close frees it). Their health while serving comes from the job manager. */
-    struct rtx_cuda_devices gpus;
-    /* Inference serving (serving/serving.h) and the clients' shared-memory regions
-     * (daemon/shm.h), shared by the KServe v2 gRPC service and the HTTP server; serving is
-     * NULL when no model repository is configured. */
-    struct rtx_serving *serving;
-    struct rtx_shm *shm;
-
-    atomic_bool draining;     /* Submit answers UNAVAILABLE once set */
-    pthread_mutex_t drain_mu; /* guards the fields below */
-    bool drain_begun;
-    int drain_running, drain_queued; /* what rtx_jobs_drain reported */
-    int drain_grace_ms;              /* grace of the drain that began first */
-
-    /* Called (from a CQ thread) after Admin.Drain began a drain; main.c hands it to its loop
-     * with uv_async_send. */
-    void (*on_drain)(struct rtx_daemon *d);
-    void *on_drain_ctx;
-};
-
-/* Fills the fields that do not depend on main.c's objects (locks, start time, CPU name and
- * memory). cfg, store, jobs, gpus and on_drain are set by the caller afterwards. */
-int rtx__daemon_init(struct rtx_daemon *d, struct rtx_err *err);
-void rtx__daemon_close(struct rtx_daemon *d);
-/* server.max_message_bytes as it stands now (read under cfg_lock; SIGHUP may change it), the
- * bound of a reply's size; 0 without a config. */
-int64_t rtx__daemon_max_reply_bytes(struct rtx_daemon *d);
-
-/* Begins a drain (stop admitting, stop starting queued jobs) once: the first call runs
- * rtx_jobs_drain and records its counts and grace_ms; every call returns those counts and the
- * recorded grace. Returns true for the call that began it. Thread-safe. */
-bool rtx__daemon_drain_begin(struct rtx_daemon *d, int grace_ms, int *running, int *queued,
-                             int *grace_used);
+#include "daemon/daemon.h"
 
 /* ------------------------------------------------------------------------------------------
  * The server
@@ -239,7 +180,7 @@ void rtx__daemon_admin_pools(struct rtx_daemon *d, const uint8_t *req, size_t le
 void rtx__daemon_admin_lanes(struct rtx_daemon *d, const uint8_t *req, size_t len,
                              struct rtx_server_reply *rep);
 
-/* inference.GRPCInferenceService (handlers-infer.c): the KServe v2 / Triton gRPC service. */
+/* inference.GRPCInferenceService (handlers-infer*.c): the KServe v2 / Triton gRPC service. */
 #define RTX_INFER_UNARY(X)                                                                      \
     X(ServerLive, server_live)                                                                  \
     X(ServerReady, server_ready)                                                                \

@@ -17,9 +17,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "daemon/daemon.h"
 #include "daemon/http.h"
 #include "daemon/metrics.h"
-#include "daemon/server.h"
 
 static int parse(const char *body, int64_t hlen, struct rtx_shm *shm, struct rtx_http_infer **q,
                  struct rtx_err *err) {
