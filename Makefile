@@ -105,8 +105,6 @@ DAEMON_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard daemon/*.c))
 JOBS_OBJ    := $(filter $(BUILD)/obj/daemon/jobs-%.o,$(DAEMON_OBJ))
 # daemon objects without main(), linked into the unit tests
 DAEMON_LIB_OBJ := $(filter-out $(BUILD)/obj/daemon/main.o,$(DAEMON_OBJ))
-# the job manager (daemon/jobs-*.c), linked alone by the GPU jobs tests
-JOBS_OBJ := $(filter $(BUILD)/obj/daemon/jobs-%.o,$(DAEMON_OBJ))
 CLIENT_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard client/*.c))
 # client/rtxctl/: the operator CLI, one file per command family
 RTXCTL_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard client/rtxctl/*.c))
