@@ -108,12 +108,6 @@ static int shm_param_get(size_t n, void *entries, const char *kind, const char *
     return 1;
 }
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* ------------------------------------------------------------------------------------------
  * Inference
  * ---------------------------------------------------------------------------------------- */
@@ -608,7 +602,7 @@ static int infer_start(struct infer_ctx *c, const volatile int *cancel, int64_t 
             return rtx_err_set(err, RTX_EINVAL, "parameter 'timeout' is negative (%" PRId64 ")",
                                us);
         if (us > 0 && us < INT64_MAX / 2000) {
-            int64_t t = now_ns() + us * 1000;
+            int64_t t = rtx_mono_ns() + us * 1000;
             if (deadline_ns == 0 || t < deadline_ns) deadline_ns = t;
         }
     }

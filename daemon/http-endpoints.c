@@ -16,12 +16,6 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* ------------------------------------------------------------------------------------------
  * JSON helpers
  * ---------------------------------------------------------------------------------------- */
@@ -248,7 +242,7 @@ static void post_infer(struct rtx_http *h, h2o_req_t *req, const char *name, int
         .inputs = q->inputs,
         .n_outputs = q->n_outputs,
         .outputs = q->output_names,
-        .deadline_ns = q->timeout_us > 0 ? now_ns() + q->timeout_us * 1000 : 0,
+        .deadline_ns = q->timeout_us > 0 ? rtx_mono_ns() + q->timeout_us * 1000 : 0,
         .priority = q->priority,
         .lane = q->lane,
         .cancel = &p->cancel,

@@ -358,18 +358,11 @@ struct rtx_jobs {
 
 /* The scheduler's clock, ns: CLOCK_MONOTONIC, or the test hook. */
 static inline int64_t sched_now(void) {
-    if (rtx__jobs_clock_hook) return rtx__jobs_clock_hook();
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return rtx__jobs_clock_hook ? rtx__jobs_clock_hook() : rtx_mono_ns();
 }
 
 /* CLOCK_MONOTONIC in ns (run times are measured on it, whatever the scheduler's clock). */
-static inline int64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+static inline int64_t mono_ns(void) { return rtx_mono_ns(); }
 
 /* An absolute CLOCK_MONOTONIC time ms from now, for pthread_cond_timedwait. */
 static inline struct timespec mono_after(int64_t ms) {
@@ -390,11 +383,7 @@ static inline int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static inline int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static inline int64_t mono_ms(void) { return rtx_mono_ns() / 1000000; }
 
 static inline uint64_t hash_id(const char *s) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */

@@ -398,14 +398,7 @@ void rtx_jobs_wait_idle(struct rtx_jobs *j, int grace_ms) {
     while (j->n_running > 0) {
         int64_t left = end - mono_ms();
         if (left <= 0) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += left / 1000;
-        ts.tv_nsec += (left % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = mono_after(left);
         pthread_cond_timedwait(&j->idle_cv, &j->mu, &ts);
     }
     int n = j->n_running > 0 ? rtx__jobs_interrupt_running(j) : 0;

@@ -468,11 +468,7 @@ int rtx_plan_value_shape(const struct rtx_plan *p, int value, enum rtx_dtype *dt
 
 const char *rtx_plan_capture_note(const struct rtx_plan *p) { return p->rp_note; }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+static double now_ms(void) { return (double)rtx_mono_ns() / 1e6; }
 
 /* A fresh device tensor of the value's planned shape (for graph outputs). */
 static int new_device_tensor(struct rtx_backend *be, const struct rtx__shape *s,

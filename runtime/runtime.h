@@ -198,6 +198,10 @@ void *rtx_tensor_data(const struct rtx_tensor *t);     /* address of element 0 *
 const char *rtx_shape_str(enum rtx_dtype dt, int ndim, const int64_t *dims, char *buf,
                           size_t len);
 
+/* CLOCK_MONOTONIC in nanoseconds: the one clock the daemon, serving, jobs and the executor
+ * measure durations and deadlines on (runtime/clock.c). */
+int64_t rtx_mono_ns(void);
+
 /* A deterministic generator of test and benchmark data (xorshift64* seeded through
  * splitmix64, so every seed, 0 too, gives a good stream). */
 struct rtx_rng {

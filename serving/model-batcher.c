@@ -91,7 +91,7 @@ static void fail_list(struct request *dead, int code) {
     while (dead) {
         struct request *next = dead->next;
         char msg[256];
-        int c = code ? code : rtx__request_dead(dead, rtx__now_ns(), msg, sizeof msg);
+        int c = code ? code : rtx__request_dead(dead, rtx_mono_ns(), msg, sizeof msg);
         if (code) snprintf(msg, sizeof msg, "server shutting down");
         if (!c) { /* only dead requests are listed: the flag was seen up */
             c = RTX_ECANCELED;
@@ -183,7 +183,7 @@ static bool gather(struct rtx_model *m, struct request **batch, int *nb, int *to
                    struct request **dead) {
     const struct rtx_model_info *info = &m->cfg.info;
     struct request *prev = NULL, *r = m->head;
-    int64_t now = rtx__now_ns();
+    int64_t now = rtx_mono_ns();
     char msg[8];
     while (r && *total < info->max_batch_size) {
         struct request *next = r->next;
@@ -272,7 +272,7 @@ void *rtx__model_worker(void *arg) {
     pthread_mutex_lock(&m->mu);
     for (;;) {
         struct request *dead = NULL;
-        int64_t now = rtx__now_ns();
+        int64_t now = rtx_mono_ns();
         if (m->stopping && m->fail_queued && m->n_queued > 0) {
             take_all(m, now, &dead);
             pthread_mutex_unlock(&m->mu);
@@ -313,7 +313,7 @@ void *rtx__model_worker(void *arg) {
             for (;;) {
                 bool full = gather(m, in->batch, &nb, &total, &dead);
                 if (full || m->stopping || cut_to_preferred(m, in->batch, &nb, &total)) break;
-                if (rtx__now_ns() >= until) break;
+                if (rtx_mono_ns() >= until) break;
                 cond_wait_until(&m->cv, &m->mu, until);
             }
             m->gathering = false;

@@ -90,7 +90,7 @@ void rtx__instance_run_batch(struct instance *in, struct request **batch, int nb
     struct rtx_tensor **outs = rtx_calloc((size_t)g->n_outputs + 1, sizeof *outs);
     struct rtx_err err = {0};
     int rc = 0;
-    int64_t t0 = rtx__now_ns();
+    int64_t t0 = rtx_mono_ns();
     if (!outs) rc = rtx_err_set(&err, RTX_ENOMEM, "out of memory running a batch");
     for (int i = 0; i < info->n_inputs && rc == 0; i++) {
         int gi = m->graph_in[i];
@@ -110,9 +110,9 @@ void rtx__instance_run_batch(struct instance *in, struct request **batch, int nb
             dst += bytes;
         }
     }
-    int64_t t1 = rtx__now_ns();
+    int64_t t1 = rtx_mono_ns();
     if (rc == 0) rc = rtx__instance_execute(in, ins, outs, nb == 1 ? batch[0]->cancel : NULL, &err);
-    int64_t t2 = rtx__now_ns();
+    int64_t t2 = rtx_mono_ns();
     for (int j = 0; j < info->n_outputs && rc == 0 && info->max_batch_size > 0; j++) {
         const struct rtx_tensor *t = outs[m->graph_out[j]];
         if (t->ndim < 1 || t->dims[0] != total)
@@ -142,7 +142,7 @@ void rtx__instance_run_batch(struct instance *in, struct request **batch, int nb
         }
         row0 += r->batch;
     }
-    int64_t t3 = rtx__now_ns();
+    int64_t t3 = rtx_mono_ns();
     if (rc == 0) { /* counted before the callbacks, so an answered client sees its figures */
         pthread_mutex_lock(&m->stats->mu);
         struct rtx_model_stats *st = &m->stats->st;

@@ -160,7 +160,7 @@ int rtx_serving_infer(struct rtx_serving *s, const struct rtx_infer_request *req
     r->cancel = req->cancel;
     r->done = req->done;
     r->ctx = req->ctx;
-    r->t_enqueue = rtx__now_ns();
+    r->t_enqueue = rtx_mono_ns();
     pthread_mutex_lock(&m->mu);
     int lane = -1;
     if (m->stopping) {

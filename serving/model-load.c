@@ -295,7 +295,7 @@ int rtx__model_reconfigure(struct rtx_model *m, const struct rtx_sched_config *s
     const struct rtx_sched_config *cur = rtx_sched_config(m->sched);
     sc.executors = cur->executors; /* fixed at load, as its instances are */
     sc.max_running = cur->max_running;
-    int rc = rtx_sched_reconfigure(m->sched, &sc, rtx__now_ns(), err);
+    int rc = rtx_sched_reconfigure(m->sched, &sc, rtx_mono_ns(), err);
     pthread_mutex_unlock(&m->mu);
     if (rc)
         rtx_err_prefix(err, "model '%s' version %lld", m->cfg.info.name,
@@ -308,7 +308,7 @@ int rtx__model_reconfigure(struct rtx_model *m, const struct rtx_sched_config *s
 static int make_scheduler(struct rtx_model *m, const struct rtx__model_load_opts *o,
                           struct rtx_err *err) {
     struct rtx_sched_config sc = version_sched_config(m, o->sched);
-    int rc = rtx_sched_new(&sc, rtx__now_ns(), &m->sched, err);
+    int rc = rtx_sched_new(&sc, rtx_mono_ns(), &m->sched, err);
     if (rc) {
         rtx_err_prefix(err, "model '%s' version %lld", m->cfg.info.name,
                        (long long)m->cfg.info.version);

@@ -17,12 +17,6 @@
 #include "runtime/mem-pool.h"
 #include "serving/model-impl.h"
 
-int64_t rtx__now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 int64_t rtx__unix_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -94,7 +88,7 @@ void rtx__request_fail(struct request *r, int code, const char *msg) {
         pthread_mutex_lock(&m->mu);
         rtx_sched_finish(m->sched, r->handle,
                          code == RTX_ECANCELED ? RTX_SCHED_CANCELLED : RTX_SCHED_FAILED, 0,
-                         rtx__now_ns());
+                         rtx_mono_ns());
         r->handle = 0;
         pthread_cond_broadcast(&m->cv); /* a running slot is free */
         pthread_mutex_unlock(&m->mu);
@@ -103,7 +97,7 @@ void rtx__request_fail(struct request *r, int code, const char *msg) {
         .code = code,
         .id = r->id,
         .model = &m->cfg.info,
-        .queue_ns = rtx__now_ns() - r->t_enqueue,
+        .queue_ns = rtx_mono_ns() - r->t_enqueue,
     };
     snprintf(res.msg, sizeof res.msg, "%s", msg);
     rtx__stats_fail(m->stats, failure_of(code), res.queue_ns);

@@ -166,8 +166,7 @@ const struct rtx__model_config *rtx__model_config(const struct rtx_model *m);
 /* Counts a request refused before queuing (bad input, queue full) in the statistics. */
 void rtx__stats_reject(struct rtx__stats_rec *r);
 
-/* Monotonic and wall clocks, nanoseconds / unix milliseconds. */
-int64_t rtx__now_ns(void);
+/* The wall clock, unix milliseconds (the monotonic one is rtx_mono_ns). */
 int64_t rtx__unix_ms(void);
 
 #endif /* RTX_SERVING_SERVING_IMPL_H */

@@ -500,7 +500,7 @@ static void release_versions(struct rtx_serving *s, struct rtx_model **ms, int n
         rtx__model_stop(ms[i], fail_queued);
         if (s->store) cost_take(&costs, ms[i], false);
         if (st) {
-            rtx__model_lanes(ms[i], rtx__now_ns(), st);
+            rtx__model_lanes(ms[i], rtx_mono_ns(), st);
             pthread_mutex_lock(&s->mu);
             for (int l = 0; l < st->n_lanes && l < RTX_SCHED_MAX_LANES; l++)
                 for (int c = 0; c < RTX_SCHED_CTR_COUNT; c++)
@@ -755,14 +755,14 @@ static void *poll_main(void *arg) {
     struct rtx_serving *s = arg;
     const int64_t poll_ns = (int64_t)s->poll_ms * 1000000, save_ns = COST_SAVE_MS * 1000000LL;
     bool polls = s->control == RTX_MODEL_CONTROL_POLL, saves = s->store != NULL;
-    int64_t next_poll = polls ? rtx__now_ns() + poll_ns : INT64_MAX;
-    int64_t next_save = saves ? rtx__now_ns() + save_ns : INT64_MAX;
+    int64_t next_poll = polls ? rtx_mono_ns() + poll_ns : INT64_MAX;
+    int64_t next_save = saves ? rtx_mono_ns() + save_ns : INT64_MAX;
     pthread_mutex_lock(&s->mu);
     while (!s->stopping) {
         int64_t until = next_poll < next_save ? next_poll : next_save;
         struct timespec ts = {.tv_sec = until / 1000000000, .tv_nsec = until % 1000000000};
         pthread_cond_timedwait(&s->poll_cv, &s->mu, &ts);
-        int64_t now = rtx__now_ns();
+        int64_t now = rtx_mono_ns();
         bool poll = now >= next_poll, save = now >= next_save;
         if (s->stopping || (!poll && !save)) continue;
         pthread_mutex_unlock(&s->mu);
@@ -773,8 +773,8 @@ static void *poll_main(void *arg) {
         if (poll && !stopping) poll_pass(s);
         if (save && !stopping) costs_save_loaded(s);
         pthread_mutex_unlock(&s->op_mu);
-        if (poll) next_poll = rtx__now_ns() + poll_ns;
-        if (save) next_save = rtx__now_ns() + save_ns;
+        if (poll) next_poll = rtx_mono_ns() + poll_ns;
+        if (save) next_save = rtx_mono_ns() + save_ns;
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -1158,7 +1158,7 @@ void rtx_serving_lanes(struct rtx_serving *s, struct rtx_sched_stats *out) {
     memset(out, 0, sizeof *out);
     if (!s) return;
     struct rtx_sched_stats *st = rtx_malloc(sizeof *st);
-    int64_t now = rtx__now_ns();
+    int64_t now = rtx_mono_ns();
     out->batch_delay_factor = 1.0;
     pthread_mutex_lock(&s->mu); /* s->sched changes on a reload */
     out->n_lanes = s->sched.n_lanes;

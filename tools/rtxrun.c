@@ -554,11 +554,7 @@ static void report_text(const struct run *r, struct timing tm) {
  * Main
  * ---------------------------------------------------------------------------------------- */
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+static double now_ms(void) { return (double)rtx_mono_ns() / 1e6; }
 
 static void unref_all(struct rtx_tensor **ts, int n) {
     for (int i = 0; ts && i < n; i++) {

@@ -783,7 +783,7 @@ START_TEST(batching_merges_splits_and_matches_unbatched) {
     struct call on[N_BATCH], off[N_BATCH];
     struct rtx_err err = {0};
     const int rows[N_BATCH] = {1, 2, 1, 1, 2, 1}; /* 8 rows in all */
-    int64_t t0 = rtx__now_ns();
+    int64_t t0 = rtx_mono_ns();
     for (int i = 0; i < N_BATCH; i++) {
         call_init(&on[i]);
         call_init(&off[i]);
@@ -800,7 +800,7 @@ START_TEST(batching_merges_splits_and_matches_unbatched) {
         ck_assert(memcmp(on[i].z, off[i].z, sizeof(float) * 4 * (size_t)rows[i]) == 0);
         check_scale(&on[i], rows[i], (float)i, 1.0f);
     }
-    ck_assert_int_lt(rtx__now_ns() - t0, 2000000000LL); /* did not wait for the delay */
+    ck_assert_int_lt(rtx_mono_ns() - t0, 2000000000LL); /* did not wait for the delay */
     struct rtx_model_stats st = get_stats(f.s, "batched");
     ck_assert_int_eq(st.execution_count, 1);
     ck_assert_int_eq(st.inference_count, 8);
@@ -961,10 +961,10 @@ START_TEST(batching_waits_at_most_the_queue_delay) {
     struct call c;
     call_init(&c);
     struct rtx_err err = {0};
-    int64_t t0 = rtx__now_ns();
+    int64_t t0 = rtx_mono_ns();
     ck_assert(submit(f.s, "delay", 1, 1.0f, &c, 0, NULL, &err) == 0);
     call_wait(&c);
-    int64_t waited = rtx__now_ns() - t0;
+    int64_t waited = rtx_mono_ns() - t0;
     check_scale(&c, 1, 1.0f, 1.0f);
     ck_assert_int_eq(c.batch_size, 1);
     ck_assert_int_ge(c.queue_ns, 55000000);
@@ -1058,9 +1058,9 @@ START_TEST(queue_bound_deadline_and_cancel) {
     ck_assert(submit(f.s, "scale", 1, 0.0f, &gate, 0, NULL, &err) == 0);
     call_wait_entered(&gate); /* the only worker is busy now */
     volatile int cancel = 0;
-    ck_assert(submit(f.s, "scale", 1, 1.0f, &exp, rtx__now_ns() + 1000000, NULL, &err) == 0);
+    ck_assert(submit(f.s, "scale", 1, 1.0f, &exp, rtx_mono_ns() + 1000000, NULL, &err) == 0);
     ck_assert(submit(f.s, "scale", 1, 2.0f, &can, 0, &cancel, &err) == 0);
-    ck_assert(submit(f.s, "scale", 1, 3.0f, &ok, rtx__now_ns() + 60000000000LL, NULL, &err) == 0);
+    ck_assert(submit(f.s, "scale", 1, 3.0f, &ok, rtx_mono_ns() + 60000000000LL, NULL, &err) == 0);
     ck_assert_int_eq(submit(f.s, "scale", 1, 4.0f, &full, 0, NULL, &err), RTX_EUNAVAILABLE);
     ck_assert(strstr(err.msg, "queue full"));
     struct rtx_model_stats st = get_stats(f.s, "scale");
@@ -1403,7 +1403,7 @@ START_TEST(lanes_dispatch_in_deadline_and_lane_order) {
     struct seq_call a[3], b, c;
     struct rtx_err err = {0};
     atomic_store(&seq_next, 0);
-    int64_t now = rtx__now_ns();
+    int64_t now = rtx_mono_ns();
     for (int i = 0; i < 3; i++) {
         call_init(&a[i].c);
         ck_assert(submit_lane(f.s, "scale", 1, (float)i, on_done_seq, &a[i], 0, 3, NULL,
@@ -1461,12 +1461,12 @@ START_TEST(lanes_cancel_and_expiry_leave_the_queue) {
     req.cancel = NULL;
     req.ctx = &exp;
     req.priority = 2;
-    req.deadline_ns = rtx__now_ns() + 2000000; /* 2 ms */
+    req.deadline_ns = rtx_mono_ns() + 2000000; /* 2 ms */
     ck_assert_msg(rtx_serving_infer(f.s, &req, &err) == 0, "%s", err.msg);
     struct call late;
     call_init(&late);
     req.ctx = &late;
-    req.deadline_ns = rtx__now_ns() - 1; /* passed already: expired, not an overload */
+    req.deadline_ns = rtx_mono_ns() - 1; /* passed already: expired, not an overload */
     ck_assert_int_eq(rtx_serving_infer(f.s, &req, &err), RTX_EEXPIRED);
     ck_assert(strstr(err.msg, "before the request could be queued"));
     ck_assert_int_eq(get_stats(f.s, "scale").failures[RTX_INFER_FAIL_EXPIRED], 1);
@@ -1535,7 +1535,7 @@ START_TEST(lanes_brownout_shortens_the_batching_delay) {
     ck_assert_int_eq(submit_lane(f.s, "scale", 1, 9.0f, on_done, &shed, 0, 3, NULL, &err),
                      RTX_EOVERLOAD);
     ck_assert(strstr(err.msg, "shed"));
-    int64_t t0 = rtx__now_ns();
+    int64_t t0 = rtx_mono_ns();
     call_open_gate(&gate);
     call_wait(&gate);
     for (int i = 0; i < 2; i++) {
@@ -1544,7 +1544,7 @@ START_TEST(lanes_brownout_shortens_the_batching_delay) {
         ck_assert_int_eq(c[i].batch_size, 2);
         call_close(&c[i]);
     }
-    ck_assert_int_lt(rtx__now_ns() - t0, 2000000000LL); /* not the 5 s of the full delay */
+    ck_assert_int_lt(rtx_mono_ns() - t0, 2000000000LL); /* not the 5 s of the full delay */
     call_close(&shed);
     call_close(&gate);
     fx_close(&f);
@@ -1556,7 +1556,7 @@ static void version_lanes(struct rtx_serving *s, const char *name, struct rtx_sc
     struct rtx_model *m;
     struct rtx_err err = {0};
     ck_assert_msg(rtx_serving_model_get(s, name, 0, &m, &err) == 0, "%s", err.msg);
-    rtx__model_lanes(m, rtx__now_ns(), st);
+    rtx__model_lanes(m, rtx_mono_ns(), st);
     rtx_model_unref(m);
 }
 
@@ -1815,7 +1815,7 @@ START_TEST(costs_survive_a_restart) {
     ck_assert_ptr_nonnull(ls);
     struct rtx_model *m;
     ck_assert_msg(rtx_serving_model_get(f.s, "scale", 0, &m, &err) == 0, "%s", err.msg);
-    rtx__model_lanes(m, rtx__now_ns(), ls);
+    rtx__model_lanes(m, rtx_mono_ns(), ls);
     rtx_model_unref(m);
     int64_t queued_work = 0;
     for (int l = 0; l < ls->n_lanes; l++)
