@@ -1,6 +1,6 @@
 # rtxd - one entry point. `make` builds everything into build/ (binaries in build/bin).
 # Targets: all, run, test, test-unit, test-py, test-asan, bench, examples, clean, deps,
-# gpu-bundle, test-gpu, bench-gpu (see docs/gpu.md). Set BUILD and SAN=1 for a sanitizer build
+# gpu-bundle, gpu-pack, test-gpu, bench-gpu (see docs/gpu.md). Set BUILD and SAN=1 for a sanitizer build
 # (test-asan does this into build-asan/). CUDA_HOME: the CUDA toolkit (nvcc, cudart), not
 # installed by deploy/install-deps.sh.
 
@@ -137,7 +137,7 @@ EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg 
 
 .PHONY: all run run-examples test test-unit test-py test-integration test-serving test-asan \
         test-py-only \
-        bench examples clean deps gpu-bundle test-gpu bench-gpu
+        bench examples clean deps gpu-bundle gpu-pack test-gpu bench-gpu
 all: $(BINS) $(EXAMPLES)
 
 deps:
@@ -397,6 +397,12 @@ GPU_BUNDLE_BINS := $(BUILD)/bin/rtxd $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/rt
                    $(BUILD)/bin/rtx-bench-gpu
 gpu-bundle: $(GPU_BUNDLE_BINS)
 	bash deploy/gpu-bundle.sh .gpu/lib $(GPU_BUNDLE_BINS)
+
+# The same, packed with the binaries (stripped) into one archive of about 12 MiB for links that
+# limit what travels; unpack it in the working tree on the GPU machine (docs/gpu.md).
+GPU_PACK ?= gpuc/pack.tar.xz
+gpu-pack: gpu-bundle $(BUILD)/bin/make-examples
+	BUILD=$(BUILD) bash deploy/gpu-pack.sh $(GPU_PACK) $(GPU_BUNDLE_BINS) $(BUILD)/bin/make-examples
 
 # On the GPU machine, after `make all gpu-bundle` elsewhere and with LD_LIBRARY_PATH set to
 # .gpu/lib and the CUDA libraries: runs what is built, builds nothing. A GPU and cuDNN are
