@@ -37,6 +37,7 @@ int rtx__http_status_from_err(int code) {
     case RTX_EGRAPH: return 400;
     case RTX_ENOTFOUND: return 404;
     case RTX_EOVERLOAD: return 429; /* admission control: Retry-After from "retry after N ms" */
+    case RTX_ENOMEM: return 429;    /* a device budget share refused the memory: retry later */
     case RTX_EUNAVAILABLE:
     case RTX_EEXPIRED:
     case RTX_ECANCELED: return 503;

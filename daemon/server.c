@@ -234,12 +234,13 @@ grpc_status_code rtx_server_status_from_err(int code) {
     case RTX_EFORMAT: return GRPC_STATUS_INVALID_ARGUMENT;
     case RTX_ENOTFOUND: return GRPC_STATUS_NOT_FOUND;
     case RTX_ELIMIT:
+    case RTX_ENOMEM: /* a device budget share refused the memory (device/device.h) */
     case RTX_EOVERLOAD: return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case RTX_EUNAVAILABLE: return GRPC_STATUS_UNAVAILABLE;
     case RTX_ECANCELED: return GRPC_STATUS_CANCELLED;
     case RTX_EEXPIRED: return GRPC_STATUS_DEADLINE_EXCEEDED;
     case RTX_EUNSUPPORTED: return GRPC_STATUS_UNIMPLEMENTED;
-    default: return GRPC_STATUS_INTERNAL; /* EIO, ENOMEM, EINTERNAL, EGPU, -errno */
+    default: return GRPC_STATUS_INTERNAL; /* EIO, EINTERNAL, EGPU, -errno */
     }
 }
 

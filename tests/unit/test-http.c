@@ -426,7 +426,7 @@ START_TEST(http_error_bodies_and_status) {
     ck_assert_int_eq(rtx__http_status_from_err(RTX_ENOTFOUND), 404);
     ck_assert_int_eq(rtx__http_status_from_err(RTX_EUNAVAILABLE), 503);
     ck_assert_int_eq(rtx__http_status_from_err(RTX_EEXPIRED), 503);
-    ck_assert_int_eq(rtx__http_status_from_err(RTX_ENOMEM), 500);
+    ck_assert_int_eq(rtx__http_status_from_err(RTX_ENOMEM), 429);
     ck_assert_int_eq(rtx__http_status_from_err(-5), 500);
 }
 END_TEST
