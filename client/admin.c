@@ -26,13 +26,39 @@ static void device_fill(struct rtx_client_device *dst, const Rtx__V1__Device *sr
     dst->healthy = src->healthy;
     dst->detail = rtx__client_str(src->detail);
     dst->workers = src->workers;
+    dst->budget_bytes = src->budget_bytes;
+    dst->reserved_bytes = src->reserved_bytes;
+    dst->used_bytes = src->used_bytes;
+    dst->plan_cache_hits = src->plan_cache_hits;
+    dst->plan_cache_misses = src->plan_cache_misses;
+    dst->plan_cache_evictions = src->plan_cache_evictions;
+    dst->plans_kept = src->plans_kept;
+    dst->backends = src->backends;
 }
 
-/* An array of n devices filled from src, or NULL when out of memory. */
+/* An array of n devices filled from src, their consumers after them in the same block (one
+ * free), or NULL when out of memory. */
 static struct rtx_client_device *devices_new(Rtx__V1__Device *const *src, size_t n) {
-    struct rtx_client_device *d = calloc(n ? n : 1, sizeof *d);
-    for (size_t i = 0; d && i < n; i++)
+    size_t nc = 0;
+    for (size_t i = 0; i < n; i++)
+        nc += src[i]->n_consumers;
+    struct rtx_client_device *d =
+        calloc(1, (n ? n : 1) * sizeof *d + nc * sizeof(struct rtx_client_device_consumer));
+    if (!d) return NULL;
+    struct rtx_client_device_consumer *c = (void *)&d[n ? n : 1];
+    for (size_t i = 0; i < n; i++) {
         device_fill(&d[i], src[i]);
+        d[i].consumers = c;
+        d[i].n_consumers = (int)src[i]->n_consumers;
+        for (size_t k = 0; k < src[i]->n_consumers; k++, c++) {
+            const Rtx__V1__DeviceConsumer *m = src[i]->consumers[k];
+            c->name = rtx__client_str(m->name);
+            c->reserved_bytes = m->reserved_bytes;
+            c->used_bytes = m->used_bytes;
+            c->peak_bytes = m->peak_bytes;
+            c->refusals = m->refusals;
+        }
+    }
     return d;
 }
 

@@ -105,6 +105,7 @@ int rtx__client_job_fill(struct rtx_client_job *dst, const Rtx__V1__Job *src,
     dst->requested_device = rtx__client_str(src->requested_device);
     dst->exec_mode = rtx__client_str(src->exec_mode);
     dst->plan_reused = src->plan_reused;
+    dst->failure_code = rtx__client_str(src->failure_code);
     for (size_t i = 0; i < src->n_labels; i++) {
         labels[i].key = rtx__client_str(src->labels[i]->key);
         labels[i].value = rtx__client_str(src->labels[i]->value);

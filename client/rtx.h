@@ -446,6 +446,9 @@ struct rtx_client_job {
                                            "captured" or "replayed" (a CUDA graph); "" when
                                            unknown (not run since the daemon started) */
     bool plan_reused;                   /* the last run used a plan kept from an earlier job */
+    const char *failure_code;           /* of a failed job: the gRPC status name of its
+                                           failure ("RESOURCE_EXHAUSTED", "UNAVAILABLE",
+                                           "INTERNAL"); "" otherwise or from an older daemon */
 };
 
 /* Fetches job `job_id`. *out is freed with rtx_client_job_free. Returns 0,
@@ -523,6 +526,15 @@ int rtx_client_get_outputs(struct rtx_client *c, const char *job_id,
  * ---------------------------------------------------------------------------------------- */
 
 /* A compute device of the daemon, as rtx.v1.Device. */
+/* One consumer's share of a device's memory budget ("jobs", "model NAME:VERSION"). */
+struct rtx_client_device_consumer {
+    const char *name;
+    int64_t reserved_bytes;             /* bytes */
+    int64_t used_bytes;                 /* bytes */
+    int64_t peak_bytes;                 /* bytes */
+    int64_t refusals;                   /* charges refused for want of share */
+};
+
 struct rtx_client_device {
     int index;
     const char *kind;                   /* "cpu", "cuda" */
@@ -534,6 +546,15 @@ struct rtx_client_device {
     bool healthy;                       /* cuda: false after a sticky device error */
     const char *detail;                 /* why not healthy; "" otherwise */
     int workers;                        /* job workers running on it */
+    /* The device layer's figures (0 from an older daemon). */
+    int64_t budget_bytes;               /* bytes: its memory budget */
+    int64_t reserved_bytes;             /* bytes: the consumers' reservations */
+    int64_t used_bytes;                 /* bytes: charged by every consumer now */
+    int64_t plan_cache_hits, plan_cache_misses, plan_cache_evictions; /* since start */
+    int plans_kept;                     /* plans its cache keeps now */
+    int backends;                       /* backends made on it (its executors) */
+    int n_consumers;
+    const struct rtx_client_device_consumer *consumers;
 };
 
 /* Jobs in one scheduling lane. */

@@ -68,6 +68,7 @@ enum setting_type {
     TYPE_ENUM,   /* char *, one of `choices` */
     TYPE_LANES,  /* char *, comma-separated lane names, 1..RTX_SCHED_MAX_LANES of them */
     TYPE_LANE,   /* char *, one lane name */
+    TYPE_FRACTION, /* double in [min, max] thousandths, written as a decimal ("0.25") */
 };
 
 #define NAME_MAX_LEN 64 /* bytes of a setting name, NUL included */
@@ -163,19 +164,26 @@ static const struct setting settings[] = {
      .offset = F(gpu_workers_per_device), .def = "1", .min = 0, .max = 64,
      .description = "job workers per healthy CUDA device, each with its own stream and memory "
                     "pools; 0 runs no job on a GPU"},
-    {.name = "jobs.gpu_pool_cap_bytes", .type = TYPE_SIZE, .offset = F(gpu_pool_cap_bytes),
+    {.name = "device.memory_fraction", .type = TYPE_FRACTION, .offset = F(memory_fraction),
+     .def = "0.9", .min = 10, .max = 1000,
+     .description = "of each device's memory (RAM for the CPU) its budget holds, 0.01 to 1; "
+                    "the rest is left to the CUDA context, libraries and the host"},
+    {.name = "device.memory_cap_bytes", .type = TYPE_SIZE, .offset = F(memory_cap_bytes),
      .def = "0", .min = 0, .max = INT64_MAX,
-     .description = "bytes each GPU worker's device memory pool may reserve; 0 = no cap"},
-    {.name = "jobs.plan_cache", .type = TYPE_INT, .offset = F(plan_cache), .def = "16",
-     .min = 0, .max = 4096 /* RTX_JOBS_PLAN_CACHE_MAX */,
-     .description = "plans each job worker keeps: a job with the graph, input shapes and "
-                    "limits of a kept plan runs it again (on a GPU: CUDA graph replay from the "
-                    "third such job); 0 = none"},
-    {.name = "jobs.plan_cache_bytes", .type = TYPE_SIZE, .offset = F(plan_cache_bytes),
+     .description = "bytes any device's budget holds at most; 0 = no cap"},
+    {.name = "device.jobs_reserve", .type = TYPE_FRACTION, .offset = F(jobs_reserve),
+     .def = "0.25", .min = 0, .max = 1000,
+     .description = "of each device's budget reserved for jobs, 0 to 1; beyond it jobs borrow "
+                    "what no consumer reserved; a job needing more fails RESOURCE_EXHAUSTED"},
+    {.name = "device.plan_cache", .type = TYPE_INT, .offset = F(plan_cache), .def = "16",
+     .min = 0, .max = 4096,
+     .description = "plans each device keeps: a run with a kept plan's graph, input shapes and "
+                    "limits on its backend reuses it (GPU: CUDA graph replay); 0 = none"},
+    {.name = "device.plan_cache_bytes", .type = TYPE_SIZE, .offset = F(plan_cache_bytes),
      .def = "1g", .min = 0, .max = INT64_MAX,
-     .description = "bytes the kept plans of one worker may hold (initializers, arena, inputs "
-                    "and outputs of each; device memory on a GPU), least recently used dropped "
-                    "first; 0 = no bound but jobs.plan_cache"},
+     .description = "bytes the kept plans of one device may hold (initializers, arena, inputs "
+                    "and outputs of each), least recently used dropped first; 0 = no bound but "
+                    "device.plan_cache"},
     {.name = "models.repository", .type = TYPE_STRING, .offset = F(models_repository),
      .def = "", .min = 0, .max = 4095,
      .description = "model repository directory served over KServe v2 (docs/serving.md); "
@@ -232,6 +240,10 @@ static const char *str_value(const struct rtx_config *c, const struct setting *s
     return v ? v : "";
 }
 
+static double *frac_field(const struct rtx_config *c, const struct setting *s) {
+    return (double *)((char *)c + s->offset);
+}
+
 static int64_t num_value(const struct rtx_config *c, const struct setting *s) {
     const char *p = (const char *)c + s->offset;
     return s->type == TYPE_INT ? *(const int *)p : *(const int64_t *)p;
@@ -250,6 +262,8 @@ static void format_value(const struct rtx_config *c, const struct setting *s, ch
                          size_t cap) {
     if (is_string_type(s->type))
         snprintf(out, cap, "%s", str_value(c, s));
+    else if (s->type == TYPE_FRACTION)
+        snprintf(out, cap, "%.3g", *frac_field(c, s));
     else
         snprintf(out, cap, "%lld", (long long)num_value(c, s));
 }
@@ -257,6 +271,7 @@ static void format_value(const struct rtx_config *c, const struct setting *s, ch
 static bool same_value(const struct rtx_config *a, const struct rtx_config *b,
                        const struct setting *s) {
     if (is_string_type(s->type)) return strcmp(str_value(a, s), str_value(b, s)) == 0;
+    if (s->type == TYPE_FRACTION) return *frac_field(a, s) == *frac_field(b, s);
     return num_value(a, s) == num_value(b, s);
 }
 
@@ -264,6 +279,42 @@ static int find_setting(const char *name) {
     for (int i = 0; i < N_SETTINGS; i++)
         if (strcmp(settings[i].name, name) == 0) return i;
     return -1;
+}
+
+/* Settings under an older name (docs/decisions.md 111): a renamed one is set under its new
+ * name, a retired one (now NULL) is accepted and ignored; either way with a warning. */
+static const struct {
+    const char *old, *now;
+} old_names[] = {
+    {"jobs.plan_cache", "device.plan_cache"},
+    {"jobs.plan_cache_bytes", "device.plan_cache_bytes"},
+    {"jobs.gpu_pool_cap_bytes", NULL}, /* the device budgets bound what jobs take */
+};
+#define SETTING_RETIRED (-2) /* find_setting_or_old: accepted, ignored */
+
+/* find_setting, or for an old name the setting it became (SETTING_RETIRED when none); *old
+ * gets the old name's entry (-1 when name is current). */
+static int find_setting_or_old(const char *name, int *old) {
+    *old = -1;
+    int idx = find_setting(name);
+    for (int k = 0; idx < 0 && k < (int)(sizeof old_names / sizeof old_names[0]); k++) {
+        if (strcmp(old_names[k].old, name) != 0) continue;
+        *old = k;
+        idx = old_names[k].now ? find_setting(old_names[k].now) : SETTING_RETIRED;
+    }
+    return idx;
+}
+
+/* The warning for a setting given under old name k from `source`. */
+static void warn_old_name(int k, const char *source) {
+    if (old_names[k].now)
+        rtx_log(RTX_LOG_WARN, "deprecated setting name: use the new one", "setting",
+                old_names[k].old, "new", old_names[k].now, "source", source, NULL);
+    else
+        rtx_log(RTX_LOG_WARN,
+                "retired setting ignored: the device memory budgets (device.memory_fraction, "
+                "device.memory_cap_bytes, device.jobs_reserve) bound what jobs take",
+                "setting", old_names[k].old, "source", source, NULL);
 }
 
 /* "RTXD_SERVER_LISTEN" for "server.listen". */
@@ -374,12 +425,36 @@ static int enum_error(const struct setting *s, const char *text, struct rtx_err 
 
 /* Parses text for setting idx into c (replacing the old value) with origin o. The error
  * names the setting; the caller adds the source. */
+/* A decimal fraction in [min, max] thousandths. */
+static int parse_fraction(const struct setting *s, const char *text, double *out,
+                          struct rtx_err *err) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (!*text || isspace((unsigned char)*text) || *end || errno == ERANGE || v != v)
+        return rtx_err_set(err, RTX_EINVAL, "%s: \"%s\" is not a decimal number", s->name,
+                           text);
+    if (v * 1000 < (double)s->min || v * 1000 > (double)s->max)
+        return rtx_err_set(err, RTX_EINVAL, "%s: %s is out of range [%g, %g]", s->name, text,
+                           (double)s->min / 1000, (double)s->max / 1000);
+    *out = v;
+    return 0;
+}
+
 static int set_value(struct rtx_config *c, int idx, const char *text, enum origin o,
                      struct rtx_err *err) {
     const struct setting *s = &settings[idx];
     int rc = 0;
     char *copy = NULL;
     switch (s->type) {
+    case TYPE_FRACTION: {
+        double v = 0;
+        rc = parse_fraction(s, text, &v, err);
+        if (rc) return rc;
+        *frac_field(c, s) = v;
+        c->origin[idx] = (unsigned char)o;
+        return 0;
+    }
     case TYPE_INT:
     case TYPE_INT64:
     case TYPE_SIZE: {
@@ -454,6 +529,8 @@ static int copy_setting(struct rtx_config *dst, const struct rtx_config *src, in
         char **field = str_field(dst, s);
         rtx_free(*field);
         *field = copy;
+    } else if (s->type == TYPE_FRACTION) {
+        *frac_field(dst, s) = *frac_field(src, s);
     } else {
         set_num(dst, s, num_value(src, s));
     }
@@ -622,11 +699,14 @@ static char *read_line(char *str, int num, void *stream) {
 static int on_ini_value(void *user, const char *section, const char *key, const char *value) {
     struct file_ctx *fc = user;
     char name[NAME_MAX_LEN];
-    int idx = -1;
+    int idx = -1, old = -1;
     int rc;
     if ((size_t)snprintf(name, sizeof name, "%s.%s", section, key) < sizeof name)
-        idx = find_setting(name);
-    if (idx < 0 && (strcmp(section, "scheduler") == 0 || strncmp(section, "lane.", 5) == 0)) {
+        idx = find_setting_or_old(name, &old);
+    if (old >= 0) warn_old_name(old, fc->path);
+    if (idx == SETTING_RETIRED) {
+        rc = 0;
+    } else if (idx < 0 && (strcmp(section, "scheduler") == 0 || strncmp(section, "lane.", 5) == 0)) {
         /* the scheduler's sections: it checks and applies them (docs/scheduler.md) */
         rc = rtx_sched_config_set(&fc->c->sched, section, key, value, fc->err);
     } else if (idx < 0) {
@@ -673,7 +753,23 @@ static int read_file(struct rtx_config *c, const char *path, struct rtx_err *err
     return 0;
 }
 
+/* "RTXD_JOBS_PLAN_CACHE" for "jobs.plan_cache". */
+static void env_name_of(const char *setting, char out[NAME_MAX_LEN + 8]) {
+    struct setting s = {.name = setting};
+    env_name(&s, out);
+}
+
 static int read_env(struct rtx_config *c, struct rtx_err *err) {
+    for (int k = 0; k < (int)(sizeof old_names / sizeof old_names[0]); k++) {
+        char name[NAME_MAX_LEN + 8];
+        env_name_of(old_names[k].old, name);
+        const char *v = getenv(name);
+        if (!v) continue;
+        warn_old_name(k, name);
+        int idx = old_names[k].now ? find_setting(old_names[k].now) : -1;
+        int rc = idx >= 0 ? set_value(c, idx, v, ORIGIN_ENV, err) : 0;
+        if (rc) return rtx_err_prefix(err, "environment %s", name);
+    }
     for (int i = 0; i < N_SETTINGS; i++) {
         char name[NAME_MAX_LEN + 8];
         env_name(&settings[i], name);
@@ -699,6 +795,12 @@ static void warn_unknown_env(void) {
             size_t n = strlen(name);
             known = strncmp(*e, name, n) == 0 && (*e)[n] == '=';
         }
+        for (int k = 0; k < (int)(sizeof old_names / sizeof old_names[0]) && !known; k++) {
+            char name[NAME_MAX_LEN + 8];
+            env_name_of(old_names[k].old, name);
+            size_t n = strlen(name);
+            known = strncmp(*e, name, n) == 0 && (*e)[n] == '=';
+        }
         if (!known) {
             const char *eq = strchr(*e, '=');
             char name[128];
@@ -719,13 +821,14 @@ enum arg_kind {
 struct arg {
     enum arg_kind kind;
     int n_args;        /* argv entries it takes (1 or 2) */
-    int idx;           /* ARG_SETTING: the setting */
+    int idx;           /* ARG_SETTING: the setting (SETTING_RETIRED: ignored) */
+    int old;           /* ARG_SETTING: its old_names entry when given by an old name; -1 */
     const char *value; /* ARG_SETTING, ARG_CONFIG */
 };
 
 static int classify_arg(int argc, char **argv, int i, struct arg *a, struct rtx_err *err) {
     const char *s = argv[i];
-    *a = (struct arg){.kind = ARG_OTHER, .n_args = 1, .idx = -1};
+    *a = (struct arg){.kind = ARG_OTHER, .n_args = 1, .idx = -1, .old = -1};
     if (strcmp(s, "--") == 0) {
         a->kind = ARG_END;
         return 0;
@@ -740,9 +843,9 @@ static int classify_arg(int argc, char **argv, int i, struct arg *a, struct rtx_
         if (len < sizeof key) {
             memcpy(key, name, len);
             key[len] = '\0';
-            a->idx = find_setting(key);
+            a->idx = find_setting_or_old(key, &a->old);
         }
-        if (a->idx < 0)
+        if (a->idx < 0 && a->idx != SETTING_RETIRED)
             return rtx_err_set(err, RTX_EINVAL, "unknown setting --%.*s", (int)len, name);
     }
     a->kind = is_config ? ARG_CONFIG : ARG_SETTING;
@@ -777,7 +880,8 @@ static int read_flags(struct rtx_config *c, int argc, char **argv, struct rtx_er
         int rc = classify_arg(argc, argv, i, &a, err);
         if (rc) return rc;
         if (a.kind == ARG_END) break;
-        if (a.kind == ARG_SETTING) {
+        if (a.kind == ARG_SETTING && a.old >= 0) warn_old_name(a.old, "flag");
+        if (a.kind == ARG_SETTING && a.idx != SETTING_RETIRED) {
             rc = set_value(c, a.idx, a.value, ORIGIN_FLAG, err);
             if (rc) {
                 rtx_err_prefix(err, "flag --%s", settings[a.idx].name);
@@ -971,10 +1075,9 @@ void rtx_config_print(const struct rtx_config *cfg, FILE *out) {
         int o = cfg->origin[i] < ORIGIN_COUNT ? cfg->origin[i] : ORIGIN_DEFAULT;
         fprintf(out, "# %s\n# origin: %s, %s\n%s = ", s->description, origin_names[o],
                 s->is_mutable ? "mutable" : "immutable", s->name + sl + 1);
-        if (is_string_type(s->type))
-            fprintf(out, "%s\n", str_value(cfg, s));
-        else
-            fprintf(out, "%lld\n", (long long)num_value(cfg, s));
+        char value[256];
+        format_value(cfg, s, value, sizeof value);
+        fprintf(out, "%s\n", value);
     }
     /* the scheduler's sections (docs/scheduler.md) */
     struct rtx_sched_setting ss[RTX_SCHED_SETTINGS_MAX];
@@ -1004,6 +1107,11 @@ void rtx_config_usage(FILE *out) {
         case TYPE_SIZE: snprintf(arg, sizeof arg, "--%s=SIZE", s->name); break;
         case TYPE_INT:
         case TYPE_INT64: snprintf(arg, sizeof arg, "--%s=N", s->name); break;
+        case TYPE_FRACTION:
+            snprintf(arg, sizeof arg, "--%s=X", s->name);
+            snprintf(range, sizeof range, ", %g..%g", (double)s->min / 1000,
+                     (double)s->max / 1000);
+            break;
         case TYPE_ENUM: {
             int n = snprintf(arg, sizeof arg, "--%s=", s->name);
             for (int k = 0; s->choices[k] && n < (int)sizeof arg; k++)

@@ -24,7 +24,7 @@
 #include "scheduler/sched.h"
 
 /* Settings in the table (daemon/config.c), one origin slot each in struct rtx_config. */
-#define RTX_CONFIG_N_SETTINGS 31
+#define RTX_CONFIG_N_SETTINGS 33
 
 /* The effective settings. Strings are owned by the struct. */
 struct rtx_config {
@@ -56,9 +56,12 @@ struct rtx_config {
                                     * healthy GPU when there is one, else the CPU), "cpu" or
                                     * "cuda" */
     int gpu_workers_per_device;    /* job workers per healthy CUDA device, default 1; 0: none */
-    int64_t gpu_pool_cap_bytes;    /* cap of each GPU worker's device pool, 0 = none (default) */
-    int plan_cache;                /* plans kept per job worker, default 16; 0: none */
-    int64_t plan_cache_bytes;      /* bytes those plans may hold per worker, default 1 GiB;
+    /* [device] (device/device.h: one device set shared by jobs and serving) */
+    double memory_fraction;        /* of each device's memory its budget holds, default 0.9 */
+    int64_t memory_cap_bytes;      /* bytes: most any device's budget holds, 0 = none */
+    double jobs_reserve;           /* of each budget reserved for jobs, default 0.25 */
+    int plan_cache;                /* plans kept per device, default 16; 0: none */
+    int64_t plan_cache_bytes;      /* bytes those plans may hold per device, default 1 GiB;
                                     * 0: no bound but plan_cache */
     /* [models] */
     char *models_repository;       /* model repository directory, default "" (none) */

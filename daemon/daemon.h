@@ -23,6 +23,7 @@
 
 #include "daemon/config.h"
 #include "daemon/jobs.h"
+#include "device/device.h"
 #include "daemon/shm.h"
 #include "kernels/cuda/backend-cuda.h"
 #include "serving/serving.h"
@@ -48,8 +49,12 @@ struct rtx_daemon {
     char cpu_name[128];   /* /proc/cpuinfo "model name" */
     int64_t memory_bytes; /* physical memory, bytes */
     /* CUDA devices found at start (main.c fills it before the server starts; read-only after;
-     * rtx__daemon_close frees it). Their health while serving comes from the job manager. */
+     * rtx__daemon_close frees it). Their health while serving comes from the device layer. */
     struct rtx_cuda_devices gpus;
+    /* The device set made from gpus at start (device/device.h): jobs and serving run on it;
+     * Admin and /metrics read its budgets, plan caches and health. main.c frees it after
+     * serving and jobs stopped. */
+    struct rtx_devices *devices;
     /* Inference serving (serving/serving.h) and the clients' shared-memory regions
      * (daemon/shm.h), shared by the KServe v2 gRPC service and the HTTP server; serving is
      * NULL when no model repository is configured. */

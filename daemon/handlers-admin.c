@@ -8,8 +8,9 @@
  * (waiting for running jobs, stopping the server, exiting) belongs to main.c's loop, which
  * Admin.Drain reaches through d->on_drain, implemented by main.c with uv_async_send.
  * Status and Devices list the CPU, then the CUDA devices main.c found at start (d->gpus,
- * read-only while serving) with their health and worker count as the job manager has them now:
- * a device that hit a sticky error while running a job is unhealthy with the error as detail.
+ * read-only while serving) with the job manager's worker count and, from the device layer
+ * (d->devices), their health (a device that hit a sticky error in a job, a batch or a warm-up
+ * is unhealthy with the error as detail), budget, consumers and plan cache.
  * Pools lists the memory pools of the devices jobs run on (rtx_jobs_get_pools). Lanes lists
  * each device scheduler's lanes (rtx_jobs_get_lanes), times in microseconds.
  */
@@ -36,13 +37,52 @@ static void cpu_device(struct rtx_daemon *d, const struct rtx_jobs_stats *st, Rt
     m->workers = st->workers;
 }
 
+#define CONSUMERS_MAX 32 /* consumers listed per device */
+
 /* A device list to reply with: the CPU, then every CUDA device. */
 struct device_list {
     size_t n;
     Rtx__V1__Device *rows;
     Rtx__V1__Device **ptrs;
     char (*cc)[16]; /* compute capabilities, "9.0" */
+    char (*detail)[256];
+    struct rtx_device_consumer_info (*ci)[CONSUMERS_MAX];
+    Rtx__V1__DeviceConsumer (*cm)[CONSUMERS_MAX];
+    Rtx__V1__DeviceConsumer *(*cp)[CONSUMERS_MAX];
 };
+
+/* Row i as the device layer has it: health, budget, plan cache and consumers. */
+static void device_layer_row(struct device_list *l, size_t i, struct rtx_device *dev) {
+    Rtx__V1__Device *m = &l->rows[i];
+    struct rtx_device_info info;
+    rtx_device_info(dev, &info);
+    snprintf(l->detail[i], sizeof l->detail[i], "%s", info.detail);
+    m->healthy = info.healthy;
+    m->detail = l->detail[i];
+    m->budget_bytes = (int64_t)info.budget_bytes;
+    m->reserved_bytes = (int64_t)info.reserved_bytes;
+    m->used_bytes = (int64_t)info.used_bytes;
+    m->plan_cache_hits = (int64_t)info.plan_hits;
+    m->plan_cache_misses = (int64_t)info.plan_misses;
+    m->plan_cache_evictions = (int64_t)info.plan_evictions;
+    m->plans_kept = info.plans;
+    m->backends = info.backends;
+    int n = rtx_device_consumers(dev, l->ci[i], CONSUMERS_MAX);
+    if (n > CONSUMERS_MAX) n = CONSUMERS_MAX;
+    for (int c = 0; c < n; c++) {
+        Rtx__V1__DeviceConsumer *cm = &l->cm[i][c];
+        const struct rtx_device_consumer_info *ci = &l->ci[i][c];
+        rtx__v1__device_consumer__init(cm);
+        cm->name = (char *)ci->name;
+        cm->reserved_bytes = (int64_t)ci->reserved_bytes;
+        cm->used_bytes = (int64_t)ci->used_bytes;
+        cm->peak_bytes = (int64_t)ci->peak_bytes;
+        cm->refusals = (int64_t)ci->refusals;
+        l->cp[i][c] = cm;
+    }
+    m->n_consumers = (size_t)n;
+    m->consumers = l->cp[i];
+}
 
 /* Fills l (rtx_calloc'ed arrays, freed by device_list_free); false when out of memory. */
 static bool device_list_make(struct rtx_daemon *d, const struct rtx_jobs_stats *st,
@@ -52,7 +92,11 @@ static bool device_list_make(struct rtx_daemon *d, const struct rtx_jobs_stats *
     l->rows = rtx_calloc(n, sizeof *l->rows);
     l->ptrs = rtx_calloc(n, sizeof *l->ptrs);
     l->cc = rtx_calloc(n, sizeof *l->cc);
-    if (!l->rows || !l->ptrs || !l->cc) return false;
+    l->detail = rtx_calloc(n, sizeof *l->detail);
+    l->ci = rtx_calloc(n, sizeof *l->ci);
+    l->cm = rtx_calloc(n, sizeof *l->cm);
+    l->cp = rtx_calloc(n, sizeof *l->cp);
+    if (!l->rows || !l->ptrs || !l->cc || !l->detail || !l->ci || !l->cm || !l->cp) return false;
     cpu_device(d, st, &l->rows[0]);
     l->ptrs[0] = &l->rows[0];
     for (size_t i = 1; i < n; i++) {
@@ -69,20 +113,23 @@ static bool device_list_make(struct rtx_daemon *d, const struct rtx_jobs_stats *
         m->healthy = g->healthy;
         m->detail = (char *)g->detail;
         /* the job manager's view: its slot i is CUDA device i - 1 (the first 16 devices) */
-        if ((int)i < st->n_devices && st->devices[i].cuda_index == g->index) {
-            const struct rtx_jobs_device *jd = &st->devices[i];
-            m->workers = jd->workers;
-            if (!jd->healthy) {
-                m->healthy = false;
-                m->detail = (char *)jd->detail;
-            }
-        }
+        if ((int)i < st->n_devices && st->devices[i].cuda_index == g->index)
+            m->workers = st->devices[i].workers;
         l->ptrs[i] = m;
+    }
+    /* the device layer's slots are the same: 0 the CPU, 1 + N CUDA device N */
+    for (size_t i = 0; d->devices && i < n; i++) {
+        struct rtx_device *dev = rtx_devices_get(d->devices, (int)i);
+        if (dev) device_layer_row(l, i, dev);
     }
     return true;
 }
 
 static void device_list_free(struct device_list *l) {
+    rtx_free(l->cp);
+    rtx_free(l->cm);
+    rtx_free(l->ci);
+    rtx_free(l->detail);
     rtx_free(l->cc);
     rtx_free(l->ptrs);
     rtx_free(l->rows);

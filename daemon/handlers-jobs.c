@@ -88,6 +88,7 @@ static bool job_to_msg(struct scratch *sc, const struct rtx_job_info *j,
     m->outputs_available = j->outputs_available;
     m->device = str(j->device);
     m->requested_device = str(j->requested_device);
+    m->failure_code = str(j->failure_code);
     if (run) {
         m->exec_mode = (char *)rtx_exec_mode_name(run->mode);
         m->plan_reused = run->plan_reused;

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <openssl/evp.h>
 #include <protobuf-c/protobuf-c.h>
 
 #include "daemon/jobs-impl.h"
@@ -148,42 +147,6 @@ static uint64_t cost_key_of(const uint8_t *gbytes, size_t glen, const struct pre
     return h ? h : 1;
 }
 
-/* Feeds v into a digest as 8 little-endian bytes (fixed width: no struct padding or host
- * byte order in a key). */
-static int digest_i64(EVP_MD_CTX *c, int64_t v) {
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)((uint64_t)v >> (8 * i));
-    return EVP_DigestUpdate(c, b, sizeof b);
-}
-
-/* The plan key of a job (see DESIGN): SHA-256 over its graph's wire bytes, its inputs' dtypes
- * and shapes in graph-input order and the planning limits, everything rtx_plan_new reads. */
-static int plan_key_of(const uint8_t *gbytes, size_t glen, const struct prepared *p,
-                       const struct rtx_limits *lim, uint8_t key[PLAN_KEY_LEN],
-                       struct rtx_err *err) {
-    static const char tag[] = "rtxd plan key v1";
-    EVP_MD_CTX *c = EVP_MD_CTX_new();
-    if (!c) return rtx_err_set(err, RTX_ENOMEM, "out of memory hashing the graph");
-    int ok = EVP_DigestInit_ex(c, EVP_sha256(), NULL) && EVP_DigestUpdate(c, tag, sizeof tag) &&
-             digest_i64(c, (int64_t)glen) && EVP_DigestUpdate(c, gbytes, glen) &&
-             digest_i64(c, p->n_inputs);
-    for (int i = 0; ok && i < p->n_inputs; i++) {
-        const struct rtx_tensor *t = p->inputs[i];
-        ok = digest_i64(c, (int64_t)t->dtype) && digest_i64(c, t->ndim);
-        for (int d = 0; ok && d < t->ndim; d++)
-            ok = digest_i64(c, t->dims[d]);
-    }
-    const int64_t limits[] = {lim->max_nodes,    lim->max_values,       lim->max_dims,
-                              lim->max_elements, lim->max_tensor_bytes, lim->max_total_bytes};
-    for (size_t i = 0; ok && i < sizeof limits / sizeof limits[0]; i++)
-        ok = digest_i64(c, limits[i]);
-    unsigned int n = 0;
-    ok = ok && EVP_DigestFinal_ex(c, key, &n) && n == PLAN_KEY_LEN;
-    EVP_MD_CTX_free(c);
-    return ok ? 0 : rtx_err_set(err, RTX_EINTERNAL, "SHA-256 of the graph failed (OpenSSL)");
-}
-
 /* Decodes the graph of a request (through runtime's wire decoder), binds its inputs and plans
  * it: every graph, input and limit problem shows here, naming the node or input. */
 int rtx__jobs_prepare(const Rtx__V1__SubmitRequest *m, const struct rtx_limits *lim,
@@ -213,7 +176,9 @@ int rtx__jobs_prepare(const Rtx__V1__SubmitRequest *m, const struct rtx_limits *
                       &p->plan, err);
     if (rc < 0) goto fail;
     p->cost_key = cost_key_of(gbytes, glen, p);
-    if ((rc = plan_key_of(gbytes, glen, p, lim, p->plan_key, err)) < 0) goto fail;
+    rc = rtx_device_plan_key(gbytes, glen, (const struct rtx_tensor *const *)p->inputs,
+                             p->n_inputs, lim, p->plan_key, err);
+    if (rc < 0) goto fail;
     rtx_free(gbytes);
     *out = p;
     return 0;

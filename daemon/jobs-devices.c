@@ -1,8 +1,9 @@
 /*
  * jobs-devices.c - the job manager's device slots (the CPU and each CUDA device listed at
  * start), job classes ("cpu", "auto", "cuda", "cuda:N"), placement of a class over the devices,
- * device health and the GPU backends the workers run on (the Placement paragraph of DESIGN in
- * jobs-impl.h). Kept apart from the job logic so that a device layer can take it over.
+ * the device layer's side of the job manager: its consumer "jobs" on each device, the workers'
+ * backends, device faults and load (the Placement paragraph of DESIGN in jobs-impl.h; health,
+ * memory, plans and placement order are device/device.h's).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -36,7 +37,8 @@ void rtx__jobs_class_text(enum job_class c, char *buf, size_t len) {
 static void host_gpus_text(const struct rtx_jobs *j, char *buf, size_t len) {
     int n = j->n_devs - 1;
     if (n == 0)
-        snprintf(buf, len, "this host has no CUDA device (%.150s)", j->no_gpu_why);
+        snprintf(buf, len, "this host has no CUDA device (%.150s)",
+                 rtx_devices_no_gpu_reason(j->devices));
     else if (n == 1)
         snprintf(buf, len, "this host lists 1 CUDA device, cuda:0");
     else
@@ -74,7 +76,7 @@ int rtx__jobs_class_parse(const struct rtx_jobs *j, const char *s, enum job_clas
 }
 
 bool rtx__jobs_dev_usable(const struct dev *d) {
-    return d->healthy && d->n_workers > 0;
+    return d->n_workers > 0 && rtx_device_healthy(d->d);
 }
 
 /* Whether some GPU can take jobs (under mu). */
@@ -100,7 +102,7 @@ int rtx__jobs_placement_error(const struct rtx_jobs *j, enum job_class c, struct
             char one[120];
             const struct dev *dv = &j->devs[d];
             snprintf(one, sizeof one, "%s %s", dv->name,
-                     dv->healthy ? "runs no jobs" : "is unhealthy");
+                     rtx_device_healthy(dv->d) ? "runs no jobs" : "is unhealthy");
             list_append(why, sizeof why, one);
         }
         return rtx_err_set(err, RTX_EUNAVAILABLE, "device 'cuda': no usable CUDA device (%s)",
@@ -113,9 +115,11 @@ int rtx__jobs_placement_error(const struct rtx_jobs *j, enum job_class c, struct
                            host);
     }
     const struct dev *dv = &j->devs[slot];
-    if (!dv->healthy)
-        return rtx_err_set(err, RTX_EUNAVAILABLE, "device %s is unhealthy: %s", dv->name,
-                           dv->detail);
+    if (!rtx_device_healthy(dv->d)) {
+        char detail[256];
+        rtx_device_detail(dv->d, detail, sizeof detail);
+        return rtx_err_set(err, RTX_EUNAVAILABLE, "device %s is unhealthy: %s", dv->name, detail);
+    }
     if (dv->n_workers == 0)
         return rtx_err_set(err, RTX_EUNAVAILABLE,
                            "device %s runs no jobs (jobs.gpu_workers_per_device is 0)", dv->name);
@@ -154,15 +158,9 @@ void rtx__jobs_unsupported_text(struct rtx_backend *be, const struct rtx_graph *
              ni, n->name ? n->name : "", rtx_op_name(n->op), rtx_backend_name(be));
 }
 
-/* Jobs per worker queued or running on device slot d, x1000 (under mu): the load that
- * spreads "cuda" and "auto" jobs over the GPUs. */
-static int64_t dev_load(const struct rtx_jobs *j, int d) {
-    const struct dev *dv = &j->devs[d];
-    return (int64_t)(dv->queued + dv->running) * 1000 / (dv->n_workers > 0 ? dv->n_workers : 1);
-}
-
-/* The device slots a job of class c may be queued on now, least loaded first (under mu);
- * returns how many. */
+/* The device slots a job of class c may be queued on now (under mu): the CPU, device N, or
+ * the usable GPUs in the device layer's placement order (least loaded per executor first,
+ * then most headroom; rtx_devices_place). Returns how many. */
 int rtx__jobs_candidates(const struct rtx_jobs *j, enum job_class c, int out[MAX_DEVS]) {
     int n = 0;
     if (c == CLS_CPU || (c == CLS_AUTO && !any_gpu_usable(j))) {
@@ -174,134 +172,142 @@ int rtx__jobs_candidates(const struct rtx_jobs *j, enum job_class c, int out[MAX
         if (d < j->n_devs && rtx__jobs_dev_usable(&j->devs[d]) && j->devs[d].sched) out[n++] = d;
         return n;
     }
-    for (int d = 1; d < j->n_devs; d++)
-        if (rtx__jobs_dev_usable(&j->devs[d]) && j->devs[d].sched) out[n++] = d;
-    for (int a = 1; a < n; a++) { /* insertion sort by load: 16 devices at most */
-        int x = out[a], b = a;
-        int64_t lx = dev_load(j, x);
-        while (b > 0 && dev_load(j, out[b - 1]) > lx) {
-            out[b] = out[b - 1];
-            b--;
-        }
-        out[b] = x;
+    int placed[RTX_DEVICES_MAX];
+    struct rtx_device_place req = {0};
+    int m = rtx_devices_place(j->devices, &req, placed);
+    for (int k = 0; k < m; k++) {
+        int d = placed[k];
+        if (d > 0 && d < j->n_devs && rtx__jobs_dev_usable(&j->devs[d]) && j->devs[d].sched)
+            out[n++] = d;
     }
     return n;
 }
 
-/* ------------------------------------------------------------------------------------------
- * Device health
- * ---------------------------------------------------------------------------------------- */
-
-/* Marks a device unhealthy (once) with why and wakes the workers: the device's own workers
- * then move its queued jobs to other devices or fail them (rtx__jobs_worker_main). */
-static void device_fault(struct rtx_jobs *j, struct dev *d, const char *why) {
-    pthread_mutex_lock(&j->mu);
-    bool first = d->healthy;
-    if (first) {
-        d->healthy = false;
-        snprintf(d->detail, sizeof d->detail, "%s", why);
-        pthread_cond_broadcast(&j->work_cv);
-    }
-    pthread_mutex_unlock(&j->mu);
-    if (!first) return;
-    rtx_log(RTX_LOG_ERROR, "device unhealthy: it takes no more jobs", "device", d->name, "error",
-            why, NULL);
+/* Reports a job's load on the device whose scheduler holds it (delta +1 when it is queued
+ * there, -1 when it leaves the scheduler); placement reads it (under mu). */
+void rtx__jobs_load_add(struct rtx_jobs *j, struct job *job, int64_t delta) {
+    rtx_device_load_add(j->devs[job->dev].d, delta);
 }
 
-/* After a job failed on a GPU worker: a backend that no longer synchronizes with RTX_EGPU
- * kept a sticky error, so its device is marked unhealthy and reason (a failure reason of
- * `len` bytes) says so. Other failures (out of memory, a bad argument) leave it usable. */
-void rtx__jobs_check_device(struct worker *w, char *reason, size_t len) {
-    struct rtx_err herr = {0};
-    if (rtx_backend_synchronize(w->be, &herr) == 0 || herr.code != RTX_EGPU) return;
-    struct dev *d = &w->j->devs[w->dev];
-    device_fault(w->j, d, herr.msg);
-    size_t used = strlen(reason);
-    if (used + 1 < len)
-        snprintf(reason + used, len - used, " [%s is now unhealthy and takes no more jobs]",
-                 d->name);
+/* What the consumer "jobs" of device slot dv holds now (zeros when it has none). */
+struct rtx_device_consumer_info rtx__jobs_share(const struct dev *dv) {
+    struct rtx_device_consumer_info ci[16], out = {0};
+    int n = dv->consumer ? rtx_device_consumers(dv->d, ci, 16) : 0;
+    for (int c = 0; c < n && c < 16; c++)
+        if (strcmp(ci[c].name, "jobs") == 0) out = ci[c];
+    return out;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Device faults
+ * ---------------------------------------------------------------------------------------- */
+
+/* The device layer's fault listener: a device became unhealthy (a sticky error found by a
+ * job, a model's batch or a warm-up). Wakes the workers: that device's workers then move its
+ * queued jobs to other devices or fail them (rtx__jobs_worker_main). */
+static void on_device_fault(void *ctx, struct rtx_device *d, const char *why) {
+    struct rtx_jobs *j = ctx;
+    int slot = rtx_device_slot(d);
+    pthread_mutex_lock(&j->mu);
+    bool ours = slot < j->n_devs && j->devs[slot].n_workers > 0;
+    pthread_cond_broadcast(&j->work_cv);
+    pthread_mutex_unlock(&j->mu);
+    if (!ours) return;
+    rtx_log(RTX_LOG_ERROR, "device unhealthy: it takes no more jobs", "device",
+            rtx_device_name(d), "error", why, NULL);
+    /* the kept plans hold memory of a context that cannot recover (the device layer keeps
+     * them; plans taken out now are dropped when their failed run returns them) */
+    rtx_device_plans_clear(d);
 }
 
 /* ------------------------------------------------------------------------------------------
  * Device slots, their GPU backends and schedulers (at start)
  * ---------------------------------------------------------------------------------------- */
 
-static int cuda_gpu_backend_new(void *ctx, int device, struct rtx_backend **out,
-                                struct rtx_err *err) {
-    struct rtx_jobs *j = ctx;
-    struct rtx_cuda_options co = {.device = device, .memory_cap_bytes = j->gpu_pool_cap};
-    return rtx_backend_cuda_new(&co, out, err);
-}
-
-static int cuda_gpu_pool_stats(void *ctx, struct rtx_backend *be, struct rtx_mem_pool_stats *dev,
-                               struct rtx_mem_pool_stats *pinned, struct rtx_err *err) {
-    return rtx_backend_cuda_pool_stats(be, dev, pinned, err);
-}
-
-static const struct rtx_jobs_gpu_i cuda_gpu_iface = {
-    .backend_new = cuda_gpu_backend_new,
-    .pool_stats = cuda_gpu_pool_stats,
-};
-
-/* Fills the device slots (the CPU, then each listed CUDA device up to the maximum) and the
- * GPU interface; returns how many GPU workers the healthy devices get. */
-int rtx__jobs_devices_init(struct rtx_jobs *j, const struct rtx_jobs_options *o) {
-    j->gpu_iface = o->gpu_iface ? o->gpu_iface : &cuda_gpu_iface;
-    j->gpu_ctx = o->gpu_iface ? o->gpu_ctx : j;
-    j->gpu_pool_cap = o->gpu_pool_cap_bytes;
-    struct dev *cpu = &j->devs[DEV_CPU];
-    snprintf(cpu->name, sizeof cpu->name, "cpu");
-    cpu->cuda = -1;
-    cpu->healthy = true;
-    cpu->n_workers = o->workers;
-    j->n_devs = 1;
-    const struct rtx_cuda_devices *g = o->gpus;
-    if (!g || g->n <= 0)
-        snprintf(j->no_gpu_why, sizeof j->no_gpu_why, "%s",
-                 g && g->absent[0] ? g->absent : "none was listed at start");
+/* Fills the device slots from the device set (the CPU, then each CUDA device up to the
+ * maximum) and registers the fault listener; returns how many GPU workers the devices
+ * healthy now get, or an error. */
+int rtx__jobs_devices_init(struct rtx_jobs *j, const struct rtx_jobs_options *o,
+                           struct rtx_err *err) {
+    j->devices = o->devices;
+    int count = rtx_devices_count(o->devices);
+    j->n_devs = count < MAX_DEVS ? count : MAX_DEVS;
     int n_workers = 0;
-    for (int i = 0; g && i < g->n && j->n_devs < MAX_DEVS; i++) {
-        struct dev *d = &j->devs[j->n_devs++];
-        snprintf(d->name, sizeof d->name, "cuda:%d", i);
-        d->cuda = i;
-        d->healthy = g->devs[i].healthy;
-        snprintf(d->detail, sizeof d->detail, "%s", g->devs[i].detail);
-        d->n_workers = d->healthy ? o->gpu_workers_per_device : 0;
-        n_workers += d->n_workers;
+    for (int d = 0; d < j->n_devs; d++) {
+        struct dev *dv = &j->devs[d];
+        dv->d = rtx_devices_get(o->devices, d);
+        snprintf(dv->name, sizeof dv->name, "%s", rtx_device_name(dv->d));
+        dv->cuda = rtx_device_cuda_index(dv->d);
+        if (d == DEV_CPU)
+            dv->n_workers = o->workers;
+        else if (rtx_device_healthy(dv->d))
+            n_workers += dv->n_workers = o->gpu_workers_per_device;
     }
-    if (g && g->n > RTX_JOBS_MAX_GPUS) {
+    if (count - 1 > RTX_JOBS_MAX_GPUS) {
         char n[16];
-        snprintf(n, sizeof n, "%d", g->n);
+        snprintf(n, sizeof n, "%d", count - 1);
         rtx_log(RTX_LOG_WARN, "more CUDA devices than the job manager uses", "devices", n,
                 "used", "16", NULL);
     }
+    int rc = rtx_devices_on_fault(o->devices, on_device_fault, j, err);
+    if (rc < 0) return rtx_err_prefix(err, "jobs");
+    j->on_fault = true;
     return n_workers;
 }
 
-/* Creates the workers of device slot d (appended to j->workers). When a backend cannot be
- * made, the device's workers are dropped and it is marked unhealthy with the error. */
-void rtx__jobs_gpu_workers_new(struct rtx_jobs *j, int d) {
+/* Creates the consumer "jobs" of device slot d (its reservation: jobs_reserve of the budget)
+ * and the backends of its workers (appended to j->workers). On a GPU that cannot take them
+ * (the reservation does not fit, or a backend cannot be made: the device layer then marks
+ * the device unhealthy) the device's workers are dropped with a warning and 0 returned; on
+ * the CPU that is an error. */
+int rtx__jobs_workers_new(struct rtx_jobs *j, int d, struct rtx_err *err) {
     struct dev *dv = &j->devs[d];
-    int first = j->n_workers;
-    for (int k = 0; k < dv->n_workers; k++) {
+    if (dv->n_workers <= 0) return 0;
+    struct rtx_device_info info;
+    rtx_device_info(dv->d, &info);
+    dv->reserve_bytes = (size_t)((double)info.budget_bytes * j->jobs_reserve);
+    struct rtx_err berr = {0};
+    int first = j->n_workers, k = 0;
+    int rc = rtx_device_consumer_new(dv->d, "jobs", dv->reserve_bytes, &dv->consumer, &berr);
+    for (; rc == 0 && k < dv->n_workers; k++) {
         struct worker *w = &j->workers[first + k];
-        struct rtx_err berr = {0};
         w->j = j;
         w->dev = d;
-        if (j->gpu_iface->backend_new(j->gpu_ctx, dv->cuda, &w->be, &berr) == 0) continue;
-        for (int q = 0; q < k; q++) {
-            rtx_backend_free(j->workers[first + q].be);
-            j->workers[first + q].be = NULL;
-        }
-        w->be = NULL;
-        dv->healthy = false;
-        dv->n_workers = 0;
-        snprintf(dv->detail, sizeof dv->detail, "cannot create its backend: %.220s", berr.msg);
-        rtx_log(RTX_LOG_WARN, "device unhealthy: no jobs run on it", "device", dv->name, "error",
-                dv->detail, NULL);
-        return;
+        rc = rtx_device_backend_new(dv->consumer, &w->be, &berr);
     }
-    j->n_workers += dv->n_workers;
+    if (rc == 0) {
+        j->n_workers += dv->n_workers;
+        return 0;
+    }
+    for (int q = 0; q < k; q++) {
+        rtx_device_backend_free(dv->consumer, j->workers[first + q].be);
+        j->workers[first + q].be = NULL;
+    }
+    rtx_device_consumer_free(dv->consumer);
+    dv->consumer = NULL;
+    dv->n_workers = 0;
+    if (d == DEV_CPU) {
+        *err = berr;
+        return rtx_err_prefix(err, "jobs: the CPU's workers");
+    }
+    rtx_log(RTX_LOG_WARN, "device runs no jobs", "device", dv->name, "error", berr.msg, NULL);
+    return 0;
+}
+
+/* Frees the workers' backends and the consumers, and removes the fault listener; the
+ * workers must have been joined. */
+void rtx__jobs_devices_close(struct rtx_jobs *j) {
+    if (j->on_fault) rtx_devices_off_fault(j->devices, on_device_fault, j);
+    j->on_fault = false;
+    for (int i = 0; i < j->n_workers; i++) {
+        struct worker *w = &j->workers[i];
+        rtx_device_backend_free(j->devs[w->dev].consumer, w->be);
+        w->be = NULL;
+    }
+    for (int d = 0; d < j->n_devs; d++) {
+        rtx_device_consumer_free(j->devs[d].consumer);
+        j->devs[d].consumer = NULL;
+    }
 }
 
 /* cfg as device slot dv's scheduler runs it: executors and max_running are its workers. */

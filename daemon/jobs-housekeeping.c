@@ -117,6 +117,7 @@ void *rtx__jobs_housekeeper_main(void *arg) {
                     struct job *job = items[i].data;
                     rtx__jobs_unqueued(j, job);
                     job->in_sched = false;
+                    rtx__jobs_load_add(j, job, -1);
                     if (job->where == JOB_PENDING) { /* its submitter journals it */
                         job->expired = true;
                         continue;
@@ -133,7 +134,8 @@ void *rtx__jobs_housekeeper_main(void *arg) {
         for (struct job *job = list, *nx; job; job = nx) {
             nx = job->next;
             struct rtx_err err = {0};
-            rtx__jobs_change_state(j, job->id, job->lane, RTX_JOB_EXPIRED, REASON_EXPIRED, &err);
+            rtx__jobs_change_state(j, job->id, job->lane, RTX_JOB_EXPIRED, NULL, REASON_EXPIRED,
+                                   &err);
             pthread_mutex_lock(&j->mu);
             rtx__jobs_forget(j, job);
             pthread_mutex_unlock(&j->mu);

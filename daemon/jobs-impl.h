@@ -154,12 +154,7 @@
 #define HOUSEKEEP_MS 20    /* ms between sweeps of expired jobs (and brownout ticks) */
 #define COST_SAVE_MS 10000 /* ms between saves of changed learned costs */
 #define EXPIRE_BATCH 64    /* expired items taken per rtx_sched_expire call */
-#define PLAN_KEY_LEN 32    /* bytes of a plan key: a SHA-256 */
 #define RUN_BUCKETS 1024   /* hash buckets of the run records (a power of two) */
-#define WARMUP_ROWS 512    /* the warm-up input is f32[WARMUP_ROWS, WARMUP_ROWS]: 1 MiB, the
-                              size from which the CUDA backend stages copies in pinned memory */
-#define WARMUP_COLS 16     /* columns of the warm-up weight */
-
 static_assert(RTX_SCHED_MAX_LANES == 16, "struct rtx_jobs_stats holds 16 lanes");
 
 static const char REASON_CANCELLED[] = "cancelled by request";
@@ -177,26 +172,7 @@ struct prepared {
     struct rtx_tensor **inputs;
     struct rtx_plan *plan;
     uint64_t cost_key; /* the graph's wire bytes and the inputs' dtypes and shapes, hashed */
-    uint8_t plan_key[PLAN_KEY_LEN]; /* what the plan depends on, SHA-256 (plan_key_of) */
-};
-
-/* A plan a worker kept (see DESIGN), with the decoded graph it points into. */
-struct cached_plan {
-    uint8_t key[PLAN_KEY_LEN];
-    struct rtx_graph *graph;         /* owned: the plan points into it */
-    struct rtx_plan *plan;           /* owned */
-    size_t bytes;                    /* bytes it may hold: initializers, arena, inputs, outputs */
-    struct cached_plan *prev, *next; /* the LRU list, most recently used first */
-};
-
-/* The plans a worker kept. Only the worker's own thread touches it (and destroy, after the
- * workers were joined). */
-struct plan_cache {
-    int max_plans;                   /* 0: off */
-    size_t max_bytes;                /* bytes; 0: no bound but the count */
-    int n;
-    size_t bytes;                    /* bytes: the sum of the entries' */
-    struct cached_plan *head, *tail;
+    uint8_t plan_key[RTX_DEVICE_PLAN_KEY_LEN]; /* what the plan depends on (rtx_device_plan_key) */
 };
 
 /* The run of a job that succeeded (rtx_jobs_get_run), in a ring indexed by job id. */
@@ -268,25 +244,21 @@ struct worker {
     int dev;             /* device slot */
     struct rtx_backend *be;
     struct job *current; /* under mu */
-    struct plan_cache plans; /* its thread's only */
-    int kept_plans;      /* under mu: plans.n as of its last change */
-    size_t kept_bytes;   /* under mu: plans.bytes as of its last change */
 };
 
-/* A device slot: the CPU or one CUDA device listed at start. */
+/* A device slot: the CPU or one CUDA device listed at start (the same slot as in the device
+ * set). Health, plans and memory are the device layer's (device/device.h). */
 struct dev {
     char name[24];         /* "cpu", "cuda:N" */
     int cuda;              /* CUDA index; -1 for the CPU */
-    bool healthy;          /* under mu; never true again once false */
-    char detail[256];      /* under mu: why not healthy */
+    struct rtx_device *d;  /* the device layer's device */
+    struct rtx_device_consumer *consumer; /* "jobs" on it; NULL when it has no workers */
+    size_t reserve_bytes;  /* bytes: the consumer's reservation */
     int n_workers;         /* workers on it (fixed after start) */
     int64_t jobs_started;  /* under mu */
     size_t peak_bytes;     /* under mu: largest job peak (reported for the CPU) */
     struct rtx_sched *sched; /* under mu: its queue; NULL when it has no workers */
     int queued, running;   /* under mu: jobs in sched */
-    int64_t plan_hits, plan_misses, plan_evictions; /* under mu: its workers' plan caches */
-    int workers_warm;      /* under mu: workers whose warm-up ended */
-    double warmup_ms;      /* under mu: ms, the longest of those warm-ups */
 };
 
 struct watch {
@@ -333,13 +305,10 @@ struct rtx_jobs {
 
     int n_devs; /* slots in devs: the CPU and every listed CUDA device up to the maximum */
     struct dev devs[MAX_DEVS];
-    char no_gpu_why[256];    /* why no CUDA device is listed ("" when one is) */
     enum job_class default_cls; /* class of a job that names no device */
-    size_t gpu_pool_cap;     /* bytes */
-    const struct rtx_jobs_gpu_i *gpu_iface;
-    void *gpu_ctx;
-    int plan_cache;          /* plans kept per worker, 0: none */
-    size_t plan_cache_bytes; /* bytes per worker, 0: no bound but the count */
+    struct rtx_devices *devices; /* the device set (not owned) */
+    double jobs_reserve;     /* of each device's budget reserved for the consumer "jobs" */
+    bool on_fault;           /* the fault listener is registered */
 
     pthread_mutex_t rmu;     /* guards the run records (never held while calling out) */
     struct run_rec *runs;    /* RTX_JOBS_RUNS_KEPT records, a ring */
@@ -432,9 +401,10 @@ void rtx__jobs_job_free(struct job *job);
 void rtx__jobs_raise_cancel(struct job *job);
 int rtx__jobs_interrupt_running(struct rtx_jobs *j);
 int rtx__jobs_change_state(struct rtx_jobs *j, const char *id, int lane, enum rtx_job_state st,
-                           const char *reason, struct rtx_err *err);
+                           const char *code, const char *reason, struct rtx_err *err);
 int rtx__jobs_cancel_journaled(struct rtx_jobs *j, const char *id, int lane, struct rtx_err *err);
-void rtx__jobs_fail_job(struct rtx_jobs *j, struct job *job, const char *reason);
+const char *rtx__jobs_failure_code(int rc);
+void rtx__jobs_fail_job(struct rtx_jobs *j, struct job *job, const char *code, const char *reason);
 
 /* jobs-watch.c */
 void rtx__jobs_record_run(struct rtx_jobs *j, const char *id, const struct rtx_jobs_run *run);
@@ -452,22 +422,15 @@ int rtx__jobs_first_unsupported(struct rtx_backend *be, const struct rtx_graph *
 void rtx__jobs_unsupported_text(struct rtx_backend *be, const struct rtx_graph *g, int ni,
                                 char *buf, size_t len);
 int rtx__jobs_candidates(const struct rtx_jobs *j, enum job_class c, int out[MAX_DEVS]);
-void rtx__jobs_check_device(struct worker *w, char *reason, size_t len);
-int rtx__jobs_devices_init(struct rtx_jobs *j, const struct rtx_jobs_options *o);
-void rtx__jobs_gpu_workers_new(struct rtx_jobs *j, int d);
+void rtx__jobs_load_add(struct rtx_jobs *j, struct job *job, int64_t delta);
+struct rtx_device_consumer_info rtx__jobs_share(const struct dev *dv);
+int rtx__jobs_devices_init(struct rtx_jobs *j, const struct rtx_jobs_options *o,
+                           struct rtx_err *err);
+int rtx__jobs_workers_new(struct rtx_jobs *j, int d, struct rtx_err *err);
+void rtx__jobs_devices_close(struct rtx_jobs *j);
 struct rtx_sched_config rtx__jobs_device_sched_config(const struct rtx_sched_config *cfg,
                                                       const struct dev *dv);
 int rtx__jobs_scheds_new(struct rtx_jobs *j, struct rtx_err *err);
-
-/* jobs-plan-cache.c */
-int rtx__jobs_cache_clear(struct plan_cache *c);
-void rtx__jobs_count_plans(struct worker *w, int hits, int misses, int dropped);
-struct cached_plan *rtx__jobs_kept_plan_take(struct worker *w, const struct prepared *p);
-void rtx__jobs_kept_plan_return(struct worker *w, struct prepared *p, struct cached_plan *kept,
-                                bool ok);
-
-/* jobs-warmup.c */
-void rtx__jobs_warm_up(struct worker *w);
 
 /* jobs-worker.c */
 void *rtx__jobs_worker_main(void *arg);

@@ -28,9 +28,9 @@ static int check_options(const struct rtx_jobs_options *o, struct rtx_err *err) 
     if (o->max_queued < 1) return rtx_err_set(err, RTX_EINVAL, "jobs: max_queued must be >= 1");
     if (o->gpu_workers_per_device < 0 || o->gpu_workers_per_device > 64)
         return rtx_err_set(err, RTX_EINVAL, "jobs: gpu_workers_per_device must be in [0, 64]");
-    if (o->plan_cache < 0 || o->plan_cache > RTX_JOBS_PLAN_CACHE_MAX)
-        return rtx_err_set(err, RTX_EINVAL, "jobs: plan_cache must be in [0, %d]",
-                           RTX_JOBS_PLAN_CACHE_MAX);
+    if (!o->devices) return rtx_err_set(err, RTX_EINVAL, "jobs: no device set");
+    if (!(o->jobs_reserve >= 0 && o->jobs_reserve <= 1))
+        return rtx_err_set(err, RTX_EINVAL, "jobs: jobs_reserve must be in [0, 1]");
     if (o->default_restart_policy != RTX_RESTART_RERUN &&
         o->default_restart_policy != RTX_RESTART_FAIL)
         return rtx_err_set(err, RTX_EINVAL, "jobs: invalid default restart policy %d",
@@ -84,10 +84,13 @@ int rtx__jobs_find_lane(const struct rtx_jobs *j, const char *name) {
  * Recovery
  * ---------------------------------------------------------------------------------------- */
 
-/* Journals a recovered job terminal (state with reason) and counts it. */
-static int recover_end(struct rtx_jobs *j, const char *id, int lane, enum rtx_job_state st,
+/* Journals a recovered job terminal with reason and counts it: failed with failure code
+ * `code`, or expired when code is NULL. */
+static int recover_end(struct rtx_jobs *j, const char *id, int lane, const char *code,
                        const char *reason, int *n, struct rtx_err *err) {
-    int rc = rtx_store_job_set_state(j->store, id, st, reason, now_ms(), err);
+    enum rtx_job_state st = code ? RTX_JOB_FAILED : RTX_JOB_EXPIRED;
+    int rc = code ? rtx_store_job_fail(j->store, id, code, reason, now_ms(), err)
+                  : rtx_store_job_set_state(j->store, id, st, reason, now_ms(), err);
     if (rc < 0) return rc;
     if (st == RTX_JOB_FAILED) j->failed++;
     if (st == RTX_JOB_EXPIRED) j->expired++;
@@ -120,14 +123,14 @@ static int recover(struct rtx_jobs *j, struct rtx_err *err) {
         if (dev[0] && rtx__jobs_class_parse(j, dev, &asked, &derr) < 0) {
             char reason[300];
             snprintf(reason, sizeof reason, "cannot be placed: %s", derr.msg);
-            rc = recover_end(j, info->id, lane, RTX_JOB_FAILED, reason, &n_failed, err);
+            rc = recover_end(j, info->id, lane, "INTERNAL", reason, &n_failed, err);
             continue;
         }
         if (info->state == RTX_JOB_RUNNING) {
             enum rtx_restart_policy pol = info->restart_policy;
             if (pol != RTX_RESTART_RERUN && pol != RTX_RESTART_FAIL) pol = j->default_policy;
             if (pol == RTX_RESTART_FAIL) {
-                rc = recover_end(j, info->id, lane, RTX_JOB_FAILED, REASON_RESTART, &n_failed,
+                rc = recover_end(j, info->id, lane, "UNAVAILABLE", REASON_RESTART, &n_failed,
                                  err);
                 continue;
             }
@@ -139,7 +142,7 @@ static int recover(struct rtx_jobs *j, struct rtx_err *err) {
         }
         int64_t wall = now_ms();
         if (info->deadline_ms > 0 && info->deadline_ms <= wall) {
-            rc = recover_end(j, info->id, lane, RTX_JOB_EXPIRED, REASON_EXPIRED, &n_expired, err);
+            rc = recover_end(j, info->id, lane, NULL, REASON_EXPIRED, &n_expired, err);
             continue;
         }
         struct job *job = rtx_calloc(1, sizeof *job);
@@ -164,7 +167,8 @@ static int recover(struct rtx_jobs *j, struct rtx_err *err) {
             char reason[300];
             snprintf(reason, sizeof reason, "cannot be placed: %s", perr.msg);
             rtx_free(job);
-            rc = recover_end(j, info->id, lane, RTX_JOB_FAILED, reason, &n_failed, err);
+            rc = recover_end(j, info->id, lane, rtx__jobs_failure_code(prc), reason, &n_failed,
+                             err);
             continue;
         }
         job->where = JOB_QUEUED;
@@ -193,6 +197,7 @@ static void destroy(struct rtx_jobs *j) {
     for (size_t b = 0; j->index && b < j->index_cap; b++) {
         for (struct job *job = j->index[b], *nx; job; job = nx) {
             nx = job->hnext;
+            if (job->in_sched) rtx__jobs_load_add(j, job, -1); /* the set outlives us */
             rtx__jobs_job_free(job);
         }
     }
@@ -204,11 +209,7 @@ static void destroy(struct rtx_jobs *j) {
             rtx_free(w);
         }
     }
-    for (int i = 0; i < j->n_workers; i++) {
-        /* before the backend their plans hold memory of */
-        rtx__jobs_cache_clear(&j->workers[i].plans);
-        rtx_backend_free(j->workers[i].be);
-    }
+    rtx__jobs_devices_close(j);
     for (int d = 0; d < j->n_devs; d++)
         rtx_sched_free(j->devs[d].sched);
     rtx_free(j->workers);
@@ -285,12 +286,15 @@ int rtx_jobs_start(const struct rtx_jobs_options *opt, struct rtx_jobs **out,
     j->n_lanes = opt->n_lanes;
     j->index_cap = INDEX_MIN_BUCKETS;
     j->index = rtx_calloc(j->index_cap, sizeof *j->index);
-    j->plan_cache = opt->plan_cache;
-    j->plan_cache_bytes = opt->plan_cache_bytes;
+    j->jobs_reserve = opt->jobs_reserve;
     j->runs = rtx_calloc(RTX_JOBS_RUNS_KEPT, sizeof *j->runs);
     for (int b = 0; b < RUN_BUCKETS; b++)
         j->run_heads[b] = -1;
-    int n_gpu_workers = rtx__jobs_devices_init(j, opt);
+    int n_gpu_workers = rtx__jobs_devices_init(j, opt, err);
+    if (n_gpu_workers < 0) {
+        rc = n_gpu_workers;
+        goto fail;
+    }
     j->workers = rtx_calloc((size_t)(opt->workers + n_gpu_workers), sizeof *j->workers);
     if (!j->index || !j->runs || !j->workers) goto oom;
     for (int i = 0; i < opt->n_lanes; i++) {
@@ -303,22 +307,10 @@ int rtx_jobs_start(const struct rtx_jobs_options *opt, struct rtx_jobs **out,
         rtx_err_prefix(err, "jobs: default device");
         goto fail;
     }
-    j->n_workers = j->n_cpu_workers = opt->workers;
-    for (int i = 0; i < j->n_workers; i++) {
-        j->workers[i].j = j;
-        j->workers[i].dev = DEV_CPU;
-        struct rtx_cpu_options co = {.n_threads = opt->cpu_threads};
-        if ((rc = rtx_backend_cpu_new(&co, &j->workers[i].be, err)) < 0) {
-            rtx_err_prefix(err, "jobs: worker %d backend", i);
-            goto fail;
-        }
-    }
+    if ((rc = rtx__jobs_workers_new(j, DEV_CPU, err)) < 0) goto fail;
+    j->n_cpu_workers = j->n_workers;
     for (int d = 1; d < j->n_devs; d++)
-        rtx__jobs_gpu_workers_new(j, d);
-    for (int i = 0; i < j->n_workers; i++) {
-        j->workers[i].plans.max_plans = j->plan_cache;
-        j->workers[i].plans.max_bytes = j->plan_cache_bytes;
-    }
+        rtx__jobs_workers_new(j, d, err); /* a GPU that cannot take workers runs no jobs */
     if ((rc = rtx__jobs_scheds_new(j, err)) < 0) goto fail;
     rtx__jobs_load_costs(j);
     if ((rc = recover(j, err)) < 0) goto fail;
@@ -342,11 +334,10 @@ int rtx_jobs_start(const struct rtx_jobs_options *opt, struct rtx_jobs **out,
     snprintf(nt, sizeof nt, "%d", j->cpu_threads);
     snprintf(ng, sizeof ng, "%d", j->n_workers - j->n_cpu_workers);
     rtx__jobs_class_text(j->default_cls, dd, sizeof dd);
-    char pc[16], pcb[32];
-    snprintf(pc, sizeof pc, "%d", j->plan_cache);
-    snprintf(pcb, sizeof pcb, "%zu", j->plan_cache_bytes);
+    char jr[16];
+    snprintf(jr, sizeof jr, "%.3g", j->jobs_reserve);
     rtx_log(RTX_LOG_INFO, "job workers started", "workers", nw, "cpu_threads", nt, "gpu_workers",
-            ng, "default_device", dd, "plan_cache", pc, "plan_cache_bytes", pcb, NULL);
+            ng, "default_device", dd, "jobs_reserve", jr, NULL);
     *out = j;
     return 0;
 oom:

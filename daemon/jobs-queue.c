@@ -107,6 +107,7 @@ int rtx__jobs_sched_place(struct rtx_jobs *j, struct job *job, struct rtx_err *e
             job->dev = cand[k];
             job->handle = handle;
             job->in_sched = true;
+            rtx__jobs_load_add(j, job, 1);
             dv->queued++;
             j->lanes[job->lane].queued++;
             j->n_queued++;
@@ -138,6 +139,7 @@ void rtx__jobs_sched_remove(struct rtx_jobs *j, struct job *job) {
                 rtx_strerror(rc), NULL);
     rtx__jobs_unqueued(j, job);
     job->in_sched = false;
+    rtx__jobs_load_add(j, job, -1);
 }
 
 /* Ends a dispatched job's scheduler item (under mu): outcome and, for RTX_SCHED_OK, its run
@@ -152,6 +154,7 @@ void rtx__jobs_finish_item(struct rtx_jobs *j, struct job *job, enum rtx_sched_o
                 rtx_strerror(rc), NULL);
     dv->running--;
     job->in_sched = false;
+    rtx__jobs_load_add(j, job, -1);
     if (outcome == RTX_SCHED_OK) j->costs_dirty = true;
 }
 
@@ -191,10 +194,13 @@ int rtx__jobs_interrupt_running(struct rtx_jobs *j) {
  * State changes
  * ---------------------------------------------------------------------------------------- */
 
-/* Journals a terminal state, counts it, logs it and publishes it. */
+/* Journals a terminal state (with failure code `code` when it is RTX_JOB_FAILED), counts it,
+ * logs it and publishes it. */
 int rtx__jobs_change_state(struct rtx_jobs *j, const char *id, int lane, enum rtx_job_state st,
-                           const char *reason, struct rtx_err *err) {
-    int rc = rtx_store_job_set_state(j->store, id, st, reason, now_ms(), err);
+                           const char *code, const char *reason, struct rtx_err *err) {
+    int rc = st == RTX_JOB_FAILED
+                 ? rtx_store_job_fail(j->store, id, code ? code : "INTERNAL", reason, now_ms(), err)
+                 : rtx_store_job_set_state(j->store, id, st, reason, now_ms(), err);
     if (rc < 0) {
         rtx_log(RTX_LOG_ERROR, "cannot journal a job state", "job", id, "state",
                 rtx_job_state_name(st), "error", err->msg, NULL);
@@ -236,9 +242,24 @@ int rtx__jobs_cancel_journaled(struct rtx_jobs *j, const char *id, int lane, str
     return 0;
 }
 
-/* Fails a job with a reason; a journal error is logged (the job then stays as the journal
- * has it, for recovery). */
-void rtx__jobs_fail_job(struct rtx_jobs *j, struct job *job, const char *reason) {
+/* The failure code (Job.failure_code: a gRPC status name) of a job that failed with error
+ * rc: RESOURCE_EXHAUSTED when memory or a limit ran out (a device budget share refused it),
+ * UNAVAILABLE when no usable device could take it, INTERNAL otherwise. A job whose device
+ * was lost while it ran is UNAVAILABLE whatever its error (the caller says so). */
+const char *rtx__jobs_failure_code(int rc) {
+    switch (rc) {
+    case RTX_ENOMEM:
+    case RTX_ELIMIT:
+    case RTX_EOVERLOAD: return "RESOURCE_EXHAUSTED";
+    case RTX_EUNAVAILABLE: return "UNAVAILABLE";
+    default: return "INTERNAL";
+    }
+}
+
+/* Fails a job with a failure code and a reason; a journal error is logged (the job then
+ * stays as the journal has it, for recovery). */
+void rtx__jobs_fail_job(struct rtx_jobs *j, struct job *job, const char *code,
+                        const char *reason) {
     struct rtx_err err = {0};
-    rtx__jobs_change_state(j, job->id, job->lane, RTX_JOB_FAILED, reason, &err);
+    rtx__jobs_change_state(j, job->id, job->lane, RTX_JOB_FAILED, code, reason, &err);
 }

@@ -35,19 +35,13 @@ void rtx_jobs_get_stats(struct rtx_jobs *j, struct rtx_jobs_stats *st) {
         snprintf(o->name, sizeof o->name, "%s", dv->name);
         o->cuda_index = dv->cuda;
         o->workers = dv->n_workers;
-        o->healthy = dv->healthy;
-        snprintf(o->detail, sizeof o->detail, "%s", dv->detail);
+        o->healthy = rtx_device_healthy(dv->d);
+        rtx_device_detail(dv->d, o->detail, sizeof o->detail);
         o->jobs_started = dv->jobs_started;
-        o->plan_cache_hits = dv->plan_hits;
-        o->plan_cache_misses = dv->plan_misses;
-        o->plan_cache_evictions = dv->plan_evictions;
-        o->workers_warm = dv->workers_warm;
-        o->warmup_ms = dv->warmup_ms;
-    }
-    for (int i = 0; i < j->n_workers; i++) {
-        const struct worker *w = &j->workers[i];
-        st->devices[w->dev].plan_cache_plans += w->kept_plans;
-        st->devices[w->dev].plan_cache_bytes += w->kept_bytes;
+        struct rtx_device_consumer_info share = rtx__jobs_share(dv);
+        o->reserved_bytes = share.reserved_bytes;
+        o->used_bytes = share.used_bytes;
+        o->refusals = share.refusals;
     }
     pthread_mutex_unlock(&j->mu);
 }
@@ -99,7 +93,7 @@ int rtx_jobs_get_pools(struct rtx_jobs *j, struct rtx_jobs_pool_row *rows, int m
         for (int i = j->n_cpu_workers; i < j->n_workers; i++) {
             if (j->workers[i].dev != d) continue;
             struct rtx_mem_pool_stats ds, ps;
-            int rc = j->gpu_iface->pool_stats(j->gpu_ctx, j->workers[i].be, &ds, &ps, err);
+            int rc = rtx_device_backend_pool_stats(dv->d, j->workers[i].be, &ds, &ps, err);
             if (rc < 0) return rtx_err_prefix(err, "pools of %s", dv->name);
             pool_add(&dr->total, &ds.total);
             pool_add(&pr->total, &ps.total);
@@ -110,11 +104,9 @@ int rtx_jobs_get_pools(struct rtx_jobs *j, struct rtx_jobs_pool_row *rows, int m
         }
         pool_finish(&dr->total);
         pool_finish(&pr->total);
-        pthread_mutex_lock(&j->mu);
-        dr->healthy = pr->healthy = dv->healthy;
-        snprintf(dr->detail, sizeof dr->detail, "%s", dv->detail);
-        snprintf(pr->detail, sizeof pr->detail, "%s", dv->detail);
-        pthread_mutex_unlock(&j->mu);
+        dr->healthy = pr->healthy = rtx_device_healthy(dv->d);
+        rtx_device_detail(dv->d, dr->detail, sizeof dr->detail);
+        rtx_device_detail(dv->d, pr->detail, sizeof pr->detail);
         *n += 2;
     }
     if (*n + 1 > max) return rtx_err_set(err, RTX_ELIMIT, "pools: more than %d rows", max);
@@ -143,7 +135,7 @@ void rtx_jobs_get_lanes(struct rtx_jobs *j, struct rtx_jobs_lanes *out) {
         struct rtx_jobs_lane_device *o = &out->devices[out->n_devices++];
         snprintf(o->device, sizeof o->device, "%s", j->devs[d].name);
         o->workers = j->devs[d].n_workers;
-        o->healthy = j->devs[d].healthy;
+        o->healthy = rtx_device_healthy(j->devs[d].d);
         rtx_sched_get_stats(j->devs[d].sched, now, &o->stats);
     }
     pthread_mutex_unlock(&j->mu);

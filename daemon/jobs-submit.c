@@ -224,7 +224,7 @@ int rtx_jobs_submit(struct rtx_jobs *j, const void *request, size_t len,
         rtx__jobs_cancel_journaled(j, job_id, lane, &cerr);
     } else if (expired) {
         struct rtx_err xerr = {0};
-        rtx__jobs_change_state(j, job_id, lane, RTX_JOB_EXPIRED, REASON_EXPIRED, &xerr);
+        rtx__jobs_change_state(j, job_id, lane, RTX_JOB_EXPIRED, NULL, REASON_EXPIRED, &xerr);
     }
 out:
     rtx__jobs_job_free(job);

@@ -1,9 +1,8 @@
 /*
  * jobs-worker.c - the job workers: each dispatches from its device's scheduler, journals the
- * job running, executes it on its backend (with a kept plan when its cache holds one), journals
- * the result and reports the run time to the scheduler; jobs of a lost device move elsewhere
- * (DESIGN in jobs-impl.h). Kept apart from the job logic so that a device layer can take it
- * over.
+ * job running, executes it on its backend (with a plan from its device's plan cache when the
+ * cache holds one for the backend), journals the result and reports the run time to the
+ * scheduler; jobs of a lost device move elsewhere (DESIGN in jobs-impl.h).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -30,7 +29,7 @@ static void succeed_job(struct rtx_jobs *j, struct job *job, struct rtx_tensor *
     const char **names = rtx_calloc((size_t)n + 1, sizeof *names);
     struct rtx_err err = {0};
     if (!names) {
-        rtx__jobs_fail_job(j, job, "out of memory storing the outputs");
+        rtx__jobs_fail_job(j, job, "RESOURCE_EXHAUSTED", "out of memory storing the outputs");
         return;
     }
     for (int i = 0; i < n; i++)
@@ -46,7 +45,7 @@ static void succeed_job(struct rtx_jobs *j, struct job *job, struct rtx_tensor *
         snprintf(reason, sizeof reason, "cannot store the outputs: %s", err.msg);
         rtx_log(RTX_LOG_ERROR, "cannot journal a job's outputs", "job", job->id, "error", err.msg,
                 NULL);
-        rtx__jobs_fail_job(j, job, reason);
+        rtx__jobs_fail_job(j, job, rtx__jobs_failure_code(rc), reason);
         return;
     }
     pthread_mutex_lock(&j->mu);
@@ -64,30 +63,69 @@ static void stop_job(struct rtx_jobs *j, struct job *job, bool started) {
     pthread_mutex_unlock(&j->mu);
     if (requested) {
         struct rtx_err err = {0};
-        rtx__jobs_change_state(j, job->id, job->lane, RTX_JOB_CANCELLED, REASON_CANCELLED, &err);
+        rtx__jobs_change_state(j, job->id, job->lane, RTX_JOB_CANCELLED, NULL, REASON_CANCELLED,
+                               &err);
         return;
     }
     rtx_log(RTX_LOG_WARN, "job interrupted", "job", job->id, "lane", j->lanes[job->lane].name,
             "state", started ? "running" : "queued", NULL);
 }
 
-/* Runs `plan` with the job's inputs on w's backend. A job that runs out of memory on a GPU
- * while w keeps plans (which hold device memory) runs once more after w dropped them. */
+/* Runs `plan` with the job's inputs on w's backend. A job that runs out of memory while its
+ * device's plan cache keeps plans (which hold memory charged to their consumers) runs once
+ * more after the cache dropped them. */
 static int execute_job(struct worker *w, struct job *job, struct rtx_plan *plan,
                        struct rtx_tensor **outs, struct rtx_exec_stats *st, struct rtx_err *err) {
     struct prepared *p = job->prep;
+    struct dev *dv = &w->j->devs[w->dev];
     int n_out = p->graph->n_outputs;
     int rc = rtx_plan_execute(plan, w->be, p->inputs, p->n_inputs, outs, n_out, &job->cancel, st,
                               err);
-    if (rc != RTX_ENOMEM || w->plans.n == 0 || rtx_backend_is_host(w->be)) return rc;
-    int dropped = rtx__jobs_cache_clear(&w->plans);
-    rtx__jobs_count_plans(w, 0, 0, dropped);
+    if (rc != RTX_ENOMEM) return rc;
+    int dropped = rtx_device_plans_clear(dv->d);
+    if (dropped == 0) return rc;
     char nd[16];
     snprintf(nd, sizeof nd, "%d", dropped);
-    rtx_log(RTX_LOG_INFO, "out of device memory: kept plans dropped, running the job again",
-            "job", job->id, "device", w->j->devs[w->dev].name, "plans", nd, NULL);
+    rtx_log(RTX_LOG_INFO, "out of memory: kept plans dropped, running the job again", "job",
+            job->id, "device", dv->name, "plans", nd, NULL);
     return rtx_plan_execute(plan, w->be, p->inputs, p->n_inputs, outs, n_out, &job->cancel, st,
                             err);
+}
+
+/* The plan cache's release: frees the decoded graph a kept plan pointed into. */
+static void release_graph(void *graph) {
+    rtx_graph_free(graph);
+}
+
+/* After a job ran on w without a kept plan: its own plan and graph move into the device's plan
+ * cache when it succeeded (the cache frees them when it does not keep them). */
+static void keep_plan(struct worker *w, struct prepared *p) {
+    struct rtx_device *d = w->j->devs[w->dev].d;
+    size_t bytes = rtx_device_plan_bytes(p->plan);
+    rtx_device_plan_keep(d, w->be, p->plan_key, p->plan, bytes, release_graph, p->graph);
+    p->graph = NULL; /* the cache owns them now; the job's outputs are journaled */
+    p->plan = NULL;
+}
+
+/* The reason of a job that failed with rc on w's device, from its error; an out-of-memory
+ * failure that the jobs share refused (its refusals grew past `refusals` during the run; a
+ * concurrent job's refusal may be counted too) names the share (device.jobs_reserve). *code
+ * gets its failure code. */
+static void failure_reason(struct worker *w, int rc, const struct rtx_err *err,
+                           uint64_t refusals, char *reason, size_t len, const char **code) {
+    struct dev *dv = &w->j->devs[w->dev];
+    snprintf(reason, len, "%s", err->msg);
+    *code = rtx__jobs_failure_code(rc);
+    if (!rtx_backend_is_host(w->be) && rtx_device_check(dv->d, w->be, reason, len)) {
+        *code = "UNAVAILABLE"; /* the device was lost */
+        return;
+    }
+    size_t used = strlen(reason);
+    if (rc == RTX_ENOMEM && rtx__jobs_share(dv).refusals > refusals && used + 1 < len)
+        snprintf(reason + used, len - used,
+                 " [past the jobs share of %s: %zu bytes reserved (device.jobs_reserve) and "
+                 "what the budget has unreserved]",
+                 dv->name, dv->reserve_bytes);
 }
 
 /* How a worker's run of a job ended, for its scheduler. */
@@ -103,10 +141,11 @@ static enum run_result run_job(struct worker *w, struct job *job, int64_t *run_n
     struct rtx_jobs *j = w->j;
     struct dev *dv = &j->devs[w->dev];
     struct rtx_err err = {0};
+    char reason[sizeof err.msg + 200];
     /* the scheduler expires jobs by its deadline; a recovered job admitted without one (it
      * could not be met after the restart) is checked here */
     if (job->deadline_ms > 0 && now_ms() >= job->deadline_ms) {
-        rtx__jobs_change_state(j, job->id, job->lane, RTX_JOB_EXPIRED, REASON_EXPIRED, &err);
+        rtx__jobs_change_state(j, job->id, job->lane, RTX_JOB_EXPIRED, NULL, REASON_EXPIRED, &err);
         return RUN_STOPPED;
     }
     if (__atomic_load_n(&job->cancel, __ATOMIC_SEQ_CST)) {
@@ -115,7 +154,7 @@ static enum run_result run_job(struct worker *w, struct job *job, int64_t *run_n
     }
     int rc;
     if (!job->prep && (rc = rtx__jobs_load_prepared(j, job->id, &job->prep, &err)) < 0) {
-        rtx__jobs_fail_job(j, job, err.msg);
+        rtx__jobs_fail_job(j, job, rtx__jobs_failure_code(rc), err.msg);
         return RUN_FAILED;
     }
     struct prepared *p = job->prep;
@@ -123,19 +162,17 @@ static enum run_result run_job(struct worker *w, struct job *job, int64_t *run_n
         int bad = rtx__jobs_first_unsupported(w->be, p->graph);
         if (bad >= 0 && job->asked == CLS_AUTO) return RUN_BACK;
         if (bad >= 0) {
-            char reason[300];
             rtx__jobs_unsupported_text(w->be, p->graph, bad, reason, sizeof reason);
-            rtx__jobs_fail_job(j, job, reason);
+            rtx__jobs_fail_job(j, job, "INTERNAL", reason);
             return RUN_FAILED;
         }
     }
     rc = rtx_store_job_start(j->store, job->id, dv->name, now_ms(), &err);
     if (rc < 0) {
-        char reason[300];
         snprintf(reason, sizeof reason, "cannot journal the job as running: %s", err.msg);
         rtx_log(RTX_LOG_ERROR, "cannot journal a job state", "job", job->id, "state", "running",
                 "error", err.msg, NULL);
-        rtx__jobs_fail_job(j, job, reason);
+        rtx__jobs_fail_job(j, job, rtx__jobs_failure_code(rc), reason);
         return RUN_FAILED;
     }
     pthread_mutex_lock(&j->mu);
@@ -147,13 +184,14 @@ static enum run_result run_job(struct worker *w, struct job *job, int64_t *run_n
     int n_out = p->graph->n_outputs;
     struct rtx_tensor **outs = rtx_calloc((size_t)n_out + 1, sizeof *outs);
     if (!outs) {
-        rtx__jobs_fail_job(j, job, "out of memory running the job");
+        rtx__jobs_fail_job(j, job, "RESOURCE_EXHAUSTED", "out of memory running the job");
         return RUN_FAILED;
     }
-    struct cached_plan *kept = rtx__jobs_kept_plan_take(w, p);
+    struct rtx_device_plan *kept = rtx_device_plan_take(dv->d, w->be, p->plan_key);
     struct rtx_exec_stats st = {0};
+    uint64_t refusals = rtx__jobs_share(dv).refusals;
     int64_t t0 = mono_ns();
-    rc = execute_job(w, job, kept ? kept->plan : p->plan, outs, &st, &err);
+    rc = execute_job(w, job, kept ? rtx_device_plan_get(kept) : p->plan, outs, &st, &err);
     *run_ns = mono_ns() - t0;
     enum run_result res = RUN_OK;
     if (rc == 0) {
@@ -168,16 +206,18 @@ static enum run_result run_job(struct worker *w, struct job *job, int64_t *run_n
         stop_job(j, job, true);
         res = RUN_STOPPED;
     } else {
-        char reason[sizeof err.msg + 80];
-        snprintf(reason, sizeof reason, "%s", err.msg);
-        if (!rtx_backend_is_host(w->be)) rtx__jobs_check_device(w, reason, sizeof reason);
-        rtx__jobs_fail_job(j, job, reason);
+        const char *code;
+        failure_reason(w, rc, &err, refusals, reason, sizeof reason, &code);
+        rtx__jobs_fail_job(j, job, code, reason);
         res = RUN_FAILED;
     }
     for (int i = 0; i < n_out; i++)
         rtx_tensor_unref(outs[i]);
     rtx_free(outs);
-    rtx__jobs_kept_plan_return(w, p, kept, rc == 0);
+    if (kept)
+        rtx_device_plan_return(dv->d, kept, rc == 0);
+    else if (rc == 0)
+        keep_plan(w, p);
     return res;
 }
 
@@ -185,13 +225,14 @@ static enum run_result run_job(struct worker *w, struct job *job, int64_t *run_n
  * The worker loop
  * ---------------------------------------------------------------------------------------- */
 
-/* Journals a job that left its scheduler without running as `st` with `reason`, then forgets
+/* Journals a job that left its scheduler without running as `st` with `reason` (and failure
+ * code `code` when st is RTX_JOB_FAILED), then forgets
  * and frees it. Called and returns with mu held (released meanwhile). */
 static void settle_job(struct rtx_jobs *j, struct job *job, enum rtx_job_state st,
-                       const char *reason) {
+                       const char *code, const char *reason) {
     pthread_mutex_unlock(&j->mu);
     struct rtx_err err = {0};
-    rtx__jobs_change_state(j, job->id, job->lane, st, reason, &err);
+    rtx__jobs_change_state(j, job->id, job->lane, st, code, reason, &err);
     pthread_mutex_lock(&j->mu);
     rtx__jobs_forget(j, job);
     pthread_mutex_unlock(&j->mu);
@@ -211,29 +252,15 @@ static void move_job(struct rtx_jobs *j, struct job *job) {
     char reason[300];
     snprintf(reason, sizeof reason, "cannot be placed: %s", err.msg);
     job->where = JOB_CANCELLING;
-    settle_job(j, job, RTX_JOB_FAILED, reason);
-}
-
-/* Drops the plans of a worker whose device was lost (called and returns with mu held,
- * released meanwhile). */
-static void drop_lost_plans(struct worker *w) {
-    pthread_mutex_unlock(&w->j->mu);
-    int dropped = rtx__jobs_cache_clear(&w->plans);
-    rtx__jobs_count_plans(w, 0, 0, dropped);
-    pthread_mutex_lock(&w->j->mu);
+    settle_job(j, job, RTX_JOB_FAILED, rtx__jobs_failure_code(err.code), reason);
 }
 
 void *rtx__jobs_worker_main(void *arg) {
     struct worker *w = arg;
     struct rtx_jobs *j = w->j;
     struct dev *dv = &j->devs[w->dev];
-    if (w->dev != DEV_CPU) rtx__jobs_warm_up(w);
     pthread_mutex_lock(&j->mu);
     while (!j->stopping) {
-        if (!dv->healthy && w->plans.n > 0) {
-            drop_lost_plans(w);
-            continue;
-        }
         struct rtx_sched_item it;
         enum rtx_sched_pick pick = RTX_SCHED_NONE;
         if (!j->draining && dv->sched) pick = rtx_sched_dispatch(dv->sched, sched_now(), &it);
@@ -245,12 +272,13 @@ void *rtx__jobs_worker_main(void *arg) {
         rtx__jobs_unqueued(j, job);
         if (pick == RTX_SCHED_EXPIRED) {
             job->in_sched = false;
+            rtx__jobs_load_add(j, job, -1);
             if (job->where == JOB_PENDING) { /* its submitter journals it */
                 job->expired = true;
                 continue;
             }
             job->where = JOB_CANCELLING;
-            settle_job(j, job, RTX_JOB_EXPIRED, REASON_EXPIRED);
+            settle_job(j, job, RTX_JOB_EXPIRED, NULL, REASON_EXPIRED);
             continue;
         }
         dv->running++;

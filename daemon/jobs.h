@@ -41,6 +41,7 @@
 #ifndef RTX_DAEMON_JOBS_H
 #define RTX_DAEMON_JOBS_H
 
+#include "device/device.h"
 #include "kernels/cuda/backend-cuda.h"
 #include "runtime/mem-pool.h"
 #include "scheduler/sched.h"
@@ -50,23 +51,11 @@ struct rtx_jobs;
 
 #define RTX_JOBS_MAX_GPUS 16 /* CUDA devices the job manager runs jobs on (the first ones) */
 
-/* How the job manager makes GPU workers' backends and reads their pools. The default (NULL in
- * rtx_jobs_options) is the CUDA backend (rtx_backend_cuda_new with gpu_pool_cap_bytes, and
- * rtx_backend_cuda_pool_stats); unit tests pass a fake device. Both slots get the options'
- * gpu_ctx. */
-struct rtx_jobs_gpu_i {
-    /* Creates the backend of one worker on CUDA device `device`. */
-    int (*backend_new)(void *ctx, int device, struct rtx_backend **out, struct rtx_err *err);
-    /* The statistics of a backend's device pool (*dev) and pinned host pool (*pinned). Called
-     * from any thread while the backend's worker may be running a job on it. */
-    int (*pool_stats)(void *ctx, struct rtx_backend *be, struct rtx_mem_pool_stats *dev,
-                      struct rtx_mem_pool_stats *pinned, struct rtx_err *err);
-};
-
 struct rtx_jobs_options {
     struct rtx_store *store;
     int workers;                        /* worker threads, >= 1 */
-    int cpu_threads;                    /* CPU backend threads per worker, >= 1 */
+    int cpu_threads;                    /* CPU backend threads per worker, >= 1: reported
+                                           only, the device set's cpu_threads makes them */
     struct rtx_limits limits;           /* graph and tensor limits for admission */
     int64_t max_queued;                 /* Submit fails with RTX_EUNAVAILABLE beyond this */
     enum rtx_restart_policy default_restart_policy;
@@ -78,25 +67,20 @@ struct rtx_jobs_options {
      * does not define gets a new lane's settings). Each device's scheduler overrides executors
      * and max_running with the device's worker count. rtx_jobs_reconfigure changes them. */
     const struct rtx_sched_config *sched;
-    /* Placement (all zero: CPU only, as on a host without a GPU). */
-    const struct rtx_cuda_devices *gpus; /* devices found at start (NULL: none); read during
-                                            rtx_jobs_start only; the first RTX_JOBS_MAX_GPUS
-                                            healthy ones get workers */
+    /* The device set (device/device.h, required): it owns the devices' backends, memory
+     * budgets, plan caches and health. The job manager registers one consumer "jobs" on
+     * each device it runs workers on, the CPU and the first RTX_JOBS_MAX_GPUS CUDA devices
+     * healthy at start; the set must outlive the job manager. The CPU workers' backends
+     * have the set's cpu_threads threads (main.c makes the set with jobs.cpu_threads). */
+    struct rtx_devices *devices;
+    double jobs_reserve;                /* of each device's budget reserved for jobs, [0, 1]
+                                           (setting device.jobs_reserve); beyond it jobs
+                                           borrow from the unreserved rest */
     int gpu_workers_per_device;         /* workers per healthy GPU, 0: run nothing on GPUs */
     const char *default_device;         /* for jobs that name none: "auto" (also NULL),
                                            "cpu", "cuda" or "cuda:N" */
-    size_t gpu_pool_cap_bytes;          /* bytes: cap of each GPU worker's device pool, 0: none */
-    const struct rtx_jobs_gpu_i *gpu_iface; /* NULL: the CUDA backend */
-    void *gpu_ctx;                      /* passed to gpu_iface's slots */
-    /* Plan reuse (setting jobs.plan_cache, jobs.plan_cache_bytes). */
-    int plan_cache;                     /* plans kept per worker, 0..RTX_JOBS_PLAN_CACHE_MAX;
-                                           0: none (every job plans and runs afresh) */
-    size_t plan_cache_bytes;            /* bytes: most the plans of one worker may hold
-                                           (initializers, arena, inputs and outputs of each),
-                                           0: no bound but the count */
 };
 
-#define RTX_JOBS_PLAN_CACHE_MAX 4096 /* plans per worker at most */
 #define RTX_JOBS_RUNS_KEPT 4096      /* runs rtx_jobs_get_run remembers (the latest) */
 
 /* Recovers unfinished jobs from the store (queued: queued again; running: by policy) and
@@ -179,19 +163,13 @@ struct rtx_jobs_device {
     char name[24];                      /* "cpu", "cuda:0" */
     int cuda_index;                     /* CUDA device index; -1 for the CPU */
     int workers;                        /* job workers on it */
-    bool healthy;                       /* false after a sticky device error */
+    bool healthy;                       /* the device layer's health (rtx_device_healthy) */
     char detail[256];                   /* why not healthy; "" when healthy */
     int64_t jobs_started;               /* jobs started on it since start */
-    /* Its workers' plan caches (jobs.plan_cache; lookups only while the cache is on). */
-    int64_t plan_cache_hits;            /* jobs run on a plan their worker had kept */
-    int64_t plan_cache_misses;          /* jobs whose plan their worker did not have */
-    int64_t plan_cache_evictions;       /* plans dropped for room, after an out-of-memory
-                                           failure, or because the device was lost */
-    int plan_cache_plans;               /* plans kept now */
-    size_t plan_cache_bytes;            /* bytes those plans may hold */
-    /* GPU workers' warm-up (none on the CPU). */
-    int workers_warm;                   /* workers whose warm-up has ended */
-    double warmup_ms;                   /* ms: the longest of those warm-ups */
+    /* Its budget share: the consumer "jobs" (device/device.h; 0s without workers). */
+    size_t reserved_bytes;              /* bytes: device.jobs_reserve of the budget */
+    size_t used_bytes;                  /* bytes charged to jobs now */
+    uint64_t refusals;                  /* charges refused for want of share */
 };
 
 struct rtx_jobs_stats {

@@ -370,6 +370,32 @@ static int loop_finish(struct app *a) {
 
 /* Lists the CUDA devices once, at start: one line per device, or one line saying why there is
  * none (info when the host has no GPU or driver, warn when an installed driver fails). */
+/* The device set (device/device.h) that jobs and serving share, made once from the CUDA
+ * devices gpus_probe found; rtx_devices_free after serving and jobs stopped. CPU backends get
+ * jobs.cpu_threads threads. */
+static int devices_start(struct app *a, int cpu_threads, struct rtx_err *err) {
+    struct rtx_devices_options o = {
+        .gpus = &a->d.gpus,
+        .cpu_threads = cpu_threads,
+        .memory_fraction = a->cfg.memory_fraction,
+        .memory_cap_bytes = (size_t)a->cfg.memory_cap_bytes,
+        .plan_cache = a->cfg.plan_cache,
+        .plan_cache_bytes = (size_t)a->cfg.plan_cache_bytes,
+    };
+    int rc = rtx_devices_new(&o, &a->d.devices, err);
+    if (rc != 0) return rc;
+    for (int s = 0; s < rtx_devices_count(a->d.devices); s++) {
+        struct rtx_device_info info;
+        rtx_device_info(rtx_devices_get(a->d.devices, s), &info);
+        char budget[32], jobs[32];
+        snprintf(budget, sizeof budget, "%zu", info.budget_bytes);
+        snprintf(jobs, sizeof jobs, "%.0f", (double)info.budget_bytes * a->cfg.jobs_reserve);
+        rtx_log(RTX_LOG_INFO, "device budget", "device", info.name, "budget_bytes", budget,
+                "jobs_reserve_bytes", jobs, NULL);
+    }
+    return 0;
+}
+
 static int gpus_probe(struct app *a, struct rtx_err *err) {
     struct rtx_cuda_devices *l = &a->d.gpus;
     int rc = rtx_cuda_devices_init(l, true, err);
@@ -513,6 +539,10 @@ static int run(struct app *a) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         cpu_threads = ncpu > a->cfg.workers ? (int)(ncpu / a->cfg.workers) : 1;
     }
+    if (devices_start(a, cpu_threads, &err) != 0) {
+        rtx_log(RTX_LOG_ERROR, "cannot make the device set", "error", err.msg, NULL);
+        goto out;
+    }
     struct rtx_limits limits = rtx_limits_default();
     limits.max_nodes = a->cfg.max_graph_nodes;
     limits.max_tensor_bytes = a->cfg.max_tensor_bytes;
@@ -527,12 +557,10 @@ static int run(struct app *a) {
         .lanes = (const char *const *)a->lanes,
         .default_lane = a->cfg.default_lane,
         .sched = &a->cfg.sched,
-        .gpus = &a->d.gpus,
+        .devices = a->d.devices,
+        .jobs_reserve = a->cfg.jobs_reserve,
         .gpu_workers_per_device = a->cfg.gpu_workers_per_device,
         .default_device = a->cfg.device,
-        .gpu_pool_cap_bytes = (size_t)a->cfg.gpu_pool_cap_bytes,
-        .plan_cache = a->cfg.plan_cache,
-        .plan_cache_bytes = (size_t)a->cfg.plan_cache_bytes,
     };
     if (rtx_jobs_start(&jo, &a->jobs, &err) != 0) {
         rtx_log(RTX_LOG_ERROR, "cannot start the job manager", "error", err.msg, NULL);
@@ -614,6 +642,8 @@ out:
     rtx_shm_free(a->d.shm); /* after both servers: no request maps a region any more */
     a->d.shm = NULL;
     rtx_jobs_stop(a->jobs);
+    rtx_devices_free(a->d.devices); /* after serving and jobs: their consumers are gone */
+    a->d.devices = NULL;
     rtx_store_close(a->store);
     rtx__daemon_close(&a->d);
     if (status == 0) rtx_log(RTX_LOG_INFO, "stopped", NULL);

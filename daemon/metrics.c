@@ -13,8 +13,11 @@
  * each scheduler counter is an outcome of rtxd_lane_requests_total (admitted, rejected_full,
  * rejected_deadline and shed are the refusals by reason).
  *
- * The job workers' plan caches are summed per device (rtxd_job_plan_cache_*{device}), one
- * sample per device that has workers.
+ * The device layer (device/device.h) has one sample per device slot for its health, budget
+ * and plan cache (rtx_device_*{device}) and one per (device, consumer) for the budget shares;
+ * they replace the job workers' plan-cache families (rtxd_job_plan_cache_*), since the plan
+ * cache is the device's, shared by jobs and models. Their names carry no rtxd_ prefix, as
+ * the issue that introduced them named them.
  */
 #include "daemon/metrics.h"
 
@@ -240,35 +243,66 @@ static void render_memory(struct sbuf *b, struct rtx_daemon *d) {
                   mem.device_bytes[i]);
 }
 
-/* The job workers' plan caches (jobs.plan_cache), one sample per device that runs jobs. */
-static void render_plan_cache(struct sbuf *b, const struct rtx_jobs_stats *st) {
+/* The device layer: health, budget, consumers' shares and plan cache of every device. */
+static void render_devices(struct sbuf *b, struct rtx_devices *set) {
+    enum { F_HEALTHY, F_BUDGET, F_HITS, F_MISSES, F_EVICTIONS, F_PLANS, F_COUNT };
     static const struct {
         const char *name, *type, *help;
-    } fams[] = {
-        {"rtxd_job_plan_cache_hits_total", "counter",
-         "Jobs run on a plan their worker kept from an earlier job of the same graph, input "
-         "shapes and limits"},
-        {"rtxd_job_plan_cache_misses_total", "counter",
-         "Jobs whose plan their worker did not keep (counted while jobs.plan_cache is on)"},
-        {"rtxd_job_plan_cache_evictions_total", "counter",
-         "Kept plans dropped: for room, after an out-of-memory failure, or with a lost device"},
-        {"rtxd_job_plan_cache_plans", "gauge", "Plans the job workers keep now"},
-        {"rtxd_job_plan_cache_bytes", "gauge",
-         "Bytes the kept plans may hold (initializers, arena, inputs, outputs)"},
+    } fams[F_COUNT] = {
+        [F_HEALTHY] = {"rtx_device_healthy", "gauge",
+                       "1 while the device takes work; 0 after a sticky error"},
+        [F_BUDGET] = {"rtx_device_memory_budget_bytes", "gauge",
+                      "Memory budget of the device (memory x device.memory_fraction, capped)"},
+        [F_HITS] = {"rtx_device_plan_cache_hits_total", "counter",
+                    "Runs on a plan the device's cache kept (jobs and models)"},
+        [F_MISSES] = {"rtx_device_plan_cache_misses_total", "counter",
+                      "Runs whose plan the device's cache did not keep"},
+        [F_EVICTIONS] = {"rtx_device_plan_cache_evictions_total", "counter",
+                         "Kept plans dropped: for room, after an out-of-memory failure, or "
+                         "with a lost device or backend"},
+        [F_PLANS] = {"rtx_device_plans", "gauge", "Plans the device's cache keeps now"},
     };
-    char dev[80];
-    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+    int n = rtx_devices_count(set);
+    char dev[80], con[300];
+    for (int f = 0; f < F_COUNT; f++) {
         family(b, fams[f].name, fams[f].type, fams[f].help);
-        for (int i = 0; i < st->n_devices && i < 1 + RTX_JOBS_MAX_GPUS; i++) {
-            const struct rtx_jobs_device *d = &st->devices[i];
-            if (d->workers == 0) continue;
-            int64_t v = f == 0   ? d->plan_cache_hits
-                        : f == 1 ? d->plan_cache_misses
-                        : f == 2 ? d->plan_cache_evictions
-                        : f == 3 ? d->plan_cache_plans
-                                 : (int64_t)d->plan_cache_bytes;
-            sb_printf(b, "%s{device=\"%s\"} %" PRId64 "\n", fams[f].name,
-                      rtx_metrics_escape(d->name, dev, sizeof dev), v);
+        for (int i = 0; i < n; i++) {
+            struct rtx_device_info info;
+            rtx_device_info(rtx_devices_get(set, i), &info);
+            uint64_t v = f == F_HEALTHY     ? (uint64_t)info.healthy
+                         : f == F_BUDGET    ? (uint64_t)info.budget_bytes
+                         : f == F_HITS      ? info.plan_hits
+                         : f == F_MISSES    ? info.plan_misses
+                         : f == F_EVICTIONS ? info.plan_evictions
+                                            : (uint64_t)info.plans;
+            sb_printf(b, "%s{device=\"%s\"} %" PRIu64 "\n", fams[f].name,
+                      rtx_metrics_escape(info.name, dev, sizeof dev), v);
+        }
+    }
+    static const struct {
+        const char *name, *type, *help;
+    } shares[] = {
+        {"rtx_device_memory_used_bytes", "gauge", "Memory a consumer is charged on a device"},
+        {"rtx_device_memory_reserved_bytes", "gauge",
+         "Memory of a device's budget reserved for a consumer"},
+        {"rtx_device_memory_refusals_total", "counter",
+         "Charges refused to a consumer for want of share (RESOURCE_EXHAUSTED)"},
+    };
+    for (size_t f = 0; f < sizeof shares / sizeof shares[0]; f++) {
+        family(b, shares[f].name, shares[f].type, shares[f].help);
+        for (int i = 0; i < n; i++) {
+            struct rtx_device *d = rtx_devices_get(set, i);
+            struct rtx_device_consumer_info ci[32];
+            int nc = rtx_device_consumers(d, ci, 32);
+            rtx_metrics_escape(rtx_device_name(d), dev, sizeof dev);
+            for (int c = 0; c < nc && c < 32; c++) {
+                uint64_t v = f == 0   ? (uint64_t)ci[c].used_bytes
+                             : f == 1 ? (uint64_t)ci[c].reserved_bytes
+                                      : ci[c].refusals;
+                sb_printf(b, "%s{device=\"%s\",consumer=\"%s\"} %" PRIu64 "\n",
+                          shares[f].name, dev, rtx_metrics_escape(ci[c].name, con, sizeof con),
+                          v);
+            }
         }
     }
 }
@@ -292,7 +326,6 @@ static void render_jobs(struct sbuf *b, struct rtx_jobs *jobs) {
     sb_printf(b, "rtxd_jobs_finished_total{state=\"expired\"} %" PRId64 "\n", st.expired);
     family(b, "rtxd_draining", "gauge", "1 while the daemon drains (SIGTERM or Admin.Drain)");
     sb_printf(b, "rtxd_draining %d\n", st.draining ? 1 : 0);
-    render_plan_cache(b, &st);
 }
 
 /* Sums a device scheduler's lanes into acc (lanes matched by index: every device of the job
@@ -432,6 +465,7 @@ int rtx_metrics_render(struct rtx_daemon *d, char **out, size_t *len, struct rtx
         render_model_states(&b, d->serving);
     }
     render_memory(&b, d);
+    if (d->devices) render_devices(&b, d->devices);
     if (d->jobs) {
         render_jobs(&b, d->jobs);
         render_pools(&b, d->jobs);

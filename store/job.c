@@ -36,6 +36,7 @@ bool rtx_job_state_is_terminal(enum rtx_job_state s) {
 void rtx_job_info_clear(struct rtx_job_info *job) {
     if (!job) return;
     rtx_free(job->reason);
+    rtx_free(job->failure_code);
     rtx_free(job->lane);
     rtx_free(job->graph_name);
     rtx_free(job->idempotency_key);

@@ -181,6 +181,7 @@ struct state_args {
     const char *reason;
     int64_t now_ms;
     const char *device; /* NULL: leave the device column as it is */
+    const char *failure_code; /* NULL: leave the failure_code column as it is */
 };
 
 static int exec_set_state(struct rtx__store_conn *c, void *p, struct rtx_err *err) {
@@ -210,6 +211,10 @@ static int exec_set_state(struct rtx__store_conn *c, void *p, struct rtx_err *er
     sqlite3_bind_int64(st, 4, started);
     sqlite3_bind_int64(st, 5, finished);
     sqlite3_bind_int64(st, 6, attempts);
+    if (a->failure_code)
+        rtx__store_bind_text(st, 7, a->failure_code);
+    else
+        sqlite3_bind_null(st, 7);
     rc = step_done(c, st, a->id, "set state", err);
     if (rc || !a->device) return rc;
     st = rtx__store_stmt(c, RTX__SQL_JOB_SET_DEVICE, err);
@@ -219,18 +224,31 @@ static int exec_set_state(struct rtx__store_conn *c, void *p, struct rtx_err *er
     return step_done(c, st, a->id, "set device", err);
 }
 
-int rtx_store_job_set_state(struct rtx_store *s, const char *id, enum rtx_job_state state,
-                            const char *reason, int64_t now_ms, struct rtx_err *err) {
+/* Journals a state change (and a failure code when it is not NULL). */
+static int set_state(struct rtx_store *s, const char *id, enum rtx_job_state state,
+                     const char *reason, const char *failure_code, int64_t now_ms,
+                     struct rtx_err *err) {
     struct rtx_err local_err;
     if (!err) err = &local_err; /* internal code always has an rtx_err to fill */
     int rc = check_id(id, err);
     if (rc) return rc;
     if (!valid_state(state))
         return rtx_err_set(err, RTX_EINVAL, "job %s: invalid state %d", id, state);
-    struct state_args a = {id, state, reason, now_ms, NULL};
+    struct state_args a = {id, state, reason, now_ms, NULL, failure_code};
     struct rtx__store_wreq r = {.exec = exec_set_state, .args = &a};
     snprintf(r.what, sizeof r.what, "job %.31s: set state %s", id, rtx_job_state_name(state));
     return rtx__store_submit(s, &r, err);
+}
+
+int rtx_store_job_set_state(struct rtx_store *s, const char *id, enum rtx_job_state state,
+                            const char *reason, int64_t now_ms, struct rtx_err *err) {
+    return set_state(s, id, state, reason, NULL, now_ms, err);
+}
+
+int rtx_store_job_fail(struct rtx_store *s, const char *id, const char *failure_code,
+                       const char *reason, int64_t now_ms, struct rtx_err *err) {
+    return set_state(s, id, RTX_JOB_FAILED, reason, failure_code ? failure_code : "", now_ms,
+                     err);
 }
 
 int rtx_store_job_start(struct rtx_store *s, const char *id, const char *device, int64_t now_ms,
@@ -242,7 +260,7 @@ int rtx_store_job_start(struct rtx_store *s, const char *id, const char *device,
     if (!device || !device[0] || strlen(device) >= RTX_JOB_ID_LEN)
         return rtx_err_set(err, RTX_EINVAL, "job %s: a device name of 1..%d characters is needed",
                            id, RTX_JOB_ID_LEN - 1);
-    struct state_args a = {id, RTX_JOB_RUNNING, "", now_ms, device};
+    struct state_args a = {id, RTX_JOB_RUNNING, "", now_ms, device, NULL};
     struct rtx__store_wreq r = {.exec = exec_set_state, .args = &a};
     snprintf(r.what, sizeof r.what, "job %.31s: start on %.31s", id, device);
     return rtx__store_submit(s, &r, err);

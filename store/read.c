@@ -47,8 +47,9 @@ int rtx__store_job_from_row(sqlite3_stmt *st, struct rtx_job_info *out, struct r
     out->outputs_available = sqlite3_column_int(st, 14) != 0;
     out->device = column_dup(st, 15);
     out->requested_device = column_dup(st, 16);
+    out->failure_code = column_dup(st, 17);
     if (!out->reason || !out->lane || !out->graph_name || !out->idempotency_key ||
-        !out->device || !out->requested_device) {
+        !out->device || !out->requested_device || !out->failure_code) {
         rtx_job_info_clear(out);
         return rtx_err_set(err, RTX_ENOMEM, "job %s: out of memory", id ? id : "");
     }

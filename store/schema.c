@@ -92,6 +92,8 @@ static const struct migration migrations[] = {
      "  samples INTEGER NOT NULL,"
      "  updated_ms INTEGER NOT NULL,"
      "  PRIMARY KEY (device, cost_key)) WITHOUT ROWID;"},
+    {5, "failure codes: the gRPC status name of a failed job's failure",
+     "ALTER TABLE jobs ADD COLUMN failure_code TEXT NOT NULL DEFAULT '';"},
 };
 static_assert(sizeof migrations / sizeof migrations[0] == RTX__STORE_SCHEMA_VERSION,
               "one migration step per schema version");

@@ -22,13 +22,13 @@
 #include "store/store.h"
 
 /* Schema version this build creates and reads (schema.c holds one step per version). */
-#define RTX__STORE_SCHEMA_VERSION 4
+#define RTX__STORE_SCHEMA_VERSION 5
 
 /* The columns of a job row, in the order rtx__store_job_from_row reads them. */
 #define RTX__STORE_JOB_COLS                                                                     \
     "id, state, reason, lane, graph_name, idempotency_key, restart_policy, created_ms, "        \
     "started_ms, finished_ms, deadline_ms, attempts, run_ms, peak_bytes, outputs_available, "   \
-    "device, requested_device"
+    "device, requested_device, failure_code"
 
 /* Retention visits candidate jobs in chunks of this many rows. */
 #define RTX__STORE_RETENTION_CHUNK 64
@@ -53,7 +53,8 @@
     X(JOB_STATE, "SELECT state, started_ms, finished_ms, attempts FROM jobs WHERE id = ?1")     \
     X(JOB_SET_STATE,                                                                            \
       "UPDATE jobs SET state = ?2, reason = COALESCE(?3, reason), started_ms = ?4, "            \
-      "finished_ms = ?5, attempts = ?6 WHERE id = ?1")                                          \
+      "finished_ms = ?5, attempts = ?6, failure_code = COALESCE(?7, failure_code) "             \
+      "WHERE id = ?1")                                                                          \
     X(JOB_SET_DEVICE, "UPDATE jobs SET device = ?2 WHERE id = ?1")                              \
     X(JOB_SUCCEED,                                                                              \
       "UPDATE jobs SET state = 3, finished_ms = ?2, run_ms = ?3, peak_bytes = ?4, "             \

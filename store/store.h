@@ -70,6 +70,9 @@ struct rtx_job_info {
     char *device;                  /* where it runs or ran ("cpu", "cuda:0"); "" until it starts */
     char *requested_device;        /* what the submitter asked for, the default applied ("auto",
                                       "cpu", "cuda", "cuda:N"); "" for jobs of older stores */
+    char *failure_code;            /* of a failed job: the gRPC status name of its failure
+                                      ("RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL"); ""
+                                      otherwise and for jobs failed by older versions */
 };
 void rtx_job_info_clear(struct rtx_job_info *job); /* frees members; the struct is reusable */
 void rtx_job_info_free_array(struct rtx_job_info *jobs, int n);
@@ -117,6 +120,10 @@ int rtx_store_job_set_state(struct rtx_store *s, const char *id, enum rtx_job_st
 
 /* Moves a queued job to RUNNING as rtx_store_job_set_state does and records the device it
  * runs on ("cpu", "cuda:0"; 1..31 characters) in the same transaction. */
+/* rtx_store_job_set_state(RTX_JOB_FAILED) that also journals the failure code (a gRPC
+ * status name, e.g. "RESOURCE_EXHAUSTED"). */
+int rtx_store_job_fail(struct rtx_store *s, const char *id, const char *failure_code,
+                       const char *reason, int64_t now_ms, struct rtx_err *err);
 int rtx_store_job_start(struct rtx_store *s, const char *id, const char *device, int64_t now_ms,
                         struct rtx_err *err);
 

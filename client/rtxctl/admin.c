@@ -26,13 +26,62 @@ static json_t *device_json(const struct rtx_client_device *d) {
     ctl_json_set_bool(o, "healthy", d->healthy);
     ctl_json_set_str(o, "detail", d->detail);
     ctl_json_set_int(o, "workers", d->workers);
+    ctl_json_set_int(o, "budget_bytes", d->budget_bytes);
+    ctl_json_set_int(o, "reserved_bytes", d->reserved_bytes);
+    ctl_json_set_int(o, "used_bytes", d->used_bytes);
+    ctl_json_set_int(o, "plan_cache_hits", d->plan_cache_hits);
+    ctl_json_set_int(o, "plan_cache_misses", d->plan_cache_misses);
+    ctl_json_set_int(o, "plan_cache_evictions", d->plan_cache_evictions);
+    ctl_json_set_int(o, "plans_kept", d->plans_kept);
+    ctl_json_set_int(o, "backends", d->backends);
+    json_t *cons = ctl_json_array();
+    ctl_json_set(o, "consumers", cons);
+    for (int i = 0; i < d->n_consumers; i++) {
+        const struct rtx_client_device_consumer *c = &d->consumers[i];
+        json_t *item = ctl_json_object();
+        ctl_json_append(cons, item);
+        ctl_json_set_str(item, "name", c->name);
+        ctl_json_set_int(item, "reserved_bytes", c->reserved_bytes);
+        ctl_json_set_int(item, "used_bytes", c->used_bytes);
+        ctl_json_set_int(item, "peak_bytes", c->peak_bytes);
+        ctl_json_set_int(item, "refusals", c->refusals);
+    }
     return o;
 }
 
+/* The consumers of every device: their budget shares (rtxctl devices). */
+static void print_consumers(const struct rtx_client_device *devs, int n) {
+    static const char *const headers[] = {"DEVICE", "CONSUMER", "RESERVED",
+                                          "USED",   "PEAK",     "REFUSALS"};
+    struct ctl_table t = {.ncols = 6, .headers = headers};
+    int rows = 0;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < devs[i].n_consumers; k++, rows++) {
+            const struct rtx_client_device_consumer *c = &devs[i].consumers[k];
+            char b1[64], b2[64], b3[64];
+            if (strcmp(devs[i].kind, "cuda") == 0)
+                ctl_table_add(&t, "cuda:%d", devs[i].index);
+            else
+                ctl_table_add(&t, "%s", ctl_dash(devs[i].kind));
+            ctl_table_add(&t, "%s", ctl_dash(c->name));
+            ctl_table_add(&t, "%s", ctl_fmt_bytes(c->reserved_bytes, b1, sizeof b1));
+            ctl_table_add(&t, "%s", ctl_fmt_bytes(c->used_bytes, b2, sizeof b2));
+            ctl_table_add(&t, "%s", ctl_fmt_bytes(c->peak_bytes, b3, sizeof b3));
+            ctl_table_add(&t, "%" PRId64, c->refusals);
+        }
+    }
+    if (rows > 0) {
+        printf("\n");
+        ctl_table_print(&t, 0);
+    }
+    ctl_table_free(&t);
+}
+
 static void print_devices(const struct rtx_client_device *devs, int n, int indent) {
-    static const char *const headers[] = {"INDEX",  "KIND", "NAME",    "THREADS", "SMS",
-                                          "MEMORY", "CC",   "HEALTHY", "DETAIL"};
-    struct ctl_table t = {.ncols = 9, .headers = headers};
+    static const char *const headers[] = {
+        "INDEX", "KIND",   "NAME", "THREADS", "SMS",      "MEMORY",   "CC",     "BUDGET",
+        "USED",  "PLANS",  "HITS", "MISSES",  "EVICTED",  "BACKENDS", "HEALTHY", "DETAIL"};
+    struct ctl_table t = {.ncols = 16, .headers = headers};
     for (int i = 0; i < n; i++) {
         const struct rtx_client_device *d = &devs[i];
         char b[64];
@@ -44,6 +93,14 @@ static void print_devices(const struct rtx_client_device *devs, int n, int inden
         ctl_table_add(&t, "%s",
                       d->memory_bytes ? ctl_fmt_bytes(d->memory_bytes, b, sizeof b) : "-");
         ctl_table_add(&t, "%s", ctl_dash(d->compute_capability));
+        ctl_table_add(&t, "%s",
+                      d->budget_bytes ? ctl_fmt_bytes(d->budget_bytes, b, sizeof b) : "-");
+        ctl_table_add(&t, "%s", ctl_fmt_bytes(d->used_bytes, b, sizeof b));
+        ctl_table_add(&t, "%d", d->plans_kept);
+        ctl_table_add(&t, "%" PRId64, d->plan_cache_hits);
+        ctl_table_add(&t, "%" PRId64, d->plan_cache_misses);
+        ctl_table_add(&t, "%" PRId64, d->plan_cache_evictions);
+        ctl_table_add(&t, "%d", d->backends);
         ctl_table_add(&t, "%s", d->healthy ? "yes" : "no");
         ctl_table_add(&t, "%s", ctl_dash(d->detail));
     }
@@ -133,6 +190,7 @@ int ctl_cmd_devices(struct ctl *ctl, int argc, char **argv) {
         ctl_json_print(doc);
     } else {
         print_devices(l->devices, l->n_devices, 0);
+        print_consumers(l->devices, l->n_devices);
     }
     rtx_client_device_list_free(l);
     return EXIT_OK;

@@ -51,6 +51,7 @@ json_t *ctl_job_json(const struct rtx_client_job *job) {
     ctl_json_set_str(obj, "requested_device", job->requested_device);
     ctl_json_set_str(obj, "exec_mode", job->exec_mode);
     ctl_json_set_bool(obj, "plan_reused", job->plan_reused);
+    ctl_json_set_str(obj, "failure_code", job->failure_code);
     return obj;
 }
 
@@ -69,6 +70,7 @@ static void print_job(const struct rtx_client_job *job) {
     printf("%-16s %s\n", "id:", job->id);
     printf("%-16s %s\n", "state:", rtx_client_job_state_name(job->state));
     if (*job->reason) printf("%-16s %s\n", "reason:", job->reason);
+    if (*job->failure_code) printf("%-16s %s\n", "failure code:", job->failure_code);
     printf("%-16s %s\n", "graph:", ctl_dash(job->graph_name));
     printf("%-16s %s\n", "lane:", ctl_dash(job->lane));
     printf("%-16s %s (asked for %s)\n", "device:", ctl_dash(job->device),

@@ -2,19 +2,22 @@
  * gpu-jobs-tests.c - rtx-gpu-jobs-tests, the job manager (daemon/jobs-*.c) on real CUDA devices
  * (make test-gpu): jobs placed by their device field run on the GPU and give the CPU's
  * results; several workers per device share it; the pools report what the jobs allocated; an
- * out-of-memory failure (a pool cap) fails the job and leaves the device usable; a sticky
+ * out-of-memory failure (past the jobs share of a device budget capped by
+ * device.memory_cap_bytes) fails the job with RESOURCE_EXHAUSTED and leaves the device usable;
+ * a sticky
  * error (an illegal address) marks the device unhealthy, later jobs go elsewhere and the
  * process keeps working. Prints one line per check and "N passed, M failed"; exits 1 when a
  * check failed or there is no GPU (0, having said it skipped, only with RTX_ALLOW_SKIP=gpu
  * and no GPU device node: gpu-util.h).
- * Every test runs with plan reuse on (jobs.plan_cache's default): the same graph submitted
- * again to one GPU worker runs its kept plan, so the third such job replays a captured CUDA
- * graph with the first job's results, bit for bit; the worker warmed up before its first job.
+ * Every test runs with plan reuse on (device.plan_cache's default): the same graph submitted
+ * again to one GPU worker runs the plan its device's cache kept, so the third such job replays
+ * a captured CUDA graph with the first job's results, bit for bit; the device layer warmed the
+ * worker's backend up before its first job.
  *
  * DESIGN
  * The illegal address comes from a test-only hook that production code does not carry: the
- * job manager takes its GPU backends from an rtx_jobs_gpu_i (the seam the unit tests use for
- * fake devices), and here that interface wraps each real CUDA backend in one whose run_node,
+ * device layer takes its GPU backends from an rtx_device_gpu_i (the seam the unit tests use
+ * for fake devices), and here that interface wraps each real CUDA backend in one whose run_node,
  * for a node named "illegal_address", launches the device self-test's probe kernel
  * (kernels/cuda/probe.cu) on an address that is not mapped, waits for it, and fails the node
  * with RTX_EGPU. Every other slot is the CUDA backend's own (the wrapper copies its vtable and
@@ -200,13 +203,27 @@ static double max_rel_err(const struct rtx_tensor *a, const struct rtx_tensor *b
 
 static const char *const lanes[] = {"batch"};
 
-static struct rtx_jobs_options options(struct rtx_store *s, const struct rtx_cuda_devices *l,
+/* A device set over the listed devices with the daemon's plan cache defaults; gpu_iface
+ * NULL: the CUDA backend; cap: device.memory_cap_bytes. */
+static struct rtx_devices *devices_new(const struct rtx_cuda_devices *l,
+                                       const struct rtx_device_gpu_i *gpu_iface, size_t cap) {
+    struct rtx_devices_options o = {
+        .gpus = l, .cpu_threads = 4, .memory_cap_bytes = cap, .plan_cache = 16,
+        .plan_cache_bytes = (size_t)1 << 30, .gpu_iface = gpu_iface,
+    };
+    struct rtx_devices *set = NULL;
+    struct rtx_err err = {0};
+    if (rtx_devices_new(&o, &set, &err) != 0) die("make the device set", &err);
+    return set;
+}
+
+static struct rtx_jobs_options options(struct rtx_store *s, struct rtx_devices *set,
                                        int per_device) {
     return (struct rtx_jobs_options){
         .store = s, .workers = 1, .cpu_threads = 4, .max_queued = 1000,
         .default_restart_policy = RTX_RESTART_RERUN, .n_lanes = 1, .lanes = lanes,
-        .default_lane = "batch", .gpus = l, .gpu_workers_per_device = per_device,
-        .plan_cache = 16, .plan_cache_bytes = (size_t)1 << 30, /* the daemon's defaults */
+        .default_lane = "batch", .devices = set, .jobs_reserve = 0.25,
+        .gpu_workers_per_device = per_device,
     };
 }
 
@@ -230,7 +247,8 @@ static const struct rtx_jobs_pool_row *find_row(const struct rtx_jobs_pool_row *
 
 /* auto, cuda, cuda:N and cpu jobs, two workers per device; results against the CPU job. */
 static void test_placement_and_parity(struct rtx_store *s, const struct rtx_cuda_devices *l) {
-    struct rtx_jobs_options o = options(s, l, 2);
+    struct rtx_devices *set = devices_new(l, NULL, 0);
+    struct rtx_jobs_options o = options(s, set, 2);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = mlp_graph("out");
     struct rtx_tensor *x = random_tensor(2, (const int64_t[]){2048, 256}, 7); /* 2 MiB */
@@ -292,15 +310,19 @@ static void test_placement_and_parity(struct rtx_store *s, const struct rtx_cuda
     r = find_row(rows, n, "cpu");
     gpu_check(r && r->total.bytes_allocated_peak > 0, "pools: the cpu row has the CPU job's peak");
     rtx_jobs_stop(j);
+    rtx_devices_free(set);
     rtx_tensor_unref(want);
     rtx_tensor_unref(x);
     rtx_graph_free(g);
 }
 
-/* A pool cap smaller than an input: the job fails with out of memory, the device stays. */
+/* A device budget smaller than an input (device.memory_cap_bytes, the jobs share all of it):
+ * the job fails with out of memory (RESOURCE_EXHAUSTED, naming the share), the device stays. */
 static void test_oom_is_not_sticky(struct rtx_store *s, const struct rtx_cuda_devices *l) {
-    struct rtx_jobs_options o = options(s, l, 1);
-    o.gpu_pool_cap_bytes = (size_t)8 << 20;
+    const size_t cap = (size_t)8 << 20;
+    struct rtx_devices *set = devices_new(l, NULL, cap);
+    struct rtx_jobs_options o = options(s, set, 1);
+    o.jobs_reserve = 1;
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = mlp_graph("out");
     struct rtx_tensor *big = random_tensor(2, (const int64_t[]){16384, 256}, 8); /* 16 MiB */
@@ -309,8 +331,11 @@ static void test_oom_is_not_sticky(struct rtx_store *s, const struct rtx_cuda_de
     char id[RTX_JOB_ID_LEN];
     if (submit(j, g, big, "cuda:0", id, &err) != 0) die("submit the big job", &err);
     struct rtx_job_info info = wait_job(s, id);
-    gpu_check(info.state == RTX_JOB_FAILED && strstr(info.reason, "unhealthy") == NULL,
-          "a job beyond the pool cap failed without harming the device: %s", info.reason);
+    gpu_check(info.state == RTX_JOB_FAILED && strstr(info.reason, "unhealthy") == NULL &&
+                  strcmp(info.failure_code, "RESOURCE_EXHAUSTED") == 0 &&
+                  strstr(info.reason, "jobs share"),
+          "a job beyond the jobs share failed (%s) without harming the device: %s",
+          info.failure_code, info.reason);
     rtx_job_info_clear(&info);
     struct rtx_jobs_stats st;
     rtx_jobs_get_stats(j, &st);
@@ -324,12 +349,12 @@ static void test_oom_is_not_sticky(struct rtx_store *s, const struct rtx_cuda_de
     int n = 0;
     rtx_jobs_get_pools(j, rows, RTX_JOBS_MAX_POOL_ROWS, &n, &err);
     const struct rtx_jobs_pool_row *r = find_row(rows, n, "cuda:0");
-    gpu_check(r && r->total.n_ooms >= 1 && r->total.n_retries >= 1 &&
-              r->cap_bytes == o.gpu_pool_cap_bytes,
-          "pools: cuda:0 counts the out-of-memory failure (%llu) and its retry (%llu), cap %zu",
+    gpu_check(r && r->total.n_ooms >= 1 && r->total.n_retries >= 1,
+          "pools: cuda:0 counts the out-of-memory failure (%llu) and its retry (%llu)",
           r ? (unsigned long long)r->total.n_ooms : 0ull,
-          r ? (unsigned long long)r->total.n_retries : 0ull, r ? r->cap_bytes : 0);
+          r ? (unsigned long long)r->total.n_retries : 0ull);
     rtx_jobs_stop(j);
+    rtx_devices_free(set);
     rtx_tensor_unref(x);
     rtx_tensor_unref(big);
     rtx_graph_free(g);
@@ -355,29 +380,20 @@ static struct rtx_jobs_stats settle(struct rtx_jobs *j) {
     return st;
 }
 
-/* Waits (up to 60 s) until every worker of cuda:0 (device slot 1) warmed up. */
-static struct rtx_jobs_device wait_warm(struct rtx_jobs *j) {
-    struct rtx_jobs_stats st;
-    for (int i = 0; i < 60000; i++) {
-        rtx_jobs_get_stats(j, &st);
-        if (st.devices[1].workers_warm == st.devices[1].workers) break;
-        usleep(1000);
-    }
-    return st.devices[1];
-}
-
 /* One GPU worker, the same graph five times: the worker keeps the plan, so job 1 runs node by
  * node (fixed), job 2 captures a CUDA graph, jobs 3 to 5 replay it, each with job 1's output
  * bit for bit; another input of the same shape replays too and matches the CPU. */
 static void test_repeated_graph_replays(struct rtx_store *s, const struct rtx_cuda_devices *l) {
-    struct rtx_jobs_options o = options(s, l, 1);
+    struct rtx_devices *set = devices_new(l, NULL, 0);
+    struct rtx_jobs_options o = options(s, set, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = mlp_graph("out");
     struct rtx_tensor *x = random_tensor(2, (const int64_t[]){64, 256}, 21);
     struct rtx_tensor *x2 = random_tensor(2, (const int64_t[]){64, 256}, 22);
-    struct rtx_jobs_device d = wait_warm(j);
-    gpu_check(d.workers_warm == 1 && d.warmup_ms > 0 && d.jobs_started == 0,
-              "cuda:0's worker warmed up before its first job (%.3f ms)", d.warmup_ms);
+    struct rtx_device_info d0;
+    rtx_device_info(rtx_devices_cuda(set, 0), &d0);
+    gpu_check(d0.backends == 1 && d0.plan_misses == 0,
+              "cuda:0's worker backend was made (and warmed up) before its first job");
     struct rtx_err err = {0};
     char id[RTX_JOB_ID_LEN];
     enum { N = 5 };
@@ -418,17 +434,17 @@ static void test_repeated_graph_replays(struct rtx_store *s, const struct rtx_cu
               rtx_exec_mode_name(run.mode), e);
     rtx_job_info_clear(&info);
     rtx_job_info_clear(&cinfo);
-    struct rtx_jobs_stats st = settle(j); /* the worker has put the plan back */
-    gpu_check(st.devices[1].plan_cache_hits == N && st.devices[1].plan_cache_misses == 1 &&
-                  st.devices[1].plan_cache_plans == 1,
-              "cuda:0's plan cache: %" PRId64 " hits, %" PRId64 " misses, %d plan(s) kept "
+    settle(j); /* the worker has put the plan back */
+    rtx_device_info(rtx_devices_cuda(set, 0), &d0);
+    gpu_check(d0.plan_hits == N && d0.plan_misses == 1 && d0.plans == 1,
+              "cuda:0's plan cache: %" PRIu64 " hits, %" PRIu64 " misses, %d plan(s) kept "
               "(%zu bytes)",
-              st.devices[1].plan_cache_hits, st.devices[1].plan_cache_misses,
-              st.devices[1].plan_cache_plans, st.devices[1].plan_cache_bytes);
+              d0.plan_hits, d0.plan_misses, d0.plans, d0.plan_bytes);
     rtx_tensor_unref(got);
     rtx_tensor_unref(want_cpu);
     rtx_tensor_unref(first);
     rtx_jobs_stop(j);
+    rtx_devices_free(set);
     rtx_tensor_unref(x);
     rtx_tensor_unref(x2);
     rtx_graph_free(g);
@@ -470,8 +486,9 @@ static void hook_free(struct rtx_backend *be) {
     atomic_fetch_add(&hooks_freed, 1);
 }
 
-static int hook_new(void *ctx, int device, struct rtx_backend **out, struct rtx_err *err) {
-    struct rtx_cuda_options co = {.device = device};
+static int hook_new(void *ctx, int device, struct rtx_mem_account *account,
+                    struct rtx_backend **out, struct rtx_err *err) {
+    struct rtx_cuda_options co = {.device = device, .account = account};
     struct rtx_backend *inner = NULL;
     int rc = rtx_backend_cuda_new(&co, &inner, err);
     if (rc) return rc;
@@ -497,7 +514,7 @@ static int hook_pools(void *ctx, struct rtx_backend *be, struct rtx_mem_pool_sta
     return rtx_backend_cuda_pool_stats(hook_of(be)->inner, dev, pinned, err);
 }
 
-static const struct rtx_jobs_gpu_i hook_gpus = {
+static const struct rtx_device_gpu_i hook_gpus = {
     .backend_new = hook_new,
     .pool_stats = hook_pools,
 };
@@ -505,8 +522,8 @@ static const struct rtx_jobs_gpu_i hook_gpus = {
 /* An illegal address on cuda:0: the job fails, cuda:0 is unhealthy with the error, an auto
  * job runs elsewhere, cuda:0 jobs are refused, the job manager stops cleanly. */
 static void test_sticky_error(struct rtx_store *s, const struct rtx_cuda_devices *l) {
-    struct rtx_jobs_options o = options(s, l, 1);
-    o.gpu_iface = &hook_gpus;
+    struct rtx_devices *set = devices_new(l, &hook_gpus, 0);
+    struct rtx_jobs_options o = options(s, set, 1);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *ok = mlp_graph("out"), *bad = mlp_graph("illegal_address");
     struct rtx_tensor *x = random_tensor(2, (const int64_t[]){8, 256}, 9);
@@ -540,6 +557,7 @@ static void test_sticky_error(struct rtx_store *s, const struct rtx_cuda_devices
           "an auto job succeeds elsewhere (%s)", info.device);
     rtx_job_info_clear(&info);
     rtx_jobs_stop(j);
+    rtx_devices_free(set);
     int made = atomic_load(&hooks_made), freed = atomic_load(&hooks_freed);
     gpu_check(made > 0 && freed == made,
               "the job manager stopped with a faulted device and freed the %d CUDA backend(s) "

@@ -378,6 +378,7 @@ def test_get_outputs_of_failed_job(d):
     job = c.wait(jid)
     assert job.state == h.FAILED, f"{state_name(job.state)} {job.reason!r}"
     assert "lookup_node" in job.reason and "99" in job.reason, job.reason
+    assert job.failure_code == "INTERNAL", job.failure_code
     h.expect_rpc_error(lambda: c.outputs(jid), PRECONDITION, (jid, "failed", "succeeded"),
                        daemon=d, what="GetOutputs of a failed job")
 

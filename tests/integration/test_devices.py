@@ -47,6 +47,16 @@ def test_devices_lists_cpu_first(daemon):
     assert cpu.kind == "cpu" and cpu.index == 0 and cpu.healthy, cpu
     assert cpu.name and cpu.threads >= 1 and cpu.memory_bytes > 0, cpu
     assert [d.kind for d in devs].count("cpu") == 1, devs
+    # the device layer's budget: 0.9 of the memory by default, a quarter reserved for jobs
+    for d in devs:
+        if not d.healthy:
+            continue
+        assert 0 < d.budget_bytes <= d.memory_bytes, d
+        jobs = [c for c in d.consumers if c.name == "jobs"]
+        if d.workers > 0:
+            assert len(jobs) == 1, d
+            assert jobs[0].reserved_bytes == pytest.approx(d.budget_bytes * 0.25, rel=1e-3), d
+            assert d.reserved_bytes >= jobs[0].reserved_bytes and d.backends >= d.workers, d
 
 
 def test_no_gpu_lists_no_cuda_device(no_gpu_daemon):
@@ -90,6 +100,13 @@ def test_rtxctl_devices_json_matches(daemon):
         assert d["healthy"], d
         assert d["sm_count"] > 0 and d["memory_bytes"] > 0, d
         assert d["compute_capability"].count(".") == 1, d
+    for d in j:
+        for k in ("budget_bytes", "reserved_bytes", "used_bytes", "plan_cache_hits",
+                  "plan_cache_misses", "plan_cache_evictions", "plans_kept", "backends"):
+            assert isinstance(d[k], int), (k, d)
+        assert any(c["name"] == "jobs" for c in j[0]["consumers"]), j[0]
+    out = h.rtxctl("devices", address=daemon.address, check_rc=0).out
+    assert "BUDGET" in out and "PLANS" in out and "CONSUMER" in out and "jobs" in out, out
 
 
 # ------------------------------------------------------------------------------------------
@@ -234,6 +251,9 @@ def test_setting_jobs_device_cpu(make_daemon):
     settings = c.config()
     assert settings["jobs.device"].value == "cpu", settings["jobs.device"]
     assert settings["jobs.gpu_workers_per_device"].value == "0"
-    assert settings["jobs.gpu_pool_cap_bytes"].value == "0"
+    assert "jobs.gpu_pool_cap_bytes" not in settings  # retired: the device budgets bound it
+    assert settings["device.jobs_reserve"].value == "0.25"
+    assert settings["device.memory_fraction"].value == "0.9"
+    assert settings["device.plan_cache"].value == "16"
     e = submit_error(c, add_graph(), {"x": np.ones(4, np.float32)}, "cuda:0")
     assert e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAVAILABLE), e

@@ -1156,12 +1156,48 @@ START_TEST(config_loads_are_independent) {
 }
 END_TEST
 
+/* The [device] settings: fractions parsed and bounded, the old jobs.* names accepted (a
+ * renamed one sets the new setting, a retired one is ignored) from the file and flags. */
+START_TEST(config_device_settings_and_old_names) {
+    struct rtx_config cfg;
+    struct args a;
+    struct rtx_err err;
+    ck_assert_int_eq(load(&cfg, args_of(&a, NULL), &err), 0);
+    ck_assert(cfg.memory_fraction == 0.9 && cfg.jobs_reserve == 0.25);
+    ck_assert_int_eq(cfg.plan_cache, 16);
+    ck_assert_str_eq(view_of(&cfg, "device.jobs_reserve").value, "0.25");
+    rtx_config_free(&cfg);
+
+    write_file(ini_path, "[jobs]\nplan_cache = 3\ngpu_pool_cap_bytes = 1m\n"
+                         "plan_cache_bytes = 2k\n[device]\njobs_reserve = 0.5\n");
+    ck_assert_int_eq(load(&cfg, args_of(&a, "--config", ini_path, "--jobs.plan_cache=5",
+                                        "--device.memory_fraction=0.75", NULL),
+                          &err),
+                     0);
+    ck_assert_int_eq(cfg.plan_cache, 5); /* the flag, by its old name, wins over the file */
+    ck_assert_int_eq(cfg.plan_cache_bytes, 2048);
+    ck_assert(cfg.jobs_reserve == 0.5 && cfg.memory_fraction == 0.75);
+    ck_assert_str_eq(view_of(&cfg, "device.plan_cache").origin, "flag");
+    rtx_config_free(&cfg);
+
+    ck_assert_int_eq(load(&cfg, args_of(&a, "--device.jobs_reserve=1.5", NULL), &err),
+                     RTX_EINVAL);
+    ck_assert_msg(strstr(err.msg, "out of range"), "%s", err.msg);
+    ck_assert_int_eq(load(&cfg, args_of(&a, "--device.memory_fraction=lots", NULL), &err),
+                     RTX_EINVAL);
+    ck_assert_msg(strstr(err.msg, "not a decimal number"), "%s", err.msg);
+    ck_assert_int_eq(load(&cfg, args_of(&a, "--device.memory_fraction=0", NULL), &err),
+                     RTX_EINVAL);
+}
+END_TEST
+
 Suite *rtx_config_suite(void) {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("core");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, config_defaults_without_sources);
+    tcase_add_test(tc, config_device_settings_and_old_names);
     tcase_add_test(tc, config_file_overrides_default);
     tcase_add_test(tc, config_env_overrides_file);
     tcase_add_test(tc, config_flag_overrides_env);

@@ -200,8 +200,9 @@ START_TEST(sticky_error_marks_device_unhealthy) {
     struct rtx_job_info info = run_on(j, &f, sticky, x, "cuda:0");
     ck_assert_int_eq(info.state, RTX_JOB_FAILED);
     ck_assert_msg(strstr(info.reason, "cudaErrorIllegalAddress") &&
-                      strstr(info.reason, "[cuda:0 is now unhealthy and takes no more jobs]"),
+                      strstr(info.reason, "[cuda:0 is now unhealthy and takes no more work]"),
                   "%s", info.reason);
+    ck_assert_str_eq(info.failure_code, "UNAVAILABLE");
     rtx_job_info_clear(&info);
     /* unhealthy before the failure was journaled: no wait needed */
     struct rtx_jobs_device d0 = dev_stats(j, 1);
@@ -371,8 +372,7 @@ START_TEST(pools_sum_the_workers_pools) {
     struct rtx_jobs_device d1 = dev_stats(j, 2);
     ck_assert(!d1.healthy);
     ck_assert_int_eq(d1.workers, 0);
-    ck_assert_msg(strstr(d1.detail, "cannot create its backend: cuda:1: "
-                                    "cudaErrorDevicesUnavailable"), "%s", d1.detail);
+    ck_assert_msg(strstr(d1.detail, "cuda:1: cudaErrorDevicesUnavailable"), "%s", d1.detail);
     ck_assert_int_eq(dev_stats(j, 1).workers, 2);
 
     struct rtx_job_info info = run_on(j, &f, g, x, "cuda:0");
@@ -408,6 +408,64 @@ START_TEST(pools_sum_the_workers_pools) {
 }
 END_TEST
 
+/* A job that needs more memory than the jobs share of its device (device.jobs_reserve of the
+ * budget, the rest reserved by another consumer) fails with RESOURCE_EXHAUSTED and a reason
+ * naming the share; the device stays usable and counts the refusal. */
+START_TEST(job_past_the_jobs_share_is_resource_exhausted) {
+    struct fx f;
+    fx_open_sync(&f, true);
+    struct rtx_devices_options d = devices_opts();
+    d.cpu_memory_bytes = (size_t)8 << 20; /* the CPU's budget: 8 MiB, 2 MiB of it for jobs */
+    d.memory_fraction = 1;
+    fx_devices(&f, &d);
+    struct rtx_jobs_options o = jobs_opts(&f, 1);
+    struct rtx_jobs *j = start(&o);
+    struct rtx_device *cpu = rtx_devices_get(f.devices, 0);
+    struct rtx_device_info info0 = dev_info(&f, 0);
+    ck_assert_uint_eq(info0.budget_bytes, (size_t)8 << 20);
+    ck_assert_uint_eq(info0.reserved_bytes, (size_t)2 << 20);
+    struct rtx_device_consumer *other = NULL;
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_device_consumer_new(cpu, "model other:1",
+                                          info0.budget_bytes - info0.reserved_bytes, &other,
+                                          &err) == 0,
+                  "%s", err.msg);
+
+    struct rtx_graph *g = NULL; /* y = relu(x), x f32[1024, 1024]: 4 MiB out */
+    ck_assert(rtx_graph_new("big", &g, &err) == 0);
+    ck_assert(rtx_graph_add_input(g, "x", RTX_F32, 2, (const int64_t[]){-1, 1024}, &err) >= 0);
+    ck_assert(rtx_graph_add_node(g, "relu", "act", (const char *[]){"x"}, 1,
+                                 (const char *[]){"y"}, 1, &err) >= 0);
+    ck_assert(rtx_graph_add_output(g, "y", &err) == 0);
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 2, (const int64_t[]){1024, 1024}, -1, 1, 3);
+    struct rtx_job_info info = run_on(j, &f, g, x, "cpu");
+    ck_assert_int_eq(info.state, RTX_JOB_FAILED);
+    ck_assert_str_eq(info.failure_code, "RESOURCE_EXHAUSTED");
+    ck_assert_msg(strstr(info.reason, "jobs share of cpu") &&
+                      strstr(info.reason, "device.jobs_reserve"),
+                  "%s", info.reason);
+    rtx_job_info_clear(&info);
+    settle(j);
+    struct rtx_jobs_device jd = dev_stats(j, 0);
+    ck_assert(jd.healthy);
+    ck_assert_uint_ge(jd.refusals, 1);
+    ck_assert_uint_eq(jd.reserved_bytes, (size_t)2 << 20);
+
+    /* a job within the share still runs */
+    struct rtx_graph *sg = small_graph();
+    struct rtx_tensor *sx = small_x();
+    info = run_on(j, &f, sg, sx, "cpu");
+    ck_assert_int_eq(info.state, RTX_JOB_SUCCEEDED);
+    ck_assert_str_eq(info.failure_code, "");
+    rtx_job_info_clear(&info);
+    rtx_jobs_stop(j);
+    rtx_device_consumer_free(other);
+    rtx_tensor_unref(sx);
+    rtx_graph_free(sg);
+    finish(&f, NULL, g, x);
+}
+END_TEST
+
 Suite *rtx_jobs_devices_suite(void) {
     Suite *s = suite_create("jobs_devices");
     TCase *dc = tcase_create("devices");
@@ -420,6 +478,7 @@ Suite *rtx_jobs_devices_suite(void) {
     tcase_add_test(dc, lost_device_fails_stranded_jobs);
     tcase_add_test(dc, recovery_fails_jobs_for_missing_devices);
     tcase_add_test(dc, pools_sum_the_workers_pools);
+    tcase_add_test(dc, job_past_the_jobs_share_is_resource_exhausted);
     suite_add_tcase(s, dc);
     return s;
 }

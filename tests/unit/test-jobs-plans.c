@@ -83,6 +83,7 @@ static char *metrics_of(struct rtx_jobs *j, struct fx *f) {
     ck_assert_int_eq(rtx__daemon_init(&d, &err), 0);
     d.store = f->store;
     d.jobs = j;
+    d.devices = f->devices;
     char *text = NULL;
     size_t len = 0;
     ck_assert_msg(rtx_metrics_render(&d, &text, &len, &err) == 0, "%s", err.msg);
@@ -111,14 +112,13 @@ START_TEST(same_graph_reuses_its_plan) {
     output_sha(&f, b, sb);
     ck_assert_str_eq(sa, sb);
 
-    struct rtx_jobs_device d = dev_stats(j, 0);
-    ck_assert_int_eq(d.plan_cache_misses, 1);
-    ck_assert_int_eq(d.plan_cache_hits, 1);
-    ck_assert_int_eq(d.plan_cache_evictions, 0);
-    ck_assert_int_eq(d.plan_cache_plans, 1);
+    struct rtx_device_info d = dev_info(&f, 0);
+    ck_assert_int_eq(d.plan_misses, 1);
+    ck_assert_int_eq(d.plan_hits, 1);
+    ck_assert_int_eq(d.plan_evictions, 0);
+    ck_assert_int_eq(d.plans, 1);
     /* initializers 48 + 16, input 24, output 32 bytes, and the arena */
-    ck_assert_uint_ge(d.plan_cache_bytes, 120);
-    ck_assert_int_eq(d.workers_warm, 0); /* the CPU has no warm-up */
+    ck_assert_uint_ge(d.plan_bytes, 120);
 
     /* only jobs that succeeded here have a run */
     struct rtx_jobs_run run;
@@ -138,12 +138,13 @@ START_TEST(same_graph_reuses_its_plan) {
 
     /* and /metrics the counters */
     char *text = metrics_of(j, &f);
-    ck_assert_ptr_nonnull(strstr(text, "# TYPE rtxd_job_plan_cache_hits_total counter\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\nrtxd_job_plan_cache_hits_total{device=\"cpu\"} 1\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\nrtxd_job_plan_cache_misses_total{device=\"cpu\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "# TYPE rtx_device_plan_cache_hits_total counter\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nrtx_device_plan_cache_hits_total{device=\"cpu\"} 1\n"));
     ck_assert_ptr_nonnull(
-        strstr(text, "\nrtxd_job_plan_cache_evictions_total{device=\"cpu\"} 0\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\nrtxd_job_plan_cache_plans{device=\"cpu\"} 1\n"));
+        strstr(text, "\nrtx_device_plan_cache_misses_total{device=\"cpu\"} 1\n"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "\nrtx_device_plan_cache_evictions_total{device=\"cpu\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nrtx_device_plans{device=\"cpu\"} 1\n"));
     rtx_free(text);
     finish(&f, j, g, x);
 }
@@ -170,10 +171,10 @@ START_TEST(other_shapes_and_contents_miss) {
     struct rtx_job_info info = get_job(f.store, e);
     ck_assert_str_eq(info.graph_name, "small");
     rtx_job_info_clear(&info);
-    struct rtx_jobs_device d = dev_stats(j, 0);
-    ck_assert_int_eq(d.plan_cache_misses, 3);
-    ck_assert_int_eq(d.plan_cache_hits, 1);
-    ck_assert_int_eq(d.plan_cache_plans, 3);
+    struct rtx_device_info d = dev_info(&f, 0);
+    ck_assert_int_eq(d.plan_misses, 3);
+    ck_assert_int_eq(d.plan_hits, 1);
+    ck_assert_int_eq(d.plans, 3);
     rtx_tensor_unref(x5);
     rtx_graph_free(same_name);
     finish(&f, j, g, x2);
@@ -184,7 +185,7 @@ START_TEST(cache_evicts_least_recently_used) {
     struct fx f;
     fx_open_sync(&f, true);
     struct rtx_jobs_options o = jobs_opts(&f, 1);
-    o.plan_cache = 2;
+    fx_plan_cache(&f, &o, 2, (size_t)1 << 30);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
     struct rtx_tensor *xa = rows_x(1), *xb = rows_x(2), *xc = rows_x(3);
@@ -193,17 +194,17 @@ START_TEST(cache_evicts_least_recently_used) {
     ck_assert(!run_ok(j, &f, g, xb, NULL, id).plan_reused); /* B */
     ck_assert(run_ok(j, &f, g, xa, NULL, id).plan_reused);  /* A, now the most recent */
     ck_assert(!run_ok(j, &f, g, xc, NULL, id).plan_reused); /* C drops B */
-    struct rtx_jobs_device d = dev_stats(j, 0);
-    ck_assert_int_eq(d.plan_cache_evictions, 1);
-    ck_assert_int_eq(d.plan_cache_plans, 2);
+    struct rtx_device_info d = dev_info(&f, 0);
+    ck_assert_int_eq(d.plan_evictions, 1);
+    ck_assert_int_eq(d.plans, 2);
     ck_assert(run_ok(j, &f, g, xa, NULL, id).plan_reused);  /* A stayed */
     ck_assert(!run_ok(j, &f, g, xb, NULL, id).plan_reused); /* B was dropped; drops C */
     ck_assert(run_ok(j, &f, g, xa, NULL, id).plan_reused);
-    d = dev_stats(j, 0);
-    ck_assert_int_eq(d.plan_cache_hits, 3);
-    ck_assert_int_eq(d.plan_cache_misses, 4);
-    ck_assert_int_eq(d.plan_cache_evictions, 2);
-    ck_assert_int_eq(d.plan_cache_plans, 2);
+    d = dev_info(&f, 0);
+    ck_assert_int_eq(d.plan_hits, 3);
+    ck_assert_int_eq(d.plan_misses, 4);
+    ck_assert_int_eq(d.plan_evictions, 2);
+    ck_assert_int_eq(d.plans, 2);
     rtx_tensor_unref(xb);
     rtx_tensor_unref(xc);
     finish(&f, j, g, xa);
@@ -219,24 +220,24 @@ START_TEST(cache_evicts_by_bytes) {
     struct rtx_tensor *x1 = rows_x(1), *x8 = rows_x(8), *x64 = rows_x(64);
     char id[RTX_JOB_ID_LEN];
     run_ok(j, &f, g, x8, NULL, id);
-    size_t bytes8 = dev_stats(j, 0).plan_cache_bytes; /* what the 8-row plan may hold */
+    size_t bytes8 = dev_info(&f, 0).plan_bytes; /* what the 8-row plan may hold */
     rtx_jobs_stop(j);
 
-    o.plan_cache_bytes = bytes8; /* room for the 8-row plan alone */
+    fx_plan_cache(&f, &o, 16, bytes8); /* room for the 8-row plan alone */
     j = start(&o);
     ck_assert(!run_ok(j, &f, g, x8, NULL, id).plan_reused);
-    ck_assert_uint_eq(dev_stats(j, 0).plan_cache_bytes, bytes8);
+    ck_assert_uint_eq(dev_info(&f, 0).plan_bytes, bytes8);
     ck_assert(!run_ok(j, &f, g, x64, NULL, id).plan_reused); /* larger than the bound: not kept */
-    struct rtx_jobs_device d = dev_stats(j, 0);
-    ck_assert_int_eq(d.plan_cache_plans, 1);
-    ck_assert_int_eq(d.plan_cache_evictions, 0);
+    struct rtx_device_info d = dev_info(&f, 0);
+    ck_assert_int_eq(d.plans, 1);
+    ck_assert_int_eq(d.plan_evictions, 0);
     ck_assert(!run_ok(j, &f, g, x64, NULL, id).plan_reused);
     ck_assert(run_ok(j, &f, g, x8, NULL, id).plan_reused);
     ck_assert(!run_ok(j, &f, g, x1, NULL, id).plan_reused); /* fits alone: drops the 8-row plan */
-    d = dev_stats(j, 0);
-    ck_assert_int_eq(d.plan_cache_plans, 1);
-    ck_assert_int_eq(d.plan_cache_evictions, 1);
-    ck_assert_uint_lt(d.plan_cache_bytes, bytes8);
+    d = dev_info(&f, 0);
+    ck_assert_int_eq(d.plans, 1);
+    ck_assert_int_eq(d.plan_evictions, 1);
+    ck_assert_uint_lt(d.plan_bytes, bytes8);
     ck_assert(!run_ok(j, &f, g, x8, NULL, id).plan_reused);
     rtx_tensor_unref(x1);
     rtx_tensor_unref(x64);
@@ -248,7 +249,7 @@ START_TEST(cache_off_plans_every_job) {
     struct fx f;
     fx_open_sync(&f, true);
     struct rtx_jobs_options o = jobs_opts(&f, 1);
-    o.plan_cache = 0;
+    fx_plan_cache(&f, &o, 0, (size_t)1 << 30);
     struct rtx_jobs *j = start(&o);
     struct rtx_graph *g = small_graph();
     struct rtx_tensor *x = small_x();
@@ -259,11 +260,11 @@ START_TEST(cache_off_plans_every_job) {
     output_sha(&f, a, sa);
     output_sha(&f, b, sb);
     ck_assert_str_eq(sa, sb);
-    struct rtx_jobs_device d = dev_stats(j, 0);
-    ck_assert_int_eq(d.plan_cache_hits, 0);
-    ck_assert_int_eq(d.plan_cache_misses, 0);
-    ck_assert_int_eq(d.plan_cache_plans, 0);
-    ck_assert_uint_eq(d.plan_cache_bytes, 0);
+    struct rtx_device_info d = dev_info(&f, 0);
+    ck_assert_int_eq(d.plan_hits, 0);
+    ck_assert_int_eq(d.plan_misses, 0);
+    ck_assert_int_eq(d.plans, 0);
+    ck_assert_uint_eq(d.plan_bytes, 0);
     finish(&f, j, g, x);
 }
 END_TEST
@@ -316,9 +317,9 @@ START_TEST(repeated_gpu_job_replays) {
     ck_assert_str_eq(m->exec_mode, "replayed");
     ck_assert(m->plan_reused);
     rtx__v1__job__free_unpacked(m, NULL);
-    struct rtx_jobs_device d = dev_stats(j, 1);
-    ck_assert_int_eq(d.plan_cache_hits, 3);
-    ck_assert_int_eq(d.plan_cache_misses, 1);
+    struct rtx_device_info d = dev_info(&f, 1);
+    ck_assert_int_eq(d.plan_hits, 3);
+    ck_assert_int_eq(d.plan_misses, 1);
     rtx_tensor_unref(x2);
     finish(&f, j, g, x);
 }
@@ -379,7 +380,7 @@ START_TEST(run_records_keep_the_latest) {
         ck_assert_msg(rc == (i < 3 ? RTX_ENOTFOUND : 0), "job %d of %d: %d", i, N, rc);
     }
     ck_assert(run.plan_reused);
-    ck_assert_int_eq(dev_stats(j, 0).plan_cache_hits, N - 1);
+    ck_assert_int_eq(dev_info(&f, 0).plan_hits, N - 1);
     free(ids);
     free(req);
     finish(&f, j, g, x);
@@ -406,19 +407,18 @@ START_TEST(run_is_forgotten_when_outputs_are_not_journaled) {
     rtx_job_info_clear(&info);
     struct rtx_jobs_run run;
     ck_assert_int_eq(rtx_jobs_get_run(j, id, &run), RTX_ENOTFOUND);
-    ck_assert_int_eq(dev_stats(j, 0).plan_cache_plans, 1);
+    ck_assert_int_eq(dev_info(&f, 0).plans, 1);
     rtx_tensor_unref(xl);
     finish(&f, j, lg, NULL);
 }
 END_TEST
 
 /* Waits until device slot `slot` keeps `plans` plans. */
-static struct rtx_jobs_device wait_plans(struct rtx_jobs *j, int slot, int plans) {
+static struct rtx_device_info wait_plans(struct fx *f, int slot, int plans) {
     for (int waited = 0;; waited++) {
-        struct rtx_jobs_device d = dev_stats(j, slot);
-        if (d.plan_cache_plans == plans) return d;
-        ck_assert_msg(waited < 10000, "slot %d keeps %d plans, not %d", slot,
-                      d.plan_cache_plans, plans);
+        struct rtx_device_info d = dev_info(f, slot);
+        if (d.plans == plans) return d;
+        ck_assert_msg(waited < 10000, "slot %d keeps %d plans, not %d", slot, d.plans, plans);
         usleep(1000);
     }
 }
@@ -432,14 +432,14 @@ START_TEST(lost_device_drops_its_plans) {
     struct rtx_tensor *x = small_x();
     char id[RTX_JOB_ID_LEN];
     run_ok(j, &f, ok, x, "cuda:0", id);
-    ck_assert_int_eq(dev_stats(j, 1).plan_cache_plans, 1);
+    ck_assert_int_eq(dev_info(&f, 1).plans, 1);
     struct rtx_job_info info = run_on(j, &f, sticky, x, "cuda:0");
     ck_assert_int_eq(info.state, RTX_JOB_FAILED);
     rtx_job_info_clear(&info);
     ck_assert(!dev_stats(j, 1).healthy);
-    struct rtx_jobs_device d = wait_plans(j, 1, 0);
-    ck_assert_int_eq(d.plan_cache_evictions, 1);
-    ck_assert_uint_eq(d.plan_cache_bytes, 0);
+    struct rtx_device_info d = wait_plans(&f, 1, 0);
+    ck_assert_int_eq(d.plan_evictions, 0); /* a clear is not an eviction (device layer) */
+    ck_assert_uint_eq(d.plan_bytes, 0);
     rtx_graph_free(ok);
     rtx_graph_free(sticky);
     finish(&f, j, NULL, x);
@@ -455,16 +455,16 @@ START_TEST(out_of_memory_drops_kept_plans) {
     struct rtx_tensor *x = small_x();
     char id[RTX_JOB_ID_LEN];
     run_ok(j, &f, ok, x, "cuda:0", id);
-    ck_assert_int_eq(dev_stats(j, 1).plan_cache_plans, 1);
+    ck_assert_int_eq(dev_info(&f, 1).plans, 1);
     struct rtx_job_info info = run_on(j, &f, oom, x, "cuda:0");
     ck_assert_int_eq(info.state, RTX_JOB_FAILED);
     ck_assert_str_eq(info.reason, "node 'oom_relu': out of device memory (fake)");
     rtx_job_info_clear(&info);
     settle(j);
-    struct rtx_jobs_device d = dev_stats(j, 1);
+    struct rtx_device_info d = dev_info(&f, 1);
     ck_assert(d.healthy);
-    ck_assert_int_eq(d.plan_cache_plans, 0); /* dropped before the job ran again */
-    ck_assert_int_eq(d.plan_cache_evictions, 1);
+    ck_assert_int_eq(d.plans, 0); /* dropped before the job ran again */
+    ck_assert_int_eq(d.plan_evictions, 0); /* a clear is not an eviction (device layer) */
     ck_assert(!run_ok(j, &f, ok, x, "cuda:0", id).plan_reused);
     rtx_graph_free(ok);
     rtx_graph_free(oom);
@@ -484,25 +484,23 @@ static uint64_t cuda0_allocs(struct rtx_jobs *j) {
     return rows[0].total.n_allocs;
 }
 
+/* Warm-up is the device layer's (device/device.h): its counts and times are checked there;
+ * here, that GPU workers' backends come warmed up and still take jobs when they cannot run
+ * the warm-up graph. */
 START_TEST(gpu_workers_warm_up_before_jobs) {
     struct fx f;
     struct gpu_list gl;
     struct rtx_jobs_options o;
     struct rtx_jobs *j = gpu_start(&f, &gl, 2, 2, &o);
-    for (int slot = 1; slot <= 2; slot++) {
-        struct rtx_jobs_device d = wait_warm(j, slot);
-        ck_assert_int_eq(d.workers_warm, 2);
-        ck_assert(d.warmup_ms > 0);
-        ck_assert_int_eq(d.jobs_started, 0);
-    }
-    ck_assert_int_eq(dev_stats(j, 0).workers_warm, 0);
+    for (int slot = 1; slot <= 2; slot++)
+        ck_assert_int_eq(dev_stats(j, slot).jobs_started, 0);
     ck_assert_uint_ge(cuda0_allocs(j), 2); /* the warm-up ran on both workers' backends */
     rtx_jobs_stop(j);
 
     /* a backend that cannot run the warm-up graph is not warmed up, and still takes jobs */
     fake_refuse_op = RTX_OP_TANH;
+    o = gpu_opts(&f, &gl, 2);
     j = start(&o);
-    wait_warm(j, 1);
     ck_assert_uint_eq(cuda0_allocs(j), 0);
     struct rtx_graph *g = small_graph();
     struct rtx_tensor *x = small_x();

@@ -423,12 +423,14 @@ START_TEST(start_rejects_bad_options) {
     o = jobs_opts(&f, 1);
     o.n_lanes = 17;
     ck_assert_int_eq(rtx_jobs_start(&o, &j, &err), RTX_EINVAL);
+    /* the plan cache's bounds are the device set's now (rtx_devices_new checks them) */
     o = jobs_opts(&f, 1);
-    o.plan_cache = -1;
+    o.devices = NULL;
     ck_assert_int_eq(rtx_jobs_start(&o, &j, &err), RTX_EINVAL);
-    o.plan_cache = RTX_JOBS_PLAN_CACHE_MAX + 1;
+    o = jobs_opts(&f, 1);
+    o.jobs_reserve = 1.5;
     ck_assert_int_eq(rtx_jobs_start(&o, &j, &err), RTX_EINVAL);
-    ck_assert_msg(strstr(err.msg, "plan_cache"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "jobs_reserve"), "%s", err.msg);
     ck_assert_ptr_null(j);
     rtx_jobs_stop(NULL);
     fx_close(&f);

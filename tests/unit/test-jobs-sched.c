@@ -369,8 +369,6 @@ START_TEST(reconfigure_reaches_every_device_or_none) {
     struct gpu_list gl;
     struct rtx_jobs_options o;
     struct rtx_jobs *j = gpu_start(&f, &gl, 2, 2, &o);
-    wait_warm(j, 1);
-    wait_warm(j, 2);
     struct rtx_sched_config next;
     rtx_sched_config_init(&next);
     next.lanes[0].target_ns = 20 * 1000 * 1000;

@@ -28,6 +28,8 @@ void fx_open_sync(struct fx *f, bool sync_normal) {
     snprintf(f->dir, sizeof f->dir, "/tmp/rtx-jobs-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(f->dir));
     snprintf(f->path, sizeof f->path, "%s/rtxd.db", f->dir);
+    f->devices = NULL;
+    f->dopts = devices_opts();
     struct rtx_store_options so = {.path = f->path, .sync_normal = sync_normal};
     struct rtx_err err = {0};
     ck_assert_msg(rtx_store_open(&so, &f->store, &err) == 0, "%s", err.msg);
@@ -38,6 +40,8 @@ void fx_open(struct fx *f) {
 }
 
 void fx_close(struct fx *f) {
+    rtx_devices_free(f->devices);
+    f->devices = NULL;
     rtx_store_close(f->store);
     f->store = NULL;
     nftw(f->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
@@ -45,7 +49,40 @@ void fx_close(struct fx *f) {
 
 static const char *const lanes3[] = {"realtime", "interactive", "batch"};
 
+struct rtx_devices_options devices_opts(void) {
+    return (struct rtx_devices_options){
+        .cpu_threads = 1,
+        .plan_cache = 16, /* the daemon's default: every test runs with plan reuse */
+        .plan_cache_bytes = (size_t)1 << 30,
+    };
+}
+
+struct rtx_devices *fx_devices(struct fx *f, const struct rtx_devices_options *o) {
+    rtx_devices_free(f->devices);
+    f->devices = NULL;
+    f->dopts = *o;
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_devices_new(o, &f->devices, &err) == 0, "%s", err.msg);
+    return f->devices;
+}
+
+void fx_plan_cache(struct fx *f, struct rtx_jobs_options *o, int plans, size_t bytes) {
+    struct rtx_devices_options d = f->dopts;
+    d.plan_cache = plans;
+    d.plan_cache_bytes = bytes;
+    o->devices = fx_devices(f, &d);
+}
+
+struct rtx_device_info dev_info(struct fx *f, int slot) {
+    struct rtx_device_info info;
+    struct rtx_device *d = rtx_devices_get(f->devices, slot);
+    ck_assert_ptr_nonnull(d);
+    rtx_device_info(d, &info);
+    return info;
+}
+
 struct rtx_jobs_options jobs_opts(struct fx *f, int workers) {
+    if (!f->devices) fx_devices(f, &f->dopts);
     return (struct rtx_jobs_options){
         .store = f->store,
         .workers = workers,
@@ -56,8 +93,8 @@ struct rtx_jobs_options jobs_opts(struct fx *f, int workers) {
         .n_lanes = 3,
         .lanes = lanes3,
         .default_lane = "batch",
-        .plan_cache = 16, /* the daemon's default: every test runs with plan reuse */
-        .plan_cache_bytes = (size_t)1 << 30,
+        .devices = f->devices,
+        .jobs_reserve = 0.25, /* the daemon's default */
     };
 }
 
@@ -453,7 +490,8 @@ static const struct rtx_backend_i fake_gpu_capture_iface = {
     .graph_free = fake_graph_free,
 };
 
-static int fake_gpu_new(void *ctx, int device, struct rtx_backend **out, struct rtx_err *err) {
+static int fake_gpu_new(void *ctx, int device, struct rtx_mem_account *account,
+                        struct rtx_backend **out, struct rtx_err *err) {
     if (device == fake_fail_device)
         return rtx_err_set(err, RTX_EGPU, "cuda:%d: cudaErrorDevicesUnavailable (fake)", device);
     struct fake_gpu *f = calloc(1, sizeof *f);
@@ -484,7 +522,7 @@ static int fake_gpu_pools(void *ctx, struct rtx_backend *be, struct rtx_mem_pool
     return 0;
 }
 
-static const struct rtx_jobs_gpu_i fake_gpus = {
+static const struct rtx_device_gpu_i fake_gpus = {
     .backend_new = fake_gpu_new,
     .pool_stats = fake_gpu_pools,
 };
@@ -502,10 +540,12 @@ void gpu_list_init(struct gpu_list *g, int n) {
 }
 
 struct rtx_jobs_options gpu_opts(struct fx *f, struct gpu_list *g, int per_device) {
+    struct rtx_devices_options d = devices_opts();
+    d.gpus = &g->l;
+    d.gpu_iface = &fake_gpus;
+    fx_devices(f, &d);
     struct rtx_jobs_options o = jobs_opts(f, 1);
-    o.gpus = &g->l;
     o.gpu_workers_per_device = per_device;
-    o.gpu_iface = &fake_gpus;
     return o;
 }
 
@@ -542,14 +582,4 @@ struct rtx_jobs_device dev_stats(struct rtx_jobs *j, int slot) {
     rtx_jobs_get_stats(j, &st);
     ck_assert_int_lt(slot, st.n_devices);
     return st.devices[slot];
-}
-
-struct rtx_jobs_device wait_warm(struct rtx_jobs *j, int slot) {
-    for (int waited = 0;; waited++) {
-        struct rtx_jobs_device d = dev_stats(j, slot);
-        if (d.workers_warm == d.workers) return d;
-        ck_assert_msg(waited < 10000, "%d of %d workers of slot %d warm", d.workers_warm,
-                      d.workers, slot);
-        usleep(1000);
-    }
 }

@@ -18,11 +18,15 @@
 #include "kernels/cuda/backend-cuda.h"
 #include "runtime/backend-impl.h"
 
-/* A store in a fresh temporary directory. */
+/* A store in a fresh temporary directory, and the device set (device/device.h) the job
+ * managers of a test run on: made by jobs_opts (the CPU only) or gpu_opts (with fake GPUs),
+ * freed by fx_close. */
 struct fx {
     char dir[64];
     char path[96];
     struct rtx_store *store;
+    struct rtx_devices *devices;
+    struct rtx_devices_options dopts; /* what devices was made with */
 };
 
 /* sync_normal: commits without fsync, so jobs finish fast enough to race their Submit. */
@@ -32,6 +36,22 @@ void fx_open(struct fx *f);
 
 void fx_close(struct fx *f);
 
+/* The device set's options of the tests: the CPU only, one CPU thread, the daemon's plan
+ * cache defaults (16 plans, 1 GiB). */
+struct rtx_devices_options devices_opts(void);
+
+/* Replaces f's device set by one made with *o (no job manager may run on the old one). */
+struct rtx_devices *fx_devices(struct fx *f, const struct rtx_devices_options *o);
+
+/* Remakes f's device set with another plan cache (the settings device.plan_cache and
+ * device.plan_cache_bytes) and points o at it; no job manager may run on the old one. */
+void fx_plan_cache(struct fx *f, struct rtx_jobs_options *o, int plans, size_t bytes);
+
+/* What device slot `slot` of f's set holds: health, budget, plan cache. */
+struct rtx_device_info dev_info(struct fx *f, int slot);
+
+/* Options of a job manager with `workers` CPU workers on f's device set (made, CPU only, when
+ * f has none). */
 struct rtx_jobs_options jobs_opts(struct fx *f, int workers);
 
 struct rtx_jobs *start(const struct rtx_jobs_options *o);
@@ -170,6 +190,8 @@ struct gpu_list {
 
 void gpu_list_init(struct gpu_list *g, int n);
 
+/* Options of a job manager with one CPU worker and per_device workers on each fake GPU of g,
+ * on a device set made for them (replacing f's: no job manager may run on it). */
 struct rtx_jobs_options gpu_opts(struct fx *f, struct gpu_list *g, int per_device);
 
 /* Opens f (synchronous journal), lists n fake GPUs in gl and starts a job manager with
@@ -185,8 +207,5 @@ struct rtx_job_info run_on(struct rtx_jobs *j, struct fx *f, const struct rtx_gr
                            struct rtx_tensor *x, const char *device);
 
 struct rtx_jobs_device dev_stats(struct rtx_jobs *j, int slot);
-
-/* Waits until every worker of device slot `slot` warmed up. */
-struct rtx_jobs_device wait_warm(struct rtx_jobs *j, int slot);
 
 #endif /* RTX_TEST_JOBS_UTIL_H */

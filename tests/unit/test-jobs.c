@@ -237,8 +237,8 @@ START_TEST(failing_run_is_journaled_failed) {
     /* a failed job has no run, and its plan is not kept */
     struct rtx_jobs_run run;
     ck_assert_int_eq(rtx_jobs_get_run(j, id, &run), RTX_ENOTFOUND);
-    ck_assert_int_eq(st.devices[0].plan_cache_misses, 1);
-    ck_assert_int_eq(st.devices[0].plan_cache_plans, 0);
+    ck_assert_int_eq(dev_info(&f, 0).plan_misses, 1);
+    ck_assert_int_eq(dev_info(&f, 0).plans, 0);
     rtx_tensor_unref(ids);
     finish(&f, j, g, NULL);
 }

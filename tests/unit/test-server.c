@@ -477,7 +477,11 @@ START_TEST(server_runs_a_job_end_to_end) {
     struct rtx_err err = {0};
     ck_assert_msg(rtx_store_open(&so, &store, &err) == 0, "%s", err.msg);
     const char *lanes[] = {"batch"};
+    struct rtx_devices_options dopt = {.cpu_threads = 1};
+    struct rtx_devices *devices = NULL;
+    ck_assert_msg(rtx_devices_new(&dopt, &devices, &err) == 0, "%s", err.msg);
     struct rtx_jobs_options jo = {
+        .devices = devices,
         .store = store,
         .workers = 1,
         .cpu_threads = 1,
@@ -562,6 +566,7 @@ START_TEST(server_runs_a_job_end_to_end) {
 
     fixture_stop(&f);
     rtx_jobs_stop(jobs);
+    rtx_devices_free(devices);
     rtx_store_close(store);
     unlink(path);
     char wal[160];
