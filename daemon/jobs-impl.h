@@ -7,9 +7,8 @@
  * Cancel), jobs-decode.c (a request decoded into a runnable job), jobs-queue.c (the job index,
  * the device queues, state changes), jobs-watch.c (watchers and run records),
  * jobs-housekeeping.c (expiry sweeps, brownout ticks, learned costs), jobs-stats.c (stats,
- * pools, lanes); and the device side that a device layer is to take over: jobs-devices.c
- * (device slots, job classes, placement, health), jobs-worker.c, jobs-plan-cache.c and
- * jobs-warmup.c.
+ * pools, lanes), jobs-devices.c (device slots, job classes, the consumer "jobs" and the
+ * workers' backends on the device layer, faults, load) and jobs-worker.c (the workers).
  *
  * DESIGN
  * One mutex (mu) guards the in-memory state: one SLA scheduler (scheduler/sched.h) per device
@@ -69,36 +68,34 @@
  * key is a hash of its graph's wire bytes and its inputs' dtypes and shapes; recovered jobs
  * have none (the scheduler's default cost).
  *
- * Plan reuse. Each worker keeps the plans of the jobs it ran in a small LRU cache (struct
- * plan_cache): per worker and not per device, because a plan holds state of one backend (the
- * uploaded initializers, and on a GPU its fixed buffers and captured CUDA graph) and a worker
- * is one thread with one backend, so a kept plan is only ever run by one job at a time. The key
- * is a SHA-256 (OpenSSL EVP, the digest the store addresses outputs by) of the graph's wire
- * bytes, the inputs' dtypes and shapes and the planning limits, which is everything
- * rtx_plan_new reads: a graph with the same name and other content, or other input shapes,
- * misses. An entry owns the job's decoded graph, since the plan points into it. Admission
- * still plans every job (that plan is its validation); a worker that holds the key runs the
- * kept plan instead of the job's own, which is what lets a repeated graph replay on a GPU:
- * run 1 of a plan goes node by node, run 2 captures a CUDA graph, later runs launch it
- * (runtime/plan.c). A kept plan is taken out of the cache while its job runs and put back
- * first (most recently used) when the job succeeded; a plan whose job failed is dropped. After
- * a miss the job's own graph and plan move into the cache. The cache is bounded by count
- * (jobs.plan_cache; 0 turns it off) and by the bytes its plans may hold
- * (jobs.plan_cache_bytes: each plan's initializers, arena, inputs and outputs), least recently
- * used dropped first; a plan larger than the byte bound is not kept. On a GPU those plans hold
- * device memory, so a job that fails with RTX_ENOMEM while its worker keeps plans is run once
- * more after the worker dropped them all. A worker whose device was lost drops its plans; a
- * backend is never made again in a process, so no other reset exists. How each job that
- * succeeded ran (mode, nodes, plan reused) is kept for the last RTX_JOBS_RUNS_KEPT jobs in a
- * ring indexed by job id (rmu, never held while calling out) for rtx_jobs_get_run and the
- * watchers; it is not journaled.
+ * Plan reuse is the device layer's (device/device.h, "Plan cache"): one cache per device,
+ * shared with serving, whose entries are keyed by the plan key and the backend that made them,
+ * so a kept plan holds state of one worker's backend and is only ever run by that worker's
+ * thread. A job's key is rtx_device_plan_key over its graph's wire bytes, its inputs' dtypes
+ * and shapes and the planning limits (computed at decode, with the cost key). Admission still
+ * plans every job (that plan is its validation); a worker whose device holds the key for its
+ * backend takes the kept plan out (rtx_device_plan_take), runs it instead of the job's own and
+ * gives it back (kept when the job succeeded, dropped when it failed); after a miss, a job
+ * that succeeded hands its own plan to the cache (rtx_device_plan_keep) with its decoded graph
+ * as the owner the release callback frees, since the plan points into it. A repeated graph so
+ * replays on a GPU: run 1 node by node, run 2 captured, later runs launched (runtime/plan.c).
+ * Kept plans hold memory charged to the consumers whose backends made them, so a job that
+ * fails with RTX_ENOMEM while the device keeps plans runs once more after
+ * rtx_device_plans_clear dropped them; a lost device's plans are cleared by the fault
+ * listener. How each job that succeeded ran (mode, nodes, plan reused) is kept for the last
+ * RTX_JOBS_RUNS_KEPT jobs in a ring indexed by job id (rmu, never held while calling out) for
+ * rtx_jobs_get_run and the watchers; it is not journaled.
  *
- * Warm-up. A GPU worker first runs a tiny graph twice (matmul, bias add, tanh on a 1 MiB
- * input: node by node, then captured) before it takes jobs, so that the lazily made state of
- * its backend - kernels loaded, cuBLASLt's algorithm choice, device and pinned pool segments,
- * the first graph capture - exists before the first job, and logs how long that took. Jobs
- * placed on the device meanwhile wait in its queue. A warm-up that fails with a sticky device
- * error marks the device unhealthy, as a failed job would.
+ * Memory. The job manager is the consumer "jobs" of every device it runs workers on, with a
+ * reservation of jobs_reserve of the device's budget (device.jobs_reserve); its workers'
+ * backends charge it, and a job whose run the share refuses fails with RTX_ENOMEM, failure
+ * code RESOURCE_EXHAUSTED and a reason naming the share. Failure codes (Job.failure_code,
+ * journaled) are gRPC status names: RESOURCE_EXHAUSTED, UNAVAILABLE (a lost device, no device
+ * can take the job, a restart under policy fail), INTERNAL (anything else).
+ *
+ * Warm-up is the device layer's: rtx_device_backend_new returns a GPU backend warmed up (a
+ * tiny graph run node by node, then captured), so a worker's first job does not pay for the
+ * backend's lazily made state; it happens in rtx_jobs_start, before the workers start.
  *
  * Watchers live in their own table (wmu, hashed by job id) so that publishing never holds mu.
  * A publisher reads the job back from the store (only when someone watches it) and calls each
@@ -112,21 +109,25 @@
  *
  * Admission limits: zero fields of rtx_jobs_options.limits take rtx_limits_default()'s value.
  *
- * Placement. Devices are slots: 0 the CPU, 1 + N CUDA device N. Every job has a class: CPU,
- * AUTO, GPU_ANY or GPU_N (CLS_GPU0 + N). Admission asks a usable GPU worker's backend whether
- * it supports every node (supports_node is a pure function of the node, so calling it beside
- * the worker's own use is safe); a job the GPU cannot run becomes CPU when it asked for "auto"
- * and is refused when it asked for a GPU. A worker checks again before it journals the job
- * running (recovered jobs and jobs whose decoded form was not cached arrive unchecked): an
- * "auto" job moves to the CPU's scheduler as CPU. After a failed job on a GPU, the worker
- * synchronizes its backend: the CUDA backend answers RTX_EGPU from then on when the failure
- * was a sticky error (it has kept the fault), so the device is marked unhealthy before the job
- * is journaled failed (a client that sees the failure sees the device unhealthy too); an
- * out-of-memory or other ordinary error leaves the backend usable. Devices never become
- * healthy again in a process: a sticky error poisons the CUDA context until the process
- * exits. The workers of a lost device keep dispatching from its scheduler, but move each job
- * to another device ("auto" and "cuda" jobs, when one can take them) or journal it failed
- * with the reason it cannot be placed.
+ * Placement. Devices are slots, the same as the device set's: 0 the CPU, 1 + N CUDA device N.
+ * Every job has a class: CPU, AUTO, GPU_ANY or GPU_N (CLS_GPU0 + N). Admission asks a usable
+ * GPU worker's backend whether it supports every node (supports_node is a pure function of the
+ * node, so calling it beside the worker's own use is safe); a job the GPU cannot run becomes
+ * CPU when it asked for "auto" and is refused when it asked for a GPU. A worker checks again
+ * before it journals the job running (recovered jobs and jobs whose decoded form was not
+ * cached arrive unchecked): an "auto" job moves to the CPU's scheduler as CPU. "cuda" and
+ * "auto" jobs go to the usable GPUs in the order rtx_devices_place gives (least work in flight
+ * per backend, then most budget headroom); a job adds 1 to its device's load
+ * (rtx_device_load_add) while it is in that device's scheduler, queued or running. Health is
+ * the device layer's (rtx_device_healthy, shared with serving): after a failed job on a GPU
+ * the worker calls rtx_device_check, which synchronizes the backend and, when the CUDA backend
+ * answers RTX_EGPU (it kept a sticky error), marks the device unhealthy before the job is
+ * journaled failed (a client that sees the failure sees the device unhealthy too); an
+ * out-of-memory or other ordinary error leaves it usable. Devices never become healthy again
+ * in a process. The device layer's fault listener (on_device_fault, whoever found the fault:
+ * a job, a model's batch, a warm-up) wakes the workers: the workers of a lost device keep
+ * dispatching from its scheduler, but move each job to another device ("auto" and "cuda"
+ * jobs, when one can take them) or journal it failed with the reason it cannot be placed.
  */
 #ifndef RTX_DAEMON_JOBS_IMPL_H
 #define RTX_DAEMON_JOBS_IMPL_H

@@ -19,24 +19,27 @@
  * journal tells which jobs were interrupted; recovery then re-queues them or fails them by the
  * job's restart policy. Each state change is journaled first and then published to watchers.
  *
- * Placement. The CPU has jobs.workers workers; every CUDA device healthy at start has
- * gpu_workers_per_device more, each with its own CUDA backend (and so its own stream and
- * pools). A job asks for "auto" (a healthy GPU when there is one, else the CPU), "cpu",
+ * Placement. The job manager runs on the device layer (device/device.h): the CPU has
+ * jobs.workers workers; every CUDA device healthy at start has gpu_workers_per_device more,
+ * each with its own backend made by the device layer (its own stream and pools, charged to the
+ * consumer "jobs", whose reservation is jobs_reserve of the device's budget). A job asks for "auto" (a healthy GPU when there is one, else the CPU), "cpu",
  * "cuda" (any healthy GPU) or "cuda:N"; "" takes default_device. A job is journaled with what
  * it asked for and, when it starts, with the device it runs on. A job whose graph has a node
  * the CUDA backend cannot run goes to the CPU when it asked for "auto" and is refused at
  * Submit when it asked for a GPU. A failed job whose device then answers with a sticky error
- * (the backend stays unusable) marks the device unhealthy: its workers take no more jobs,
+ * (the backend stays unusable) marks the device unhealthy for every consumer (and a fault
+ * found by serving does so for jobs): its workers take no more jobs,
  * "auto" jobs go to the other GPUs or the CPU, and queued jobs that can no longer be placed
  * (asked for that device, or for "cuda" with no healthy GPU left) fail with the reason.
  *
- * Plan reuse. Every worker keeps the plans of the jobs it ran (plan_cache of them, bounded in
- * bytes by plan_cache_bytes, least recently used dropped first), keyed by a SHA-256 of the
- * graph's wire bytes, the inputs' dtypes and shapes and the planning limits. A job whose key
- * its worker holds runs on the kept plan, so on a GPU the second such job captures a CUDA
- * graph and later ones replay it (runtime/plan.c). A GPU worker warms its backend up with a
- * tiny graph before it takes its first job. How each job ran (rtx_jobs_get_run) is kept in
- * memory for the last RTX_JOBS_RUNS_KEPT runs; it is not journaled.
+ * Plan reuse. A worker runs a job on the plan its device's cache kept for its backend when
+ * the cache holds the job's key (rtx_device_plan_key: the graph's wire bytes, the inputs'
+ * dtypes and shapes, the planning limits), so on a GPU the second such job captures a CUDA
+ * graph and later ones replay it (runtime/plan.c). A failed job has a failure code
+ * (Job.failure_code, journaled): RESOURCE_EXHAUSTED when it ran out of memory past the jobs
+ * share (its reason names the share), UNAVAILABLE when its device was lost or no device could
+ * take it, INTERNAL otherwise. How each job ran (rtx_jobs_get_run) is kept in memory for the
+ * last RTX_JOBS_RUNS_KEPT runs; it is not journaled.
  */
 #ifndef RTX_DAEMON_JOBS_H
 #define RTX_DAEMON_JOBS_H
@@ -158,7 +161,8 @@ struct rtx_lane_depth {
     const char *lane;
     int queued, running;
 };
-/* A device jobs run on, as the job manager sees it now. */
+/* A device jobs run on, as the job manager sees it now (its plan cache and budget as a whole
+ * are the device layer's: rtx_device_info). */
 struct rtx_jobs_device {
     char name[24];                      /* "cpu", "cuda:0" */
     int cuda_index;                     /* CUDA device index; -1 for the CPU */
