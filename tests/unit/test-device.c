@@ -157,6 +157,13 @@ static void setup(void) {
     open_set(&o);
 }
 
+/* GPU backends warmed up before they are returned, as in production. */
+static void setup_warm(void) {
+    struct rtx_devices_options o = base_options();
+    o.no_warm_up = false;
+    open_set(&o);
+}
+
 static void teardown(void) {
     rtx_devices_free(set);
     set = NULL;
@@ -516,9 +523,7 @@ END_TEST
  * ---------------------------------------------------------------------------------------- */
 
 START_TEST(gpu_backend_is_warmed_up_and_charged) {
-    struct rtx_devices_options o = base_options();
-    o.no_warm_up = false;
-    open_set(&o);
+    setup_warm();
     struct rtx_device_consumer *c = consumer(gpu(1), "jobs", 100 * MIB);
     struct rtx_backend *be = backend(c);
     ck_assert_int_eq(fake_of(be)->cuda, 1);
@@ -588,9 +593,7 @@ START_TEST(gpu_backend_that_cannot_be_made_faults_the_device) {
 END_TEST
 
 START_TEST(gpu_warm_up_with_a_sticky_error_faults_the_device) {
-    struct rtx_devices_options o = base_options();
-    o.no_warm_up = false;
-    open_set(&o);
+    setup_warm();
     sticky_new = true;
     struct rtx_device_consumer *c = consumer(gpu(2), "serving", 0);
     struct rtx_backend *be = NULL;
