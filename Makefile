@@ -127,15 +127,18 @@ CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 # check counter) goes into all three.
 GPU_LINALG_TEST_OBJ := $(BUILD)/obj/tests/gpu/gpu-linalg-tests.o
 GPU_JOBS_TEST_OBJ := $(BUILD)/obj/tests/gpu/gpu-jobs-tests.o
+# the device layer on a real device: rtx-gpu-device-tests
+GPU_DEVICE_TEST_OBJ := $(BUILD)/obj/tests/gpu/gpu-device-tests.o
 GPU_UTIL_OBJ := $(BUILD)/obj/tests/gpu/gpu-util.o
-GPU_TEST_OBJ := $(filter-out $(GPU_LINALG_TEST_OBJ) $(GPU_JOBS_TEST_OBJ), \
+GPU_TEST_OBJ := $(filter-out $(GPU_LINALG_TEST_OBJ) $(GPU_JOBS_TEST_OBJ) $(GPU_DEVICE_TEST_OBJ), \
                   $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/gpu/*.c)))
 
 BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-examples \
         $(BUILD)/bin/rtxd $(BUILD)/bin/rtxctl $(LIBCLIENT) $(LIBCLIENT_SO) \
         $(BUILD)/lib/pkgconfig/rtx.pc $(BUILD)/bin/rtx-client-check $(BUILD)/bin/client-example \
         $(BUILD)/bin/rtx-gpu-tests $(BUILD)/bin/rtx-gpu-linalg-tests \
-        $(BUILD)/bin/rtx-gpu-jobs-tests $(BUILD)/bin/rtx-bench-gpu $(BUILD)/bin/rtx-bench-cpu \
+        $(BUILD)/bin/rtx-gpu-jobs-tests $(BUILD)/bin/rtx-gpu-device-tests \
+        $(BUILD)/bin/rtx-bench-gpu $(BUILD)/bin/rtx-bench-cpu \
         $(BUILD)/bin/rtx-bench-sched $(BUILD)/bin/rtx-bench-mem-pool
 EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg \
             $(foreach m,simple mlp mlp_nobatch transformer_block mlp_wide mlp_wide_nobatch,\
@@ -263,6 +266,10 @@ $(BUILD)/bin/rtx-gpu-jobs-tests: $(GPU_JOBS_TEST_OBJ) $(GPU_UTIL_OBJ) $(JOBS_OBJ
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS) $(shell pkg-config --libs inih 2>/dev/null) \
 	  $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/bin/rtx-gpu-device-tests: $(GPU_DEVICE_TEST_OBJ) $(GPU_UTIL_OBJ) $(LIBDEVICE) $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
 examples: $(EXAMPLES)
 $(EXAMPLES) &: $(BUILD)/bin/make-examples
@@ -405,7 +412,7 @@ $(BUILD)/bin/rtx-bench-gpu: $(BUILD)/obj/bench/bench-gpu.o $(BUILD)/obj/bench/be
 GPU_BUNDLE_BINS := $(BUILD)/bin/rtxd $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/rtxrun \
                    $(BUILD)/bin/rtxctl $(BUILD)/bin/rtx-gpu-tests \
                    $(BUILD)/bin/rtx-gpu-linalg-tests $(BUILD)/bin/rtx-gpu-jobs-tests \
-                   $(BUILD)/bin/rtx-bench-gpu
+                   $(BUILD)/bin/rtx-gpu-device-tests $(BUILD)/bin/rtx-bench-gpu
 gpu-bundle: $(GPU_BUNDLE_BINS)
 	bash deploy/gpu-bundle.sh .gpu/lib $(GPU_BUNDLE_BINS)
 
@@ -429,12 +436,14 @@ GPU_CUDNN_LIB = $(shell $(PYTHON) -c 'import os, nvidia.cudnn as c; print(os.pat
 GPU_ENV = $(if $(GPU_CUDNN_LIB),LD_LIBRARY_PATH=$(GPU_CUDNN_LIB):$$LD_LIBRARY_PATH)
 
 test-gpu:
-	@for b in rtx-gpu-tests rtx-gpu-linalg-tests rtx-gpu-jobs-tests rtxd rtxctl rtxrun; do \
+	@for b in rtx-gpu-tests rtx-gpu-linalg-tests rtx-gpu-jobs-tests rtx-gpu-device-tests rtxd \
+	    rtxctl rtxrun; do \
 	  [ -x $(BUILD)/bin/$$b ] || { echo "test-gpu: $(BUILD)/bin/$$b is missing: build with" \
 	    "'make all gpu-bundle' first (test-gpu never builds)" >&2; exit 2; }; done
 	$(GPU_ENV) $(BUILD)/bin/rtx-gpu-tests
 	$(GPU_ENV) $(BUILD)/bin/rtx-gpu-linalg-tests
 	$(GPU_ENV) $(BUILD)/bin/rtx-gpu-jobs-tests
+	$(GPU_ENV) $(BUILD)/bin/rtx-gpu-device-tests
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-devices.sh
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-jobs.sh
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-serving.sh
@@ -454,7 +463,7 @@ clean:
 	rm -rf build build-asan
 
 -include $(RUNTIME_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(GPU_TEST_OBJ:.o=.d) $(STORE_OBJ:.o=.d) \
-  $(GPU_LINALG_TEST_OBJ:.o=.d) $(GPU_JOBS_TEST_OBJ:.o=.d) $(BUILD)/obj/bench/bench-gpu.d \
+  $(GPU_LINALG_TEST_OBJ:.o=.d) $(GPU_JOBS_TEST_OBJ:.o=.d) $(GPU_DEVICE_TEST_OBJ:.o=.d) $(BUILD)/obj/bench/bench-gpu.d \
   $(DAEMON_OBJ:.o=.d) $(DEVICE_OBJ:.o=.d) $(SERVING_OBJ:.o=.d) $(FORMATS_OBJ:.o=.d) $(SCHED_OBJ:.o=.d) \
   $(BUILD)/obj/bench/bench-sched.d \
   $(BUILD)/obj/bench/bench-mem-pool.d $(BUILD)/obj/bench/bench-jobs.d \

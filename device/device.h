@@ -144,7 +144,8 @@ typedef void (*rtx_device_fault_fn)(void *ctx, struct rtx_device *d, const char 
  * that tolerates calls until rtx_devices_off_fault. */
 int rtx_devices_on_fault(struct rtx_devices *s, rtx_device_fault_fn fn, void *ctx,
                          struct rtx_err *err);
-/* Removes the listener (fn, ctx); waits until no call of it is running. */
+/* Removes the listener (fn, ctx); waits until no call of it is running (so not from inside
+ * that listener: it would wait for itself). */
 void rtx_devices_off_fault(struct rtx_devices *s, rtx_device_fault_fn fn, void *ctx);
 
 /* ------------------------------------------------------------------------------------------

@@ -157,6 +157,13 @@ static void setup(void) {
     open_set(&o);
 }
 
+/* GPU backends warmed up before they are returned, as in production. */
+static void setup_warm(void) {
+    struct rtx_devices_options o = base_options();
+    o.no_warm_up = false;
+    open_set(&o);
+}
+
 static void teardown(void) {
     rtx_devices_free(set);
     set = NULL;
@@ -434,14 +441,89 @@ START_TEST(budget_cpu_backend_buffers_are_charged) {
 }
 END_TEST
 
+static char streams[8]; /* stream i is &streams[i] */
+
+START_TEST(budget_pool_on_an_account_retries_then_names_the_consumer) {
+    setup();
+    struct rtx_device_consumer *a = consumer(gpu(0), "a", 0);
+    struct rtx_device_consumer *b = consumer(gpu(0), "b", 990 * MIB); /* a may borrow 10 */
+    struct rtx_mem_pool_config cfg = {.name = "cuda:0", .account = rtx_device_consumer_account(a)};
+    struct rtx_mem_pool *pool = NULL;
+    struct rtx_err err = {0};
+    ck_assert_int_eq(rtx_mem_pool_new(rtx_mem_pool_host_interface(), NULL, &cfg, &pool, &err), 0);
+    void *p[6];
+    for (int i = 0; i < 5; i++) /* five 2 MiB segments: the whole share */
+        ck_assert_msg(rtx_mem_pool_alloc(pool, 1024, &streams[i], &p[i], &err) == 0, "%s",
+                      err.msg);
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(rtx_mem_pool_release(pool, p[i], &err), 0);
+    ck_assert_uint_eq(info(gpu(0)).used_bytes, 10 * MIB); /* cached segments stay charged */
+    ck_assert_msg(rtx_mem_pool_alloc(pool, 1024, &streams[5], &p[5], &err) == 0, "%s", err.msg);
+    struct rtx_mem_pool_stats st;
+    rtx_mem_pool_get_stats(pool, &st);
+    ck_assert_uint_eq(st.total.n_retries, 1);
+    ck_assert_uint_eq(info(gpu(0)).used_bytes, 2 * MIB);
+    void *big = NULL;
+    ck_assert_int_eq(rtx_mem_pool_alloc(pool, 9 * MIB, NULL, &big, &err), RTX_ENOMEM);
+    ck_assert_msg(strstr(err.msg, "cuda:0: consumer 'a' would use 22 MiB, reserved 0 B") &&
+                      strstr(err.msg, "pool cuda:0"),
+                  "%s", err.msg);
+    ck_assert_int_eq(rtx_mem_pool_release(pool, p[5], &err), 0);
+    rtx_mem_pool_free(pool);
+    ck_assert_uint_eq(info(gpu(0)).used_bytes, 0);
+    ck_assert_uint_eq(info(gpu(0)).borrowed_bytes, 0);
+    rtx_device_consumer_free(a);
+    rtx_device_consumer_free(b);
+    teardown();
+}
+END_TEST
+
+static void *buffer_churn(void *arg) {
+    struct rtx_backend *be = arg;
+    struct rtx_rng rng;
+    rtx_rng_seed(&rng, (uint64_t)(uintptr_t)arg);
+    struct rtx_buffer *held[4] = {0};
+    for (int i = 0; i < 2000; i++) {
+        int k = (int)(rtx_rng_next(&rng) % 4);
+        rtx_buffer_unref(held[k]);
+        held[k] = NULL;
+        size_t bytes = (size_t)(rtx_rng_next(&rng) % (12 * MIB)); /* 96 MiB held on average */
+        if (rtx_backend_buffer_new(be, bytes, &held[k], NULL) != 0) held[k] = NULL;
+    }
+    for (int k = 0; k < 4; k++) rtx_buffer_unref(held[k]);
+    return NULL;
+}
+
+START_TEST(budget_concurrent_charges_balance_to_zero) {
+    setup();
+    struct rtx_device *cpu = rtx_devices_get(set, 0);
+    struct rtx_device_consumer *a = consumer(cpu, "a", 8 * MIB), *b = consumer(cpu, "b", 0);
+    struct rtx_backend *be[4] = {backend(a), backend(a), backend(b), backend(b)};
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, buffer_churn, be[i]), 0);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    struct rtx_device_info i = info(cpu);
+    ck_assert_uint_eq(i.used_bytes, 0);
+    ck_assert_uint_eq(i.borrowed_bytes, 0);
+    struct rtx_device_consumer_info ci[2];
+    rtx_device_consumers(cpu, ci, 2);
+    ck_assert_uint_eq(ci[0].used_bytes, 0);
+    ck_assert_uint_le(ci[1].peak_bytes, 56 * MIB); /* b only borrows the unreserved rest */
+    ck_assert_uint_gt(i.refusals, 0);              /* the budget was reached */
+    for (int k = 0; k < 2; k++) rtx_device_backend_free(a, be[k]);
+    for (int k = 2; k < 4; k++) rtx_device_backend_free(b, be[k]);
+    rtx_device_consumer_free(a);
+    rtx_device_consumer_free(b);
+    teardown();
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------
  * GPU backends
  * ---------------------------------------------------------------------------------------- */
 
 START_TEST(gpu_backend_is_warmed_up_and_charged) {
-    struct rtx_devices_options o = base_options();
-    o.no_warm_up = false;
-    open_set(&o);
+    setup_warm();
     struct rtx_device_consumer *c = consumer(gpu(1), "jobs", 100 * MIB);
     struct rtx_backend *be = backend(c);
     ck_assert_int_eq(fake_of(be)->cuda, 1);
@@ -511,9 +593,7 @@ START_TEST(gpu_backend_that_cannot_be_made_faults_the_device) {
 END_TEST
 
 START_TEST(gpu_warm_up_with_a_sticky_error_faults_the_device) {
-    struct rtx_devices_options o = base_options();
-    o.no_warm_up = false;
-    open_set(&o);
+    setup_warm();
     sticky_new = true;
     struct rtx_device_consumer *c = consumer(gpu(2), "serving", 0);
     struct rtx_backend *be = NULL;
@@ -568,7 +648,8 @@ START_TEST(health_listeners_are_bounded) {
     setup();
     struct heard h[9] = {{0}};
     struct rtx_err err = {0};
-    for (int i = 0; i < 8; i++) ck_assert_int_eq(rtx_devices_on_fault(set, on_fault, &h[i], &err), 0);
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(rtx_devices_on_fault(set, on_fault, &h[i], &err), 0);
     ck_assert_int_eq(rtx_devices_on_fault(set, on_fault, &h[8], &err), RTX_ELIMIT);
     rtx_devices_off_fault(set, on_fault, &h[3]);
     ck_assert_int_eq(rtx_devices_on_fault(set, on_fault, &h[8], &err), 0);
@@ -969,6 +1050,8 @@ Suite *rtx_device_suite(void) {
     tcase_add_test(budget, budget_reservation_cannot_take_lent_memory);
     tcase_add_test(budget, budget_account_is_the_consumer_share);
     tcase_add_test(budget, budget_cpu_backend_buffers_are_charged);
+    tcase_add_test(budget, budget_pool_on_an_account_retries_then_names_the_consumer);
+    tcase_add_test(budget, budget_concurrent_charges_balance_to_zero);
     suite_add_tcase(s, budget);
     TCase *backends = tcase_create("backends");
     tcase_add_test(backends, gpu_backend_is_warmed_up_and_charged);
