@@ -706,7 +706,8 @@ static int on_ini_value(void *user, const char *section, const char *key, const 
     if (old >= 0) warn_old_name(old, fc->path);
     if (idx == SETTING_RETIRED) {
         rc = 0;
-    } else if (idx < 0 && (strcmp(section, "scheduler") == 0 || strncmp(section, "lane.", 5) == 0)) {
+    } else if (idx < 0 &&
+               (strcmp(section, "scheduler") == 0 || strncmp(section, "lane.", 5) == 0)) {
         /* the scheduler's sections: it checks and applies them (docs/scheduler.md) */
         rc = rtx_sched_config_set(&fc->c->sched, section, key, value, fc->err);
     } else if (idx < 0) {

@@ -22,15 +22,16 @@
  * Placement. The job manager runs on the device layer (device/device.h): the CPU has
  * jobs.workers workers; every CUDA device healthy at start has gpu_workers_per_device more,
  * each with its own backend made by the device layer (its own stream and pools, charged to the
- * consumer "jobs", whose reservation is jobs_reserve of the device's budget). A job asks for "auto" (a healthy GPU when there is one, else the CPU), "cpu",
- * "cuda" (any healthy GPU) or "cuda:N"; "" takes default_device. A job is journaled with what
- * it asked for and, when it starts, with the device it runs on. A job whose graph has a node
- * the CUDA backend cannot run goes to the CPU when it asked for "auto" and is refused at
- * Submit when it asked for a GPU. A failed job whose device then answers with a sticky error
- * (the backend stays unusable) marks the device unhealthy for every consumer (and a fault
- * found by serving does so for jobs): its workers take no more jobs,
- * "auto" jobs go to the other GPUs or the CPU, and queued jobs that can no longer be placed
- * (asked for that device, or for "cuda" with no healthy GPU left) fail with the reason.
+ * consumer "jobs", whose reservation is jobs_reserve of the device's budget). A job asks for
+ * "auto" (a healthy GPU when there is one, else the CPU), "cpu", "cuda" (any healthy GPU) or
+ * "cuda:N"; "" takes default_device. A job is journaled with what it asked for and, when it
+ * starts, with the device it runs on. A job whose graph has a node the CUDA backend cannot run
+ * goes to the CPU when it asked for "auto" and is refused at Submit when it asked for a GPU. A
+ * failed job whose device then answers with a sticky error (the backend stays unusable) marks
+ * the device unhealthy for every consumer (and a fault found by serving does so for jobs): its
+ * workers take no more jobs, "auto" jobs go to the other GPUs or the CPU, and queued jobs that
+ * can no longer be placed (asked for that device, or for "cuda" with no healthy GPU left) fail
+ * with the reason.
  *
  * Plan reuse. A worker runs a job on the plan its device's cache kept for its backend when
  * the cache holds the job's key (rtx_device_plan_key: the graph's wire bytes, the inputs'

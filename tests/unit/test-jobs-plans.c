@@ -145,6 +145,11 @@ START_TEST(same_graph_reuses_its_plan) {
     ck_assert_ptr_nonnull(
         strstr(text, "\nrtx_device_plan_cache_evictions_total{device=\"cpu\"} 0\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nrtx_device_plans{device=\"cpu\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nrtx_device_healthy{device=\"cpu\"} 1\n"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "\nrtx_device_memory_reserved_bytes{device=\"cpu\",consumer=\"jobs\"} "));
+    ck_assert_ptr_nonnull(
+        strstr(text, "\nrtx_device_memory_refusals_total{device=\"cpu\",consumer=\"jobs\"} 0\n"));
     rtx_free(text);
     finish(&f, j, g, x);
 }
