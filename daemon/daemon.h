@@ -50,6 +50,9 @@ struct rtx_daemon {
     /* CUDA devices found at start (main.c fills it before the server starts; read-only after;
      * rtx__daemon_close frees it). Their health while serving comes from the job manager. */
     struct rtx_cuda_devices gpus;
+    /* The device set (device/device.h) made from gpus at start, shared by the job manager and
+     * serving; main.c frees it after both stopped. */
+    struct rtx_devices *devices;
     /* Inference serving (serving/serving.h) and the clients' shared-memory regions
      * (daemon/shm.h), shared by the KServe v2 gRPC service and the HTTP server; serving is
      * NULL when no model repository is configured. */

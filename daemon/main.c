@@ -35,6 +35,7 @@
 #include "daemon/jobs.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "device/device.h"
 #include "store/store.h"
 
 #define RETENTION_PERIOD_MS (3600 * 1000) /* hourly */
@@ -416,8 +417,9 @@ static void serving_log(enum rtx_serving_log_level level, const char *msg,
                    fields);
 }
 
-/* Starts inference serving when models.repository is set (d.serving stays NULL otherwise):
- * models.startup is split at commas, models.cpu_threads 0 becomes the online CPU count. */
+/* Starts inference serving when models.repository is set (d.serving stays NULL otherwise) on
+ * the daemon's device set (its CPU backends get the set's threads); models.startup is split
+ * at commas. */
 static int serving_start(struct app *a, const struct rtx_limits *limits, struct rtx_err *err) {
     const struct rtx_config *c = &a->cfg;
     if (!c->models_repository || !c->models_repository[0]) return 0;
@@ -425,8 +427,7 @@ static int serving_start(struct app *a, const struct rtx_limits *limits, struct 
         .repository = c->models_repository,
         .poll_ms = c->models_poll_ms,
         .limits = *limits,
-        .cpu_threads = c->models_cpu_threads,
-        .gpus = &a->d.gpus,
+        .devices = a->d.devices,
         .max_queue = c->models_max_queue,
         .sched = &c->sched,
         .default_lane = c->default_lane,
@@ -435,10 +436,6 @@ static int serving_start(struct app *a, const struct rtx_limits *limits, struct 
     };
     if (rtx_model_control_from_name(c->models_control, &so.control) != 0)
         return rtx_err_set(err, RTX_EINVAL, "models.control: '%s'", c->models_control);
-    if (so.cpu_threads <= 0) {
-        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        so.cpu_threads = ncpu > 0 ? (int)ncpu : 1;
-    }
     char *list = rtx_strdup(c->models_startup ? c->models_startup : "");
     const char *names[256];
     if (!list) return rtx_err_set(err, RTX_ENOMEM, "out of memory");
@@ -512,6 +509,16 @@ static int run(struct app *a) {
     if (cpu_threads <= 0) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         cpu_threads = ncpu > a->cfg.workers ? (int)(ncpu / a->cfg.workers) : 1;
+    }
+    struct rtx_devices_options dopt = {
+        .gpus = &a->d.gpus,
+        .cpu_threads = cpu_threads,
+        .plan_cache = a->cfg.plan_cache,
+        .plan_cache_bytes = (size_t)a->cfg.plan_cache_bytes,
+    };
+    if (rtx_devices_new(&dopt, &a->d.devices, &err) != 0) {
+        rtx_log(RTX_LOG_ERROR, "cannot make the device set", "error", err.msg, NULL);
+        goto out;
     }
     struct rtx_limits limits = rtx_limits_default();
     limits.max_nodes = a->cfg.max_graph_nodes;
@@ -614,6 +621,8 @@ out:
     rtx_shm_free(a->d.shm); /* after both servers: no request maps a region any more */
     a->d.shm = NULL;
     rtx_jobs_stop(a->jobs);
+    rtx_devices_free(a->d.devices); /* after its consumers: jobs and serving */
+    a->d.devices = NULL;
     rtx_store_close(a->store);
     rtx__daemon_close(&a->d);
     if (status == 0) rtx_log(RTX_LOG_INFO, "stopped", NULL);

@@ -25,6 +25,12 @@
  * has. Requests whose deadline passed or whose cancel flag is up fail as they are met. The
  * gatherer then releases the role, so another idle instance can form the next batch while
  * this one runs.
+ *
+ * Health: a worker whose device is unhealthy (device/device.h; a sticky fault found by any
+ * consumer) takes no more requests, so they go to the version's other instances; when none
+ * of them is on a healthy device, it fails what is queued with RTX_EUNAVAILABLE naming the
+ * device and its fault (model-infer.c refuses new requests with the same message). The
+ * server's fault listener wakes the workers when a device turns unhealthy.
  */
 #include <stdio.h>
 #include <time.h>
@@ -87,12 +93,14 @@ static void q_unlink(struct rtx_model *m, struct request *r) {
     r->queued = false;
 }
 
-static void fail_list(struct request *dead, int code) {
+/* Fails every request of the list: with code and why when code is not 0, else with the
+ * reason each is dead (deadline, cancel). */
+static void fail_list_why(struct request *dead, int code, const char *why) {
     while (dead) {
         struct request *next = dead->next;
         char msg[256];
         int c = code ? code : rtx__request_dead(dead, rtx_mono_ns(), msg, sizeof msg);
-        if (code) snprintf(msg, sizeof msg, "server shutting down");
+        if (code) snprintf(msg, sizeof msg, "%s", why);
         if (!c) { /* only dead requests are listed: the flag was seen up */
             c = RTX_ECANCELED;
             snprintf(msg, sizeof msg, "request canceled before it ran");
@@ -100,6 +108,10 @@ static void fail_list(struct request *dead, int code) {
         rtx__request_fail(dead, c, msg);
         dead = next;
     }
+}
+
+static void fail_list(struct request *dead, int code) {
+    fail_list_why(dead, code, "server shutting down");
 }
 
 /* The scheduler's next request, taken off the queued list with its handle (NULL when nothing
@@ -281,6 +293,19 @@ void *rtx__model_worker(void *arg) {
             continue;
         }
         if (m->stopping && m->n_queued == 0) break; /* nothing left */
+        if (!rtx_device_healthy(in->dev)) { /* takes no more batches */
+            char why[256];
+            if (m->n_queued > 0 && rtx__model_healthy(m, why, sizeof why)) {
+                take_all(m, now, &dead); /* no instance can run them */
+                pthread_mutex_unlock(&m->mu);
+                fail_list_why(dead, RTX_EUNAVAILABLE, why);
+            } else {
+                cond_wait_until(&m->cv, &m->mu, now + 50 * 1000000LL);
+                pthread_mutex_unlock(&m->mu);
+            }
+            pthread_mutex_lock(&m->mu);
+            continue;
+        }
         struct request *r = NULL;
         if (!m->gathering) {
             sweep(m, now, &dead);
