@@ -106,7 +106,7 @@ void write_version(const char *repo, const char *name, int version, float factor
 /* Overwrites <repo>/<name>/config.json with a config of max_batch_size 8, inputs a (data type
  * a_type) and b (TYPE_FP32) of dims [4] and one TYPE_FP32 output `out` of dims [out_dim]. */
 void write_io_config(const char *repo, const char *name, const char *a_type,
-                            const char *out, int out_dim) {
+                     const char *out, int out_dim) {
     char path[1024], text[1024];
     snprintf(path, sizeof path, "%s/%s/config.json", repo, name);
     snprintf(text, sizeof text,
@@ -159,7 +159,7 @@ void fx_start(struct fx *f, enum rtx_model_control c) {
 /* A new repository holding one model `name` (write_model(): max_batch, extra), served with
  * model control c. */
 void fx_model(struct fx *f, const char *name, int max_batch, const char *extra,
-                     enum rtx_model_control c) {
+              enum rtx_model_control c) {
     fx_repo(f);
     write_model(f->repo, name, max_batch, extra);
     fx_start(f, c);
@@ -248,24 +248,33 @@ struct rtx_tensor *make_input(int rows, float seed, bool is_b) {
     return t;
 }
 
-/* Submits a scale request of `rows` rows to the newest version of `name`; returns the code
- * of rtx_serving_infer (and its message in err). */
-int submit(struct rtx_serving *s, const char *name, int rows, float seed, struct call *c,
-                  int64_t deadline_ns, const volatile int *cancel, struct rtx_err *err) {
+/* Submits a scale request of `rows` rows to the newest version of `name`, with the rest of
+ * the request (id, deadline, cancel, priority, lane, callback) from tmpl; returns the code of
+ * rtx_serving_infer (and its message in err). */
+int submit_req(struct rtx_serving *s, const char *name, int rows, float seed,
+               const struct rtx_infer_request *tmpl, struct rtx_err *err) {
     struct rtx_model *m;
     int rc = rtx_serving_model_get(s, name, 0, &m, err);
     if (rc) return rc;
     struct rtx_tensor *a = make_input(rows, seed, false), *b = make_input(rows, seed, true);
     struct rtx_infer_input ins[2] = {{"a", a}, {"b", b}};
-    struct rtx_infer_request req = {
-        .model = m, .id = "req", .n_inputs = 2, .inputs = ins, .deadline_ns = deadline_ns,
-        .cancel = cancel, .done = on_done, .ctx = c,
-    };
+    struct rtx_infer_request req = *tmpl;
+    req.model = m;
+    req.n_inputs = 2;
+    req.inputs = ins;
     rc = rtx_serving_infer(s, &req, err);
     rtx_tensor_unref(a);
     rtx_tensor_unref(b);
     rtx_model_unref(m);
     return rc;
+}
+
+int submit(struct rtx_serving *s, const char *name, int rows, float seed, struct call *c,
+           int64_t deadline_ns, const volatile int *cancel, struct rtx_err *err) {
+    struct rtx_infer_request req = {
+        .id = "req", .deadline_ns = deadline_ns, .cancel = cancel, .done = on_done, .ctx = c,
+    };
+    return submit_req(s, name, rows, seed, &req, err);
 }
 
 void check_scale(const struct call *c, int rows, float seed, float factor) {

@@ -74,8 +74,12 @@ void call_wait_entered(struct call *c);
 void call_open_gate(struct call *c);
 void call_close(struct call *c);
 struct rtx_tensor *make_input(int rows, float seed, bool is_b);
-/* Submits a scale request of `rows` rows to the newest version of `name`; returns the code
- * of rtx_serving_infer (and its message in err). */
+/* Submits a scale request of `rows` rows to the newest version of `name`, with the rest of
+ * the request (id, deadline, cancel, priority, lane, callback) from tmpl; returns the code of
+ * rtx_serving_infer (and its message in err). */
+int submit_req(struct rtx_serving *s, const char *name, int rows, float seed,
+               const struct rtx_infer_request *tmpl, struct rtx_err *err);
+/* submit_req with id "req", the deadline, the cancel flag and on_done recording into c. */
 int submit(struct rtx_serving *s, const char *name, int rows, float seed, struct call *c,
            int64_t deadline_ns, const volatile int *cancel, struct rtx_err *err);
 void check_scale(const struct call *c, int rows, float seed, float factor);

@@ -935,20 +935,11 @@ static void on_done_seq(void *ctx, const struct rtx_infer_result *res) {
 static int submit_lane(struct rtx_serving *s, const char *name, int rows, float seed,
                        rtx_infer_done_fn done, void *ctx, int64_t deadline_ns, int priority,
                        const char *lane, struct rtx_err *err) {
-    struct rtx_model *m;
-    int rc = rtx_serving_model_get(s, name, 0, &m, err);
-    if (rc) return rc;
-    struct rtx_tensor *a = make_input(rows, seed, false), *b = make_input(rows, seed, true);
-    struct rtx_infer_input ins[2] = {{"a", a}, {"b", b}};
     struct rtx_infer_request req = {
-        .model = m, .id = "lane", .n_inputs = 2, .inputs = ins, .deadline_ns = deadline_ns,
-        .priority = priority, .lane = lane, .done = done, .ctx = ctx,
+        .id = "lane", .deadline_ns = deadline_ns, .priority = priority, .lane = lane,
+        .done = done, .ctx = ctx,
     };
-    rc = rtx_serving_infer(s, &req, err);
-    rtx_tensor_unref(a);
-    rtx_tensor_unref(b);
-    rtx_model_unref(m);
-    return rc;
+    return submit_req(s, name, rows, seed, &req, err);
 }
 
 static int64_t lane_counter(struct rtx_serving *s, const char *lane, enum rtx_sched_counter c) {
