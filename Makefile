@@ -100,6 +100,12 @@ LIBFORMATS   := $(BUILD)/lib/librtxformats.a
 # scheduler/: SLA lanes, admission control, brownout (linked into rtxd and the unit tests)
 SCHED_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard scheduler/*.c))
 LIBSCHED    := $(BUILD)/lib/librtxsched.a
+# device/: one owner per device (budget, backends, health, plan cache, placement), shared by
+# the job manager and serving; linked into every binary that links either (libcrypto: the
+# plan key's SHA-256)
+DEVICE_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard device/*.c))
+LIBDEVICE   := $(BUILD)/lib/librtxdevice.a
+DEVICE_LIBS := $(shell pkg-config --libs openssl 2>/dev/null)
 DAEMON_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard daemon/*.c))
 # the job manager (daemon/jobs-*.c), linked on its own into rtx-gpu-jobs-tests
 JOBS_OBJ    := $(filter $(BUILD)/obj/daemon/jobs-%.o,$(DAEMON_OBJ))
@@ -184,10 +190,14 @@ $(LIBSCHED): $(SCHED_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) $(LIBFORMATS) $(LIBSCHED) $(LIBSTORE) \
-                  $(LIBRT)
+$(LIBDEVICE): $(DEVICE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(SERVING_LIBS) $(LDLIBS) $(CUDA_LIBS)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) $(LIBFORMATS) $(LIBSCHED) $(LIBSTORE) \
+                  $(LIBDEVICE) $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(SERVING_LIBS) $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
 # librtx: the client library (depends only on the protocol), static and shared
 $(LIBCLIENT): $(CLIENT_OBJ) $(PROTO_OBJ)
@@ -233,9 +243,10 @@ $(BUILD)/bin/make-examples: $(BUILD)/obj/examples/make-examples.o $(LIBRT)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bin/rtx-unit-tests: $(TEST_OBJ) $(DAEMON_LIB_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) \
-                            $(LIBFORMATS) $(LIBSTORE) $(LIBSCHED) $(LIBRT)
+                            $(LIBFORMATS) $(LIBSTORE) $(LIBSCHED) $(LIBDEVICE) $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(SERVING_LIBS) $(LDLIBS) $(CUDA_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(SERVING_LIBS) $(DEVICE_LIBS) \
+	  $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/bin/rtx-gpu-tests: $(GPU_TEST_OBJ) $(LIBRT)
 	@mkdir -p $(dir $@)
@@ -248,10 +259,10 @@ $(BUILD)/bin/rtx-gpu-linalg-tests: $(GPU_LINALG_TEST_OBJ) $(GPU_UTIL_OBJ) $(LIBR
 $(GPU_JOBS_TEST_OBJ): CFLAGS += $(CUDA_CFLAGS)
 $(BUILD)/bin/rtx-gpu-jobs-tests: $(GPU_JOBS_TEST_OBJ) $(GPU_UTIL_OBJ) $(JOBS_OBJ) \
                                  $(BUILD)/obj/daemon/log.o $(SVC_PB_OBJ) $(LIBSCHED) \
-                                 $(LIBSTORE) $(LIBRT)
+                                 $(LIBSTORE) $(LIBDEVICE) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS) $(shell pkg-config --libs inih 2>/dev/null) \
-	  $(LDLIBS) $(CUDA_LIBS)
+	  $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
 examples: $(EXAMPLES)
 $(EXAMPLES) &: $(BUILD)/bin/make-examples
@@ -444,7 +455,7 @@ clean:
 
 -include $(RUNTIME_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(GPU_TEST_OBJ:.o=.d) $(STORE_OBJ:.o=.d) \
   $(GPU_LINALG_TEST_OBJ:.o=.d) $(GPU_JOBS_TEST_OBJ:.o=.d) $(BUILD)/obj/bench/bench-gpu.d \
-  $(DAEMON_OBJ:.o=.d) $(SERVING_OBJ:.o=.d) $(FORMATS_OBJ:.o=.d) $(SCHED_OBJ:.o=.d) \
+  $(DAEMON_OBJ:.o=.d) $(DEVICE_OBJ:.o=.d) $(SERVING_OBJ:.o=.d) $(FORMATS_OBJ:.o=.d) $(SCHED_OBJ:.o=.d) \
   $(BUILD)/obj/bench/bench-sched.d \
   $(BUILD)/obj/bench/bench-mem-pool.d $(BUILD)/obj/bench/bench-jobs.d \
   $(BUILD)/obj/bench/echo-server.d $(BUILD)/obj/bench/bench-cpu.d \

@@ -182,6 +182,9 @@ struct rtx_device_info {
     int plans;                     /* plans kept */
     size_t plan_bytes;             /* bytes they may hold */
     uint64_t plan_hits, plan_misses, plan_evictions;
+    /* warm-up (GPU backends) */
+    int backends_warm;             /* backends made on it that were warmed up */
+    double warmup_ms;              /* milliseconds: the longest warm-up of one */
 };
 void rtx_device_info(struct rtx_device *d, struct rtx_device_info *out);
 

@@ -15,7 +15,10 @@
  * (a new segment plus a split remainder) before it touches anything, so a failing metadata
  * allocation leaves the pool unchanged. Released blocks with stream uses wait on a pending
  * list; each allocation first moves those whose events completed into the free trees.
- * One mutex guards everything; device calls run under it.
+ * The account (when set) is charged before each device allocation and credited after each
+ * segment goes back, so what it is charged always equals bytes_reserved; a refused charge
+ * reads as the device refusing, and its reason is kept for the RTX_ENOMEM message.
+ * One mutex guards everything; device and account calls run under it.
  */
 #include <assert.h>
 #include <inttypes.h>
@@ -72,6 +75,8 @@ struct rtx_mem_pool {
     void *ctx;
     char name[32];
     size_t cap;                             /* bytes; 0 = none */
+    struct rtx_mem_account *account;        /* NULL: none */
+    char refusal[sizeof ((struct rtx_err *)0)->msg]; /* the account's last refusal; "" */
     struct block *free_tree[RTX_MEM_POOL_KIND_COUNT];
     struct block *segments;                 /* heads */
     struct block *pending;
@@ -341,12 +346,22 @@ static void segment_unlink(struct rtx_mem_pool *pool, struct block *h) {
 static int segment_alloc(struct rtx_mem_pool *pool, enum rtx_mem_pool_kind kind, void *stream,
                          size_t rounded, struct block **out, struct rtx_err *err) {
     size_t bytes = segment_size(rounded);
+    pool->refusal[0] = '\0';
     if (bytes < rounded) return RTX_ENOMEM; /* size overflow */
     if (pool->cap && (pool->c[TOTAL].reserved > pool->cap ||
                       bytes > pool->cap - pool->c[TOTAL].reserved))
         return RTX_ENOMEM;
+    if (pool->account) {
+        struct rtx_err aerr = {0};
+        if (pool->account->charge(pool->account, bytes, &aerr) != 0) {
+            snprintf(pool->refusal, sizeof pool->refusal, "%s",
+                     aerr.msg[0] ? aerr.msg : "the memory account refused");
+            return RTX_ENOMEM;
+        }
+    }
     void *p = NULL;
     int rc = pool->dev.alloc(pool->ctx, bytes, &p);
+    if ((rc != 0 || !p) && pool->account) pool->account->credit(pool->account, bytes);
     if (rc == RTX_ENOMEM) return rc;
     if (rc != 0 || !p) {
         if (rc == 0) rc = RTX_EGPU;
@@ -367,6 +382,13 @@ static int segment_alloc(struct rtx_mem_pool *pool, enum rtx_mem_pool_kind kind,
     return 0;
 }
 
+/* Bytes of the segment whose head is h: the sum of its blocks. */
+static size_t segment_bytes(const struct block *h) {
+    size_t n = 0;
+    for (const struct block *b = h; b; b = b->next) n += b->size;
+    return n;
+}
+
 /* Returns every segment whose only block is free to the device. */
 static void release_free_segments(struct rtx_mem_pool *pool) {
     struct block *h = pool->segments;
@@ -376,6 +398,7 @@ static void release_free_segments(struct rtx_mem_pool *pool) {
             free_remove(pool, h);
             segment_unlink(pool, h);
             pool->dev.free(pool->ctx, h->ptr);
+            if (pool->account) pool->account->credit(pool->account, h->size);
             COUNT_SUB(pool, h->kind, reserved, h->size);
             COUNT_SUB(pool, h->kind, n_segments, 1);
             EVENT(pool, h->kind, n_seg_frees);
@@ -471,6 +494,11 @@ static int oom(struct rtx_mem_pool *pool, enum rtx_mem_pool_kind kind, size_t by
         snprintf(cap, sizeof cap, "%zu bytes", pool->cap);
     else
         snprintf(cap, sizeof cap, "none");
+    if (pool->refusal[0]) /* the account's reason first: it names whose share ran out */
+        return rtx_err_set(err, RTX_ENOMEM,
+                           "%s (pool %s: %zu bytes requested, %zu allocated, %zu reserved, "
+                           "cap %s)",
+                           pool->refusal, pool->name, bytes, t->allocated, t->reserved, cap);
     return rtx_err_set(err, RTX_ENOMEM,
                        "pool %s: out of memory allocating %zu bytes (%zu rounded, %s pool, "
                        "segment %zu): %zu bytes allocated, %zu reserved, cap %s",
@@ -560,6 +588,7 @@ int rtx_mem_pool_new(const struct rtx_mem_pool_device_i *dev, void *ctx,
     pool->ctx = ctx;
     snprintf(pool->name, sizeof pool->name, "%s", cfg && cfg->name ? cfg->name : "unnamed");
     pool->cap = cfg ? cfg->cap_bytes : 0;
+    pool->account = cfg ? cfg->account : NULL;
     pool->rng = UINT64_C(0x2545f4914f6cdd1d);
     *out = pool;
     return 0;
@@ -571,6 +600,7 @@ void rtx_mem_pool_free(struct rtx_mem_pool *pool) {
     for (struct block *h = pool->segments; h;) {
         struct block *nh = h->seg_next;
         pool->dev.free(pool->ctx, h->ptr);
+        if (pool->account) pool->account->credit(pool->account, segment_bytes(h));
         for (struct block *b = h; b;) {
             struct block *nb = b->next;
             destroy_uses(pool, b);

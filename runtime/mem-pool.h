@@ -15,6 +15,9 @@
  * (rtx_mem_pool_record_stream) is, when released, held back until events recorded on those
  * streams complete. When the device (or the pool's cap) refuses a segment, the pool returns
  * its unused segments to the device and tries once more before failing with RTX_ENOMEM.
+ * A pool may charge its segments to a memory account (struct rtx_mem_account: a consumer's
+ * share of a device's budget, kept by the device layer); a refused charge is handled exactly
+ * as the device refusing the segment.
  * docs/memory-pool.md gives the reasons for each threshold and defines every statistic.
  *
  * A pinned host staging pool is the same allocator over a host interface: the CUDA glue
@@ -79,9 +82,23 @@ enum rtx_mem_pool_kind {
 /* "small", "large"; "?" when out of range. */
 const char *rtx_mem_pool_kind_name(enum rtx_mem_pool_kind kind);
 
+/* A memory account: who pays for the memory a pool (or a backend) obtains from a device.
+ * The device layer (device/device.h) gives each consumer of a device one, so one budget is
+ * shared by every pool on the device; the runtime knows only this interface. Both slots are
+ * called with the pool's mutex held and must not call back into the pool. */
+struct rtx_mem_account {
+    /* Charges bytes: 0, or RTX_ENOMEM with err saying whose share is exhausted. */
+    int (*charge)(struct rtx_mem_account *a, size_t bytes, struct rtx_err *err);
+    /* Gives back bytes an earlier charge took. */
+    void (*credit)(struct rtx_mem_account *a, size_t bytes);
+};
+
 struct rtx_mem_pool_config {
     const char *name;       /* for messages and statistics, e.g. "cuda:0" (copied; may be NULL) */
     size_t cap_bytes;       /* bytes: most the pool may reserve from the device; 0 = no cap */
+    /* Charged for each segment before it is obtained from the device and credited after it
+     * is returned (NULL: none). Must outlive the pool. */
+    struct rtx_mem_account *account;
 };
 
 /* Statistics of one pool kind, or of the whole pool. Peaks are since creation or the last
@@ -128,9 +145,10 @@ void rtx_mem_pool_free(struct rtx_mem_pool *pool);
 
 /* Allocates at least `bytes` (0 counts as 1) for use on `stream` into *ptr. The block is
  * aligned as the device's allocations, to at least RTX_MEM_POOL_ROUND within a segment.
- * Returns 0; RTX_ENOMEM when neither the cache nor the device (within the cap) can supply
- * it even after the cache was released, with the request size and the pool's allocated,
- * reserved and cap figures in err, or when the pool's own bookkeeping cannot be allocated;
+ * Returns 0; RTX_ENOMEM when neither the cache nor the device (within the cap and the
+ * account) can supply it even after the cache was released, with the account's refusal
+ * (when it refused), the request size and the pool's allocated, reserved and cap figures in
+ * err, or when the pool's own bookkeeping cannot be allocated;
  * another negative code for a device error; RTX_EINVAL when ptr is NULL. On failure *ptr is
  * NULL and the pool is unchanged apart from its statistics and released cache. */
 int rtx_mem_pool_alloc(struct rtx_mem_pool *pool, size_t bytes, void *stream, void **ptr,

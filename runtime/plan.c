@@ -454,6 +454,16 @@ void rtx_plan_free(struct rtx_plan *p) {
 size_t rtx_plan_arena_bytes(const struct rtx_plan *p) { return p->arena_bytes; }
 size_t rtx_plan_unplanned_bytes(const struct rtx_plan *p) { return p->unplanned_bytes; }
 
+size_t rtx_plan_held_bytes(const struct rtx_plan *p) {
+    const struct rtx_graph *g = p->g;
+    size_t bytes = p->arena_bytes;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].constant) bytes += rtx_tensor_nbytes(g->values[v].constant);
+    for (int i = 0; i < g->n_inputs; i++) bytes += shape_bytes(&p->shapes[g->inputs[i]]);
+    for (int i = 0; i < g->n_outputs; i++) bytes += shape_bytes(&p->shapes[g->outputs[i]]);
+    return bytes;
+}
+
 int rtx_plan_value_shape(const struct rtx_plan *p, int value, enum rtx_dtype *dt, int *ndim,
                          int64_t *dims) {
     if (value < 0 || value >= p->g->n_values) return RTX_EINVAL;

@@ -424,6 +424,9 @@ void rtx_plan_free(struct rtx_plan *p); /* NULL is a no-op */
 size_t rtx_plan_arena_bytes(const struct rtx_plan *p);
 /* Sum of all intermediate tensor sizes, i.e. what the arena would be without reuse. */
 size_t rtx_plan_unplanned_bytes(const struct rtx_plan *p);
+/* Bytes a plan may hold on a device once it ran there: its graph's initializers, its arena,
+ * its inputs and its outputs (what a plan cache bounds). */
+size_t rtx_plan_held_bytes(const struct rtx_plan *p);
 /* Inferred dtype and shape of a value. */
 int rtx_plan_value_shape(const struct rtx_plan *p, int value, enum rtx_dtype *dt, int *ndim,
                          int64_t *dims);

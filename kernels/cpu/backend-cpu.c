@@ -12,6 +12,19 @@
 
 #define CPU_MAX_THREADS 1024
 
+/* The backend with what only buffer_new needs: be first, so cpu_free's rtx_free(be) frees it. */
+struct cpu_backend {
+    struct rtx_backend be;
+    struct rtx_mem_account *account; /* NULL: none */
+};
+
+/* What a charged buffer gives back when released: its bytes to its account. One per buffer,
+ * freed by its release, which rtx_buffer_unref calls exactly once. */
+struct cpu_charge {
+    struct rtx_mem_account *account;
+    size_t bytes;
+};
+
 /* ------------------------------------------------------------------------------------------
  * Supported dtypes (docs/ops.md)
  * ---------------------------------------------------------------------------------------- */
@@ -106,19 +119,45 @@ static void cpu_free(struct rtx_backend *be) {
     rtx_free(be);
 }
 
+static void charged_release(void *ctx, void *data) {
+    struct cpu_charge *c = ctx;
+    rtx_free_aligned(data);
+    c->account->credit(c->account, c->bytes);
+    rtx_free(c);
+}
+
 static int cpu_buffer_new(struct rtx_backend *be, size_t bytes, struct rtx_buffer **out,
                           struct rtx_err *err) {
+    struct rtx_mem_account *account = ((struct cpu_backend *)be)->account;
     struct rtx_buffer *buf = rtx_calloc(1, sizeof *buf);
-    if (buf == NULL) return rtx_err_set(err, RTX_ENOMEM, "cpu: buffer header");
+    struct cpu_charge *charge = account ? rtx_malloc(sizeof *charge) : NULL;
+    if (buf == NULL || (account && charge == NULL)) {
+        rtx_free(buf);
+        rtx_free(charge);
+        return rtx_err_set(err, RTX_ENOMEM, "cpu: buffer header");
+    }
+    int rc = account ? account->charge(account, bytes, err) : 0;
+    if (rc != 0) {
+        rtx_free(buf);
+        rtx_free(charge);
+        return rc;
+    }
     buf->data = rtx_malloc_aligned(bytes > 0 ? bytes : 1);
     if (buf->data == NULL) {
+        if (account) account->credit(account, bytes);
         rtx_free(buf);
+        rtx_free(charge);
         return rtx_err_set(err, RTX_ENOMEM, "cpu: buffer of %zu bytes", bytes);
     }
     buf->refcount = 1;
     buf->bytes = bytes;
     buf->release = NULL; /* rtx_free_aligned */
     buf->release_ctx = NULL;
+    if (account) {
+        *charge = (struct cpu_charge){.account = account, .bytes = bytes};
+        buf->release = charged_release;
+        buf->release_ctx = charge;
+    }
     *out = buf;
     return 0;
 }
@@ -177,12 +216,14 @@ int rtx_backend_cpu_new(const struct rtx_cpu_options *opt, struct rtx_backend **
         if (n < 1) n = 1;
         if (n > CPU_MAX_THREADS) n = CPU_MAX_THREADS;
     }
-    struct rtx_backend *be = rtx_calloc(1, sizeof *be);
-    if (be == NULL) return rtx_err_set(err, RTX_ENOMEM, "cpu: backend");
+    struct cpu_backend *cb = rtx_calloc(1, sizeof *cb);
+    if (cb == NULL) return rtx_err_set(err, RTX_ENOMEM, "cpu: backend");
+    struct rtx_backend *be = &cb->be;
+    cb->account = opt ? opt->account : NULL;
     struct rtx_cpu *cpu;
     int rc = rtx__cpu_pool_new((int)n, &cpu, err);
     if (rc != 0) {
-        rtx_free(be);
+        rtx_free(cb);
         return rc;
     }
     be->iface = &cpu_iface;

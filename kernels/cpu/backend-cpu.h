@@ -7,6 +7,7 @@
 #define RTX_BACKEND_CPU_H
 
 #include "runtime/backend.h"
+#include "runtime/mem-pool.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -14,6 +15,9 @@ extern "C" {
 
 struct rtx_cpu_options {
     int n_threads;               /* worker threads for heavy ops; 0: one per online CPU */
+    /* Charged with the bytes of each buffer the backend allocates and credited when the
+     * buffer is released (NULL: none). Must outlive every buffer the backend made. */
+    struct rtx_mem_account *account;
 };
 
 /* The CPU backend. */

@@ -737,7 +737,8 @@ int rtx_backend_cuda_new(const struct rtx_cuda_options *opt, struct rtx_backend 
     }
     b->have_events = true;
     struct rtx_mem_pool_config pc = {.name = b->name,
-                                     .cap_bytes = opt ? opt->memory_cap_bytes : 0};
+                                     .cap_bytes = opt ? opt->memory_cap_bytes : 0,
+                                     .account = opt ? opt->account : NULL};
     if ((rc = rtx_mem_pool_new(&device_iface, cu, &pc, &cu->pool, err))) goto fail;
     char pname[48];
     snprintf(pname, sizeof pname, "%s pinned", b->name);

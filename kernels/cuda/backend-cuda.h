@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "runtime/backend.h"
+#include "runtime/mem-pool.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +22,9 @@ struct rtx_cuda_options {
     size_t memory_cap_bytes;     /* device pool cap, 0: no cap beyond the device */
     bool allow_tf32;             /* f32 GEMM may use TF32 tensor cores */
     bool disable_graphs;         /* no CUDA graph capture: plans launch kernel by kernel */
+    /* Charged for each segment of the device pool (not the pinned host pool); NULL: none.
+     * Must outlive the backend. */
+    struct rtx_mem_account *account;
 };
 
 /* The CUDA backend on one device (kernels/cuda/backend-cuda.c). RTX_EGPU with the CUDA error

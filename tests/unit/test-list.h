@@ -10,6 +10,7 @@
     X(proto)                                                                                    \
     X(npy)                                                                                      \
     X(mem_pool)                                                                                 \
+    X(device)                                                                                   \
     X(cpu_elementwise)                                                                          \
     X(cpu_reduce)                                                                               \
     X(cpu_linalg)                                                                               \

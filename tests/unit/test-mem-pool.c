@@ -145,16 +145,54 @@ static const struct rtx_mem_pool_device_i fake_iface_sync = {
 static struct fake_dev dev;
 static struct rtx_mem_pool *pool;
 
-static void setup_pool(size_t limit, size_t cap, bool sync) {
+/* A memory account that allows `limit` bytes charged at once and counts its calls. */
+struct test_account {
+    struct rtx_mem_account a; /* first: the slots cast back */
+    size_t limit, charged;    /* bytes */
+    long n_charges, n_credits, n_refusals;
+};
+
+static int test_charge(struct rtx_mem_account *a, size_t bytes, struct rtx_err *err) {
+    struct test_account *t = (struct test_account *)a;
+    if (bytes > t->limit - t->charged) {
+        t->n_refusals++;
+        return rtx_err_set(err, RTX_ENOMEM, "test account: share of %zu bytes exhausted",
+                           t->limit);
+    }
+    t->charged += bytes;
+    t->n_charges++;
+    return 0;
+}
+
+static void test_credit(struct rtx_mem_account *a, size_t bytes) {
+    struct test_account *t = (struct test_account *)a;
+    ck_assert_uint_le(bytes, t->charged);
+    t->charged -= bytes;
+    t->n_credits++;
+}
+
+static struct test_account acct;
+
+static void setup_pool_account(size_t limit, size_t cap, bool sync, struct rtx_mem_account *a) {
     memset(&dev, 0, sizeof dev);
     dev.limit = limit;
     dev.poison = true;
     dev.has_sync = sync;
-    struct rtx_mem_pool_config cfg = {.name = "fake:0", .cap_bytes = cap};
+    struct rtx_mem_pool_config cfg = {.name = "fake:0", .cap_bytes = cap, .account = a};
     struct rtx_err err;
     ck_assert_int_eq(rtx_mem_pool_new(sync ? &fake_iface_sync : &fake_iface, &dev, &cfg, &pool,
                                       &err),
                      0);
+}
+
+static void setup_pool(size_t limit, size_t cap, bool sync) {
+    setup_pool_account(limit, cap, sync, NULL);
+}
+
+static void setup_account(size_t share) {
+    acct = (struct test_account){.a = {.charge = test_charge, .credit = test_credit},
+                                 .limit = share};
+    setup_pool_account(SIZE_MAX, 0, false, &acct.a);
 }
 
 static void teardown_pool(void) {
@@ -475,6 +513,88 @@ START_TEST(mem_pool_oom_fails_with_message_and_counts) {
     pr(pa(KIB, NULL)); /* still usable */
     pr(a);
     check_pool();
+    teardown_pool();
+}
+END_TEST
+
+START_TEST(mem_pool_account_is_charged_per_segment_and_credited) {
+    setup_account(SIZE_MAX);
+    void *a = pa(KIB, NULL), *b = pa(5 * MIB, NULL), *c = pa(16 * MIB, NULL);
+    void *d = pa(KIB, NULL); /* from a's segment: no charge */
+    struct rtx_mem_pool_stats s = stats();
+    ck_assert_uint_eq(acct.charged, 2 * MIB + 20 * MIB + 16 * MIB);
+    ck_assert_uint_eq(acct.charged, s.total.bytes_reserved);
+    ck_assert_int_eq(acct.n_charges, 3);
+    pr(a), pr(b), pr(c);
+    ck_assert_uint_eq(acct.charged, s.total.bytes_reserved); /* cached: still charged */
+    rtx_mem_pool_empty_cache(pool);
+    ck_assert_uint_eq(acct.charged, 2 * MIB); /* d keeps its segment */
+    ck_assert_int_eq(acct.n_credits, 2);
+    (void)d;
+    teardown_pool(); /* frees d's segment with the pool: credited too */
+    ck_assert_uint_eq(acct.charged, 0);
+    ck_assert_int_eq(acct.n_credits, 3);
+}
+END_TEST
+
+START_TEST(mem_pool_account_refusal_retries_after_cache_release) {
+    setup_account(4 * MIB);
+    void *a = pa(KIB, NULL), *b = pa(KIB, SB);
+    pr(a), pr(b); /* two cached 2 MiB segments use the whole share */
+    ck_assert_uint_eq(acct.charged, 4 * MIB);
+    void *c = pa(KIB, SC); /* a new segment: refused, cache returned, charged again */
+    ck_assert_int_eq(acct.n_refusals, 1);
+    ck_assert_uint_eq(acct.charged, 2 * MIB);
+    struct rtx_mem_pool_stats s = stats();
+    ck_assert_uint_eq(s.total.n_retries, 1);
+    ck_assert_uint_eq(s.total.n_ooms, 0);
+    ck_assert_uint_eq(s.total.n_segment_frees, 2);
+    pr(c);
+    check_pool();
+    teardown_pool();
+    ck_assert_uint_eq(acct.charged, 0);
+}
+END_TEST
+
+START_TEST(mem_pool_account_refusal_fails_with_its_reason) {
+    setup_account(3 * MIB);
+    void *a = pa(KIB, NULL);
+    long allocs = dev.n_allocs;
+    void *p = (void *)1;
+    struct rtx_err err = {0};
+    ck_assert_int_eq(rtx_mem_pool_alloc(pool, KIB, SB, &p, &err), RTX_ENOMEM);
+    ck_assert_ptr_null(p);
+    ck_assert_int_eq(err.code, RTX_ENOMEM);
+    ck_assert_msg(strstr(err.msg, "test account: share of 3145728 bytes exhausted") &&
+                      strstr(err.msg, "pool fake:0") && strstr(err.msg, "2097152 reserved"),
+                  "%s", err.msg);
+    ck_assert_int_eq(dev.n_allocs, allocs); /* the device was never asked */
+    ck_assert_int_eq(acct.n_refusals, 2);  /* the first try and the retry */
+    ck_assert_uint_eq(acct.charged, 2 * MIB);
+    struct rtx_mem_pool_stats s = stats();
+    ck_assert_uint_eq(s.total.n_ooms, 1);
+    ck_assert_uint_eq(s.total.n_retries, 1);
+    /* a refusal by the device afterwards does not repeat the account's stale reason */
+    acct.limit = SIZE_MAX;
+    dev.limit = dev.outstanding;
+    ck_assert_int_eq(rtx_mem_pool_alloc(pool, KIB, SB, &p, &err), RTX_ENOMEM);
+    ck_assert_ptr_null(strstr(err.msg, "test account"));
+    ck_assert_uint_eq(acct.charged, 2 * MIB); /* the refused segment was credited back */
+    pr(a);
+    teardown_pool();
+    ck_assert_uint_eq(acct.charged, 0);
+}
+END_TEST
+
+START_TEST(mem_pool_account_credited_when_device_fails) {
+    setup_account(SIZE_MAX);
+    dev.alloc_error = RTX_EGPU;
+    void *p;
+    struct rtx_err err = {0};
+    ck_assert_int_eq(rtx_mem_pool_alloc(pool, KIB, NULL, &p, &err), RTX_EGPU);
+    ck_assert_uint_eq(acct.charged, 0);
+    ck_assert_int_eq(acct.n_charges, 1);
+    ck_assert_int_eq(acct.n_credits, 1);
     teardown_pool();
 }
 END_TEST
@@ -861,6 +981,10 @@ Suite *rtx_mem_pool_suite(void) {
     tcase_add_test(tc, mem_pool_oom_retry_waits_for_pending_with_synchronize);
     tcase_add_test(tc, mem_pool_oom_fails_with_message_and_counts);
     tcase_add_test(tc, mem_pool_enforces_cap);
+    tcase_add_test(tc, mem_pool_account_is_charged_per_segment_and_credited);
+    tcase_add_test(tc, mem_pool_account_refusal_retries_after_cache_release);
+    tcase_add_test(tc, mem_pool_account_refusal_fails_with_its_reason);
+    tcase_add_test(tc, mem_pool_account_credited_when_device_fails);
     tcase_add_test(tc, mem_pool_empty_cache_releases_unused_segments);
     tcase_add_test(tc, mem_pool_stats_add_up);
     tcase_add_test(tc, mem_pool_new_rejects_bad_interface);
