@@ -105,7 +105,8 @@ static const struct rtx_device_gpu_i fake_gpus = {.backend_new = fake_new,
 /* f's device set: the CPU (cpu_memory_bytes of memory, 0: physical RAM) and, with_gpu, one
  * fake GPU. */
 static void devices_of(struct fx *f, size_t cpu_memory_bytes, bool with_gpu) {
-    static struct rtx_cuda_device dev = {.index = 0, .name = "Fake GPU 0", .healthy = true};
+    static struct rtx_cuda_device dev = {
+        .index = 0, .name = "Fake GPU 0", .healthy = true, .memory_bytes = (size_t)1 << 30};
     static struct rtx_cuda_devices gpus = {.n = 1, .devs = &dev};
     struct rtx_devices_options o = {
         .gpus = with_gpu ? &gpus : NULL,
@@ -220,6 +221,9 @@ START_TEST(gpu_fault_moves_requests_to_healthy_instances_or_fails_them) {
     write_model(f.repo, "both", 8, ", \"instance_group\": [{\"kind\": \"KIND_GPU\", \"count\": 1},"
                                    " {\"kind\": \"KIND_CPU\", \"count\": 1}]");
     fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    char reason[256] = "";
+    ck_assert_msg(index_state(f.s, "gpu", reason) == RTX_MODEL_READY, "%s", reason);
+    ck_assert_msg(index_state(f.s, "both", reason) == RTX_MODEL_READY, "%s", reason);
     ck_assert(rtx_serving_ready(f.s));
     struct call c;
     infer(&f, "gpu", 2, &c);
