@@ -1,8 +1,9 @@
 /*
  * model-load.c - loading and stopping a model version: the graph, memory-mapped weights bound
- * to the graph, checks against config.json, its instances (a backend each) on the devices
- * there are, its SLA scheduler with the learned cost it had, a warm-up run per instance, the
- * workers; and new lane settings for a loaded version.
+ * to the graph, checks against config.json, its content digest, its device consumers and
+ * instances (a backend each) on the device set's devices, its SLA scheduler with the learned
+ * cost it had, a warm-up run per instance, the workers; and new lane settings for a loaded
+ * version.
  *
  * DESIGN
  * Weights: the graph file declares every weight as a graph input that config.json does not
@@ -10,6 +11,13 @@
  * that name (dtype and shape must match the declaration, -1 matching any size), and becomes an
  * initializer over the mapped bytes. The graph file carries no weight bytes; plans and
  * backends see ordinary initializers (docs/decisions.md).
+ *
+ * Devices (decision 114): the instances' devices come from instance_group as before; the
+ * version registers one consumer per device it uses, with config.json's memory_reserve_bytes
+ * or the default of reservation(), before any backend is made, so a reservation that does not
+ * fit fails the load with the device layer's message and nothing else was allocated there.
+ * The digest (SHA-256 of the graph file and the weights) is computed once here: plans are
+ * kept in the devices' caches under keys made from it (model-exec.c).
  *
  * The version's learned cost is kept across reloads (and, with a store, across restarts:
  * serving.c reads and writes it). New lane settings after a SIGHUP reach the live scheduler
