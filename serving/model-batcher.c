@@ -232,6 +232,16 @@ static bool gather(struct rtx_model *m, struct request **batch, int *nb, int *to
     return *total >= info->max_batch_size;
 }
 
+/* Puts batch[0..n) back at the front of the held list, in order. Under m->mu. */
+static void held_push_front(struct rtx_model *m, struct request **batch, int n) {
+    for (int k = n - 1; k >= 0; k--) {
+        batch[k]->next = m->head;
+        m->head = batch[k];
+        if (!m->tail) m->tail = batch[k];
+        m->n_queued++;
+    }
+}
+
 /* With preferred sizes: the longest prefix of the batch whose rows add up to a preferred
  * size; the requests after it go back to the front of the held list, in order, and the
  * prefix runs now (Triton sends the largest preferred batch it can form). Returns whether it
@@ -247,12 +257,7 @@ static bool cut_to_preferred(struct rtx_model *m, struct request **batch, int *n
         }
     }
     if (cut == 0 || cut == *nb) return cut == *nb;
-    for (int k = *nb - 1; k >= cut; k--) {
-        batch[k]->next = m->head;
-        m->head = batch[k];
-        if (!m->tail) m->tail = batch[k];
-        m->n_queued++;
-    }
+    held_push_front(m, batch + cut, *nb - cut);
     *nb = cut;
     *total = cut_rows;
     return true;
@@ -343,6 +348,14 @@ void *rtx__model_worker(void *arg) {
             }
             m->gathering = false;
             pthread_cond_broadcast(&m->cv); /* another instance may gather now */
+        }
+        if (!rtx_device_healthy(in->dev)) { /* it turned unhealthy while the batch formed */
+            held_push_front(m, in->batch, nb);
+            pthread_cond_broadcast(&m->cv);
+            pthread_mutex_unlock(&m->mu);
+            fail_list(dead, 0);
+            pthread_mutex_lock(&m->mu);
+            continue;
         }
         m->n_running += nb;
         pthread_mutex_unlock(&m->mu);
