@@ -281,6 +281,17 @@ static struct request *first_request(struct rtx_model *m, int64_t now, struct re
     return r;
 }
 
+/* Reports once that the instance's device turned unhealthy. */
+static void log_sick(const struct instance *in) {
+    char detail[256], version[32];
+    rtx_device_detail(in->dev, detail, sizeof detail);
+    snprintf(version, sizeof version, "%lld", (long long)in->m->cfg.info.version);
+    rtx__serving_log(in->m->log, RTX_SERVING_LOG_WARN,
+                     "device unhealthy: the instance takes no more batches", "model",
+                     in->m->cfg.info.name, "version", version, "device",
+                     rtx_device_name(in->dev), "error", detail, NULL);
+}
+
 void *rtx__model_worker(void *arg) {
     struct instance *in = arg;
     struct rtx_model *m = in->m;
@@ -300,6 +311,13 @@ void *rtx__model_worker(void *arg) {
         if (m->stopping && m->n_queued == 0) break; /* nothing left */
         if (!rtx_device_healthy(in->dev)) { /* takes no more batches */
             char why[256];
+            if (!in->sick) {
+                in->sick = true;
+                pthread_mutex_unlock(&m->mu);
+                log_sick(in);
+                pthread_mutex_lock(&m->mu);
+                continue;
+            }
             if (m->n_queued > 0 && rtx__model_healthy(m, why, sizeof why)) {
                 take_all(m, now, &dead); /* no instance can run them */
                 pthread_mutex_unlock(&m->mu);

@@ -36,6 +36,7 @@ struct instance {
     struct rtx_backend *be;        /* made by the device layer; its plans are in dev's cache */
     pthread_t thread;
     bool started;
+    bool sick;                     /* its device was seen unhealthy (its thread only) */
     struct request **batch;        /* room for max(1, max_batch_size) requests */
 };
 
@@ -60,6 +61,7 @@ struct rtx_model {
     struct rtx__stats_rec *stats;
 
     int default_lane;              /* lane index: the config's lane, else the server's */
+    rtx_serving_log_fn log;        /* the repository's, may be NULL */
     uint64_t cost_key;             /* rtx_sched_cost_key("name:version") */
 
     pthread_mutex_t mu;            /* guards everything below */

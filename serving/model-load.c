@@ -443,6 +443,7 @@ int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out
     m->limits = o->limits ? *o->limits : rtx_limits_default();
     m->max_queue = o->max_queue > 0 ? o->max_queue : INT64_MAX;
     m->stats = o->stats;
+    m->log = o->log;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

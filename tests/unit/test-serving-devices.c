@@ -8,6 +8,7 @@
  * RTX_EUNAVAILABLE and the version is not ready when it has none.
  */
 #include <check.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +126,35 @@ static struct rtx_device_info device_info(struct fx *f, int slot) {
     return di;
 }
 
+/* The warnings serving reported (rtx_serving_options.log), each "msg model device;". */
+static pthread_mutex_t warned_mu = PTHREAD_MUTEX_INITIALIZER;
+static char warned[1024];
+
+static void record_warning(enum rtx_serving_log_level level, const char *msg,
+                           const char *const *fields) {
+    if (level != RTX_SERVING_LOG_WARN) return;
+    pthread_mutex_lock(&warned_mu);
+    size_t n = strlen(warned);
+    n += (size_t)snprintf(warned + n, sizeof warned - n, "%s", msg);
+    for (int i = 0; fields[i] && fields[i + 1] && n < sizeof warned; i += 2)
+        if (!strcmp(fields[i], "model") || !strcmp(fields[i], "device"))
+            n += (size_t)snprintf(warned + n, sizeof warned - n, " %s", fields[i + 1]);
+    if (n < sizeof warned) snprintf(warned + n, sizeof warned - n, ";");
+    pthread_mutex_unlock(&warned_mu);
+}
+
+/* Whether serving warned `what` within 2 s. */
+static bool warned_of(const char *what) {
+    for (int i = 0; i < 200; i++) {
+        pthread_mutex_lock(&warned_mu);
+        bool seen = strstr(warned, what) != NULL;
+        pthread_mutex_unlock(&warned_mu);
+        if (seen) return true;
+        sleep_ms(10);
+    }
+    return false;
+}
+
 /* Submits rows of the scale model and waits for the answer in c (initialized here). */
 static void infer(struct fx *f, const char *name, int rows, struct call *c) {
     struct rtx_err err = {0};
@@ -220,7 +250,9 @@ START_TEST(gpu_fault_moves_requests_to_healthy_instances_or_fails_them) {
     write_model(f.repo, "gpu", 8, ", \"instance_group\": [{\"kind\": \"KIND_GPU\", \"count\": 1}]");
     write_model(f.repo, "both", 8, ", \"instance_group\": [{\"kind\": \"KIND_GPU\", \"count\": 1},"
                                    " {\"kind\": \"KIND_CPU\", \"count\": 1}]");
-    fx_start(&f, RTX_MODEL_CONTROL_NONE);
+    struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_NONE);
+    o.log = record_warning;
+    fx_start_opts(&f, &o);
     char reason[256] = "";
     ck_assert_msg(index_state(f.s, "gpu", reason) == RTX_MODEL_READY, "%s", reason);
     ck_assert_msg(index_state(f.s, "both", reason) == RTX_MODEL_READY, "%s", reason);
@@ -236,6 +268,11 @@ START_TEST(gpu_fault_moves_requests_to_healthy_instances_or_fails_them) {
     call_close(&c);
     struct rtx_device *gpu = rtx_devices_cuda(f.devices, 0);
     ck_assert(!rtx_device_healthy(gpu));
+    /* each instance there says so once, the one of "both" too (woken by the listener) */
+    ck_assert_msg(warned_of("device unhealthy: the instance takes no more batches gpu cuda:0;"),
+                  "%s", warned);
+    ck_assert_msg(warned_of("device unhealthy: the instance takes no more batches both cuda:0;"),
+                  "%s", warned);
     /* "gpu" has no instance left on a healthy device */
     struct rtx_err err = {0};
     call_init(&c);
