@@ -35,6 +35,7 @@
 #include "daemon/jobs.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "device/device.h"
 #include "store/store.h"
 
 #define RETENTION_PERIOD_MS (3600 * 1000) /* hourly */
@@ -442,8 +443,9 @@ static void serving_log(enum rtx_serving_log_level level, const char *msg,
                    fields);
 }
 
-/* Starts inference serving when models.repository is set (d.serving stays NULL otherwise):
- * models.startup is split at commas, models.cpu_threads 0 becomes the online CPU count. */
+/* Starts inference serving when models.repository is set (d.serving stays NULL otherwise) on
+ * the daemon's device set (its CPU backends get the set's threads); models.startup is split
+ * at commas. */
 static int serving_start(struct app *a, const struct rtx_limits *limits, struct rtx_err *err) {
     const struct rtx_config *c = &a->cfg;
     if (!c->models_repository || !c->models_repository[0]) return 0;
@@ -451,8 +453,7 @@ static int serving_start(struct app *a, const struct rtx_limits *limits, struct 
         .repository = c->models_repository,
         .poll_ms = c->models_poll_ms,
         .limits = *limits,
-        .cpu_threads = c->models_cpu_threads,
-        .gpus = &a->d.gpus,
+        .devices = a->d.devices,
         .max_queue = c->models_max_queue,
         .sched = &c->sched,
         .default_lane = c->default_lane,
@@ -461,10 +462,6 @@ static int serving_start(struct app *a, const struct rtx_limits *limits, struct 
     };
     if (rtx_model_control_from_name(c->models_control, &so.control) != 0)
         return rtx_err_set(err, RTX_EINVAL, "models.control: '%s'", c->models_control);
-    if (so.cpu_threads <= 0) {
-        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        so.cpu_threads = ncpu > 0 ? (int)ncpu : 1;
-    }
     char *list = rtx_strdup(c->models_startup ? c->models_startup : "");
     const char *names[256];
     if (!list) return rtx_err_set(err, RTX_ENOMEM, "out of memory");

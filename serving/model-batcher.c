@@ -25,6 +25,12 @@
  * has. Requests whose deadline passed or whose cancel flag is up fail as they are met. The
  * gatherer then releases the role, so another idle instance can form the next batch while
  * this one runs.
+ *
+ * Health: a worker whose device is unhealthy (device/device.h; a sticky fault found by any
+ * consumer) takes no more requests, so they go to the version's other instances; when none
+ * of them is on a healthy device, it fails what is queued with RTX_EUNAVAILABLE naming the
+ * device and its fault (model-infer.c refuses new requests with the same message). The
+ * server's fault listener wakes the workers when a device turns unhealthy.
  */
 #include <stdio.h>
 #include <time.h>
@@ -87,12 +93,14 @@ static void q_unlink(struct rtx_model *m, struct request *r) {
     r->queued = false;
 }
 
-static void fail_list(struct request *dead, int code) {
+/* Fails every request of the list: with code and why when code is not 0, else with the
+ * reason each is dead (deadline, cancel). */
+static void fail_list_why(struct request *dead, int code, const char *why) {
     while (dead) {
         struct request *next = dead->next;
         char msg[256];
         int c = code ? code : rtx__request_dead(dead, rtx_mono_ns(), msg, sizeof msg);
-        if (code) snprintf(msg, sizeof msg, "server shutting down");
+        if (code) snprintf(msg, sizeof msg, "%s", why);
         if (!c) { /* only dead requests are listed: the flag was seen up */
             c = RTX_ECANCELED;
             snprintf(msg, sizeof msg, "request canceled before it ran");
@@ -100,6 +108,10 @@ static void fail_list(struct request *dead, int code) {
         rtx__request_fail(dead, c, msg);
         dead = next;
     }
+}
+
+static void fail_list(struct request *dead, int code) {
+    fail_list_why(dead, code, "server shutting down");
 }
 
 /* The scheduler's next request, taken off the queued list with its handle (NULL when nothing
@@ -220,6 +232,16 @@ static bool gather(struct rtx_model *m, struct request **batch, int *nb, int *to
     return *total >= info->max_batch_size;
 }
 
+/* Puts batch[0..n) back at the front of the held list, in order. Under m->mu. */
+static void held_push_front(struct rtx_model *m, struct request **batch, int n) {
+    for (int k = n - 1; k >= 0; k--) {
+        batch[k]->next = m->head;
+        m->head = batch[k];
+        if (!m->tail) m->tail = batch[k];
+        m->n_queued++;
+    }
+}
+
 /* With preferred sizes: the longest prefix of the batch whose rows add up to a preferred
  * size; the requests after it go back to the front of the held list, in order, and the
  * prefix runs now (Triton sends the largest preferred batch it can form). Returns whether it
@@ -235,12 +257,7 @@ static bool cut_to_preferred(struct rtx_model *m, struct request **batch, int *n
         }
     }
     if (cut == 0 || cut == *nb) return cut == *nb;
-    for (int k = *nb - 1; k >= cut; k--) {
-        batch[k]->next = m->head;
-        m->head = batch[k];
-        if (!m->tail) m->tail = batch[k];
-        m->n_queued++;
-    }
+    held_push_front(m, batch + cut, *nb - cut);
     *nb = cut;
     *total = cut_rows;
     return true;
@@ -264,6 +281,17 @@ static struct request *first_request(struct rtx_model *m, int64_t now, struct re
     return r;
 }
 
+/* Reports once that the instance's device turned unhealthy. */
+static void log_sick(const struct instance *in) {
+    char detail[256], version[32];
+    rtx_device_detail(in->dev, detail, sizeof detail);
+    snprintf(version, sizeof version, "%lld", (long long)in->m->cfg.info.version);
+    rtx__serving_log(in->m->log, RTX_SERVING_LOG_WARN,
+                     "device unhealthy: the instance takes no more batches", "model",
+                     in->m->cfg.info.name, "version", version, "device",
+                     rtx_device_name(in->dev), "error", detail, NULL);
+}
+
 void *rtx__model_worker(void *arg) {
     struct instance *in = arg;
     struct rtx_model *m = in->m;
@@ -281,6 +309,26 @@ void *rtx__model_worker(void *arg) {
             continue;
         }
         if (m->stopping && m->n_queued == 0) break; /* nothing left */
+        if (!rtx_device_healthy(in->dev)) { /* takes no more batches */
+            char why[256];
+            if (!in->sick) {
+                in->sick = true;
+                pthread_mutex_unlock(&m->mu);
+                log_sick(in);
+                pthread_mutex_lock(&m->mu);
+                continue;
+            }
+            if (m->n_queued > 0 && rtx__model_healthy(m, why, sizeof why)) {
+                take_all(m, now, &dead); /* no instance can run them */
+                pthread_mutex_unlock(&m->mu);
+                fail_list_why(dead, RTX_EUNAVAILABLE, why);
+            } else {
+                cond_wait_until(&m->cv, &m->mu, now + 50 * 1000000LL);
+                pthread_mutex_unlock(&m->mu);
+            }
+            pthread_mutex_lock(&m->mu);
+            continue;
+        }
         struct request *r = NULL;
         if (!m->gathering) {
             sweep(m, now, &dead);
@@ -318,6 +366,14 @@ void *rtx__model_worker(void *arg) {
             }
             m->gathering = false;
             pthread_cond_broadcast(&m->cv); /* another instance may gather now */
+        }
+        if (!rtx_device_healthy(in->dev)) { /* it turned unhealthy while the batch formed */
+            held_push_front(m, in->batch, nb);
+            pthread_cond_broadcast(&m->cv);
+            pthread_mutex_unlock(&m->mu);
+            fail_list(dead, 0);
+            pthread_mutex_lock(&m->mu);
+            continue;
         }
         m->n_running += nb;
         pthread_mutex_unlock(&m->mu);

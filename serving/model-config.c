@@ -362,6 +362,7 @@ static int parse_parameters(struct ctx *c, json_t *params, struct rtx_model_info
 int rtx__model_config_parse(const char *json, size_t len, const char *dir_name, const char *what,
                             struct rtx__model_config *out, struct rtx_err *err) {
     memset(out, 0, sizeof *out);
+    out->memory_reserve_bytes = -1;
     struct ctx c = {.what = what, .err = err};
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
@@ -398,6 +399,11 @@ int rtx__model_config_parse(const char *json, size_t len, const char *dir_name, 
         if ((rc = get_int(&c, v, "max_batch_size", 0, 1 << 20, &mb))) goto out;
         info->max_batch_size = (int)mb;
     }
+    /* rtxd's own field: the reservation per device (docs/serving.md); at most 1 PiB */
+    if ((v = json_object_get(root, "memory_reserve_bytes")) &&
+        (rc = get_int(&c, v, "memory_reserve_bytes", 0, INT64_C(1) << 50,
+                      &out->memory_reserve_bytes)))
+        goto out;
     if ((rc = get_array(&c, root, "input", "input", &ins)) ||
         (rc = get_array(&c, root, "output", "output", &outs)) ||
         (rc = get_object(&c, root, "dynamic_batching", "dynamic_batching", &db)) ||
@@ -479,6 +485,8 @@ char *rtx__model_config_dump(const struct rtx__model_config *c) {
     }
     json_object_set(root, "version_policy", vp);
     json_object_set_new(root, "max_batch_size", json_integer(info->max_batch_size));
+    if (c->memory_reserve_bytes >= 0)
+        json_object_set_new(root, "memory_reserve_bytes", json_integer(c->memory_reserve_bytes));
     for (int i = 0; i < info->n_inputs; i++)
         json_array_append_new(ins, io_json(&info->inputs[i], true));
     for (int i = 0; i < info->n_outputs; i++)

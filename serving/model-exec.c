@@ -1,7 +1,8 @@
 /*
  * model-exec.c - running a model version's batches: the plan for a batch's shapes from the
- * instance's plan cache, its execution on the instance's backend, and the answers (each
- * request's rows of the outputs) with the statistics they record.
+ * device's plan cache, its execution on the instance's backend, the device's health after a
+ * failed run, and the answers (each request's rows of the outputs) with the statistics they
+ * record.
  *
  * DESIGN
  * A batch of one request runs on the request's own tensors; a larger one concatenates each
@@ -9,8 +10,16 @@
  * copy). Rows are computed independently by every op a batched model may use along
  * dimension 0, so batching on and off give the same outputs.
  *
- * Plans are cached per instance, keyed by every input's shape, at most RTX__PLAN_CACHE of
- * them, least recently used evicted first; a plan is only ever run by its instance's thread.
+ * Plans live in the device's plan cache (device/device.h), keyed by the version's content
+ * digest, the inputs' dtypes and shapes and the limits (rtx_device_plan_key: SHA-256 over
+ * about a hundred bytes per batch, ~1 us), and by the instance's backend: taken out while
+ * they run (only the instance's thread runs them), kept after a successful run, dropped after
+ * a failed one. A batch that fails with RTX_ENOMEM (the version's share of the device is
+ * used up) is tried once more after the device's kept plans were dropped (they hold memory:
+ * initializer copies, arenas), then fails its requests with RTX_ENOMEM; the instance takes
+ * the next batch. Any other failed run asks the device layer to check the device
+ * (rtx_device_check): a sticky error marks it unhealthy for every consumer, the message says
+ * so, and the batcher stops giving the instance batches.
  */
 #include <string.h>
 
@@ -31,54 +40,56 @@ static struct rtx_batch_stat *batch_stat(struct rtx_model_stats *st, int size) {
     return &st->batch_stats[i];
 }
 
-/* The plan for these inputs (graph order), from the cache or new. */
-static int get_plan(struct instance *in, struct rtx_tensor *const *ins, struct rtx_plan **out,
+/* One run of the plan kept for `key` on the instance's backend, or of a new one on a miss
+ * (kept after a successful run, freed after a failed one). A plan that cannot be made fails
+ * as before, without a run. */
+static int run_once(struct instance *in, const uint8_t *key, struct rtx_tensor *const *ins,
+                    struct rtx_tensor **outs, const volatile int *cancel, bool *ran,
                     struct rtx_err *err) {
     struct rtx_model *m = in->m;
     const struct rtx_graph *g = m->graph;
-    int64_t key[RTX_MODEL_MAX_IO * RTX_MAX_DIMS];
-    int n = 0;
-    for (int i = 0; i < g->n_inputs; i++) {
-        key[n++] = ins[i]->ndim;
-        for (int d = 0; d < ins[i]->ndim; d++)
-            key[n++] = ins[i]->dims[d];
-    }
-    in->tick++;
-    int victim = 0;
-    for (int i = 0; i < RTX__PLAN_CACHE; i++) {
-        struct plan_slot *s = &in->cache[i];
-        if (s->plan && s->key_len == n && memcmp(s->key, key, sizeof key[0] * (size_t)n) == 0) {
-            s->used = in->tick;
-            *out = s->plan;
-            return 0;
-        }
-        if (!s->plan || (in->cache[victim].plan && s->used < in->cache[victim].used))
-            victim = i;
-    }
-    struct rtx_plan *p = NULL;
-    int rc = rtx_plan_new(g, (const struct rtx_tensor *const *)ins, g->n_inputs, &m->limits, &p,
-                          err);
-    if (rc) return rc;
-    struct plan_slot *s = &in->cache[victim];
-    rtx_plan_free(s->plan);
-    s->plan = p;
-    memcpy(s->key, key, sizeof key[0] * (size_t)n);
-    s->key_len = n;
-    s->used = in->tick;
-    *out = p;
-    return 0;
+    struct rtx_device_plan *dp = rtx_device_plan_take(in->dev, in->be, key);
+    struct rtx_plan *p = dp ? rtx_device_plan_get(dp) : NULL;
+    int rc;
+    if (!p && (rc = rtx_plan_new(g, (const struct rtx_tensor *const *)ins, g->n_inputs,
+                                 &m->limits, &p, err)))
+        return rc;
+    *ran = true;
+    struct rtx_exec_stats st = {0};
+    rc = rtx_plan_execute(p, in->be, ins, g->n_inputs, outs, g->n_outputs, cancel, &st, err);
+    if (dp)
+        rtx_device_plan_return(in->dev, dp, rc == 0);
+    else if (rc == 0) /* the plan points into m->graph, which outlives the backend: no release */
+        rtx_device_plan_keep(in->dev, in->be, key, p, rtx_device_plan_bytes(p), NULL, NULL);
+    else
+        rtx_plan_free(p);
+    return rc;
 }
 
 /* Runs the plan for `ins` (graph order) into outs (graph order, n_outputs slots). */
 int rtx__instance_execute(struct instance *in, struct rtx_tensor *const *ins,
                           struct rtx_tensor **outs, const volatile int *cancel,
                           struct rtx_err *err) {
-    struct rtx_plan *p;
-    int rc = get_plan(in, ins, &p, err);
+    struct rtx_model *m = in->m;
+    uint8_t key[RTX_DEVICE_PLAN_KEY_LEN];
+    int rc = rtx_device_plan_key(m->digest, sizeof m->digest,
+                                 (const struct rtx_tensor *const *)ins, m->graph->n_inputs,
+                                 &m->limits, key, err);
     if (rc) return rc;
-    struct rtx_exec_stats st = {0};
-    const struct rtx_graph *g = in->m->graph;
-    return rtx_plan_execute(p, in->be, ins, g->n_inputs, outs, g->n_outputs, cancel, &st, err);
+    bool ran = false;
+    rc = run_once(in, key, ins, outs, cancel, &ran, err);
+    /* past the version's share: the plans the device keeps hold memory (ours among them);
+     * drop them and try once more, as the pools retry after returning their cache */
+    if (rc == RTX_ENOMEM && rtx_device_plans_clear(in->dev) > 0) {
+        for (int j = 0; j < m->graph->n_outputs; j++) {
+            rtx_tensor_unref(outs[j]);
+            outs[j] = NULL;
+        }
+        rc = run_once(in, key, ins, outs, cancel, &ran, err);
+    }
+    if (rc && ran && rc != RTX_ENOMEM && rc != RTX_ECANCELED)
+        rtx_device_check(in->dev, in->be, err ? err->msg : NULL, err ? sizeof err->msg : 0);
+    return rc;
 }
 
 /* Runs batch[0..nb) (total rows) and answers every request. */
@@ -111,7 +122,9 @@ void rtx__instance_run_batch(struct instance *in, struct request **batch, int nb
         }
     }
     int64_t t1 = rtx_mono_ns();
+    rtx_device_load_add(in->dev, 1); /* placement reads the batches in flight per executor */
     if (rc == 0) rc = rtx__instance_execute(in, ins, outs, nb == 1 ? batch[0]->cancel : NULL, &err);
+    rtx_device_load_add(in->dev, -1);
     int64_t t2 = rtx_mono_ns();
     for (int j = 0; j < info->n_outputs && rc == 0 && info->max_batch_size > 0; j++) {
         const struct rtx_tensor *t = outs[m->graph_out[j]];

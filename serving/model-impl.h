@@ -29,21 +29,14 @@ struct request {
     int64_t t_enqueue;             /* monotonic ns */
 };
 
-struct plan_slot {
-    int64_t key[RTX_MODEL_MAX_IO * RTX_MAX_DIMS];
-    int key_len;
-    struct rtx_plan *plan;
-    uint64_t used;                 /* LRU tick */
-};
-
 struct instance {
     struct rtx_model *m;
-    int device;                    /* CUDA device, -1 for the CPU */
-    struct rtx_backend *be;
+    struct rtx_device *dev;        /* its device (the server's device set) */
+    struct rtx_device_consumer *consumer; /* the version's consumer on dev (not owned) */
+    struct rtx_backend *be;        /* made by the device layer; its plans are in dev's cache */
     pthread_t thread;
     bool started;
-    struct plan_slot cache[RTX__PLAN_CACHE];
-    uint64_t tick;
+    bool sick;                     /* its device was seen unhealthy (its thread only) */
     struct request **batch;        /* room for max(1, max_batch_size) requests */
 };
 
@@ -53,6 +46,7 @@ struct rtx_model {
     char *config_json;
     struct rtx_graph *graph;
     struct rtx_safetensors *weights;
+    uint8_t digest[RTX_DEVICE_PLAN_KEY_LEN]; /* SHA-256 of the graph file and the weights */
     int graph_in[RTX_MODEL_MAX_IO];  /* config input i -> position among graph inputs */
     int graph_out[RTX_MODEL_MAX_IO]; /* config output j -> position among graph outputs */
     const char *out_names[RTX_MODEL_MAX_IO];
@@ -61,9 +55,13 @@ struct rtx_model {
     struct rtx_limits limits;
     int n_inst;
     struct instance *inst;
+    /* one consumer per device slot the version has instances on (NULL elsewhere); freed
+     * after every backend */
+    struct rtx_device_consumer *consumers[RTX_DEVICES_MAX];
     struct rtx__stats_rec *stats;
 
     int default_lane;              /* lane index: the config's lane, else the server's */
+    rtx_serving_log_fn log;        /* the repository's, may be NULL */
     uint64_t cost_key;             /* rtx_sched_cost_key("name:version") */
 
     pthread_mutex_t mu;            /* guards everything below */
@@ -92,7 +90,8 @@ void rtx__request_free(struct request *r);  /* NULL: no-op */
 void rtx__request_fail(struct request *r, int code, const char *msg);
 /* Why a request cannot run any more (0 when it can): deadline or cancel flag. */
 int rtx__request_dead(const struct request *r, int64_t now, char *msg, size_t cap);
-void rtx__instance_drop_plans(struct instance *in);
+/* Frees the instances' backends (dropping their kept plans), then the consumers. */
+void rtx__model_free_instances(struct rtx_model *m);
 
 /* model-exec.c */
 /* Runs the plan for `ins` (graph order) into outs (graph order, n_outputs slots). */

@@ -161,11 +161,14 @@ int rtx_serving_infer(struct rtx_serving *s, const struct rtx_infer_request *req
     r->done = req->done;
     r->ctx = req->ctx;
     r->t_enqueue = rtx_mono_ns();
+    char why[256];
     pthread_mutex_lock(&m->mu);
     int lane = -1;
     if (m->stopping) {
         rc = rtx_err_set(err, RTX_EUNAVAILABLE, "model '%s' version %lld is unloading",
                          m->cfg.info.name, (long long)m->cfg.info.version);
+    } else if (rtx__model_healthy(m, why, sizeof why)) {
+        rc = rtx_err_set(err, RTX_EUNAVAILABLE, "%s", why);
     } else if (m->n_queued >= m->max_queue) {
         rc = rtx_err_set(err, RTX_EUNAVAILABLE,
                          "model '%s': queue full (%lld requests waiting)", m->cfg.info.name,

@@ -1,8 +1,9 @@
 /*
  * model-load.c - loading and stopping a model version: the graph, memory-mapped weights bound
- * to the graph, checks against config.json, its instances (a backend each) on the devices
- * there are, its SLA scheduler with the learned cost it had, a warm-up run per instance, the
- * workers; and new lane settings for a loaded version.
+ * to the graph, checks against config.json, its content digest, its device consumers and
+ * instances (a backend each) on the device set's devices, its SLA scheduler with the learned
+ * cost it had, a warm-up run per instance, the workers; and new lane settings for a loaded
+ * version.
  *
  * DESIGN
  * Weights: the graph file declares every weight as a graph input that config.json does not
@@ -10,6 +11,13 @@
  * that name (dtype and shape must match the declaration, -1 matching any size), and becomes an
  * initializer over the mapped bytes. The graph file carries no weight bytes; plans and
  * backends see ordinary initializers (docs/decisions.md).
+ *
+ * Devices (decision 114): the instances' devices come from instance_group as before; the
+ * version registers one consumer per device it uses, with config.json's memory_reserve_bytes
+ * or the default of reservation(), before any backend is made, so a reservation that does not
+ * fit fails the load with the device layer's message and nothing else was allocated there.
+ * The digest (SHA-256 of the graph file and the weights) is computed once here: plans are
+ * kept in the devices' caches under keys made from it (model-exec.c).
  *
  * The version's learned cost is kept across reloads (and, with a store, across restarts:
  * serving.c reads and writes it). New lane settings after a SIGHUP reach the live scheduler
@@ -23,7 +31,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "kernels/cpu/backend-cpu.h"
+#include <openssl/evp.h>
+
+#include "runtime/backend.h"
 #include "serving/model-impl.h"
 
 static bool file_exists(const char *path) {
@@ -137,14 +147,41 @@ static int bind_graph(struct rtx_model *m, const char *gpath, const char *wpath,
     return 0;
 }
 
-/* The instances config.json asks for on the devices there are. */
-static int make_instances(struct rtx_model *m, const struct rtx__model_load_opts *o,
-                          struct rtx_err *err) {
+/* The working margin of a default reservation, bytes (docs/serving.md). */
+#define RESERVE_MARGIN_BYTES ((size_t)64 << 20)
+
+/* The reservation of the version on d, which holds k of its instances: config.json's
+ * memory_reserve_bytes, else the default: on a GPU two copies of every initializer per
+ * instance (each plan uploads its own: the one running and one more batch shape), on the CPU
+ * none (plans read the mapped weights in place), plus a working margin of 64 MiB capped at a
+ * quarter of what d's budget has unreserved now, so that a default never fails for want of
+ * margin, only when the weights' copies do not fit. */
+static size_t reservation(const struct rtx_model *m, struct rtx_device *d, int k) {
+    if (m->cfg.memory_reserve_bytes >= 0) return (size_t)m->cfg.memory_reserve_bytes;
+    size_t weights = rtx_device_kind(d) == RTX_DEVICE_CUDA
+                         ? 2 * (size_t)m->const_bytes * (size_t)k
+                         : 0;
+    struct rtx_device_info di;
+    rtx_device_info(d, &di);
+    size_t unreserved = di.budget_bytes > di.reserved_bytes ? di.budget_bytes - di.reserved_bytes
+                                                            : 0;
+    size_t margin = RESERVE_MARGIN_BYTES < unreserved / 4 ? RESERVE_MARGIN_BYTES
+                                                          : unreserved / 4;
+    return weights + margin;
+}
+
+/* The slots of the instances config.json asks for on the devices of the set (slot 0: the
+ * CPU, 1 + N: CUDA device N): GPU groups on the healthy GPUs they name, or every healthy GPU;
+ * CPU groups, and GPU groups when no GPU is healthy, on the CPU. Returns how many, or an
+ * error. */
+static int place_instances(const struct rtx_model *m, const struct rtx__model_load_opts *o,
+                           int slots[256], struct rtx_err *err) {
     const struct rtx__model_config *c = &m->cfg;
-    int healthy[64], n_gpu = 0; /* healthy CUDA devices, by index */
-    for (int d = 0; o->gpus && d < o->gpus->n && n_gpu < 64; d++)
-        if (o->gpus->devs[d].healthy) healthy[n_gpu++] = o->gpus->devs[d].index;
-    int devices[256];
+    int healthy[RTX_DEVICES_MAX], n_gpu = 0; /* healthy CUDA devices, by index */
+    for (int slot = 1; slot < rtx_devices_count(o->devices); slot++) {
+        struct rtx_device *d = rtx_devices_get(o->devices, slot);
+        if (rtx_device_healthy(d)) healthy[n_gpu++] = rtx_device_cuda_index(d);
+    }
     int n = 0;
     for (int gi = 0; gi < c->n_groups; gi++) {
         const struct rtx__instance_group *g = &c->groups[gi];
@@ -156,10 +193,8 @@ static int make_instances(struct rtx_model *m, const struct rtx__model_load_opts
             gpu = false;
         }
         for (int k = 0; gpu && k < g->n_gpus; k++) {
-            bool found = false;
-            for (int d = 0; d < n_gpu && !found; d++)
-                found = healthy[d] == g->gpus[k];
-            if (!found)
+            struct rtx_device *d = rtx_devices_cuda(o->devices, g->gpus[k]);
+            if (!d || !rtx_device_healthy(d))
                 return rtx_err_set(err, RTX_EINVAL,
                                    "config.json: instance_group[%d].gpus names device %d, which "
                                    "is not a healthy GPU of this host",
@@ -168,38 +203,95 @@ static int make_instances(struct rtx_model *m, const struct rtx__model_load_opts
         int nd = !gpu ? 1 : g->n_gpus ? g->n_gpus : n_gpu;
         for (int d = 0; d < nd; d++)
             for (int k = 0; k < g->count; k++) {
-                if (n == (int)(sizeof devices / sizeof devices[0]))
+                if (n == 256)
                     return rtx_err_set(err, RTX_ELIMIT, "config.json: more than %d instances",
                                        n);
-                devices[n++] = !gpu ? -1 : g->n_gpus ? g->gpus[d] : healthy[d];
+                slots[n++] = !gpu ? 0 : 1 + (g->n_gpus ? g->gpus[d] : healthy[d]);
             }
+    }
+    return n;
+}
+
+/* The instances config.json asks for: one consumer "model NAME:VERSION" per device they are
+ * on, with its reservation (reservation()), then a backend per instance from the device
+ * layer, charged to that consumer. */
+static int make_instances(struct rtx_model *m, const struct rtx__model_load_opts *o,
+                          struct rtx_err *err) {
+    int slots[256], per_slot[RTX_DEVICES_MAX] = {0};
+    int n = place_instances(m, o, slots, err);
+    if (n < 0) return n;
+    for (int i = 0; i < n; i++)
+        per_slot[slots[i]]++;
+    char name[RTX_DEVICE_CONSUMER_NAME_LEN];
+    snprintf(name, sizeof name, "model %s:%lld", m->cfg.info.name,
+             (long long)m->cfg.info.version);
+    for (int slot = 0; slot < RTX_DEVICES_MAX; slot++) {
+        if (!per_slot[slot]) continue;
+        struct rtx_device *d = rtx_devices_get(o->devices, slot);
+        int rc = rtx_device_consumer_new(d, name, reservation(m, d, per_slot[slot]),
+                                         &m->consumers[slot], err);
+        if (rc) return rc; /* RTX_ELIMIT: the device layer's message says what did not fit */
     }
     m->inst = rtx_calloc((size_t)n, sizeof *m->inst);
     if (!m->inst) return rtx_err_set(err, RTX_ENOMEM, "out of memory creating instances");
-    int slots = m->cfg.info.max_batch_size > 1 ? m->cfg.info.max_batch_size : 1;
+    int batch_slots = m->cfg.info.max_batch_size > 1 ? m->cfg.info.max_batch_size : 1;
     bool any_gpu = false;
     for (int i = 0; i < n; i++) {
         struct instance *in = &m->inst[i];
         in->m = m;
-        in->device = devices[i];
+        in->dev = rtx_devices_get(o->devices, slots[i]);
+        in->consumer = m->consumers[slots[i]];
+        any_gpu |= slots[i] > 0;
         m->n_inst = i + 1;
-        in->batch = rtx_calloc((size_t)slots, sizeof *in->batch);
+        in->batch = rtx_calloc((size_t)batch_slots, sizeof *in->batch);
         if (!in->batch) return rtx_err_set(err, RTX_ENOMEM, "out of memory creating instances");
-        int rc;
-        if (in->device < 0) {
-            struct rtx_cpu_options co = {.n_threads = o->cpu_threads};
-            rc = rtx_backend_cpu_new(&co, &in->be, err);
-        } else {
-            struct rtx_cuda_options co = {.device = in->device};
-            rc = rtx_backend_cuda_new(&co, &in->be, err);
-            any_gpu = true;
-        }
-        if (rc) return rtx_err_prefix(err, "instance %d", i);
+        int rc = rtx_device_backend_new(in->consumer, &in->be, err);
+        if (rc) return rtx_err_prefix(err, "instance %d (%s)", i, rtx_device_name(in->dev));
     }
     m->cfg.info.instances = n;
     snprintf(m->cfg.info.instance_kind, sizeof m->cfg.info.instance_kind, "%s",
              any_gpu ? "KIND_GPU" : "KIND_CPU");
     return 0;
+}
+
+/* The version's content digest: SHA-256 over the graph file's bytes and the weights file's
+ * (mapped) bytes, each after its length. Plans are kept in the devices' caches under keys made
+ * from it (rtx_device_plan_key), so it is computed once here and never per request. */
+static int model_digest(struct rtx_model *m, const char *gpath, struct rtx_err *err) {
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    FILE *f = fopen(gpath, "rb");
+    uint8_t *buf = rtx_malloc(1 << 20);
+    int rc = 0;
+    if (!c || !buf) {
+        rc = rtx_err_set(err, RTX_ENOMEM, "out of memory hashing %s", gpath);
+        goto out;
+    }
+    if (!f) {
+        rc = rtx_err_set(err, RTX_EIO, "%s: %s", gpath, strerror(errno));
+        goto out;
+    }
+    struct stat sb;
+    uint64_t glen = fstat(fileno(f), &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    uint64_t wlen = m->weights ? (uint64_t)m->weights->map_bytes : 0;
+    bool ok = EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1 &&
+              EVP_DigestUpdate(c, &glen, sizeof glen) == 1;
+    size_t got;
+    while (ok && (got = fread(buf, 1, 1 << 20, f)) > 0)
+        ok = EVP_DigestUpdate(c, buf, got) == 1;
+    if (ok && ferror(f)) {
+        rc = rtx_err_set(err, RTX_EIO, "%s: read error", gpath);
+        goto out;
+    }
+    ok = ok && EVP_DigestUpdate(c, &wlen, sizeof wlen) == 1 &&
+         (wlen == 0 || EVP_DigestUpdate(c, m->weights->map, wlen) == 1);
+    unsigned int len = 0;
+    ok = ok && EVP_DigestFinal_ex(c, m->digest, &len) == 1 && len == sizeof m->digest;
+    if (!ok) rc = rtx_err_set(err, RTX_EINTERNAL, "%s: SHA-256 failed (OpenSSL)", gpath);
+out:
+    if (f) fclose(f);
+    rtx_free(buf);
+    EVP_MD_CTX_free(c);
+    return rc;
 }
 
 /* One run per instance on zero inputs of batch 1; the first checks the outputs against
@@ -351,6 +443,7 @@ int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out
     m->limits = o->limits ? *o->limits : rtx_limits_default();
     m->max_queue = o->max_queue > 0 ? o->max_queue : INT64_MAX;
     m->stats = o->stats;
+    m->log = o->log;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -369,6 +462,7 @@ int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out
     if ((rc = rtx_graph_load_file(gpath, &m->limits, &m->graph, err))) goto fail;
     if (file_exists(wpath) && (rc = rtx_safetensors_open(wpath, &m->weights, err))) goto fail;
     if ((rc = bind_graph(m, gpath, wpath, err))) goto fail;
+    if ((rc = model_digest(m, gpath, err))) goto fail;
     if (m->weights) {
         int64_t graph_consts = m->const_bytes;
         for (int i = 0; i < m->weights->n; i++)
@@ -410,13 +504,9 @@ void rtx__model_stop(struct rtx_model *m, bool fail_queued) {
             pthread_join(m->inst[i].thread, NULL);
             m->inst[i].started = false;
         }
-    /* no worker left: the instances' plans and device memory go now, the graph and the
-     * weights with the last reference */
-    for (int i = 0; i < m->n_inst; i++) {
-        rtx__instance_drop_plans(&m->inst[i]);
-        rtx_backend_free(m->inst[i].be);
-        m->inst[i].be = NULL;
-    }
+    /* no worker left: the instances' backends (and with them their plans in the devices'
+     * caches) and the consumers go now, the graph and the weights with the last reference */
+    rtx__model_free_instances(m);
     /* the learned cost survives a reload of this version */
     int64_t ema = 0, samples = 0;
     uint64_t key;

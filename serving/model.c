@@ -123,20 +123,25 @@ int rtx__request_dead(const struct request *r, int64_t now, char *msg, size_t ca
  * Freeing
  * ---------------------------------------------------------------------------------------- */
 
-void rtx__instance_drop_plans(struct instance *in) {
-    for (int i = 0; i < RTX__PLAN_CACHE; i++) {
-        rtx_plan_free(in->cache[i].plan);
-        in->cache[i].plan = NULL;
+/* The order matters: rtx_device_backend_free drops the plans the device's cache keeps for
+ * the backend, and those plans point into m->graph, which goes only with the last reference
+ * (rtx__model_free); a consumer is freed after every backend it made. */
+void rtx__model_free_instances(struct rtx_model *m) {
+    for (int i = 0; i < m->n_inst; i++) {
+        rtx_device_backend_free(m->inst[i].consumer, m->inst[i].be);
+        m->inst[i].be = NULL;
+    }
+    for (int slot = 0; slot < RTX_DEVICES_MAX; slot++) {
+        rtx_device_consumer_free(m->consumers[slot]);
+        m->consumers[slot] = NULL;
     }
 }
 
 void rtx__model_free(struct rtx_model *m) {
     if (!m) return;
-    for (int i = 0; i < m->n_inst; i++) {
-        rtx__instance_drop_plans(&m->inst[i]);
-        rtx_backend_free(m->inst[i].be);
+    rtx__model_free_instances(m);
+    for (int i = 0; i < m->n_inst; i++)
         rtx_free(m->inst[i].batch);
-    }
     rtx_free(m->inst);
     rtx_sched_free(m->sched);
     rtx_graph_free(m->graph);
@@ -191,6 +196,28 @@ bool rtx__model_serving(struct rtx_model *m) {
     return ok;
 }
 
+int rtx__model_healthy(struct rtx_model *m, char *why, size_t len) {
+    struct rtx_device *sick = NULL;
+    for (int i = 0; i < m->n_inst; i++) {
+        if (rtx_device_healthy(m->inst[i].dev)) return 0;
+        sick = m->inst[i].dev;
+    }
+    if (!sick) return 0; /* no instance: nothing to run on, not a device's fault */
+    if (why && len) {
+        char detail[256];
+        rtx_device_detail(sick, detail, sizeof detail);
+        snprintf(why, len, "model '%s': every instance's device is unhealthy (%s: %s)",
+                 m->cfg.info.name, rtx_device_name(sick), detail);
+    }
+    return RTX_EUNAVAILABLE;
+}
+
+void rtx__model_wake(struct rtx_model *m) {
+    pthread_mutex_lock(&m->mu);
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
 int64_t rtx__model_pending(struct rtx_model *m) {
     pthread_mutex_lock(&m->mu);
     int64_t n = m->n_queued + m->n_running;
@@ -209,9 +236,10 @@ void rtx__model_memory(struct rtx_model *m, int64_t *host_bytes, int n_devices,
      * initializers' copies, plans' buffers, cached blocks) */
     for (int i = 0; i < m->n_inst; i++) {
         struct instance *in = &m->inst[i];
-        if (in->device < 0 || in->device >= n_devices || !in->be) continue;
+        int cuda = rtx_device_cuda_index(in->dev);
+        if (cuda < 0 || cuda >= n_devices || !in->be) continue;
         struct rtx_mem_pool_stats ps;
-        if (rtx_backend_cuda_pool_stats(in->be, &ps, NULL, NULL) == 0)
-            device_bytes[in->device] += (int64_t)ps.total.bytes_reserved;
+        if (rtx_device_backend_pool_stats(in->dev, in->be, &ps, NULL, NULL) == 0)
+            device_bytes[cuda] += (int64_t)ps.total.bytes_reserved;
     }
 }

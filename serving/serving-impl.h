@@ -7,10 +7,13 @@
  *
  * DESIGN
  * A model version (struct rtx_model) owns its graph (weights bound as initializers over the
- * memory-mapped safetensors file), its instances (a backend, a bounded plan cache and a worker
- * thread each), its request queue and a pointer to its statistics record. The statistics
- * record belongs to the repository (struct rtx_serving), keyed by (name, version), so the
- * figures of a version survive its unload and continue across a reload of the same version.
+ * memory-mapped safetensors file) with its content digest, its instances (a backend made by
+ * the device layer and a worker thread each), one device consumer per device it has
+ * instances on, its request queue and a pointer to its statistics record. Its plans live in
+ * the devices' plan caches (device/device.h), keyed by the digest and the batch's shapes.
+ * The statistics record belongs to the repository (struct rtx_serving), keyed by (name,
+ * version), so the figures of a version survive its unload and continue across a reload of
+ * the same version.
  * The repository holds one "registry" reference per loaded version; unloading stops the
  * version's workers (queued requests run first), joins them, frees the instances, and drops
  * that reference; the graph and weights go with the last reference.
@@ -31,7 +34,7 @@
 #include <stdint.h>
 
 #include "formats/formats.h"
-#include "kernels/cuda/backend-cuda.h"
+#include "device/device.h"
 #include "serving/serving.h"
 #include "scheduler/sched.h"
 
@@ -64,6 +67,8 @@ struct rtx__model_config {
     int64_t versions[RTX__MAX_VERSIONS];
     int n_groups;
     struct rtx__instance_group groups[RTX__MAX_GROUPS];
+    int64_t memory_reserve_bytes;  /* per device the version has instances on, bytes; -1: not
+                                      set (the loader's default, docs/serving.md) */
 };
 
 /* Parses config.json text (Triton's JSON model config; see docs/serving.md) for the model
@@ -99,15 +104,12 @@ struct rtx__stats_rec {
  * Model versions (model.c)
  * ---------------------------------------------------------------------------------------- */
 
-#define RTX__PLAN_CACHE 8 /* plans cached per instance (per input shape), LRU */
-
 struct rtx__model_load_opts {
     const char *dir;               /* the version directory: DIR/model.rtxg, model.safetensors */
     const struct rtx__model_config *cfg;
     int64_t version;
     const struct rtx_limits *limits;
-    int cpu_threads;
-    const struct rtx_cuda_devices *gpus;
+    struct rtx_devices *devices;   /* the server's; outlives the model */
     int64_t max_queue;
     struct rtx__stats_rec *stats;  /* owned by the repository; outlives the model */
     const struct rtx_sched_config *sched; /* lanes and knobs (executors, bounds adjusted) */
@@ -121,13 +123,16 @@ void rtx__serving_log(rtx_serving_log_fn fn, enum rtx_serving_log_level level, c
                       ...) __attribute__((sentinel));
 
 /* Loads one version: graph, weights (bound to the graph's weight inputs), checks against the
- * config, instances with their backends, a warm-up run per instance, and starts the workers.
+ * config, its content digest, a device consumer per device with its reservation (RTX_ELIMIT
+ * with the device layer's message when it does not fit), instances with their backends, a
+ * warm-up run per instance, and starts the workers.
  * *out holds one reference (the repository's). Errors name the file and the problem. */
 int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out,
                     struct rtx_err *err);
 /* Stops a version: new requests are refused; with `fail_queued` queued requests fail with
  * RTX_EUNAVAILABLE ("server shutting down"), otherwise they run first; waits for running
- * batches, joins the workers and frees the instances (backends, plans). Idempotent. Callable
+ * batches, joins the workers and frees the instances' backends (which drops their kept
+ * plans) and then the device consumers. Idempotent. Callable
  * only by the holder of the repository's reference, never from a callback. */
 void rtx__model_stop(struct rtx_model *m, bool fail_queued);
 struct rtx_model *rtx__model_ref(struct rtx_model *m);
@@ -162,6 +167,12 @@ int rtx__model_reconfigure(struct rtx_model *m, const struct rtx_sched_config *s
 int64_t rtx__model_pending(struct rtx_model *m);
 /* Whether the version still accepts requests. */
 bool rtx__model_serving(struct rtx_model *m);
+/* Whether an instance of the version is on a healthy device (0: yes), else RTX_EUNAVAILABLE
+ * with "model 'X': every instance's device is unhealthy (cuda:0: ...)" in why (len bytes;
+ * may be NULL). */
+int rtx__model_healthy(struct rtx_model *m, char *why, size_t len);
+/* Wakes the version's workers (a device became unhealthy). */
+void rtx__model_wake(struct rtx_model *m);
 const struct rtx__model_config *rtx__model_config(const struct rtx_model *m);
 /* Counts a request refused before queuing (bad input, queue full) in the statistics. */
 void rtx__stats_reject(struct rtx__stats_rec *r);

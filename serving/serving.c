@@ -26,6 +26,10 @@
  * together, all or none. A load copies the settings when it begins and, if they changed by
  * the time it swaps its versions in (a generation count under `mu`), gives its versions the
  * new ones first, so no version starts serving with settings older than the server's.
+ * Devices: versions run on the daemon's device set (device/device.h); the server listens for
+ * device faults and wakes every READY version's workers, so a version stops giving batches to
+ * an instance on an unhealthy device at once; such a version is ready (model and server
+ * readiness) only while one of its instances is on a healthy device.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -57,8 +61,8 @@ struct rtx_serving {
     enum rtx_model_control control;
     int poll_ms;
     struct rtx_limits limits;
-    int cpu_threads;
-    const struct rtx_cuda_devices *gpus;
+    struct rtx_devices *devices;   /* the daemon's; instances run on its devices */
+    bool fault_listening;          /* on_fault is a listener of devices */
     int64_t max_queue;
     struct rtx_sched_config sched; /* under mu: every version's lanes and knobs */
     uint64_t sched_gen;            /* under mu: changes of sched (rtx_serving_reconfigure) */
@@ -78,39 +82,6 @@ struct rtx_serving {
     bool poll_started;             /* the housekeeping thread runs */
     pthread_t poller;
 };
-
-static const char *const control_names[RTX_MODEL_CONTROL_COUNT] = {"none", "explicit", "poll"};
-static const char *const state_names[RTX_MODEL_STATE_COUNT] = {
-    "UNKNOWN", "LOADING", "READY", "UNLOADING", "UNAVAILABLE"};
-static const char *const failure_names[RTX_INFER_FAIL_COUNT] = {
-    "REJECTED", "CANCELED", "EXPIRED", "BACKEND", "OTHER"};
-_Static_assert(sizeof control_names / sizeof control_names[0] == RTX_MODEL_CONTROL_COUNT,
-               "control names");
-_Static_assert(sizeof state_names / sizeof state_names[0] == RTX_MODEL_STATE_COUNT,
-               "state names");
-_Static_assert(sizeof failure_names / sizeof failure_names[0] == RTX_INFER_FAIL_COUNT,
-               "failure names");
-
-const char *rtx_model_control_name(enum rtx_model_control c) {
-    return (unsigned)c < RTX_MODEL_CONTROL_COUNT ? control_names[c] : "?";
-}
-
-int rtx_model_control_from_name(const char *name, enum rtx_model_control *out) {
-    for (int i = 0; name && i < RTX_MODEL_CONTROL_COUNT; i++)
-        if (strcmp(control_names[i], name) == 0) {
-            *out = (enum rtx_model_control)i;
-            return 0;
-        }
-    return RTX_EINVAL;
-}
-
-const char *rtx_model_state_name(enum rtx_model_state st) {
-    return (unsigned)st < RTX_MODEL_STATE_COUNT ? state_names[st] : "?";
-}
-
-const char *rtx_infer_failure_name(enum rtx_infer_failure r) {
-    return (unsigned)r < RTX_INFER_FAIL_COUNT ? failure_names[r] : "?";
-}
 
 /* ------------------------------------------------------------------------------------------
  * Files
@@ -597,7 +568,7 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
         snprintf(vdir, sizeof vdir, "%s/%lld", mdir, (long long)want[i]);
         struct rtx__model_load_opts o = {
             .dir = vdir, .cfg = cfg, .version = want[i], .limits = &s->limits,
-            .cpu_threads = s->cpu_threads, .gpus = s->gpus, .max_queue = s->max_queue,
+            .devices = s->devices, .max_queue = s->max_queue,
             .stats = rec, .sched = &sched, .default_lane = s->default_lane, .log = s->log,
         };
         if ((rc = rtx__model_load(&o, &loaded[n_loaded], err))) {
@@ -785,7 +756,22 @@ static void *poll_main(void *arg) {
  * Start and stop
  * ---------------------------------------------------------------------------------------- */
 
+/* A device became unhealthy (device/device.h's fault listener, called without any device
+ * lock): wakes the workers of every READY version, so those on it stop taking batches and,
+ * where no instance is left on a healthy device, fail what is queued at once. */
+static void on_fault(void *ctx, struct rtx_device *d, const char *why) {
+    struct rtx_serving *s = ctx;
+    (void)d;
+    (void)why;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_entries; i++)
+        for (int k = 0; k < s->entries[i]->n_ready; k++)
+            rtx__model_wake(s->entries[i]->ready[k]);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void serving_free(struct rtx_serving *s) {
+    if (s->fault_listening) rtx_devices_off_fault(s->devices, on_fault, s);
     for (int i = 0; i < s->n_entries; i++)
         rtx_free(s->entries[i]);
     rtx_free(s->entries);
@@ -812,8 +798,7 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
                            (int)opt->control);
     if (opt->control == RTX_MODEL_CONTROL_POLL && opt->poll_ms < 1)
         return rtx_err_set(err, RTX_EINVAL, "serving: poll_ms must be >= 1");
-    if (opt->cpu_threads < 1)
-        return rtx_err_set(err, RTX_EINVAL, "serving: cpu_threads must be >= 1");
+    if (!opt->devices) return rtx_err_set(err, RTX_EINVAL, "serving: no device set");
     if (opt->max_queue < 1) return rtx_err_set(err, RTX_EINVAL, "serving: max_queue must be >= 1");
     if (opt->n_startup_models < 0 || (opt->n_startup_models > 0 && !opt->startup_models))
         return rtx_err_set(err, RTX_EINVAL, "serving: bad startup model list");
@@ -848,8 +833,7 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
     s->control = opt->control;
     s->poll_ms = opt->poll_ms;
     s->limits = opt->limits.max_nodes ? opt->limits : rtx_limits_default();
-    s->cpu_threads = opt->cpu_threads;
-    s->gpus = opt->gpus && opt->gpus->n > 0 ? opt->gpus : NULL;
+    s->devices = opt->devices;
     s->max_queue = opt->max_queue;
     s->sched = sc;
     s->default_lane = default_lane;
@@ -862,6 +846,11 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->poll_cv, &ca);
     pthread_condattr_destroy(&ca);
+    if ((rc = rtx_devices_on_fault(s->devices, on_fault, s, err))) {
+        serving_free(s);
+        return rc;
+    }
+    s->fault_listening = true;
     if (!s->repo[0]) {
         *out = s;
         return 0;
@@ -981,7 +970,8 @@ bool rtx_serving_model_ready(struct rtx_serving *s, const char *name, int64_t ve
     if (!s || !name) return false;
     pthread_mutex_lock(&s->mu);
     struct entry *e = find_entry(s, name);
-    bool ok = !s->stopping && e && pick_ready(e, version) != NULL;
+    struct rtx_model *m = s->stopping || !e ? NULL : pick_ready(e, version);
+    bool ok = m && rtx__model_healthy(m, NULL, 0) == 0;
     pthread_mutex_unlock(&s->mu);
     return ok;
 }
@@ -991,7 +981,10 @@ bool rtx_serving_ready(struct rtx_serving *s) {
     pthread_mutex_lock(&s->mu);
     bool ok = !s->stopping;
     for (int i = 0; i < s->n_entries && ok; i++)
-        if (s->entries[i]->at_start && s->entries[i]->n_ready == 0) ok = false;
+        if (s->entries[i]->at_start &&
+            (s->entries[i]->n_ready == 0 || rtx__model_healthy(pick_ready(s->entries[i], 0),
+                                                               NULL, 0)))
+            ok = false;
     pthread_mutex_unlock(&s->mu);
     return ok;
 }
@@ -1088,10 +1081,7 @@ int rtx_serving_stats(struct rtx_serving *s, const char *name, int64_t version,
 void rtx_serving_memory(struct rtx_serving *s, struct rtx_serving_memory *out) {
     memset(out, 0, sizeof *out);
     if (!s) return;
-    int nd = 0;
-    if (s->gpus)
-        for (int i = 0; i < s->gpus->n; i++)
-            if (s->gpus->devs[i].index + 1 > nd) nd = s->gpus->devs[i].index + 1;
+    int nd = rtx_devices_count(s->devices) - 1; /* CUDA devices: slots after the CPU's */
     out->n_devices = nd < 16 ? nd : 16;
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->n_entries; i++)

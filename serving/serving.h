@@ -13,8 +13,14 @@
  * ends). Each model version has a queue and one worker thread per instance; a worker takes
  * the oldest request and, with dynamic batching on, waits up to max_queue_delay_us for more
  * requests whose non-batch shapes match, stopping early at a preferred batch size or the max
- * batch size; it concatenates the inputs along dimension 0, runs the plan (cached per batch
- * shape) and splits the outputs back. Batching on and off give identical outputs.
+ * batch size; it concatenates the inputs along dimension 0, runs the plan (kept in the
+ * device's plan cache, device/device.h, keyed by the model's content digest and the batch's
+ * shapes) and splits the outputs back. Batching on and off give identical outputs.
+ * Instances run through the device layer: a version's instances on a device share one
+ * consumer "model NAME:VERSION" with a memory reservation there; a batch beyond the version's
+ * share fails with RTX_ENOMEM and the instance serves the next one; an instance whose device
+ * turned unhealthy takes no more batches, and a version none of whose instances is on a
+ * healthy device refuses requests with RTX_EUNAVAILABLE and is not ready.
  * Requests are checked against the model's inputs (names, datatypes, shapes, batch size)
  * before they are queued, so a bad request fails in rtx_serving_infer with a message naming
  * the input, and never reaches a worker.
@@ -27,7 +33,7 @@
 
 #include "runtime/runtime.h"
 
-struct rtx_cuda_devices; /* kernels/cuda/backend-cuda.h */
+struct rtx_devices;      /* device/device.h */
 struct rtx_sched_config; /* scheduler/sched.h */
 struct rtx_sched_stats;
 struct rtx_mem_pool_stats;
@@ -65,8 +71,11 @@ struct rtx_serving_options {
     int n_startup_models;                 /* EXPLICIT: models loaded at start ("*" = all) */
     const char *const *startup_models;
     struct rtx_limits limits;             /* graph and tensor limits */
-    int cpu_threads;                      /* CPU backend threads per instance, >= 1 */
-    const struct rtx_cuda_devices *gpus;  /* instances go to these devices; NULL or n == 0: CPU */
+    /* The daemon's device set (required; it must outlive the server): instances go to its
+     * devices (its GPUs, else the CPU, whose backends get the set's cpu_threads), each loaded
+     * version registers one consumer per device it has instances on, and plans are kept in
+     * the devices' plan caches. */
+    struct rtx_devices *devices;
     int64_t max_queue;                    /* pending requests per model; beyond: RTX_EUNAVAILABLE */
     /* SLA lanes of inference requests: every model version gets a scheduler with these lanes
      * and knobs (executors = its instance count; each lane's queue bound capped at max_queue).
@@ -144,9 +153,11 @@ int rtx_serving_load(struct rtx_serving *s, const char *name, const char *config
  * RTX_EUNSUPPORTED in control mode NONE or POLL. */
 int rtx_serving_unload(struct rtx_serving *s, const char *name, struct rtx_err *err);
 
-/* Whether the model (version 0 or <0: the newest loaded version) is READY. */
+/* Whether the model (version 0 or <0: the newest loaded version) is READY and has an instance
+ * on a healthy device. */
 bool rtx_serving_model_ready(struct rtx_serving *s, const char *name, int64_t version);
-/* Whether the server is ready: started, not stopping, every model loaded at start READY. */
+/* Whether the server is ready: started, not stopping, every model loaded at start READY with
+ * an instance on a healthy device. */
 bool rtx_serving_ready(struct rtx_serving *s);
 
 /* ------------------------------------------------------------------------------------------

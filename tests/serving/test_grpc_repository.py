@@ -5,6 +5,7 @@ and `rtxctl models list|show|load|unload`, which use the same service through li
 """
 
 import json
+import shutil
 import signal
 import threading
 import time
@@ -107,6 +108,34 @@ def test_load_with_config_override(server, c):
     c.load_model("mlp")  # back to the repository's config
     assert c.get_model_config("mlp").config.max_batch_size == 64
     c.unload_model("mlp")
+
+
+def test_load_refused_for_a_reservation_that_does_not_fit(server, c):
+    # a copy of mlp, so that no other test's load of mlp is in the way
+    src, dst = server.repository / "mlp", server.repository / "mlp_reserve"
+    shutil.copytree(src, dst)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["name"] = "mlp_reserve"
+    (dst / "config.json").write_text(json.dumps(cfg))
+    # the device layer refuses a reservation beyond the budget: RESOURCE_EXHAUSTED naming the
+    # version's consumer, and the model is UNAVAILABLE with that reason
+    cfg["memory_reserve_bytes"] = 1 << 50
+    gu.expect_error(lambda: c.load_model("mlp_reserve", config=json.dumps(cfg)),
+                    "RESOURCE_EXHAUSTED", "model mlp_reserve:1", "reserve", daemon=server)
+    st = index(c)["mlp_reserve"]
+    assert st[1] == "UNAVAILABLE" and "model mlp_reserve:1" in st[2], st
+    assert not c.is_model_ready("mlp_reserve")
+    cfg["memory_reserve_bytes"] = -1
+    gu.expect_error(lambda: c.load_model("mlp_reserve", config=json.dumps(cfg)),
+                    "INVALID_ARGUMENT", "memory_reserve_bytes", daemon=server)
+    # one that fits loads, serves and shows in the config
+    cfg["memory_reserve_bytes"] = 1 << 20
+    c.load_model("mlp_reserve", config=json.dumps(cfg))
+    assert c.is_model_ready("mlp_reserve")
+    out = c.infer("mlp_reserve", gu.inputs(("x", np.zeros((2, 64), np.float32))))
+    assert out.as_numpy("probs").shape == (2, 10)
+    c.unload_model("mlp_reserve")
+    gu.assert_serving(server, c)
 
 
 def test_unload_with_requests_in_flight(server, c):

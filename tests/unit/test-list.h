@@ -32,6 +32,7 @@
     X(serving)                                                                                  \
     X(serving_lanes)                                                                            \
     X(serving_costs)                                                                            \
+    X(serving_devices)                                                                          \
     X(sched)                                                                                    \
     X(shm)                                                                                      \
     X(http)

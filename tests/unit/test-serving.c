@@ -8,9 +8,7 @@
  * new lane settings reaching loaded versions), and learned costs kept in a store across
  * restarts and unloads.
  *
- * The test model "scale": y = a * w + b and z = a - b on f32 [batch, 4], with w [4] a weight
- * in model.safetensors. Every op is elementwise, so rows are computed independently and
- * batched results must equal unbatched ones bit for bit.
+ * The test model "scale" and the fixtures are in test-serving-util.h.
  */
 #include <check.h>
 #include <fcntl.h>
@@ -26,309 +24,7 @@
 
 #include "serving/serving-impl.h"
 #include "store/store.h"
-
-/* ------------------------------------------------------------------------------------------
- * Repository fixtures
- * ---------------------------------------------------------------------------------------- */
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    return remove(path);
-}
-
-static void rm_tree(const char *dir) {
-    nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-}
-
-static void write_file(const char *path, const void *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    ck_assert_msg(f != NULL, "%s", path);
-    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
-static void write_text(const char *path, const char *text) {
-    write_file(path, text, strlen(text));
-}
-
-static const float scale_w[4] = {1.5f, -2.0f, 0.25f, 3.0f};
-
-/* DIR/model.safetensors holding w = scale_w * factor. */
-static void write_weights(const char *dir, float factor) {
-    char path[1024], h[160];
-    int n = snprintf(h, sizeof h,
-                     "{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}");
-    while ((8 + n) % 8) h[n++] = ' ';
-    uint8_t buf[8 + sizeof h + 16];
-    for (int i = 0; i < 8; i++)
-        buf[i] = (uint8_t)((uint64_t)n >> (8 * i));
-    memcpy(buf + 8, h, (size_t)n);
-    float w[4];
-    for (int i = 0; i < 4; i++)
-        w[i] = scale_w[i] * factor;
-    memcpy(buf + 8 + n, w, sizeof w);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    write_file(path, buf, 8 + (size_t)n + sizeof w);
-}
-
-/* DIR/model.rtxg: the scale graph, w declared as an input (bound from the weights). */
-static void write_graph(const char *dir, bool with_weight_input) {
-    struct rtx_graph *g;
-    struct rtx_err err = {0};
-    ck_assert(rtx_graph_new("scale", &g, &err) == 0);
-    const int64_t d[2] = {-1, 4}, wd[1] = {4};
-    ck_assert(rtx_graph_add_input(g, "a", RTX_F32, 2, d, &err) >= 0);
-    ck_assert(rtx_graph_add_input(g, "b", RTX_F32, 2, d, &err) >= 0);
-    if (with_weight_input) ck_assert(rtx_graph_add_input(g, "w", RTX_F32, 1, wd, &err) >= 0);
-    const char *mul_in[] = {"a", "w"}, *add_in[] = {"aw", "b"}, *sub_in[] = {"a", "b"};
-    const char *aw = "aw", *y = "y", *z = "z";
-    ck_assert(rtx_graph_add_node(g, "mul", "mul", mul_in, 2, &aw, 1, &err) >= 0);
-    ck_assert(rtx_graph_add_node(g, "add", "add", add_in, 2, &y, 1, &err) >= 0);
-    ck_assert(rtx_graph_add_node(g, "sub", "sub", sub_in, 2, &z, 1, &err) >= 0);
-    ck_assert(rtx_graph_add_output(g, "y", &err) == 0);
-    ck_assert(rtx_graph_add_output(g, "z", &err) == 0);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/model.rtxg", dir);
-    ck_assert_msg(rtx_graph_save_file(g, path, &err) == 0, "%s", err.msg);
-    rtx_graph_free(g);
-}
-
-/* A config.json for the scale model; `extra` is appended inside the object (", ..."). */
-static void write_config(const char *repo, const char *name, int max_batch, const char *extra) {
-    char path[1024], text[2048];
-    snprintf(text, sizeof text,
-             "{\"name\": \"%s\", \"platform\": \"rtx_graph\", \"max_batch_size\": %d,\n"
-             " \"input\": [{\"name\": \"a\", \"data_type\": \"TYPE_FP32\", \"dims\": [4]},\n"
-             "            {\"name\": \"b\", \"data_type\": \"TYPE_FP32\", \"dims\": [4]}],\n"
-             " \"output\": [{\"name\": \"y\", \"data_type\": \"TYPE_FP32\", \"dims\": [4]},\n"
-             "             {\"name\": \"z\", \"data_type\": \"TYPE_FP32\", \"dims\": [4]}]%s}\n",
-             name, max_batch, extra ? extra : "");
-    snprintf(path, sizeof path, "%s/%s", repo, name);
-    mkdir(path, 0777);
-    snprintf(path, sizeof path, "%s/%s/config.json", repo, name);
-    write_text(path, text);
-}
-
-/* REPO/NAME/VERSION with graph and weights (factor scales w). */
-static void write_version(const char *repo, const char *name, int version, float factor) {
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/%s/%d", repo, name, version);
-    mkdir(dir, 0777);
-    write_graph(dir, true);
-    write_weights(dir, factor);
-}
-
-/* Overwrites <repo>/<name>/config.json with a config of max_batch_size 8, inputs a (data type
- * a_type) and b (TYPE_FP32) of dims [4] and one TYPE_FP32 output `out` of dims [out_dim]. */
-static void write_io_config(const char *repo, const char *name, const char *a_type,
-                            const char *out, int out_dim) {
-    char path[1024], text[1024];
-    snprintf(path, sizeof path, "%s/%s/config.json", repo, name);
-    snprintf(text, sizeof text,
-             "{\"max_batch_size\": 8, \"input\": [{\"name\": \"a\", \"data_type\": \"%s\", "
-             "\"dims\": [4]}, {\"name\": \"b\", \"data_type\": \"TYPE_FP32\", \"dims\": [4]}], "
-             "\"output\": [{\"name\": \"%s\", \"data_type\": \"TYPE_FP32\", \"dims\": [%d]}]}",
-             a_type, out, out_dim);
-    write_text(path, text);
-}
-
-static void write_model(const char *repo, const char *name, int max_batch, const char *extra) {
-    write_config(repo, name, max_batch, extra);
-    write_version(repo, name, 1, 1.0f);
-}
-
-struct fx {
-    char repo[64];
-    struct rtx_serving *s;
-};
-
-static void fx_repo(struct fx *f) {
-    memset(f, 0, sizeof *f);
-    snprintf(f->repo, sizeof f->repo, "/tmp/rtx-serving-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(f->repo));
-}
-
-static struct rtx_serving_options fx_opts(struct fx *f, enum rtx_model_control c) {
-    return (struct rtx_serving_options){
-        .repository = f->repo, .control = c, .poll_ms = 20, .cpu_threads = 1,
-        .max_queue = 1000,
-    };
-}
-
-static void fx_start_opts(struct fx *f, const struct rtx_serving_options *o) {
-    struct rtx_err err = {0};
-    ck_assert_msg(rtx_serving_start(o, &f->s, &err) == 0, "%s", err.msg);
-}
-
-static void fx_start(struct fx *f, enum rtx_model_control c) {
-    struct rtx_serving_options o = fx_opts(f, c);
-    fx_start_opts(f, &o);
-}
-
-/* A new repository holding one model `name` (write_model(): max_batch, extra), served with
- * model control c. */
-static void fx_model(struct fx *f, const char *name, int max_batch, const char *extra,
-                     enum rtx_model_control c) {
-    fx_repo(f);
-    write_model(f->repo, name, max_batch, extra);
-    fx_start(f, c);
-}
-
-static void fx_close(struct fx *f) {
-    rtx_serving_stop(f->s);
-    f->s = NULL;
-    rm_tree(f->repo);
-}
-
-/* ------------------------------------------------------------------------------------------
- * Requests
- * ---------------------------------------------------------------------------------------- */
-
-/* What a callback saw. `gate`: when set, the callback blocks until it is cleared (so the
- * worker stays busy and later requests wait in the queue). */
-struct call {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-    int code;
-    char msg[256];
-    int batch_size;
-    int64_t queue_ns;
-    int n_outputs;
-    float y[64 * 4], z[64 * 4];
-    char out0[16];
-    bool gate, entered;
-};
-
-static void call_init(struct call *c) {
-    memset(c, 0, sizeof *c);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-}
-
-static void on_done(void *ctx, const struct rtx_infer_result *res) {
-    struct call *c = ctx;
-    pthread_mutex_lock(&c->mu);
-    c->entered = true;
-    pthread_cond_broadcast(&c->cv);
-    while (c->gate)
-        pthread_cond_wait(&c->cv, &c->mu);
-    c->code = res->code;
-    snprintf(c->msg, sizeof c->msg, "%s", res->msg);
-    c->batch_size = res->batch_size;
-    c->queue_ns = res->queue_ns;
-    c->n_outputs = res->n_outputs;
-    for (int j = 0; j < res->n_outputs; j++) {
-        const struct rtx_tensor *t = res->outputs[j];
-        float *dst = strcmp(res->output_names[j], "y") == 0 ? c->y : c->z;
-        if (j == 0) snprintf(c->out0, sizeof c->out0, "%s", res->output_names[j]);
-        int64_t n = rtx_tensor_numel(t);
-        for (int64_t i = 0; i < n && i < 64 * 4; i++)
-            dst[i] = (float)rtx_tensor_get(t, i);
-    }
-    c->done++;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void call_wait(struct call *c) {
-    pthread_mutex_lock(&c->mu);
-    while (!c->done)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void call_wait_entered(struct call *c) {
-    pthread_mutex_lock(&c->mu);
-    while (!c->entered)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void call_open_gate(struct call *c) {
-    pthread_mutex_lock(&c->mu);
-    c->gate = false;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void call_close(struct call *c) {
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
-}
-
-/* a[r][k] = seed + r + k / 8, b[r][k] = seed * 0.5 - k, for `rows` rows. */
-static struct rtx_tensor *make_input(int rows, float seed, bool is_b) {
-    struct rtx_tensor *t;
-    struct rtx_err err = {0};
-    const int64_t d[2] = {rows, 4};
-    ck_assert(rtx_tensor_new(RTX_F32, 2, d, &t, &err) == 0);
-    float *p = rtx_tensor_data(t);
-    for (int r = 0; r < rows; r++)
-        for (int k = 0; k < 4; k++)
-            p[r * 4 + k] = is_b ? seed * 0.5f - (float)k : seed + (float)r + (float)k / 8;
-    return t;
-}
-
-/* Submits a scale request of `rows` rows to the newest version of `name`; returns the code
- * of rtx_serving_infer (and its message in err). */
-static int submit(struct rtx_serving *s, const char *name, int rows, float seed, struct call *c,
-                  int64_t deadline_ns, const volatile int *cancel, struct rtx_err *err) {
-    struct rtx_model *m;
-    int rc = rtx_serving_model_get(s, name, 0, &m, err);
-    if (rc) return rc;
-    struct rtx_tensor *a = make_input(rows, seed, false), *b = make_input(rows, seed, true);
-    struct rtx_infer_input ins[2] = {{"a", a}, {"b", b}};
-    struct rtx_infer_request req = {
-        .model = m, .id = "req", .n_inputs = 2, .inputs = ins, .deadline_ns = deadline_ns,
-        .cancel = cancel, .done = on_done, .ctx = c,
-    };
-    rc = rtx_serving_infer(s, &req, err);
-    rtx_tensor_unref(a);
-    rtx_tensor_unref(b);
-    rtx_model_unref(m);
-    return rc;
-}
-
-static void check_scale(const struct call *c, int rows, float seed, float factor) {
-    ck_assert_msg(c->code == 0, "request failed: %s", c->msg);
-    for (int r = 0; r < rows; r++)
-        for (int k = 0; k < 4; k++) {
-            float a = seed + (float)r + (float)k / 8, b = seed * 0.5f - (float)k;
-            ck_assert_float_eq(c->y[r * 4 + k], a * (scale_w[k] * factor) + b);
-            ck_assert_float_eq(c->z[r * 4 + k], a - b);
-        }
-}
-
-static struct rtx_model_stats get_stats(struct rtx_serving *s, const char *name) {
-    struct rtx_model_stats *st = NULL, out;
-    int n = 0;
-    struct rtx_err err = {0};
-    ck_assert_msg(rtx_serving_stats(s, name, 0, &st, &n, &err) == 0, "%s", err.msg);
-    ck_assert_int_ge(n, 1);
-    out = st[n - 1];
-    rtx_free(st);
-    return out;
-}
-
-static enum rtx_model_state index_state(struct rtx_serving *s, const char *name, char *reason) {
-    struct rtx_model_index_entry *e;
-    int n;
-    struct rtx_err err = {0};
-    ck_assert(rtx_serving_index(s, false, &e, &n, &err) == 0);
-    enum rtx_model_state st = RTX_MODEL_STATE_COUNT;
-    for (int i = 0; i < n; i++)
-        if (strcmp(e[i].name, name) == 0) {
-            st = e[i].state;
-            if (reason) snprintf(reason, 256, "%s", e[i].reason);
-        }
-    rtx_free(e);
-    return st;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-}
+#include "tests/unit/test-serving-util.h"
 
 /* ------------------------------------------------------------------------------------------
  * Start, load, unload, reload
@@ -374,21 +70,23 @@ START_TEST(serving_loads_every_model_and_infers) {
     ck_assert_int_eq(rtx_serving_stats(f.s, "nope", 0, &(struct rtx_model_stats *){0},
                                        &(int){0}, &err), RTX_ENOTFOUND);
     call_close(&c);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
 START_TEST(serving_start_errors) {
     struct rtx_serving *s;
     struct rtx_err err = {0};
-    struct rtx_serving_options o = {.repository = "/nonexistent/repo", .cpu_threads = 1,
+    struct fx f = {0};
+    serving_fx_devices(&f, NULL);
+    struct rtx_serving_options o = {.repository = "/nonexistent/repo", .devices = f.devices,
                                     .max_queue = 1};
     ck_assert_int_eq(rtx_serving_start(&o, &s, &err), RTX_EIO);
     ck_assert(strstr(err.msg, "/nonexistent/repo"));
     o.repository = "/tmp";
-    o.cpu_threads = 0;
+    o.devices = NULL; /* the device set is required */
     ck_assert_int_eq(rtx_serving_start(&o, &s, &err), RTX_EINVAL);
-    o.cpu_threads = 1;
+    o.devices = f.devices;
     o.control = RTX_MODEL_CONTROL_POLL;
     o.poll_ms = 0;
     ck_assert_int_eq(rtx_serving_start(&o, &s, &err), RTX_EINVAL);
@@ -404,6 +102,7 @@ START_TEST(serving_start_errors) {
     ck_assert(rtx_serving_start(&o, &s, &err) == 0);
     ck_assert(rtx_serving_ready(s));
     rtx_serving_stop(s);
+    rtx_devices_free(f.devices);
 }
 END_TEST
 
@@ -442,7 +141,7 @@ START_TEST(serving_reports_events_through_its_log_hook) {
     ck_assert_msg(strstr(events, "1 model unloaded model=scale\n") != NULL, "%s", events);
     ck_assert_msg(strstr(events, "3 model load failed model=odd error=") != NULL, "%s", events);
     pthread_mutex_unlock(&events_mu);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -506,7 +205,7 @@ START_TEST(serving_explicit_load_unload_frees_memory) {
     ck_assert_int_eq(rtx_model_info(m)->n_outputs, 1);
     rtx_model_unref(m);
     call_close(&c);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -567,7 +266,7 @@ START_TEST(serving_failed_reload_keeps_the_old_version) {
     ck_assert_int_eq(rtx_serving_stats(f.s, "scale", 7, &st, &n, &err), RTX_ENOTFOUND);
     call_close(&c);
     call_close(&c2);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -601,7 +300,7 @@ START_TEST(serving_version_policies) {
     call_wait(&c);
     check_scale(&c, 1, 1.0f, 3.0f);
     call_close(&c);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -662,7 +361,7 @@ START_TEST(serving_load_errors_name_the_file) {
         ck_assert_int_eq(rtx_serving_model_get(f.s, want[i].model, 0, &m, &err),
                          RTX_EUNAVAILABLE);
     }
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -689,7 +388,7 @@ START_TEST(serving_poll_mode_follows_the_directory) {
     for (int i = 0; i < 200 && rtx_serving_model_ready(f.s, "later", 0); i++)
         sleep_ms(10);
     ck_assert(!rtx_serving_model_ready(f.s, "later", 0));
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -765,7 +464,7 @@ START_TEST(serving_rejects_bad_requests_before_queuing) {
     rtx_tensor_unref(a2x3);
     rtx_model_unref(m);
     call_close(&c);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -814,7 +513,7 @@ START_TEST(batching_merges_splits_and_matches_unbatched) {
         call_close(&on[i]);
         call_close(&off[i]);
     }
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -923,8 +622,9 @@ START_TEST(batching_matches_unbatched_for_gemm) {
     write_mlp(f.repo, "mlp", ", \"dynamic_batching\": {\"preferred_batch_size\": [16, 32],"
                              " \"max_queue_delay_microseconds\": 200000}");
     write_mlp(f.repo, "mlp_nobatch", NULL);
+    /* threaded GEMM must not change a row's result either */
+    serving_fx_devices(&f, &(struct rtx_devices_options){.cpu_threads = 2, .plan_cache = 16});
     struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_NONE);
-    o.cpu_threads = 2; /* threaded GEMM must not change a row's result either */
     fx_start_opts(&f, &o);
     enum { N = 12 };
     const int rows[N] = {1, 3, 2, 1, 5, 4, 1, 2, 3, 1, 2, 7}; /* 32 in all */
@@ -950,7 +650,7 @@ START_TEST(batching_matches_unbatched_for_gemm) {
     ck_assert_int_gt(batched, 0);
     free(on);
     free(off);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -970,7 +670,7 @@ START_TEST(batching_waits_at_most_the_queue_delay) {
     ck_assert_int_ge(c.queue_ns, 55000000);
     ck_assert_int_lt(waited, 1000000000);
     call_close(&c);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1006,7 +706,7 @@ START_TEST(batching_respects_max_batch_size_and_shapes) {
     call_close(&gate);
     for (int i = 0; i < 5; i++)
         call_close(&c[i]);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1036,7 +736,7 @@ START_TEST(batching_sends_the_largest_preferred_batch) {
     call_close(&gate);
     for (int i = 0; i < 5; i++)
         call_close(&c[i]);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1088,7 +788,7 @@ START_TEST(queue_bound_deadline_and_cancel) {
     call_close(&can);
     call_close(&ok);
     call_close(&full);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1114,7 +814,7 @@ START_TEST(instances_serve_in_parallel) {
     call_wait(&gate);
     call_close(&gate);
     call_close(&c);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1157,7 +857,7 @@ START_TEST(stop_answers_every_request_once) {
         call_close(&c[i]);
     }
     call_close(&gate);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1183,7 +883,7 @@ START_TEST(load_survives_out_of_memory) {
     call_wait(&c);
     check_scale(&c, 2, 1.0f, 1.0f);
     call_close(&c);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1235,20 +935,11 @@ static void on_done_seq(void *ctx, const struct rtx_infer_result *res) {
 static int submit_lane(struct rtx_serving *s, const char *name, int rows, float seed,
                        rtx_infer_done_fn done, void *ctx, int64_t deadline_ns, int priority,
                        const char *lane, struct rtx_err *err) {
-    struct rtx_model *m;
-    int rc = rtx_serving_model_get(s, name, 0, &m, err);
-    if (rc) return rc;
-    struct rtx_tensor *a = make_input(rows, seed, false), *b = make_input(rows, seed, true);
-    struct rtx_infer_input ins[2] = {{"a", a}, {"b", b}};
     struct rtx_infer_request req = {
-        .model = m, .id = "lane", .n_inputs = 2, .inputs = ins, .deadline_ns = deadline_ns,
-        .priority = priority, .lane = lane, .done = done, .ctx = ctx,
+        .id = "lane", .deadline_ns = deadline_ns, .priority = priority, .lane = lane,
+        .done = done, .ctx = ctx,
     };
-    rc = rtx_serving_infer(s, &req, err);
-    rtx_tensor_unref(a);
-    rtx_tensor_unref(b);
-    rtx_model_unref(m);
-    return rc;
+    return submit_req(s, name, rows, seed, &req, err);
 }
 
 static int64_t lane_counter(struct rtx_serving *s, const char *lane, enum rtx_sched_counter c) {
@@ -1323,7 +1014,7 @@ START_TEST(lanes_follow_name_priority_model_and_default) {
     ck_assert_int_eq(lane_counter(f.s, "batch", RTX_SCHED_CTR_COMPLETED), 3);
     call_close(&bad);
     call_close(&gate);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1336,13 +1027,13 @@ START_TEST(lanes_unknown_model_lane_fails_the_load) {
     char reason[256] = "";
     ck_assert_int_eq(index_state(f.s, "odd", reason), RTX_MODEL_UNAVAILABLE);
     ck_assert_msg(strstr(reason, "parameters.lane 'gold'"), "%s", reason);
-    fx_close(&f);
     struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_NONE);
     o.default_lane = "gold";
     struct rtx_serving *s = NULL;
     struct rtx_err err = {0};
     ck_assert_int_eq(rtx_serving_start(&o, &s, &err), RTX_EINVAL);
     ck_assert(strstr(err.msg, "default lane 'gold'"));
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1384,7 +1075,7 @@ START_TEST(lanes_full_lane_refuses_with_overload) {
     ck_assert_int_eq(refused.done, 0);
     call_close(&refused);
     call_close(&gate);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1432,7 +1123,7 @@ START_TEST(lanes_dispatch_in_deadline_and_lane_order) {
     call_close(&b.c);
     call_close(&c.c);
     call_close(&gate);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1489,7 +1180,7 @@ START_TEST(lanes_cancel_and_expiry_leave_the_queue) {
     call_close(&gate);
     call_close(&can);
     call_close(&exp);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1547,7 +1238,7 @@ START_TEST(lanes_brownout_shortens_the_batching_delay) {
     ck_assert_int_lt(rtx_mono_ns() - t0, 2000000000LL); /* not the 5 s of the full delay */
     call_close(&shed);
     call_close(&gate);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1633,7 +1324,7 @@ START_TEST(lanes_reconfigure_reaches_loaded_versions) {
     rtx_free(st);
     call_close(&refused);
     call_close(&gate);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1688,7 +1379,7 @@ START_TEST(lanes_reconfigure_during_a_load_reaches_the_new_version) {
     ck_assert_int_eq(st->lanes[0].config.target_ns, 20 * 1000 * 1000);
     ck_assert_int_eq(st->lanes[0].config.max_queued, 2);
     rtx_free(st);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1835,7 +1526,7 @@ START_TEST(costs_survive_a_restart) {
     ck_assert_int_eq(row.ema_ns, ema2);
     ck_assert_int_eq(row.samples, samples + 2);
     rtx_store_close(st);
-    rm_tree(f.repo);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -1863,7 +1554,7 @@ START_TEST(costs_are_saved_at_unload) {
     ck_assert_int_eq(costs_of_scale(f.s, &ema2, &samples2), 0);
     ck_assert_int_eq(ema2, ema);
     ck_assert_int_eq(samples2, 3);
-    fx_close(&f);
+    fx_stop(&f);
     rtx_store_close(st);
 }
 END_TEST
@@ -1881,7 +1572,7 @@ START_TEST(costs_without_a_store_are_not_kept) {
     fx_start(&f, RTX_MODEL_CONTROL_NONE);
     ck_assert_int_eq(costs_of_scale(f.s, &ema, &samples), RTX_ENOTFOUND);
     costs_run(f.s, 1);
-    fx_close(&f);
+    fx_stop(&f);
 }
 END_TEST
 
