@@ -32,7 +32,10 @@ and Debian's libb64-0d). Needs RTX_BUILD (the Makefile sets it) and the venv's P
 Environment: RTX_BENCH_SERVING_MS (measurement window, default 3000),
 RTX_BENCH_SERVING_PROTOCOLS ("grpc,http"), RTX_PERF_ANALYZER (the binary, default the venv's),
 RTX_BENCH_SERVING_MODELS (the batching-on model of each pair to run, default "mlp_wide,mlp"),
-RTX_BENCH_SERVING_CONCURRENCY ("1,8,32"), RTX_BENCH_SERVING_ROUNDS (3), RTX_BENCH_REPORT.
+RTX_BENCH_SERVING_CONCURRENCY ("1,8,32"), RTX_BENCH_SERVING_ROUNDS (3), RTX_BENCH_REPORT,
+RTX_BENCH_SERVING_PROFILE=1 (during the first round of each batching-on model at the judged
+concurrency, rtxd's CPU per thread group and, with RTX_PROFILE_GDB=gdb or cuda-gdb, sampled
+stacks: bench/thread_profile.py).
 """
 import csv
 import json
@@ -47,6 +50,9 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import thread_profile  # noqa: E402
 
 # batching on -> the same model with batching off
 PAIRS = {"mlp_wide": "mlp_wide_nobatch", "mlp": "mlp_nobatch"}
@@ -63,6 +69,7 @@ CONCURRENCY = [int(c) for c in env_list("RTX_BENCH_SERVING_CONCURRENCY", "1,8,32
 ROUNDS = int(os.environ.get("RTX_BENCH_SERVING_ROUNDS", "3"))
 TARGET_THROUGHPUT, TARGET_P99 = 3.0, 2.0
 JUDGED_CONCURRENCY = 32
+PROFILE = os.environ.get("RTX_BENCH_SERVING_PROFILE", "") not in ("", "0")
 
 
 def free_port():
@@ -222,7 +229,7 @@ def main():
                 print("  " + describe(grpc_port, m))
             print(f"{'protocol':8} {'model':17} {'conc':>4} {'round':>5} {'infer/s':>10} "
                   f"{'p99 us':>9} {'batch':>6}")
-            res = {}
+            res, profiles = {}, []
             for on in ON_MODELS:
                 off = PAIRS[on]
                 for protocol in PROTOCOLS:
@@ -232,8 +239,16 @@ def main():
                         for r in range(rounds):
                             for model in ((off, on) if r % 2 == 0 else (on, off)):
                                 before = counts(http_port, model)
+                                prof = None
+                                if PROFILE and model == on and c == JUDGED_CONCURRENCY and r == 0:
+                                    prof = thread_profile.Profile(
+                                        rtxd.pid, os.environ.get("RTX_PROFILE_GDB"))
+                                    prof.start()
                                 got = run_pa(exe, env, model, protocol, url, c, tmp, r)
                                 after = counts(http_port, model)
+                                if prof:
+                                    profiles.append((protocol, model, c,
+                                                     prof.report(*prof.stop())))
                                 res.setdefault((protocol, model, c), []).append(got)
                                 execs = after[1] - before[1] if before and after else 0
                                 batch = (f"{(after[0] - before[0]) / execs:.1f}" if execs > 0
@@ -246,6 +261,9 @@ def main():
                                           f"{got[0]:>10.0f} {got[1]:>9} {batch:>6}", flush=True)
             print("(batch: inferences / executions in rtxd during the run: the mean batch size "
                   "that actually ran)")
+            for protocol, model, c, text in profiles:
+                print(f"\nprofile: {protocol} {model} at concurrency {c} (its first round)")
+                print(text)
             print()
             for on in ON_MODELS:
                 for protocol in PROTOCOLS:
