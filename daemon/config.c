@@ -175,7 +175,7 @@ static const struct setting settings[] = {
      .def = "0.25", .min = 0, .max = 1000,
      .description = "of each device's budget reserved for jobs, 0 to 1; beyond it jobs borrow "
                     "what no consumer reserved; a job needing more fails RESOURCE_EXHAUSTED"},
-    {.name = "device.plan_cache", .type = TYPE_INT, .offset = F(plan_cache), .def = "16",
+    {.name = "device.plan_cache", .type = TYPE_INT, .offset = F(plan_cache), .def = "64",
      .min = 0, .max = 4096,
      .description = "plans each device keeps: a run with a kept plan's graph, input shapes and "
                     "limits on its backend reuses it (GPU: CUDA graph replay); 0 = none"},

@@ -215,9 +215,6 @@ static void on_device_fault(void *ctx, struct rtx_device *d, const char *why) {
     if (!ours) return;
     rtx_log(RTX_LOG_ERROR, "device unhealthy: it takes no more jobs", "device",
             rtx_device_name(d), "error", why, NULL);
-    /* the kept plans hold memory of a context that cannot recover (the device layer keeps
-     * them; plans taken out now are dropped when their failed run returns them) */
-    rtx_device_plans_clear(d);
 }
 
 /* ------------------------------------------------------------------------------------------

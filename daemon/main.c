@@ -446,6 +446,14 @@ static void serving_log(enum rtx_serving_log_level level, const char *msg,
 /* Starts inference serving when models.repository is set (d.serving stays NULL otherwise) on
  * the daemon's device set (its CPU backends get the set's threads); models.startup is split
  * at commas. */
+/* models.cpu_threads, 0 meaning one thread per online CPU (a model instance's CPU backend
+ * has the host to itself unless jobs run beside it). */
+static int models_cpu_threads(const struct rtx_config *c) {
+    if (c->models_cpu_threads > 0) return c->models_cpu_threads;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    return ncpu > 0 ? (int)ncpu : 1;
+}
+
 static int serving_start(struct app *a, const struct rtx_limits *limits, struct rtx_err *err) {
     const struct rtx_config *c = &a->cfg;
     if (!c->models_repository || !c->models_repository[0]) return 0;
@@ -454,6 +462,7 @@ static int serving_start(struct app *a, const struct rtx_limits *limits, struct 
         .poll_ms = c->models_poll_ms,
         .limits = *limits,
         .devices = a->d.devices,
+        .cpu_threads = models_cpu_threads(c),
         .max_queue = c->models_max_queue,
         .sched = &c->sched,
         .default_lane = c->default_lane,

@@ -16,17 +16,22 @@ struct backend_rec *rtx__device_backend_find(struct rtx_device *d, const struct 
     return NULL;
 }
 
+void rtx_device_consumer_set_cpu_threads(struct rtx_device_consumer *c, int n_threads) {
+    c->cpu_threads = n_threads > 0 ? n_threads : 0;
+}
+
 static int make_backend(struct rtx_device_consumer *c, struct rtx_backend **be,
                         struct rtx_err *err) {
     struct rtx_device *d = c->d;
     struct rtx_devices *s = d->set;
     if (d->kind == RTX_DEVICE_CPU) {
-        struct rtx_cpu_options co = {.n_threads = s->cpu_threads, .account = &c->account};
+        struct rtx_cpu_options co = {.n_threads = c->cpu_threads ? c->cpu_threads : s->cpu_threads,
+                                     .account = &c->account};
         return rtx_backend_cpu_new(&co, be, err);
     }
     int rc = s->gpu->backend_new(s->gpu_ctx, d->cuda, &c->account, be, err);
     if (rc == 0 && !*be) rc = rtx_err_set(err, RTX_EINTERNAL, "the GPU interface made no backend");
-    if (rc) {
+    if (rc == RTX_EGPU) { /* out of memory or a bad option leave the device usable */
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "cannot create its backend: %.220s", err->msg);
         rtx_device_fault(d, why);

@@ -15,6 +15,7 @@
 #define RTX_DEVICE_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "device/device.h"
 #include "runtime/mem-pool.h"
@@ -29,6 +30,7 @@ struct rtx_device_consumer {
     size_t reserved, used, peak;     /* bytes */
     uint64_t refusals;
     int backends;
+    int cpu_threads;                 /* CPU backends' threads; 0: the set's */
     struct rtx_device_consumer *next; /* registration order */
 };
 
@@ -73,8 +75,8 @@ struct rtx_device {
     int sm_count, cc_major, cc_minor;
     size_t memory_bytes, budget;     /* bytes */
     pthread_mutex_t mu;
+    atomic_bool healthy;             /* written under mu, read without it (every batch) */
     /* under mu */
-    bool healthy;
     char detail[256];
     size_t reserved, used, borrowed; /* bytes: sum of reservations, of uses, of uses beyond */
     uint64_t refusals;

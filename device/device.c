@@ -269,10 +269,7 @@ int rtx_device_consumers(struct rtx_device *d, struct rtx_device_consumer_info *
 }
 
 bool rtx_device_healthy(struct rtx_device *d) {
-    pthread_mutex_lock(&d->mu);
-    bool h = d->healthy;
-    pthread_mutex_unlock(&d->mu);
-    return h;
+    return atomic_load_explicit(&d->healthy, memory_order_acquire);
 }
 
 void rtx_device_detail(struct rtx_device *d, char *buf, size_t len) {
@@ -285,14 +282,18 @@ void rtx_device_detail(struct rtx_device *d, char *buf, size_t len) {
 bool rtx_device_fault(struct rtx_device *d, const char *why) {
     if (!why || !why[0]) why = "faulted";
     pthread_mutex_lock(&d->mu);
-    bool first = d->healthy;
+    bool first = atomic_load_explicit(&d->healthy, memory_order_relaxed);
     if (first) {
-        d->healthy = false;
         snprintf(d->detail, sizeof d->detail, "%s", why);
+        atomic_store_explicit(&d->healthy, false, memory_order_release);
     }
     pthread_mutex_unlock(&d->mu);
-    if (first) notify(d, why);
-    return first;
+    if (!first) return false;
+    /* the kept plans hold memory of a context that cannot recover; plans taken out now are
+     * dropped when their failed runs return them */
+    rtx_device_plans_clear(d);
+    notify(d, why);
+    return true;
 }
 
 bool rtx_device_check(struct rtx_device *d, struct rtx_backend *be, char *reason, size_t len) {

@@ -244,6 +244,10 @@ struct rtx_mem_account *rtx_device_consumer_account(struct rtx_device_consumer *
 int rtx_device_consumer_charge(struct rtx_device_consumer *c, size_t bytes, struct rtx_err *err);
 void rtx_device_consumer_credit(struct rtx_device_consumer *c, size_t bytes);
 
+/* The threads of the CPU backends the consumer makes from now on (serving's
+ * models.cpu_threads); 0: the set's cpu_threads. */
+void rtx_device_consumer_set_cpu_threads(struct rtx_device_consumer *c, int n_threads);
+
 /* Makes a backend on the consumer's device for one executing thread, charged to the
  * consumer: the CPU backend (cpu_threads threads) or a GPU backend, warmed up. A GPU backend
  * that cannot be made, or whose warm-up fails with a sticky error, faults the device.

@@ -231,6 +231,7 @@ static int make_instances(struct rtx_model *m, const struct rtx__model_load_opts
         int rc = rtx_device_consumer_new(d, name, reservation(m, d, per_slot[slot]),
                                          &m->consumers[slot], err);
         if (rc) return rc; /* RTX_ELIMIT: the device layer's message says what did not fit */
+        rtx_device_consumer_set_cpu_threads(m->consumers[slot], o->cpu_threads);
     }
     m->inst = rtx_calloc((size_t)n, sizeof *m->inst);
     if (!m->inst) return rtx_err_set(err, RTX_ENOMEM, "out of memory creating instances");

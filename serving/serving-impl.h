@@ -110,6 +110,7 @@ struct rtx__model_load_opts {
     int64_t version;
     const struct rtx_limits *limits;
     struct rtx_devices *devices;   /* the server's; outlives the model */
+    int cpu_threads;               /* CPU instances' backend threads; 0: the device set's */
     int64_t max_queue;
     struct rtx__stats_rec *stats;  /* owned by the repository; outlives the model */
     const struct rtx_sched_config *sched; /* lanes and knobs (executors, bounds adjusted) */

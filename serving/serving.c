@@ -62,6 +62,7 @@ struct rtx_serving {
     int poll_ms;
     struct rtx_limits limits;
     struct rtx_devices *devices;   /* the daemon's; instances run on its devices */
+    int cpu_threads;               /* CPU instances' backend threads; 0: the set's */
     bool fault_listening;          /* on_fault is a listener of devices */
     int64_t max_queue;
     struct rtx_sched_config sched; /* under mu: every version's lanes and knobs */
@@ -568,7 +569,7 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
         snprintf(vdir, sizeof vdir, "%s/%lld", mdir, (long long)want[i]);
         struct rtx__model_load_opts o = {
             .dir = vdir, .cfg = cfg, .version = want[i], .limits = &s->limits,
-            .devices = s->devices, .max_queue = s->max_queue,
+            .devices = s->devices, .cpu_threads = s->cpu_threads, .max_queue = s->max_queue,
             .stats = rec, .sched = &sched, .default_lane = s->default_lane, .log = s->log,
         };
         if ((rc = rtx__model_load(&o, &loaded[n_loaded], err))) {
@@ -834,6 +835,7 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
     s->poll_ms = opt->poll_ms;
     s->limits = opt->limits.max_nodes ? opt->limits : rtx_limits_default();
     s->devices = opt->devices;
+    s->cpu_threads = opt->cpu_threads > 0 ? opt->cpu_threads : 0;
     s->max_queue = opt->max_queue;
     s->sched = sc;
     s->default_lane = default_lane;

@@ -76,6 +76,8 @@ struct rtx_serving_options {
      * version registers one consumer per device it has instances on, and plans are kept in
      * the devices' plan caches. */
     struct rtx_devices *devices;
+    int cpu_threads;                      /* threads of each CPU instance's backend (setting
+                                             models.cpu_threads); 0: the device set's */
     int64_t max_queue;                    /* pending requests per model; beyond: RTX_EUNAVAILABLE */
     /* SLA lanes of inference requests: every model version gets a scheduler with these lanes
      * and knobs (executors = its instance count; each lane's queue bound capped at max_queue).

@@ -254,6 +254,6 @@ def test_setting_jobs_device_cpu(make_daemon):
     assert "jobs.gpu_pool_cap_bytes" not in settings  # retired: the device budgets bound it
     assert settings["device.jobs_reserve"].value == "0.25"
     assert settings["device.memory_fraction"].value == "0.9"
-    assert settings["device.plan_cache"].value == "16"
+    assert settings["device.plan_cache"].value == "64"
     e = submit_error(c, add_graph(), {"x": np.ones(4, np.float32)}, "cuda:0")
     assert e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAVAILABLE), e

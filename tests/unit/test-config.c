@@ -1164,7 +1164,7 @@ START_TEST(config_device_settings_and_old_names) {
     struct rtx_err err;
     ck_assert_int_eq(load(&cfg, args_of(&a, NULL), &err), 0);
     ck_assert(cfg.memory_fraction == 0.9 && cfg.jobs_reserve == 0.25);
-    ck_assert_int_eq(cfg.plan_cache, 16);
+    ck_assert_int_eq(cfg.plan_cache, 64);
     ck_assert_str_eq(view_of(&cfg, "device.jobs_reserve").value, "0.25");
     rtx_config_free(&cfg);
 

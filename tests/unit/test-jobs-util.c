@@ -342,6 +342,7 @@ int64_t wall_ms(void) {
 int fake_refuse_op = -1;
 int fake_fail_device = -1;
 bool fake_capture;
+int fake_fault_next;
 struct fake_gpu *fake_made[4];
 
 struct rtx_backend_graph {
@@ -385,7 +386,8 @@ static int fake_gpu_run(struct rtx_backend *be, const struct rtx_node_args *a,
     int rc = fake_gpu_check(f, err);
     if (rc) return rc;
     const char *name = a->node->name ? a->node->name : "";
-    if (strncmp(name, "sticky", 6) == 0) {
+    if (strncmp(name, "sticky", 6) == 0 ||
+        __atomic_exchange_n(&fake_fault_next, 0, __ATOMIC_SEQ_CST)) {
         f->faulted = true;
         return rtx_err_set(err, RTX_EGPU, "node '%s': cudaErrorIllegalAddress (fake)", name);
     }
@@ -533,6 +535,7 @@ void gpu_list_init(struct gpu_list *g, int n) {
         g->devs[i].index = i;
         snprintf(g->devs[i].name, sizeof g->devs[i].name, "Fake GPU %d", i);
         g->devs[i].healthy = true;
+        g->devs[i].memory_bytes = (size_t)1 << 30; /* room in the budget for a served model too */
     }
     g->l.n = n;
     g->l.devs = n ? g->devs : NULL;

@@ -180,6 +180,9 @@ struct fake_gpu {
 extern int fake_refuse_op;          /* an RTX_OP_* the fake GPUs do not support; -1: none */
 extern int fake_fail_device;        /* a device whose backend cannot be created; -1: none */
 extern bool fake_capture;           /* fake GPUs made from now on capture graphs */
+extern int fake_fault_next;         /* atomic: when set, the next node any fake GPU runs faults
+                                       as a "sticky" node does (for graphs whose names a test
+                                       does not choose: a served model's) */
 extern struct fake_gpu *fake_made[4]; /* the fake GPU of each device last made (one worker) */
 
 /* n healthy fake CUDA devices as device discovery lists them. */

@@ -33,6 +33,7 @@
     X(serving_lanes)                                                                            \
     X(serving_costs)                                                                            \
     X(serving_devices)                                                                          \
+    X(device_shared)                                                                            \
     X(sched)                                                                                    \
     X(shm)                                                                                      \
     X(http)

@@ -105,7 +105,7 @@ static const struct rtx_device_gpu_i fake_gpus = {.backend_new = fake_new,
 
 /* f's device set: the CPU (cpu_memory_bytes of memory, 0: physical RAM) and, with_gpu, one
  * fake GPU. */
-static void devices_of(struct fx *f, size_t cpu_memory_bytes, bool with_gpu) {
+static void devices_of(struct serving_fx *f, size_t cpu_memory_bytes, bool with_gpu) {
     static struct rtx_cuda_device dev = {
         .index = 0, .name = "Fake GPU 0", .healthy = true, .memory_bytes = (size_t)1 << 30};
     static struct rtx_cuda_devices gpus = {.n = 1, .devs = &dev};
@@ -120,7 +120,7 @@ static void devices_of(struct fx *f, size_t cpu_memory_bytes, bool with_gpu) {
     serving_fx_devices(f, &o);
 }
 
-static struct rtx_device_info device_info(struct fx *f, int slot) {
+static struct rtx_device_info device_info(struct serving_fx *f, int slot) {
     struct rtx_device_info di;
     rtx_device_info(rtx_devices_get(f->devices, slot), &di);
     return di;
@@ -156,7 +156,7 @@ static bool warned_of(const char *what) {
 }
 
 /* Submits rows of the scale model and waits for the answer in c (initialized here). */
-static void infer(struct fx *f, const char *name, int rows, struct call *c) {
+static void infer(struct serving_fx *f, const char *name, int rows, struct call *c) {
     struct rtx_err err = {0};
     call_init(c);
     ck_assert_msg(submit(f->s, name, rows, 1.0f, c, 0, NULL, &err) == 0, "%s", err.msg);
@@ -168,7 +168,7 @@ static void infer(struct fx *f, const char *name, int rows, struct call *c) {
  * ---------------------------------------------------------------------------------------- */
 
 START_TEST(reservation_that_does_not_fit_fails_the_load) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     devices_of(&f, (size_t)4 << 20, false);
     write_model(f.repo, "big", 8, ", \"memory_reserve_bytes\": 1073741824");
@@ -198,7 +198,7 @@ START_TEST(reservation_that_does_not_fit_fails_the_load) {
 END_TEST
 
 START_TEST(batch_beyond_the_share_fails_with_enomem_and_the_next_runs) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     devices_of(&f, (size_t)4 << 20, false); /* a budget of 3.6 MiB on the CPU */
     write_model(f.repo, "scale", 131072, ", \"memory_reserve_bytes\": 1048576");
@@ -220,7 +220,7 @@ START_TEST(batch_beyond_the_share_fails_with_enomem_and_the_next_runs) {
 END_TEST
 
 START_TEST(repeated_batches_hit_the_device_plan_cache) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8, NULL);
     fx_start(&f, RTX_MODEL_CONTROL_NONE);
@@ -244,7 +244,7 @@ START_TEST(repeated_batches_hit_the_device_plan_cache) {
 END_TEST
 
 START_TEST(gpu_fault_moves_requests_to_healthy_instances_or_fails_them) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     devices_of(&f, 0, true);
     write_model(f.repo, "gpu", 8, ", \"instance_group\": [{\"kind\": \"KIND_GPU\", \"count\": 1}]");

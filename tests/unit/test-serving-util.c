@@ -124,7 +124,7 @@ void write_model(const char *repo, const char *name, int max_batch, const char *
 
 
 /* Replaces f's device set with one made with o (NULL: the CPU, one thread, a plan cache). */
-void serving_fx_devices(struct fx *f, const struct rtx_devices_options *o) {
+void serving_fx_devices(struct serving_fx *f, const struct rtx_devices_options *o) {
     struct rtx_devices_options dflt = {.cpu_threads = 1, .plan_cache = 16};
     struct rtx_err err = {0};
     rtx_devices_free(f->devices);
@@ -132,40 +132,40 @@ void serving_fx_devices(struct fx *f, const struct rtx_devices_options *o) {
     ck_assert_msg(rtx_devices_new(o ? o : &dflt, &f->devices, &err) == 0, "%s", err.msg);
 }
 
-void fx_repo(struct fx *f) {
+void fx_repo(struct serving_fx *f) {
     memset(f, 0, sizeof *f);
     snprintf(f->repo, sizeof f->repo, "/tmp/rtx-serving-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(f->repo));
     serving_fx_devices(f, NULL);
 }
 
-struct rtx_serving_options fx_opts(struct fx *f, enum rtx_model_control c) {
+struct rtx_serving_options fx_opts(struct serving_fx *f, enum rtx_model_control c) {
     return (struct rtx_serving_options){
         .repository = f->repo, .control = c, .poll_ms = 20, .devices = f->devices,
         .max_queue = 1000,
     };
 }
 
-void fx_start_opts(struct fx *f, const struct rtx_serving_options *o) {
+void fx_start_opts(struct serving_fx *f, const struct rtx_serving_options *o) {
     struct rtx_err err = {0};
     ck_assert_msg(rtx_serving_start(o, &f->s, &err) == 0, "%s", err.msg);
 }
 
-void fx_start(struct fx *f, enum rtx_model_control c) {
+void fx_start(struct serving_fx *f, enum rtx_model_control c) {
     struct rtx_serving_options o = fx_opts(f, c);
     fx_start_opts(f, &o);
 }
 
 /* A new repository holding one model `name` (write_model(): max_batch, extra), served with
  * model control c. */
-void fx_model(struct fx *f, const char *name, int max_batch, const char *extra,
+void fx_model(struct serving_fx *f, const char *name, int max_batch, const char *extra,
               enum rtx_model_control c) {
     fx_repo(f);
     write_model(f->repo, name, max_batch, extra);
     fx_start(f, c);
 }
 
-void fx_stop(struct fx *f) {
+void fx_stop(struct serving_fx *f) {
     rtx_serving_stop(f->s);
     f->s = NULL;
     rtx_devices_free(f->devices);

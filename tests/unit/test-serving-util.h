@@ -1,6 +1,6 @@
 /*
  * test-serving-util.h - what the serving test files (tests/unit/test-serving*.c) share: model
- * repositories written into temporary directories with the "scale" test model (struct fx,
+ * repositories written into temporary directories with the "scale" test model (struct serving_fx,
  * which also holds the device set the server runs on), requests with a recording callback
  * (struct call) and the checks of their answers. Private to those files.
  *
@@ -19,7 +19,7 @@
 
 extern const float scale_w[4];
 
-struct fx {
+struct serving_fx {
     char repo[64];
     struct rtx_serving *s;
     struct rtx_devices *devices; /* the CPU only, one thread per backend */
@@ -57,15 +57,15 @@ void write_model(const char *repo, const char *name, int max_batch, const char *
 /* The fixture: fx_repo makes the directory and a CPU-only device set (serving_fx_devices replaces
  * it: NULL options mean one thread and a plan cache); fx_stop stops the server, frees the
  * set and removes the directory. */
-void serving_fx_devices(struct fx *f, const struct rtx_devices_options *o);
-void fx_repo(struct fx *f);
-struct rtx_serving_options fx_opts(struct fx *f, enum rtx_model_control c);
-void fx_start_opts(struct fx *f, const struct rtx_serving_options *o);
-void fx_start(struct fx *f, enum rtx_model_control c);
+void serving_fx_devices(struct serving_fx *f, const struct rtx_devices_options *o);
+void fx_repo(struct serving_fx *f);
+struct rtx_serving_options fx_opts(struct serving_fx *f, enum rtx_model_control c);
+void fx_start_opts(struct serving_fx *f, const struct rtx_serving_options *o);
+void fx_start(struct serving_fx *f, enum rtx_model_control c);
 /* A new repository holding one model `name` (write_model), served with model control c. */
-void fx_model(struct fx *f, const char *name, int max_batch, const char *extra,
+void fx_model(struct serving_fx *f, const char *name, int max_batch, const char *extra,
               enum rtx_model_control c);
-void fx_stop(struct fx *f);
+void fx_stop(struct serving_fx *f);
 /* Requests: on_done records into a struct call. */
 void call_init(struct call *c);
 void on_done(void *ctx, const struct rtx_infer_result *res);

@@ -31,7 +31,7 @@
  * ---------------------------------------------------------------------------------------- */
 
 START_TEST(serving_loads_every_model_and_infers) {
-    struct fx f;
+    struct serving_fx f;
     fx_model(&f, "scale", 8, NULL, RTX_MODEL_CONTROL_NONE);
     ck_assert(rtx_serving_ready(f.s));
     ck_assert(rtx_serving_model_ready(f.s, "scale", 0));
@@ -77,7 +77,7 @@ END_TEST
 START_TEST(serving_start_errors) {
     struct rtx_serving *s;
     struct rtx_err err = {0};
-    struct fx f = {0};
+    struct serving_fx f = {0};
     serving_fx_devices(&f, NULL);
     struct rtx_serving_options o = {.repository = "/nonexistent/repo", .devices = f.devices,
                                     .max_queue = 1};
@@ -123,7 +123,7 @@ static void record_event(enum rtx_serving_log_level level, const char *msg,
 }
 
 START_TEST(serving_reports_events_through_its_log_hook) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8, NULL);
     write_model(f.repo, "odd", 8, ", \"parameters\": {\"lane\": {\"string_value\": \"gold\"}}");
@@ -146,7 +146,7 @@ START_TEST(serving_reports_events_through_its_log_hook) {
 END_TEST
 
 START_TEST(serving_explicit_load_unload_frees_memory) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8, NULL);
     write_model(f.repo, "other", 8, NULL);
@@ -210,7 +210,7 @@ START_TEST(serving_explicit_load_unload_frees_memory) {
 END_TEST
 
 START_TEST(serving_failed_reload_keeps_the_old_version) {
-    struct fx f;
+    struct serving_fx f;
     fx_model(&f, "scale", 8, NULL, RTX_MODEL_CONTROL_EXPLICIT);
     struct rtx_err err = {0};
     ck_assert(rtx_serving_load(f.s, "scale", NULL, &err) == 0);
@@ -271,7 +271,7 @@ START_TEST(serving_failed_reload_keeps_the_old_version) {
 END_TEST
 
 START_TEST(serving_version_policies) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "latest2", 8, ", \"version_policy\": {\"latest\": {\"num_versions\": 2}}");
     write_version(f.repo, "latest2", 2, 2.0f);
@@ -305,7 +305,7 @@ START_TEST(serving_version_policies) {
 END_TEST
 
 START_TEST(serving_load_errors_name_the_file) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     char dir[512];
     /* a graph input that is neither a config input nor a weight */
@@ -366,7 +366,7 @@ START_TEST(serving_load_errors_name_the_file) {
 END_TEST
 
 START_TEST(serving_poll_mode_follows_the_directory) {
-    struct fx f;
+    struct serving_fx f;
     fx_model(&f, "scale", 8, NULL, RTX_MODEL_CONTROL_POLL);
     ck_assert(rtx_serving_model_ready(f.s, "scale", 1));
     struct rtx_err err = {0};
@@ -397,7 +397,7 @@ END_TEST
  * ---------------------------------------------------------------------------------------- */
 
 START_TEST(serving_rejects_bad_requests_before_queuing) {
-    struct fx f;
+    struct serving_fx f;
     fx_model(&f, "scale", 4, NULL, RTX_MODEL_CONTROL_NONE);
     struct rtx_model *m;
     struct rtx_err err = {0};
@@ -471,7 +471,7 @@ END_TEST
 #define N_BATCH 6
 
 START_TEST(batching_merges_splits_and_matches_unbatched) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     /* a long delay: the batch closes at the preferred size 8, not on time */
     write_model(f.repo, "batched", 16,
@@ -617,7 +617,7 @@ static void submit_mlp(struct rtx_serving *s, const char *name, int rows, int se
 }
 
 START_TEST(batching_matches_unbatched_for_gemm) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_mlp(f.repo, "mlp", ", \"dynamic_batching\": {\"preferred_batch_size\": [16, 32],"
                              " \"max_queue_delay_microseconds\": 200000}");
@@ -655,7 +655,7 @@ START_TEST(batching_matches_unbatched_for_gemm) {
 END_TEST
 
 START_TEST(batching_waits_at_most_the_queue_delay) {
-    struct fx f;
+    struct serving_fx f;
     fx_model(&f, "delay", 8, ", \"dynamic_batching\": {\"max_queue_delay_microseconds\": 60000}",
              RTX_MODEL_CONTROL_NONE);
     struct call c;
@@ -675,7 +675,7 @@ START_TEST(batching_waits_at_most_the_queue_delay) {
 END_TEST
 
 START_TEST(batching_respects_max_batch_size_and_shapes) {
-    struct fx f;
+    struct serving_fx f;
     fx_model(&f, "max4", 4, ", \"dynamic_batching\": {\"max_queue_delay_microseconds\": 100000}",
              RTX_MODEL_CONTROL_NONE);
     /* hold the worker so that everything queues, then let it go */
@@ -711,7 +711,7 @@ START_TEST(batching_respects_max_batch_size_and_shapes) {
 END_TEST
 
 START_TEST(batching_sends_the_largest_preferred_batch) {
-    struct fx f;
+    struct serving_fx f;
     fx_model(&f, "pref", 8,
              ", \"dynamic_batching\": {\"preferred_batch_size\": [2, 4],"
              " \"max_queue_delay_microseconds\": 50000}",
@@ -741,7 +741,7 @@ START_TEST(batching_sends_the_largest_preferred_batch) {
 END_TEST
 
 START_TEST(queue_bound_deadline_and_cancel) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8, NULL);
     struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_NONE);
@@ -793,7 +793,7 @@ START_TEST(queue_bound_deadline_and_cancel) {
 END_TEST
 
 START_TEST(instances_serve_in_parallel) {
-    struct fx f;
+    struct serving_fx f;
     fx_model(&f, "two", 8, ", \"instance_group\": [{\"count\": 2, \"kind\": \"KIND_CPU\"}]",
              RTX_MODEL_CONTROL_NONE);
     struct rtx_model *m;
@@ -829,7 +829,7 @@ static void *stop_main(void *arg) {
 }
 
 START_TEST(stop_answers_every_request_once) {
-    struct fx f;
+    struct serving_fx f;
     fx_model(&f, "scale", 8, NULL, RTX_MODEL_CONTROL_NONE);
     struct call gate, c[6];
     call_init(&gate);
@@ -862,7 +862,7 @@ START_TEST(stop_answers_every_request_once) {
 END_TEST
 
 START_TEST(load_survives_out_of_memory) {
-    struct fx f;
+    struct serving_fx f;
     fx_model(&f, "scale", 8, NULL, RTX_MODEL_CONTROL_EXPLICIT);
     struct rtx_err err = {0};
     int rc = -1;
@@ -969,7 +969,7 @@ static void hold_worker(struct rtx_serving *s, const char *name, int rows, int p
 /* The lane: by name, else the priority (1 = realtime, beyond the last lane = the last), else
  * the model's parameters.lane, else the server's default; bad ones are refused. */
 START_TEST(lanes_follow_name_priority_model_and_default) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8, NULL);
     write_model(f.repo, "rt", 8, ", \"parameters\": {\"lane\": {\"string_value\": \"realtime\"}}");
@@ -1020,7 +1020,7 @@ END_TEST
 
 /* A model whose config names a lane the server lacks does not load, and says why. */
 START_TEST(lanes_unknown_model_lane_fails_the_load) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "odd", 8, ", \"parameters\": {\"lane\": {\"string_value\": \"gold\"}}");
     fx_start(&f, RTX_MODEL_CONTROL_NONE);
@@ -1040,7 +1040,7 @@ END_TEST
 /* A full lane refuses at once with RTX_EOVERLOAD, the reason and a retry hint; other lanes
  * still admit; the refusal is counted and the callback never runs. */
 START_TEST(lanes_full_lane_refuses_with_overload) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8, NULL);
     struct rtx_sched_config sc;
@@ -1084,7 +1084,7 @@ END_TEST
  * first), and realtime ahead of the batch requests that arrived earlier (batch has used its
  * share): C, B, A1, A2, A3. */
 START_TEST(lanes_dispatch_in_deadline_and_lane_order) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8, NULL); /* no dynamic batching: one request per run */
     fx_start(&f, RTX_MODEL_CONTROL_NONE);
@@ -1130,7 +1130,7 @@ END_TEST
 /* Cancel removes a queued request from the scheduler (counted cancelled) without running it;
  * a request whose deadline passes in the queue is answered RTX_EEXPIRED (counted expired). */
 START_TEST(lanes_cancel_and_expiry_leave_the_queue) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8, NULL);
     fx_start(&f, RTX_MODEL_CONTROL_NONE);
@@ -1188,7 +1188,7 @@ END_TEST
  * a 5 s delay and a factor of 0.01, a lone request waits about 50 ms, not 5 s. The
  * scheduler is forced into brownout by a tiny entry pressure and a 1 ms window. */
 START_TEST(lanes_brownout_shortens_the_batching_delay) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8,
                 ", \"dynamic_batching\": {\"max_queue_delay_microseconds\": 5000000}");
@@ -1255,7 +1255,7 @@ static void version_lanes(struct rtx_serving *s, const char *name, struct rtx_sc
  * (queue bounds capped at models.max_queue) without touching its queued requests, and a
  * version loaded afterwards starts with them; another lane set is refused. */
 START_TEST(lanes_reconfigure_reaches_loaded_versions) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8, NULL);
     const char *startup[] = {"*"};
@@ -1344,7 +1344,7 @@ static void *load_main(void *arg) {
  * old ones when it began (its config.json is a FIFO it blocks on, so the change lands after
  * the copy and before the version is swapped in). */
 START_TEST(lanes_reconfigure_during_a_load_reaches_the_new_version) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8, NULL);
     char path[1024], text[4096];
@@ -1405,7 +1405,7 @@ Suite *rtx_serving_lanes_suite(void) {
  * ---------------------------------------------------------------------------------------- */
 
 /* A store in REPO/.store (hidden: the repository does not list it as a model). */
-static struct rtx_store *costs_store(const struct fx *f) {
+static struct rtx_store *costs_store(const struct serving_fx *f) {
     char path[256];
     snprintf(path, sizeof path, "%s/.store/rtxd.db", f->repo);
     struct rtx_store_options so = {.path = path, .sync_normal = true};
@@ -1461,7 +1461,7 @@ static bool costs_row(struct rtx_store *st, const char *device, uint64_t key,
  * the version's scheduler starts from the saved average, which its admission estimates use;
  * a job manager's row with the same key (device "cpu") is neither read nor overwritten. */
 START_TEST(costs_survive_a_restart) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8, NULL);
     struct rtx_store *st = costs_store(&f);
@@ -1532,7 +1532,7 @@ END_TEST
 
 /* An explicit unload saves the cost; a load after it (same process) continues from it. */
 START_TEST(costs_are_saved_at_unload) {
-    struct fx f;
+    struct serving_fx f;
     fx_repo(&f);
     write_model(f.repo, "scale", 8, NULL);
     struct rtx_store *st = costs_store(&f);
@@ -1561,7 +1561,7 @@ END_TEST
 
 /* Without a store the cost is learned and serves, and a new server starts from nothing. */
 START_TEST(costs_without_a_store_are_not_kept) {
-    struct fx f;
+    struct serving_fx f;
     fx_model(&f, "scale", 8, NULL, RTX_MODEL_CONTROL_NONE);
     int64_t ema = 0, samples = 0;
     ck_assert_int_eq(costs_of_scale(f.s, &ema, &samples), RTX_ENOTFOUND);
