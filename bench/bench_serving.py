@@ -33,9 +33,9 @@ Environment: RTX_BENCH_SERVING_MS (measurement window, default 3000),
 RTX_BENCH_SERVING_PROTOCOLS ("grpc,http"), RTX_PERF_ANALYZER (the binary, default the venv's),
 RTX_BENCH_SERVING_MODELS (the batching-on model of each pair to run, default "mlp_wide,mlp"),
 RTX_BENCH_SERVING_CONCURRENCY ("1,8,32"), RTX_BENCH_SERVING_ROUNDS (3), RTX_BENCH_REPORT,
-RTX_BENCH_SERVING_PROFILE=1 (during the first round of each batching-on model at the judged
-concurrency, rtxd's CPU per thread group and, with RTX_PROFILE_GDB=gdb or cuda-gdb, sampled
-stacks: bench/thread_profile.py).
+RTX_BENCH_SERVING_PROFILE=1 (one more run of each batching-on model at the judged concurrency,
+not counted, during which rtxd's CPU per thread group is read and, with RTX_PROFILE_GDB=gdb or
+cuda-gdb, stacks are sampled: bench/thread_profile.py).
 """
 import csv
 import json
@@ -239,16 +239,8 @@ def main():
                         for r in range(rounds):
                             for model in ((off, on) if r % 2 == 0 else (on, off)):
                                 before = counts(http_port, model)
-                                prof = None
-                                if PROFILE and model == on and c == JUDGED_CONCURRENCY and r == 0:
-                                    prof = thread_profile.Profile(
-                                        rtxd.pid, os.environ.get("RTX_PROFILE_GDB"))
-                                    prof.start()
                                 got = run_pa(exe, env, model, protocol, url, c, tmp, r)
                                 after = counts(http_port, model)
-                                if prof:
-                                    profiles.append((protocol, model, c,
-                                                     prof.report(*prof.stop())))
                                 res.setdefault((protocol, model, c), []).append(got)
                                 execs = after[1] - before[1] if before and after else 0
                                 batch = (f"{(after[0] - before[0]) / execs:.1f}" if execs > 0
@@ -259,10 +251,17 @@ def main():
                                 else:
                                     print(f"{protocol:8} {model:17} {c:>4} {r + 1:>5} "
                                           f"{got[0]:>10.0f} {got[1]:>9} {batch:>6}", flush=True)
+                    if PROFILE:  # one more run, not counted: sampling slows rtxd down
+                        prof = thread_profile.Profile(rtxd.pid, os.environ.get("RTX_PROFILE_GDB"))
+                        prof.start()
+                        got = run_pa(exe, env, on, protocol, url, JUDGED_CONCURRENCY, tmp, "prof")
+                        text = prof.report(*prof.stop())
+                        rate = f"{got[0]:.0f} infer/s while profiled" if got else "run FAILED"
+                        profiles.append((protocol, on, JUDGED_CONCURRENCY, f"{rate}\n{text}"))
             print("(batch: inferences / executions in rtxd during the run: the mean batch size "
                   "that actually ran)")
             for protocol, model, c, text in profiles:
-                print(f"\nprofile: {protocol} {model} at concurrency {c} (its first round)")
+                print(f"\nprofile: {protocol} {model} at concurrency {c} (an extra run)")
                 print(text)
             print()
             for on in ON_MODELS:

@@ -55,6 +55,9 @@ def cpu_table(before, after, seconds):
     return sorted(rows, key=lambda r: -r[2])
 
 
+# a thread stopped in one of these is waiting, not working: counted apart, not listed
+_IDLE = re.compile(r"futex_abstimed_wait|futex_wait|epoll_wait|Waiter::Wait|pthread_cond_\w*wait|"
+                   r"clock_nanosleep|__GI___nanosleep|__GI___poll|__libc_accept")
 _FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-f]+ in )?([A-Za-z_][\w:.<>~]*)")
 _THREAD = re.compile(r'^Thread \d+ \(.*?(?:LWP (\d+))\)(?: "([^"]*)")?')
 
@@ -89,6 +92,7 @@ class Profile:
         self.debugger = debugger if debugger and shutil.which(debugger) else None
         self.samples, self.interval = samples, interval
         self.frames = collections.Counter()
+        self.idle = 0
         self.n_stacks = 0
         self._stop = threading.Event()
         self._thread = None
@@ -105,8 +109,13 @@ class Profile:
             if self._stop.is_set():
                 return
             for name, frames in stacks_once(self.debugger, self.pid):
-                if frames:
-                    self.frames[(_group(name), " <- ".join(frames[:3]))] += 1
+                if not frames:
+                    continue
+                where = " <- ".join(frames[:3])
+                if _IDLE.search(where):
+                    self.idle += 1
+                else:
+                    self.frames[(_group(name), where)] += 1
             self.n_stacks += 1
             time.sleep(self.interval)
 
@@ -125,7 +134,8 @@ class Profile:
                 lines.append(f"  {g:28} {n:>3} {total:>7.1f} {busiest:>9.1f}")
         if self.debugger:
             lines.append(f"stack samples ({self.n_stacks} stops of every thread, "
-                         f"{self.debugger}); innermost three frames, most frequent first:")
+                         f"{self.debugger}; {self.idle} thread stacks waiting, not listed); "
+                         f"working threads' innermost three frames, most frequent first:")
             for (g, f), k in self.frames.most_common(top):
                 lines.append(f"  {k:>4}  {g:20} {f}")
         elif os.environ.get("RTX_PROFILE_GDB"):

@@ -98,6 +98,7 @@ void rtx__jobs_load_costs(struct rtx_jobs *j) {
  * COST_SAVE_MS. */
 void *rtx__jobs_housekeeper_main(void *arg) {
     struct rtx_jobs *j = arg;
+    rtx_thread_name("rtx-jobs-hk");
     int64_t last_save = mono_ms();
     pthread_mutex_lock(&j->mu);
     while (!j->stopping) {

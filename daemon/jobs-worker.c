@@ -259,6 +259,7 @@ void *rtx__jobs_worker_main(void *arg) {
     struct worker *w = arg;
     struct rtx_jobs *j = w->j;
     struct dev *dv = &j->devs[w->dev];
+    rtx_thread_name("rtx-job-%s", rtx_device_name(dv->d));
     pthread_mutex_lock(&j->mu);
     while (!j->stopping) {
         struct rtx_sched_item it;

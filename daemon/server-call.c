@@ -394,6 +394,7 @@ void rtx__server_dispatch(struct rtx_server *s, struct tag *t, bool ok) {
 void *rtx__server_cq_main(void *arg) {
     struct rtx_server *s = ((struct cq_arg *)arg)->srv;
     grpc_completion_queue *cq = s->cqs[((struct cq_arg *)arg)->index].cq;
+    rtx_thread_name("rtx-cq-%d", ((struct cq_arg *)arg)->index);
     rtx_free(arg);
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);

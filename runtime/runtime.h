@@ -201,6 +201,9 @@ const char *rtx_shape_str(enum rtx_dtype dt, int ndim, const int64_t *dims, char
 /* CLOCK_MONOTONIC in nanoseconds: the one clock the daemon, serving, jobs and the executor
  * measure durations and deadlines on (runtime/clock.c). */
 int64_t rtx_mono_ns(void);
+/* Names the calling thread for top -H, /proc/PID/task/TID/comm and debuggers ("rtx-cq-0",
+ * "rtx-job-cuda:0"); the kernel keeps 15 bytes, so the rest is cut (runtime/thread-name.c). */
+void rtx_thread_name(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* A deterministic generator of test and benchmark data (xorshift64* seeded through
  * splitmix64, so every seed, 0 too, gives a good stream). */

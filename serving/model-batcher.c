@@ -295,6 +295,7 @@ static void log_sick(const struct instance *in) {
 void *rtx__model_worker(void *arg) {
     struct instance *in = arg;
     struct rtx_model *m = in->m;
+    rtx_thread_name("rtx-inst-%d-%s", (int)(in - m->inst), m->cfg.info.name);
     const struct rtx_model_info *info = &m->cfg.info;
     bool batching = info->dynamic_batching && info->max_batch_size > 0;
     pthread_mutex_lock(&m->mu);

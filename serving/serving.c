@@ -725,6 +725,7 @@ static void poll_pass(struct rtx_serving *s) {
  * learned costs every COST_SAVE_MS (with a store). */
 static void *poll_main(void *arg) {
     struct rtx_serving *s = arg;
+    rtx_thread_name("rtx-models-poll");
     const int64_t poll_ns = (int64_t)s->poll_ms * 1000000, save_ns = COST_SAVE_MS * 1000000LL;
     bool polls = s->control == RTX_MODEL_CONTROL_POLL, saves = s->store != NULL;
     int64_t next_poll = polls ? rtx_mono_ns() + poll_ns : INT64_MAX;

@@ -83,6 +83,7 @@ static void run_batch(struct rtx__store_conn *c, struct rtx__store_wreq **reqs, 
 
 void *rtx__store_writer_main(void *arg) {
     struct rtx_store *s = arg;
+    rtx_thread_name("rtx-store");
     struct rtx__store_wreq *batch[RTX__STORE_BATCH_MAX];
     pthread_mutex_lock(&s->mu);
     for (;;) {

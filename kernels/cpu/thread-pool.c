@@ -53,6 +53,7 @@ static void run_chunks(struct rtx_cpu *cpu) {
 
 static void *worker_main(void *arg) {
     struct rtx_cpu *cpu = arg;
+    rtx_thread_name("rtx-cpu-pool");
     uint64_t seen = 0;
     pthread_mutex_lock(&cpu->mu);
     for (;;) {
