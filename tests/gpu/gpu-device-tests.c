@@ -42,16 +42,16 @@ static struct rtx_graph *square_graph(int64_t n, struct rtx_tensor **x) {
     struct rtx_graph *g = NULL;
     const int64_t d[] = {n, n};
     int rc = rtx_graph_new("square", &g, &err);
-    if (rc == 0) rc = rtx_graph_add_input(g, "x", RTX_F32, 2, d, &err);
-    if (rc == 0)
+    if (rc >= 0) rc = rtx_graph_add_input(g, "x", RTX_F32, 2, d, &err);
+    if (rc >= 0)
         rc = rtx_graph_add_node(g, "matmul", "mm", (const char *[]){"x", "x"}, 2,
                                 (const char *[]){"y"}, 1, &err);
-    if (rc == 0)
+    if (rc >= 0)
         rc = rtx_graph_add_node(g, "tanh", "t", (const char *[]){"y"}, 1, (const char *[]){"z"},
                                 1, &err);
-    if (rc == 0) rc = rtx_graph_add_output(g, "z", &err);
-    if (rc == 0) rc = rtx_tensor_new(RTX_F32, 2, d, x, &err);
-    gpu_check(rc == 0, "square graph f32[%lld, %lld] %s", (long long)n, (long long)n, err.msg);
+    if (rc >= 0) rc = rtx_graph_add_output(g, "z", &err);
+    if (rc >= 0) rc = rtx_tensor_new(RTX_F32, 2, d, x, &err);
+    gpu_check(rc >= 0, "square graph f32[%lld, %lld] %s", (long long)n, (long long)n, err.msg);
     return g;
 }
 
