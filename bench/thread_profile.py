@@ -4,7 +4,7 @@ thread_profile.py - where a running rtxd spends its CPU while a benchmark drives
 thread (grouped by the names rtxd gives its threads, e.g. "rtx-cq", "rtx-inst"), the share
 of one core each used over a window, read from /proc/PID/task/*/stat (utime + stime); and,
 when a debugger is named (RTX_PROFILE_GDB=gdb or cuda-gdb; the GPU machine has only
-cuda-gdb), a sampled profile: N stack dumps of every thread ("thread apply all bt"), the
+cuda-gdb), a sampled profile: RTX_PROFILE_SAMPLES (10) stack dumps of every thread ("thread apply all bt"), the
 innermost frames counted per thread group, so that the bound of a throughput ceiling shows as
 the thread near 100% and the frames it sits in.
 
@@ -87,9 +87,11 @@ class Profile:
     """CPU per thread group over [start, stop], and stack samples taken meanwhile when a
     debugger is named."""
 
-    def __init__(self, pid, debugger=None, samples=10, interval=0.3):
+    def __init__(self, pid, debugger=None, samples=None, interval=0.3):
         self.pid = pid
         self.debugger = debugger if debugger and shutil.which(debugger) else None
+        if samples is None:
+            samples = int(os.environ.get("RTX_PROFILE_SAMPLES", "10"))
         self.samples, self.interval = samples, interval
         self.frames = collections.Counter()
         self.idle = 0
