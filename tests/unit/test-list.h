@@ -20,20 +20,24 @@
     X(cuda_device)                                                                              \
     X(cuda_flash)                                                                               \
     X(store)                                                                                    \
+    X(store_stress)                                                                             \
     X(jobs)                                                                                 \
     X(jobs_queue)                                                                           \
     X(jobs_sched)                                                                           \
     X(jobs_devices)                                                                         \
     X(jobs_plans)                                                                           \
     X(config)                                                                                   \
+    X(config_reload)                                                                            \
     X(log)                                                                                      \
     X(server)                                                                                   \
     X(serving_files)                                                                            \
     X(serving)                                                                                  \
+    X(serving_requests)                                                                         \
     X(serving_lanes)                                                                            \
     X(serving_costs)                                                                            \
     X(serving_devices)                                                                          \
     X(device_shared)                                                                            \
     X(sched)                                                                                    \
+    X(sched_config)                                                                             \
     X(shm)                                                                                      \
     X(http)

@@ -277,6 +277,29 @@ int submit(struct rtx_serving *s, const char *name, int rows, float seed, struct
     return submit_req(s, name, rows, seed, &req, err);
 }
 
+/* submit() with a KServe priority, a lane name and a callback of one's own. */
+int submit_lane(struct rtx_serving *s, const char *name, int rows, float seed,
+                rtx_infer_done_fn done, void *ctx, int64_t deadline_ns, int priority,
+                const char *lane, struct rtx_err *err) {
+    struct rtx_infer_request req = {
+        .id = "lane", .deadline_ns = deadline_ns, .priority = priority, .lane = lane,
+        .done = done, .ctx = ctx,
+    };
+    return submit_req(s, name, rows, seed, &req, err);
+}
+
+/* Holds the only worker of `name` in the callback of a request of `rows` rows and KServe
+ * priority `priority`. */
+void hold_worker(struct rtx_serving *s, const char *name, int rows, int priority,
+                 struct call *gate) {
+    struct rtx_err err = {0};
+    call_init(gate);
+    gate->gate = true;
+    ck_assert_msg(submit_lane(s, name, rows, 0.0f, on_done, gate, 0, priority, NULL, &err) == 0,
+                  "%s", err.msg);
+    call_wait_entered(gate);
+}
+
 void check_scale(const struct call *c, int rows, float seed, float factor) {
     ck_assert_msg(c->code == 0, "request failed: %s", c->msg);
     for (int r = 0; r < rows; r++)

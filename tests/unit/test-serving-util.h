@@ -82,6 +82,15 @@ int submit_req(struct rtx_serving *s, const char *name, int rows, float seed,
 /* submit_req with id "req", the deadline, the cancel flag and on_done recording into c. */
 int submit(struct rtx_serving *s, const char *name, int rows, float seed, struct call *c,
            int64_t deadline_ns, const volatile int *cancel, struct rtx_err *err);
+/* submit() with a KServe priority, a lane name and a callback of one's own (id "lane"). */
+int submit_lane(struct rtx_serving *s, const char *name, int rows, float seed,
+                rtx_infer_done_fn done, void *ctx, int64_t deadline_ns, int priority,
+                const char *lane, struct rtx_err *err);
+/* Holds the only worker of `name` in the callback of a request of `rows` rows and KServe
+ * priority `priority` (gate is initialised, gated, and entered on return; call_open_gate
+ * releases it). */
+void hold_worker(struct rtx_serving *s, const char *name, int rows, int priority,
+                 struct call *gate);
 void check_scale(const struct call *c, int rows, float seed, float factor);
 struct rtx_model_stats get_stats(struct rtx_serving *s, const char *name);
 enum rtx_model_state index_state(struct rtx_serving *s, const char *name, char *reason);
