@@ -131,13 +131,20 @@ def counts(port, model):
             sum(int(v["execution_count"]) for v in st))
 
 
-def describe(grpc_port, model):
+def describe(grpc_port, http_port, model):
     """One line: how rtxd loaded the model. The gRPC ModelConfig reports the loaded version's
     instances as they run (KIND_CPU where a KIND_GPU group fell back to the CPU), where the
-    HTTP config echoes config.json."""
-    import tritonclient.grpc as grpcclient
-    with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
-        cfg = client.get_model_config(model, as_json=True)["config"]
+    HTTP config echoes config.json: that is the fallback where tritonclient is not installed
+    (the GPU machine)."""
+    try:
+        import tritonclient.grpc as grpcclient
+    except ImportError:
+        cfg = http_json(http_port, f"/v2/models/{model}/config")
+        how = " (as config.json says: tritonclient is not installed)"
+    else:
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
+            cfg = client.get_model_config(model, as_json=True)["config"]
+        how = ""
     groups = ", ".join(f"{g.get('count', 1)} x {g.get('kind', '?')}"
                        for g in cfg.get("instance_group", [])) or "default instances"
     db = cfg.get("dynamic_batching")
@@ -145,7 +152,7 @@ def describe(grpc_port, model):
                 f"queue delay {db.get('max_queue_delay_microseconds', 0)} us)" if db is not None
                 else "dynamic batching off")
     return (f"{model}: platform {cfg.get('platform', '?')}, max_batch_size "
-            f"{cfg.get('max_batch_size', 0)}, instances {groups}, {batching}")
+            f"{cfg.get('max_batch_size', 0)}, instances {groups}, {batching}{how}")
 
 
 def run_pa(exe, env, model, protocol, url, c, tmp, tag):
@@ -226,7 +233,7 @@ def main():
                   f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
                   f"window {WINDOW_MS} ms, p99 client latency", flush=True)
             for m in models:
-                print("  " + describe(grpc_port, m))
+                print("  " + describe(grpc_port, http_port, m))
             print(f"{'protocol':8} {'model':17} {'conc':>4} {'round':>5} {'infer/s':>10} "
                   f"{'p99 us':>9} {'batch':>6}")
             res, profiles = {}, []

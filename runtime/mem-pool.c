@@ -76,7 +76,6 @@ struct rtx_mem_pool {
     char name[32];
     size_t cap;                             /* bytes; 0 = none */
     struct rtx_mem_account *account;        /* NULL: none */
-    char refusal[sizeof ((struct rtx_err *)0)->msg]; /* the account's last refusal; "" */
     struct block *free_tree[RTX_MEM_POOL_KIND_COUNT];
     struct block *segments;                 /* heads */
     struct block *pending;
@@ -86,6 +85,9 @@ struct rtx_mem_pool {
     int n_spare;
     uint64_t rng;                           /* treap priorities */
     struct counters c[RTX_MEM_POOL_KIND_COUNT + 1];
+    /* the account's last refusal, ""; last, so that the fields every allocation reads stay
+     * together in the first cache lines */
+    char refusal[sizeof ((struct rtx_err *)0)->msg];
 };
 
 #define TOTAL RTX_MEM_POOL_KIND_COUNT
