@@ -259,8 +259,8 @@ static int decode_input(struct infer_ctx *c, int i, size_t *raw_next, struct rtx
     }
     int ndim = (int)x->n_shape;
     size_t bytes = (size_t)numel * rtx_dtype_size(dt);
-    char shape[96];
-    rtx_shape_str(dt, ndim, x->shape, shape, sizeof shape);
+    char shape[96]; /* "f32[2, 3]" for messages: formatted only on a path that fails (SHAPE) */
+#define SHAPE rtx_shape_str(dt, ndim, x->shape, shape, sizeof shape)
 
     struct shm_param sp;
     int has_shm = shm_param_get(x->n_parameters, x->parameters, "input", name, &sp, err);
@@ -276,7 +276,7 @@ static int decode_input(struct infer_ctx *c, int i, size_t *raw_next, struct rtx
             return rtx_err_set(err, RTX_EINVAL,
                                "input '%s': shared_memory_byte_size is %" PRId64 " bytes, but %s "
                                "takes %zu",
-                               name, sp.byte_size, shape, bytes);
+                               name, sp.byte_size, SHAPE, bytes);
         if (!c->d->shm) return rtx_err_set(err, RTX_EUNAVAILABLE, "no shared-memory registry");
         void *addr = NULL;
         struct rtx_shm_ref *ref = NULL;
@@ -298,7 +298,7 @@ static int decode_input(struct infer_ctx *c, int i, size_t *raw_next, struct rtx
         if (n != (size_t)numel)
             return rtx_err_set(err, RTX_EINVAL,
                                "input '%s': %zu elements in %s, but %s has %" PRId64, name, n,
-                               typed_field(dt), shape, numel);
+                               typed_field(dt), SHAPE, numel);
         if (rtx_tensor_new(dt, ndim, x->shape, &t, err) != 0) return err->code;
         if (typed_fill(x->contents, t, name, err) != 0) {
             rtx_tensor_unref(t);
@@ -316,13 +316,14 @@ static int decode_input(struct infer_ctx *c, int i, size_t *raw_next, struct rtx
             return rtx_err_set(err, RTX_EINVAL,
                                "input '%s': raw_input_contents[%zu] holds %zu bytes, but %s "
                                "takes %zu",
-                               name, k, raw->len, shape, bytes);
+                               name, k, raw->len, SHAPE, bytes);
         if (wrap_input(c, dt, ndim, x->shape, raw->data, bytes, &t, err) != 0) return err->code;
     }
     c->in[i].name = name;
     c->in[i].tensor = t;
     return 0;
 }
+#undef SHAPE
 
 /* Decodes requested output i. */
 static int decode_output(struct infer_ctx *c, int i, struct rtx_err *err) {
