@@ -100,9 +100,10 @@ LIBFORMATS   := $(BUILD)/lib/librtxformats.a
 # scheduler/: SLA lanes, admission control, brownout (linked into rtxd and the unit tests)
 SCHED_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard scheduler/*.c))
 LIBSCHED    := $(BUILD)/lib/librtxsched.a
-# device/: one owner per device (budget, backends, health, plan cache, placement), shared by
-# the job manager and serving; linked into every binary that links either (libcrypto: the
-# plan key's SHA-256)
+# device/: one owner per device (budget, backends, health, plan cache, placement, learned
+# costs), shared by the job manager and serving; linked into every binary that links either,
+# before librtxstore (the book of learned costs persists there) (libcrypto: the plan key's
+# SHA-256)
 DEVICE_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard device/*.c))
 LIBDEVICE   := $(BUILD)/lib/librtxdevice.a
 DEVICE_LIBS := $(shell pkg-config --libs openssl 2>/dev/null)
@@ -197,8 +198,8 @@ $(LIBDEVICE): $(DEVICE_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) $(LIBFORMATS) $(LIBSCHED) $(LIBSTORE) \
-                  $(LIBDEVICE) $(LIBRT)
+$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) $(LIBFORMATS) $(LIBSCHED) \
+                  $(LIBDEVICE) $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(SERVING_LIBS) $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
@@ -246,7 +247,7 @@ $(BUILD)/bin/make-examples: $(BUILD)/obj/examples/make-examples.o $(LIBRT)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bin/rtx-unit-tests: $(TEST_OBJ) $(DAEMON_LIB_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) \
-                            $(LIBFORMATS) $(LIBSTORE) $(LIBSCHED) $(LIBDEVICE) $(LIBRT)
+                            $(LIBFORMATS) $(LIBSCHED) $(LIBDEVICE) $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(SERVING_LIBS) $(DEVICE_LIBS) \
 	  $(LDLIBS) $(CUDA_LIBS)
@@ -262,14 +263,15 @@ $(BUILD)/bin/rtx-gpu-linalg-tests: $(GPU_LINALG_TEST_OBJ) $(GPU_UTIL_OBJ) $(LIBR
 $(GPU_JOBS_TEST_OBJ): CFLAGS += $(CUDA_CFLAGS)
 $(BUILD)/bin/rtx-gpu-jobs-tests: $(GPU_JOBS_TEST_OBJ) $(GPU_UTIL_OBJ) $(JOBS_OBJ) \
                                  $(BUILD)/obj/daemon/log.o $(SVC_PB_OBJ) $(LIBSCHED) \
-                                 $(LIBSTORE) $(LIBDEVICE) $(LIBRT)
+                                 $(LIBDEVICE) $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS) $(shell pkg-config --libs inih 2>/dev/null) \
 	  $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
-$(BUILD)/bin/rtx-gpu-device-tests: $(GPU_DEVICE_TEST_OBJ) $(GPU_UTIL_OBJ) $(LIBDEVICE) $(LIBRT)
+$(BUILD)/bin/rtx-gpu-device-tests: $(GPU_DEVICE_TEST_OBJ) $(GPU_UTIL_OBJ) $(LIBDEVICE) $(LIBSTORE) \
+                                   $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS) $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
 examples: $(EXAMPLES)
 $(EXAMPLES) &: $(BUILD)/bin/make-examples

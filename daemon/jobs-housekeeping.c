@@ -1,8 +1,8 @@
 /*
  * jobs-housekeeping.c - the housekeeping thread: every HOUSEKEEP_MS it journals the jobs whose
  * deadline passed while queued and ticks brownout; every COST_SAVE_MS it saves the schedulers'
- * learned costs when they changed (load_costs reads them back at start; DESIGN in
- * jobs-impl.h).
+ * learned costs when they changed, through the device set's book (load_costs reads them
+ * back from it at start; DESIGN in jobs-impl.h).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -18,77 +18,64 @@
  * Housekeeping: expiry sweeps, brownout ticks, learned costs
  * ---------------------------------------------------------------------------------------- */
 
-struct cost_buf {
-    struct rtx_store_cost *rows;
-    int n, cap;
+struct cost_put {
+    struct rtx_jobs *j;
     const char *device;
-    bool oom;
+    int failed;              /* puts that failed (out of memory) */
+    int loaded, saved;       /* load_costs: costs loaded into schedulers, kept */
+    struct rtx_sched *sched; /* load_costs: the device's scheduler */
+    struct rtx_err err;
 };
 
-static int cost_collect(void *ctx, uint64_t key, int64_t ema_ns, int64_t samples) {
-    struct cost_buf *b = ctx;
-    if (b->n == b->cap) {
-        int cap = b->cap ? 2 * b->cap : 64;
-        void *p = rtx_realloc(b->rows, (size_t)cap * sizeof *b->rows);
-        if (!p) {
-            b->oom = true;
-            return 1;
-        }
-        b->rows = p;
-        b->cap = cap;
-    }
-    struct rtx_store_cost *r = &b->rows[b->n++];
-    memset(r, 0, sizeof *r);
-    snprintf(r->device, sizeof r->device, "%s", b->device);
-    r->key = key;
-    r->ema_ns = ema_ns;
-    r->samples = samples;
+static int cost_put(void *ctx, uint64_t key, int64_t ema_ns, int64_t samples) {
+    struct cost_put *p = ctx;
+    if (rtx_devices_cost_put(p->j->devices, p->device, key, ema_ns, samples, &p->err) != 0)
+        p->failed++;
     return 0;
 }
 
-/* Writes every scheduler's learned costs to the store (a failure is logged). */
+/* Puts every scheduler's learned costs into the device set's book and saves it (a failure is
+ * logged; the costs stay marked changed, so the next save tries again). */
 void rtx__jobs_save_costs(struct rtx_jobs *j) {
-    struct cost_buf b = {0};
+    struct cost_put p = {.j = j};
     pthread_mutex_lock(&j->mu);
-    for (int d = 0; d < j->n_devs && !b.oom; d++) {
+    for (int d = 0; d < j->n_devs; d++) {
         if (!j->devs[d].sched) continue;
-        b.device = j->devs[d].name;
-        rtx_sched_cost_save(j->devs[d].sched, cost_collect, &b);
+        p.device = j->devs[d].name;
+        rtx_sched_cost_save(j->devs[d].sched, cost_put, &p);
     }
-    if (!b.oom) j->costs_dirty = false;
+    j->costs_dirty = p.failed > 0;
     pthread_mutex_unlock(&j->mu);
     struct rtx_err err = {0};
-    if (b.oom)
-        rtx_log(RTX_LOG_ERROR, "cannot save learned costs", "error", "out of memory", NULL);
-    else if (rtx_store_cost_put(j->store, b.rows, b.n, now_ms(), &err) < 0)
+    if (p.failed) {
+        rtx_log(RTX_LOG_ERROR, "cannot save learned costs", "error", p.err.msg, NULL);
+    } else if (rtx_devices_costs_save(j->devices, &err) < 0) {
         rtx_log(RTX_LOG_ERROR, "cannot save learned costs", "error", err.msg, NULL);
-    rtx_free(b.rows);
+        pthread_mutex_lock(&j->mu);
+        j->costs_dirty = true;
+        pthread_mutex_unlock(&j->mu);
+    }
 }
 
-/* Loads the saved costs of this host's devices into their schedulers (before the workers
- * start). A read error is logged: the costs are then learned again. */
-void rtx__jobs_load_costs(struct rtx_jobs *j) {
-    struct rtx_store_cost *rows = NULL;
-    int n = 0, loaded = 0;
+static void cost_load(void *ctx, uint64_t key, int64_t ema_ns, int64_t samples) {
+    struct cost_put *p = ctx;
     struct rtx_err err = {0};
-    if (rtx_store_cost_list(j->store, &rows, &n, &err) < 0) {
-        rtx_log(RTX_LOG_WARN, "cannot load learned costs", "error", err.msg, NULL);
-        return;
+    p->saved++;
+    if (rtx_sched_cost_load(p->sched, key, ema_ns, samples, &err) == 0) p->loaded++;
+}
+
+/* Loads the learned costs the device set's book keeps for this host's devices into their
+ * schedulers (before the workers start). */
+void rtx__jobs_load_costs(struct rtx_jobs *j) {
+    struct cost_put p = {.j = j};
+    for (int d = 0; d < j->n_devs; d++) {
+        if (!(p.sched = j->devs[d].sched)) continue;
+        rtx_devices_costs_each(j->devices, j->devs[d].name, cost_load, &p);
     }
-    for (int i = 0; i < n; i++) {
-        for (int d = 0; d < j->n_devs; d++) {
-            if (!j->devs[d].sched || strcmp(j->devs[d].name, rows[i].device) != 0) continue;
-            struct rtx_err lerr = {0};
-            if (rtx_sched_cost_load(j->devs[d].sched, rows[i].key, rows[i].ema_ns,
-                                    rows[i].samples, &lerr) == 0)
-                loaded++;
-        }
-    }
-    rtx_free(rows);
-    if (n > 0) {
+    if (p.saved > 0) {
         char ls[24], ns[24];
-        snprintf(ls, sizeof ls, "%d", loaded);
-        snprintf(ns, sizeof ns, "%d", n);
+        snprintf(ls, sizeof ls, "%d", p.loaded);
+        snprintf(ns, sizeof ns, "%d", p.saved);
         rtx_log(RTX_LOG_INFO, "learned costs loaded", "loaded", ls, "saved", ns, NULL);
     }
 }

@@ -49,8 +49,11 @@
  * that cannot meet it, a worker's dispatch hands back an expired job instead of running it,
  * and a housekeeping thread sweeps expired jobs every HOUSEKEEP_MS so that their clients hear
  * of it while every worker is busy; all of them are journaled expired. The housekeeper also
- * ticks brownout and saves the learned costs (sched_costs in the store) every COST_SAVE_MS
- * when they changed, and rtx_jobs_stop saves them once more; rtx_jobs_start loads them.
+ * ticks brownout and saves the learned costs every COST_SAVE_MS when they changed, and
+ * rtx_jobs_stop saves them once more; rtx_jobs_start loads them. The device set's book keeps
+ * them (device/device.h, "Learned costs"): a save puts every scheduler's costs into it under
+ * the device's name and has it write the changed ones to the store (sched_costs); a load
+ * reads each device's costs from it.
  *
  * A worker journals a job running before it executes it, so after a crash the journal tells
  * which jobs were interrupted; recovery then re-queues them or fails them by the job's restart

@@ -14,7 +14,8 @@
  * RTX_EOVERLOAD and a retry-after hint in the message, and is never journaled. Workers
  * dispatch from their device's scheduler (earliest deadline first in a lane, weighted fair
  * share across lanes); a job whose deadline passes while queued is journaled expired without
- * running. Learned run times are kept in the store (sched_costs) and loaded at start. A
+ * running. Learned run times are kept in the device set's book of learned costs (persisted
+ * in the store's sched_costs when the book was opened on it) and loaded from it at start. A
  * worker marks a job running in the journal before it executes it, so after a crash the
  * journal tells which jobs were interrupted; recovery then re-queues them or fails them by the
  * job's restart policy. Each state change is journaled first and then published to watchers.
@@ -75,7 +76,9 @@ struct rtx_jobs_options {
      * budgets, plan caches and health. The job manager registers one consumer "jobs" on
      * each device it runs workers on, the CPU and the first RTX_JOBS_MAX_GPUS CUDA devices
      * healthy at start; the set must outlive the job manager. The CPU workers' backends
-     * have the set's cpu_threads threads (main.c makes the set with jobs.cpu_threads). */
+     * have the set's cpu_threads threads (main.c makes the set with jobs.cpu_threads).
+     * Learned costs are read from and saved through the set's book (rtx_devices_costs_open
+     * it on the store first, or they are not kept across a restart). */
     struct rtx_devices *devices;
     double jobs_reserve;                /* of each device's budget reserved for jobs, [0, 1]
                                            (setting device.jobs_reserve); beyond it jobs

@@ -466,7 +466,6 @@ static int serving_start(struct app *a, const struct rtx_limits *limits, struct 
         .max_queue = c->models_max_queue,
         .sched = &c->sched,
         .default_lane = c->default_lane,
-        .store = a->d.store,
         .log = serving_log,
     };
     if (rtx_model_control_from_name(c->models_control, &so.control) != 0)
@@ -549,6 +548,9 @@ static int run(struct app *a) {
         rtx_log(RTX_LOG_ERROR, "cannot make the device set", "error", err.msg, NULL);
         goto out;
     }
+    /* the learned costs of jobs and served models, before either starts */
+    if (rtx_devices_costs_open(a->d.devices, a->store, &err) != 0)
+        rtx_log(RTX_LOG_WARN, "cannot load learned costs", "error", err.msg, NULL);
     struct rtx_limits limits = rtx_limits_default();
     limits.max_nodes = a->cfg.max_graph_nodes;
     limits.max_tensor_bytes = a->cfg.max_tensor_bytes;

@@ -2,14 +2,16 @@
  * device-impl.h - what the files of the device layer share (device.c: the set, its devices,
  * health and placement; budget.c: consumers and their accounts; backends.c: backends and
  * their warm-up's bookkeeping; warmup.c: the warm-up graph; plan-cache.c: the plan cache
- * and plan keys). Only the files under device/ include it; everyone else goes through device.h.
+ * and plan keys; costs.c: the book of learned costs). Only the files under device/ include it;
+ * everyone else goes through device.h.
  *
  * Locking: each device has one mutex (mu) over everything in struct rtx_device below it.
  * It is never held across a backend call, a plan free or a listener call: those can come
  * back into the device (a CPU buffer's release credits its consumer's account, which takes
  * mu), so the code unlinks under mu and frees after unlocking. Lock order: a pool's mutex,
  * then a device's mu (pools charge accounts with their own mutex held); the set's listener
- * mutex is never held with a device's mu.
+ * mutex is never held with a device's mu. The book's cmu is a leaf (held with no other lock
+ * and never across a store call); save_mu, which serializes saves, is taken before it.
  */
 #ifndef RTX_DEVICE_IMPL_H
 #define RTX_DEVICE_IMPL_H
@@ -107,6 +109,14 @@ struct rtx_devices {
     pthread_mutex_t lmu;             /* listeners */
     pthread_cond_t lcv;              /* a listener call ended */
     struct listener listeners[DEVICE_LISTENERS_MAX];
+    /* learned costs (costs.c) */
+    pthread_mutex_t cmu;             /* the book: everything below */
+    pthread_mutex_t save_mu;         /* one save at a time; taken before cmu */
+    bool costs_open;                 /* rtx_devices_costs_open ran: puts are kept */
+    struct rtx_store *store;         /* NULL: kept in memory only */
+    struct rtx_device_cost *costs;   /* sorted by (where, key) */
+    int n_costs, cap_costs;
+    uint64_t cost_gen;               /* generations of changes */
 };
 
 /* budget.c: "1.5 GiB", "512 MiB", "100 B". */
@@ -124,6 +134,9 @@ int rtx__device_plans_unlink(struct rtx_device *d, const struct rtx_backend *be,
                              struct rtx_device_plan **out);
 /* plan-cache.c: frees a list from rtx__device_plans_unlink (without d->mu). */
 void rtx__device_plans_free(struct rtx_device_plan *list);
+
+/* costs.c: frees the book (rtx_devices_free). */
+void rtx__devices_costs_free(struct rtx_devices *s);
 
 /* warmup.c: runs the warm-up graph on be twice (node by node, then captured). 0, or the
  * error of the run; *skipped when be cannot run the graph (then nothing ran). */

@@ -104,6 +104,14 @@ int rtx_devices_new(const struct rtx_devices_options *o, struct rtx_devices **ou
         rtx_free(s);
         return rtx_err_set(err, RTX_EINTERNAL, "devices: cannot create a condition variable");
     }
+    bool cmu = pthread_mutex_init(&s->cmu, NULL) == 0;
+    if (!cmu || pthread_mutex_init(&s->save_mu, NULL) != 0) {
+        if (cmu) pthread_mutex_destroy(&s->cmu);
+        pthread_cond_destroy(&s->lcv);
+        pthread_mutex_destroy(&s->lmu);
+        rtx_free(s);
+        return rtx_err_set(err, RTX_EINTERNAL, "devices: cannot create a mutex");
+    }
     s->gpu = o->gpu_iface ? o->gpu_iface : &cuda_iface;
     s->gpu_ctx = o->gpu_iface ? o->gpu_ctx : NULL;
     s->cpu_threads = o->cpu_threads;
@@ -140,6 +148,9 @@ int rtx_devices_new(const struct rtx_devices_options *o, struct rtx_devices **ou
 void rtx_devices_free(struct rtx_devices *s) {
     if (!s) return;
     for (int i = 0; i < s->n; i++) device_free(s->dev[i]);
+    rtx__devices_costs_free(s);
+    pthread_mutex_destroy(&s->save_mu);
+    pthread_mutex_destroy(&s->cmu);
     pthread_cond_destroy(&s->lcv);
     pthread_mutex_destroy(&s->lmu);
     rtx_free(s);

@@ -4,8 +4,8 @@
  * the generation KV cache. The SLA schedulers decide the order of work; the device layer
  * decides where it runs and owns what the device holds: the backends made on it (one per
  * executing thread, each with its own stream and caching pools), one memory budget with a
- * reservation per consumer, one plan cache, one health state, and the load that placement
- * reads.
+ * reservation per consumer, one plan cache, one health state, the load that placement
+ * reads, and the book of the schedulers' learned costs with their persistence in the store.
  *
  * DESIGN
  * Slots. A device set (struct rtx_devices) is made once at start from the CUDA devices
@@ -58,8 +58,22 @@
  * loaded first (load: the work consumers report in flight, per executor), then most
  * headroom.
  *
+ * Learned costs. The set keeps one book of the SLA schedulers' learned run-time costs (a
+ * moving average and its sample count per cost key) and persists it in the store's
+ * sched_costs table, for every consumer: rows are keyed by (where, key), `where` being the
+ * store's device column - a device's name ("cpu", "cuda:0") for the job manager's per-device
+ * schedulers, "infer" for served model versions (whose costs follow the version, not a
+ * device). rtx_devices_costs_open reads every saved row once, at start; consumers read the
+ * book when their schedulers start (rtx_devices_costs_each, rtx_devices_cost_get), put what
+ * they learned into it (rtx_devices_cost_put marks a row dirty when it changed) and save it
+ * (rtx_devices_costs_save writes the dirty rows in one transaction). A failed save leaves the
+ * rows dirty, so the next save retries them; a put during a save leaves its row dirty. A set
+ * whose book was never opened keeps no costs (puts are ignored); opened without a store it
+ * keeps them in memory only.
+ *
  * Thread safety: every call is thread-safe unless it says otherwise; each device has one
- * mutex, held briefly and never across a backend call.
+ * mutex, held briefly and never across a backend call; the book has one, never held across a
+ * store call.
  */
 #ifndef RTX_DEVICE_H
 #define RTX_DEVICE_H
@@ -78,12 +92,14 @@ extern "C" {
 #define RTX_DEVICE_NAME_LEN 16      /* "cpu", "cuda:15" with the NUL */
 #define RTX_DEVICE_PLAN_KEY_LEN 32  /* a SHA-256 */
 #define RTX_DEVICE_CONSUMER_NAME_LEN 128
+#define RTX_DEVICE_COST_WHERE_LEN 24 /* a learned cost's place: store.h's device column */
 
 struct rtx_backend;             /* runtime/backend.h */
 struct rtx_mem_account;         /* runtime/mem-pool.h */
 struct rtx_mem_pool_stats;      /* runtime/mem-pool.h */
 struct rtx_cuda_devices;        /* kernels/cuda/backend-cuda.h */
 struct rtx_plan;                /* runtime/runtime.h */
+struct rtx_store;               /* store/store.h */
 
 enum rtx_device_kind { RTX_DEVICE_CPU, RTX_DEVICE_CUDA };
 
@@ -317,6 +333,35 @@ struct rtx_device_place {
  * how many (0: none; the CPU is never listed: falling back to it is the caller's choice). */
 int rtx_devices_place(struct rtx_devices *s, const struct rtx_device_place *req,
                       int out[RTX_DEVICES_MAX]);
+
+/* ------------------------------------------------------------------------------------------
+ * Learned costs
+ * ---------------------------------------------------------------------------------------- */
+
+/* Opens the book on store (NULL: costs are kept in memory only) and reads every saved row
+ * once. A read error is returned (the book is open and empty then: the caller logs it and
+ * goes on, the costs are learned again); RTX_ENOMEM. Call once, before consumers start. */
+int rtx_devices_costs_open(struct rtx_devices *s, struct rtx_store *store, struct rtx_err *err);
+/* The learned cost of (where, key): true with *ema_ns (ns) and *samples, or false. */
+bool rtx_devices_cost_get(struct rtx_devices *s, const char *where, uint64_t key,
+                          int64_t *ema_ns, int64_t *samples);
+/* Calls fn for every cost kept for `where`, in key order, without the book's lock (fn may
+ * call into the book). */
+void rtx_devices_costs_each(struct rtx_devices *s, const char *where,
+                            void (*fn)(void *ctx, uint64_t key, int64_t ema_ns, int64_t samples),
+                            void *ctx);
+/* Records a learned cost: a new row, or a changed one, is dirty until a save writes it; an
+ * unchanged one stays as it was. Ignored (0) while the book is not open. RTX_EINVAL for what
+ * the store would refuse (where empty or longer than RTX_DEVICE_COST_WHERE_LEN - 1, key 0,
+ * ema_ns <= 0, samples < 0), RTX_ENOMEM. */
+int rtx_devices_cost_put(struct rtx_devices *s, const char *where, uint64_t key, int64_t ema_ns,
+                         int64_t samples, struct rtx_err *err);
+/* Writes every dirty cost to the store in one transaction (none: nothing is written; no
+ * store: 0, the rows stay dirty). On failure the store's error is returned and the rows stay
+ * dirty, to be retried by the next save; a row put again while the save ran stays dirty. */
+int rtx_devices_costs_save(struct rtx_devices *s, struct rtx_err *err);
+/* Dirty rows now (tests, diagnostics). */
+int rtx_devices_costs_dirty(struct rtx_devices *s);
 
 #ifdef __cplusplus
 }

@@ -19,8 +19,8 @@
  * The digest (SHA-256 of the graph file and the weights) is computed once here: plans are
  * kept in the devices' caches under keys made from it (model-exec.c).
  *
- * The version's learned cost is kept across reloads (and, with a store, across restarts:
- * serving.c reads and writes it). New lane settings after a SIGHUP reach the live scheduler
+ * The version's learned cost is kept across reloads (and, through the device set's book of
+ * learned costs, across restarts: serving.c reads and writes it). New lane settings after a SIGHUP reach the live scheduler
  * under mu (rtx__model_reconfigure), derived by the same rules as at load (queue bounds
  * capped at max_queue) but keeping the executors and running bound the version was loaded
  * with.

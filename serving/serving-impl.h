@@ -20,10 +20,11 @@
  *
  * Each version owns an SLA scheduler (scheduler/sched.h) that orders and admits its requests:
  * lanes, deadlines, learned costs and brownout per version, since a version's instances are
- * the executors its requests compete for (docs/decisions.md). With a store, a version's
- * learned cost is read from it at the version's first load and written back when it changed
- * (every COST_SAVE_MS from the repository's housekeeping thread, at unload and at stop), in
- * rows of device RTX__COST_DEVICE.
+ * the executors its requests compete for (docs/decisions.md). A version's learned cost is
+ * read from the device set's book of learned costs at the version's first load and put back
+ * into it, and the book saved to the store, when it changed (every COST_SAVE_MS from the
+ * repository's housekeeping thread, at unload and at stop), in rows of place
+ * RTX__COST_DEVICE.
  */
 #ifndef RTX_SERVING_SERVING_IMPL_H
 #define RTX_SERVING_SERVING_IMPL_H
@@ -94,7 +95,7 @@ struct rtx__stats_rec {
     bool used;                     /* a version with these figures became READY (under the
                                     * repository's lock); records of failed loads stay hidden */
     int64_t cost_ema_ns;           /* the learned per-request cost when a version stopped, ns
-                                    * (0: none), or the store's at its first load; the next
+                                    * (0: none), or the book's at its first load; the next
                                     * load of the version starts from it */
     int64_t cost_samples;
     struct rtx__stats_rec *next;
@@ -141,9 +142,9 @@ struct rtx_model *rtx__model_ref(struct rtx_model *m);
  * initializers; per device (index < n_devices) what its instances' CUDA pools reserve. */
 void rtx__model_memory(struct rtx_model *m, int64_t *host_bytes, int n_devices,
                        int64_t *device_bytes);
-/* The store's device column for inference costs (store.h's sched_costs): job costs are kept
- * per execution device ("cpu", "cuda:N"), so rows of this name never meet the job manager's
- * and the two key spaces cannot collide. */
+/* The place of inference costs in the device set's book (store.h's sched_costs device
+ * column): job costs are kept per execution device ("cpu", "cuda:N"), so rows of this name
+ * never meet the job manager's and the two key spaces cannot collide. */
 #define RTX__COST_DEVICE "infer"
 /* The cost key of a model version: rtx_sched_cost_key("name:version"). */
 uint64_t rtx__model_cost_key(const char *name, int64_t version);

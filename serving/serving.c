@@ -15,12 +15,14 @@
  * The poll signature hashes the size, modification time and inode of config.json and of
  * every version directory's model.rtxg and model.safetensors, and the list of version
  * directories: any change reloads the model; a model directory that disappears is unloaded.
- * Learned costs (with a store): a version's first load in this process reads the store's row
- * for its key (device RTX__COST_DEVICE) into its statistics record, from which its scheduler
- * starts (later loads start from the record, which is newer). A version's cost is written
- * when it changed: every COST_SAVE_MS by the housekeeping thread for the loaded versions, and
- * when a version is released (unload, reload, stop), all under op_mu so that an older value
- * never overwrites a newer one. The housekeeping thread runs in poll mode or with a store.
+ * Learned costs (kept by the device set's book, device/device.h, which persists them in the
+ * store): a version's first load in this process reads the book's cost for its key (place
+ * RTX__COST_DEVICE) into its statistics record, from which its scheduler starts (later loads
+ * start from the record, which is newer). A version's cost is put into the book and the book
+ * saved when it changed: every COST_SAVE_MS by the housekeeping thread for the loaded
+ * versions, and when a version is released (unload, reload, stop), all under op_mu so that an
+ * older value never overwrites a newer one. The housekeeping thread always runs (its polls
+ * only in poll mode).
  * Lane settings (SIGHUP, rtx_serving_reconfigure) change under `mu` and not `op_mu`, so a
  * long load never holds a reload up: the server's copy and every READY version change
  * together, all or none. A load copies the settings when it begins and, if they changed by
@@ -39,8 +41,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "device/device.h"
 #include "serving/serving-impl.h"
-#include "store/store.h"
 
 #define COST_SAVE_MS 10000 /* ms between saves of changed learned costs (as the job manager) */
 
@@ -68,8 +70,7 @@ struct rtx_serving {
     struct rtx_sched_config sched; /* under mu: every version's lanes and knobs */
     uint64_t sched_gen;            /* under mu: changes of sched (rtx_serving_reconfigure) */
     int default_lane;              /* index in sched.lanes */
-    struct rtx_store *store;       /* learned costs; NULL: not kept */
-    bool cost_save_all;            /* under op_mu: a save failed, the next one writes all */
+    bool cost_save_all;            /* under op_mu: a put failed, the next save puts all */
 
     pthread_mutex_t op_mu; /* one load / unload / poll pass / stop at a time */
     pthread_mutex_t mu;    /* guards the fields below */
@@ -310,61 +311,39 @@ static struct rtx__stats_rec *stats_rec(struct rtx_serving *s, const char *name,
 }
 
 /* ------------------------------------------------------------------------------------------
- * Learned costs in the store (under s->op_mu)
+ * Learned costs, through the device set's book (under s->op_mu)
  * ---------------------------------------------------------------------------------------- */
 
-struct cost_rows {
-    struct rtx_store_cost *rows;
-    int n, cap;
-    bool oom;
-};
-
-/* Adds m's learned cost to b when a run time was learned since it was last taken, or when
- * `all` (and it has one). */
-static void cost_take(struct cost_rows *b, struct rtx_model *m, bool all) {
+/* Puts m's learned cost into the book when a run time was learned since it was last taken,
+ * or when `all` (and it has one). A put that fails (out of memory: the book does not have the
+ * cost) is logged and makes the next periodic save put every loaded version's cost again. A
+ * failed store write needs no such pass: the book keeps its rows dirty and its next save
+ * writes them. */
+static void cost_take(struct rtx_serving *s, struct rtx_model *m, bool all) {
     bool changed = rtx__model_cost_changed(m);
     uint64_t key;
     int64_t ema = 0, samples = 0;
     if (!(changed || all) || rtx__model_cost(m, &key, &ema, &samples) != 0) return;
-    if (b->n == b->cap) {
-        int cap = b->cap ? 2 * b->cap : 16;
-        void *p = rtx_realloc(b->rows, (size_t)cap * sizeof *b->rows);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->rows = p;
-        b->cap = cap;
-    }
-    struct rtx_store_cost *r = &b->rows[b->n++];
-    memset(r, 0, sizeof *r);
-    snprintf(r->device, sizeof r->device, "%s", RTX__COST_DEVICE);
-    r->key = key;
-    r->ema_ns = ema;
-    r->samples = samples;
-}
-
-/* Writes the rows of b to the store in one transaction and frees them. A failure is logged
- * and makes the next periodic save write every loaded version's cost. */
-static void cost_write(struct rtx_serving *s, struct cost_rows *b) {
     struct rtx_err err = {0};
-    if (b->oom) {
-        s->cost_save_all = true;
-        rtx__serving_log(s->log, RTX_SERVING_LOG_ERROR, "cannot save learned inference costs",
-                         "error", "out of memory", NULL);
-    } else if (b->n > 0 && rtx_store_cost_put(s->store, b->rows, b->n, rtx__unix_ms(), &err)) {
+    if (rtx_devices_cost_put(s->devices, RTX__COST_DEVICE, key, ema, samples, &err) != 0) {
         s->cost_save_all = true;
         rtx__serving_log(s->log, RTX_SERVING_LOG_ERROR, "cannot save learned inference costs",
                          "error", err.msg, NULL);
     }
-    rtx_free(b->rows);
-    *b = (struct cost_rows){0};
+}
+
+/* Writes the book's changed costs to the store (with the job manager's, when it has some
+ * not written yet). A failure is logged; the next save retries. */
+static void cost_write(struct rtx_serving *s) {
+    struct rtx_err err = {0};
+    if (rtx_devices_costs_save(s->devices, &err) != 0)
+        rtx__serving_log(s->log, RTX_SERVING_LOG_ERROR, "cannot save learned inference costs",
+                         "error", err.msg, NULL);
 }
 
 /* The periodic save: the changed costs of every loaded version (all of them after a failed
- * save). */
+ * put). */
 static void costs_save_loaded(struct rtx_serving *s) {
-    struct cost_rows b = {0};
     pthread_mutex_lock(&s->mu);
     int n = 0, k = 0;
     for (int i = 0; i < s->n_entries; i++)
@@ -375,47 +354,34 @@ static void costs_save_loaded(struct rtx_serving *s) {
             ms[k++] = rtx__model_ref(s->entries[i]->ready[v]);
     pthread_mutex_unlock(&s->mu);
     bool all = s->cost_save_all;
-    s->cost_save_all = false;
-    b.oom = n > 0 && !ms;
+    s->cost_save_all = n > 0 && !ms;
+    if (s->cost_save_all)
+        rtx__serving_log(s->log, RTX_SERVING_LOG_ERROR, "cannot save learned inference costs",
+                         "error", "out of memory", NULL);
     for (int i = 0; i < k; i++) {
-        if (!b.oom) cost_take(&b, ms[i], all);
+        cost_take(s, ms[i], all);
         rtx_model_unref(ms[i]);
     }
     rtx_free(ms);
-    cost_write(s, &b);
+    cost_write(s);
 }
 
 /* At a version's first load in this process (its statistics record holds no cost yet): the
- * record gets the store's learned cost for the version, so its scheduler starts from it.
- * The store's rows are read once per load operation (*rows, *n; *n < 0: not read yet); a
- * read error is logged and the cost is learned anew. */
+ * record gets the book's learned cost for the version, so its scheduler starts from it. */
 static void cost_seed(struct rtx_serving *s, struct rtx__stats_rec *rec, const char *name,
-                      int64_t version, struct rtx_store_cost **rows, int *n) {
+                      int64_t version) {
     pthread_mutex_lock(&rec->mu);
     bool have = rec->cost_ema_ns > 0;
     pthread_mutex_unlock(&rec->mu);
-    if (have || !s->store) return;
-    if (*n < 0) {
-        struct rtx_err err = {0};
-        if (rtx_store_cost_list(s->store, rows, n, &err) != 0) {
-            rtx__serving_log(s->log, RTX_SERVING_LOG_WARN, "cannot load learned inference costs",
-                             "model", name, "error", err.msg, NULL);
-            *rows = NULL;
-            *n = 0;
-            return;
-        }
-    }
-    uint64_t key = rtx__model_cost_key(name, version);
-    for (int i = 0; i < *n; i++) {
-        const struct rtx_store_cost *r = &(*rows)[i];
-        if (r->key != key || strcmp(r->device, RTX__COST_DEVICE) != 0) continue;
-        if (r->ema_ns <= 0 || r->samples < 1) return; /* nothing the scheduler could use */
-        pthread_mutex_lock(&rec->mu);
-        rec->cost_ema_ns = r->ema_ns;
-        rec->cost_samples = r->samples;
-        pthread_mutex_unlock(&rec->mu);
+    int64_t ema, samples;
+    if (have || !rtx_devices_cost_get(s->devices, RTX__COST_DEVICE,
+                                      rtx__model_cost_key(name, version), &ema, &samples))
         return;
-    }
+    if (ema <= 0 || samples < 1) return; /* nothing the scheduler could use */
+    pthread_mutex_lock(&rec->mu);
+    rec->cost_ema_ns = ema;
+    rec->cost_samples = samples;
+    pthread_mutex_unlock(&rec->mu);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -467,10 +433,9 @@ static void set_state(struct rtx_serving *s, struct entry *e, enum rtx_model_sta
 static void release_versions(struct rtx_serving *s, struct rtx_model **ms, int n,
                              bool fail_queued) {
     struct rtx_sched_stats *st = n > 0 ? rtx_malloc(sizeof *st) : NULL;
-    struct cost_rows costs = {0};
     for (int i = 0; i < n; i++) {
         rtx__model_stop(ms[i], fail_queued);
-        if (s->store) cost_take(&costs, ms[i], false);
+        cost_take(s, ms[i], false);
         if (st) {
             rtx__model_lanes(ms[i], rtx_mono_ns(), st);
             pthread_mutex_lock(&s->mu);
@@ -482,7 +447,7 @@ static void release_versions(struct rtx_serving *s, struct rtx_model **ms, int n
         rtx_model_unref(ms[i]);
     }
     rtx_free(st);
-    if (s->store) cost_write(s, &costs);
+    cost_write(s);
 }
 
 /* Versions loaded with lane settings that a SIGHUP changed meanwhile take the new ones
@@ -533,8 +498,6 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
     int64_t have[RTX__MAX_VERSIONS], want[RTX__MAX_VERSIONS], failed = 0;
     char *text = NULL;
     size_t len = 0;
-    struct rtx_store_cost *saved = NULL; /* the store's learned costs, read at most once */
-    int n_saved = -1;
     if (!cfg) {
         rc = rtx_err_set(err, RTX_ENOMEM, "out of memory loading '%s'", name);
         goto done;
@@ -565,7 +528,7 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
             failed = want[i];
             break;
         }
-        cost_seed(s, rec, name, want[i], &saved, &n_saved);
+        cost_seed(s, rec, name, want[i]);
         snprintf(vdir, sizeof vdir, "%s/%lld", mdir, (long long)want[i]);
         struct rtx__model_load_opts o = {
             .dir = vdir, .cfg = cfg, .version = want[i], .limits = &s->limits,
@@ -579,7 +542,6 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
         n_loaded++;
     }
 done:
-    rtx_free(saved);
     rtx_free(text);
     rtx_free(cfg);
     if (rc) {
@@ -722,14 +684,14 @@ static void poll_pass(struct rtx_serving *s) {
 }
 
 /* The housekeeping thread: a poll pass every poll_ms (poll mode) and a save of the changed
- * learned costs every COST_SAVE_MS (with a store). */
+ * learned costs every COST_SAVE_MS. */
 static void *poll_main(void *arg) {
     struct rtx_serving *s = arg;
     rtx_thread_name("rtx-models-poll");
     const int64_t poll_ns = (int64_t)s->poll_ms * 1000000, save_ns = COST_SAVE_MS * 1000000LL;
-    bool polls = s->control == RTX_MODEL_CONTROL_POLL, saves = s->store != NULL;
+    bool polls = s->control == RTX_MODEL_CONTROL_POLL;
     int64_t next_poll = polls ? rtx_mono_ns() + poll_ns : INT64_MAX;
-    int64_t next_save = saves ? rtx_mono_ns() + save_ns : INT64_MAX;
+    int64_t next_save = rtx_mono_ns() + save_ns;
     pthread_mutex_lock(&s->mu);
     while (!s->stopping) {
         int64_t until = next_poll < next_save ? next_poll : next_save;
@@ -840,7 +802,6 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
     s->max_queue = opt->max_queue;
     s->sched = sc;
     s->default_lane = default_lane;
-    s->store = opt->store;
     s->log = opt->log;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->op_mu, NULL);
@@ -895,14 +856,11 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
     }
     pthread_mutex_unlock(&s->op_mu);
     free_names(names, n);
-    if (s->control == RTX_MODEL_CONTROL_POLL || s->store) {
-        if (pthread_create(&s->poller, NULL, poll_main, s) != 0) {
-            rtx_serving_stop(s);
-            return rtx_err_set(err, RTX_ENOMEM, "cannot start the repository housekeeping "
-                                                "thread");
-        }
-        s->poll_started = true;
+    if (pthread_create(&s->poller, NULL, poll_main, s) != 0) {
+        rtx_serving_stop(s);
+        return rtx_err_set(err, RTX_ENOMEM, "cannot start the repository housekeeping thread");
     }
+    s->poll_started = true;
     *out = s;
     return 0;
 }

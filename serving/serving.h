@@ -37,7 +37,6 @@ struct rtx_devices;      /* device/device.h */
 struct rtx_sched_config; /* scheduler/sched.h */
 struct rtx_sched_stats;
 struct rtx_mem_pool_stats;
-struct rtx_store; /* store/store.h */
 
 /* ------------------------------------------------------------------------------------------
  * The core
@@ -74,7 +73,11 @@ struct rtx_serving_options {
     /* The daemon's device set (required; it must outlive the server): instances go to its
      * devices (its GPUs, else the CPU, whose backends get the set's cpu_threads), each loaded
      * version registers one consumer per device it has instances on, and plans are kept in
-     * the devices' plan caches. */
+     * the devices' plan caches. Learned per-request costs go to the set's book (place
+     * "infer", key rtx_sched_cost_key("name:version")): a version's first load reads its
+     * cost there; changed costs are put and the book saved every 10 s, at unload and at
+     * rtx_serving_stop. They outlive a restart when the book was opened on the store
+     * (rtx_devices_costs_open), and are not kept when it was never opened. */
     struct rtx_devices *devices;
     int cpu_threads;                      /* threads of each CPU instance's backend (setting
                                              models.cpu_threads); 0: the device set's */
@@ -85,11 +88,6 @@ struct rtx_serving_options {
     const struct rtx_sched_config *sched;
     const char *default_lane;             /* lane of a request that names none and whose model
                                            * names none; NULL or "": the last lane */
-    /* Where learned per-request costs outlive a restart: a version's first load reads its
-     * cost (sched_costs, device "infer", key rtx_sched_cost_key("name:version")); changed
-     * costs are written every 10 s, at unload and at rtx_serving_stop. NULL: costs are kept
-     * only while the server runs. The store must outlive the server. */
-    struct rtx_store *store;
     rtx_serving_log_fn log;               /* NULL: events are not reported */
 };
 

@@ -63,6 +63,8 @@ struct rtx_devices *fx_devices(struct fx *f, const struct rtx_devices_options *o
     f->dopts = *o;
     struct rtx_err err = {0};
     ck_assert_msg(rtx_devices_new(o, &f->devices, &err) == 0, "%s", err.msg);
+    /* the learned costs, as rtxd opens them */
+    ck_assert_msg(rtx_devices_costs_open(f->devices, f->store, &err) == 0, "%s", err.msg);
     return f->devices;
 }
 

@@ -11,6 +11,7 @@
     X(npy)                                                                                      \
     X(mem_pool)                                                                                 \
     X(device)                                                                                   \
+    X(device_costs)                                                                             \
     X(cpu_elementwise)                                                                          \
     X(cpu_reduce)                                                                               \
     X(cpu_linalg)                                                                               \

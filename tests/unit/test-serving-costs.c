@@ -1,7 +1,8 @@
 /*
  * test-serving-costs.c - learned costs of the serving core kept in the store: a version's
  * moving average of per-request run times survives a restart and an unload, in rows of their
- * own device name; without a store it is learned but not kept.
+ * own device name (through the device set's book, opened on the store); without a book it is
+ * learned but not kept.
  *
  * The test model "scale" and the fixtures are in test-serving-util.h.
  */
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "device/device.h"
 #include "serving/serving-impl.h"
 #include "store/store.h"
 #include "tests/unit/test-serving-util.h"
@@ -28,6 +30,12 @@ static struct rtx_store *costs_store(const struct serving_fx *f) {
     struct rtx_err err = {0};
     ck_assert_msg(rtx_store_open(&so, &st, &err) == 0, "%s", err.msg);
     return st;
+}
+
+/* Opens the fixture's device set's book of learned costs on st (what rtxd does at start). */
+static void costs_open(const struct serving_fx *f, struct rtx_store *st) {
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_devices_costs_open(f->devices, st, &err) == 0, "%s", err.msg);
 }
 
 /* Runs n one-row requests of "scale", one after the other. */
@@ -86,7 +94,7 @@ START_TEST(costs_survive_a_restart) {
                                            .samples = 5};
     ck_assert_msg(rtx_store_cost_put(st, &job_row, 1, 1, &err) == 0, "%s", err.msg);
     struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_NONE);
-    o.store = st;
+    costs_open(&f, st);
     fx_start_opts(&f, &o);
     int64_t ema = 0, samples = 0;
     ck_assert_int_eq(costs_of_scale(f.s, &ema, &samples), RTX_ENOTFOUND); /* not the job's */
@@ -152,7 +160,7 @@ START_TEST(costs_are_saved_at_unload) {
     write_model(f.repo, "scale", 8, NULL);
     struct rtx_store *st = costs_store(&f);
     struct rtx_serving_options o = fx_opts(&f, RTX_MODEL_CONTROL_EXPLICIT);
-    o.store = st;
+    costs_open(&f, st);
     fx_start_opts(&f, &o);
     struct rtx_err err = {0};
     ck_assert_msg(rtx_serving_load(f.s, "scale", NULL, &err) == 0, "%s", err.msg);
@@ -174,7 +182,8 @@ START_TEST(costs_are_saved_at_unload) {
 }
 END_TEST
 
-/* Without a store the cost is learned and serves, and a new server starts from nothing. */
+/* Without a store (the book never opened) the cost is learned and serves, and a new server
+ * starts from nothing. */
 START_TEST(costs_without_a_store_are_not_kept) {
     struct serving_fx f;
     fx_model(&f, "scale", 8, NULL, RTX_MODEL_CONTROL_NONE);
