@@ -55,17 +55,25 @@ static int infer(struct serving_fx *sf, const char *name, int rows, char msg[256
 
 static const char GPU_MODEL[] = ", \"instance_group\": [{\"kind\": \"KIND_GPU\", \"count\": 1}]";
 
+/* A job manager with one worker on one fake GPU (and one on the CPU) and the model "gpu"
+ * with one instance there, both on jf's device set; the model has answered once. */
+static struct rtx_jobs *start_on_one_gpu(struct fx *jf, struct serving_fx *sf) {
+    struct gpu_list gl;
+    struct rtx_jobs_options o;
+    struct rtx_jobs *j = gpu_start(jf, &gl, 1, 1, &o);
+    serve_on(sf, jf, "gpu", 8, GPU_MODEL);
+    char msg[256];
+    ck_assert_msg(infer(sf, "gpu", 2, msg) == 0, "%s", msg);
+    return j;
+}
+
 /* A fault found by a served model's batch on cuda:0 makes cuda:0 unhealthy for jobs: a job
  * asking for it is refused UNAVAILABLE naming the fault, an "auto" job runs on the CPU. */
 START_TEST(fault_under_serving_reaches_jobs) {
     struct fx jf;
-    struct gpu_list gl;
-    struct rtx_jobs_options o;
-    struct rtx_jobs *j = gpu_start(&jf, &gl, 1, 1, &o);
     struct serving_fx sf;
-    serve_on(&sf, &jf, "gpu", 8, GPU_MODEL);
+    struct rtx_jobs *j = start_on_one_gpu(&jf, &sf);
     char msg[256];
-    ck_assert_msg(infer(&sf, "gpu", 2, msg) == 0, "%s", msg);
     struct rtx_device *gpu = rtx_devices_cuda(jf.devices, 0);
     ck_assert(rtx_device_healthy(gpu));
 
@@ -100,13 +108,9 @@ END_TEST
  * with UNAVAILABLE and report not ready. */
 START_TEST(fault_under_jobs_reaches_serving) {
     struct fx jf;
-    struct gpu_list gl;
-    struct rtx_jobs_options o;
-    struct rtx_jobs *j = gpu_start(&jf, &gl, 1, 1, &o);
     struct serving_fx sf;
-    serve_on(&sf, &jf, "gpu", 8, GPU_MODEL);
+    struct rtx_jobs *j = start_on_one_gpu(&jf, &sf);
     char msg[256];
-    ck_assert_msg(infer(&sf, "gpu", 3, msg) == 0, "%s", msg);
     ck_assert(rtx_serving_model_ready(sf.s, "gpu", -1));
 
     struct rtx_graph *g = named_graph("sticky_relu");
