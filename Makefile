@@ -25,7 +25,7 @@ ifeq ($(shell command -v $(NVCC) 2>/dev/null),)
 $(error rtxd: nvcc not found at $(NVCC): install the CUDA toolkit or set CUDA_HOME=/path/to/cuda \
   (every build compiles kernels/cuda/*.cu; no GPU is needed))
 endif
-PKGS      := libprotobuf-c check grpc sqlite3 openssl inih libuv jansson libh2o
+PKGS      := libprotobuf-c check grpc sqlite3 openssl inih libuv jansson libh2o libpcre2-8
 DEPS_OK   := $(shell pkg-config --exists $(PKGS) 2>/dev/null && command -v protoc-c >/dev/null \
                 && [ -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h -o \
                      -e /usr/include/cblas.h ] && echo yes)
@@ -94,9 +94,11 @@ LIBSTORE    := $(BUILD)/lib/librtxstore.a
 SERVING_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard serving/*.c))
 LIBSERVING   := $(BUILD)/lib/librtxserving.a
 SERVING_LIBS := $(shell pkg-config --libs jansson 2>/dev/null)
-# formats/: model file formats (safetensors today), read by serving/ (jansson: SERVING_LIBS)
+# formats/: model file formats (safetensors, tokenizer.json), read by serving/ (jansson; PCRE2
+# for the tokenizers' pre-tokenizer patterns)
 FORMATS_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard formats/*.c))
 LIBFORMATS   := $(BUILD)/lib/librtxformats.a
+FORMATS_LIBS := $(shell pkg-config --libs jansson libpcre2-8 2>/dev/null)
 # scheduler/: SLA lanes, admission control, brownout (linked into rtxd and the unit tests)
 SCHED_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard scheduler/*.c))
 LIBSCHED    := $(BUILD)/lib/librtxsched.a
@@ -134,7 +136,7 @@ GPU_UTIL_OBJ := $(BUILD)/obj/tests/gpu/gpu-util.o
 GPU_TEST_OBJ := $(filter-out $(GPU_LINALG_TEST_OBJ) $(GPU_JOBS_TEST_OBJ) $(GPU_DEVICE_TEST_OBJ), \
                   $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/gpu/*.c)))
 
-BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-examples \
+BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtxtok $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-examples \
         $(BUILD)/bin/rtxd $(BUILD)/bin/rtxctl $(LIBCLIENT) $(LIBCLIENT_SO) \
         $(BUILD)/lib/pkgconfig/rtx.pc $(BUILD)/bin/rtx-client-check $(BUILD)/bin/client-example \
         $(BUILD)/bin/rtx-gpu-tests $(BUILD)/bin/rtx-gpu-linalg-tests \
@@ -201,7 +203,8 @@ $(LIBDEVICE): $(DEVICE_OBJ)
 $(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) $(LIBFORMATS) $(LIBSCHED) \
                   $(LIBDEVICE) $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(SERVING_LIBS) $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(SERVING_LIBS) $(FORMATS_LIBS) $(DEVICE_LIBS) \
+	  $(LDLIBS) $(CUDA_LIBS)
 
 # librtx: the client library (depends only on the protocol), static and shared
 $(LIBCLIENT): $(CLIENT_OBJ) $(PROTO_OBJ)
@@ -242,6 +245,11 @@ $(BUILD)/bin/rtxrun: $(BUILD)/obj/tools/rtxrun.o $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
+# rtxtok: tokenizer.json encode/decode from the command line (docs/tokenizer.md)
+$(BUILD)/bin/rtxtok: $(BUILD)/obj/tools/rtxtok.o $(LIBFORMATS) $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FORMATS_LIBS) $(LDLIBS) $(CUDA_LIBS)
+
 $(BUILD)/bin/make-examples: $(BUILD)/obj/examples/make-examples.o $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -249,8 +257,8 @@ $(BUILD)/bin/make-examples: $(BUILD)/obj/examples/make-examples.o $(LIBRT)
 $(BUILD)/bin/rtx-unit-tests: $(TEST_OBJ) $(DAEMON_LIB_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) \
                             $(LIBFORMATS) $(LIBSCHED) $(LIBDEVICE) $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(SERVING_LIBS) $(DEVICE_LIBS) \
-	  $(LDLIBS) $(CUDA_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(SERVING_LIBS) $(FORMATS_LIBS) \
+	  $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/bin/rtx-gpu-tests: $(GPU_TEST_OBJ) $(LIBRT)
 	@mkdir -p $(dir $@)

@@ -1,7 +1,8 @@
 /*
  * formats.h - model file formats that rtxd reads, independent of serving: today safetensors
  * weight files (formats/safetensors.c: the header parsed and checked, the file mapped
- * read-only, tensors over the mapped bytes). ONNX import and Hugging Face checkpoints belong
+ * read-only, tensors over the mapped bytes) and Hugging Face tokenizer.json tokenizers
+ * (formats/tokenizer.c: byte-level BPE). ONNX import and Hugging Face checkpoints belong
  * here too. The serving core (serving/) loads a model version's weights through this header;
  * it includes only runtime/.
  */
@@ -9,6 +10,7 @@
 #define RTX_FORMATS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,5 +67,69 @@ int rtx_safetensors_find(const struct rtx_safetensors *st, const char *name);
 /* A tensor over the mapped bytes of entry i (no copy; it holds a reference to st). */
 int rtx_safetensors_tensor(struct rtx_safetensors *st, int i, struct rtx_tensor **out,
                            struct rtx_err *err);
+
+/* ------------------------------------------------------------------------------------------
+ * Tokenizers (tokenizer.c): Hugging Face tokenizer.json, byte-level BPE (GPT-2, Llama 3,
+ * Qwen2). docs/tokenizer.md lists what is supported and what is refused.
+ * ---------------------------------------------------------------------------------------- */
+
+/* A loaded tokenizer; immutable after loading, so one may be used from several threads. */
+struct rtx_tokenizer;
+
+/* Parses a tokenizer.json held in memory (json, len bytes); `what` names the file in
+ * messages. RTX_EFORMAT for malformed JSON or a malformed field, RTX_EUNSUPPORTED for a type or
+ * option rtxd does not implement; either message names the JSON path, e.g.
+ * "tokenizer.json: pre_tokenizer.pretokenizers[1].type 'Metaspace' is not supported".
+ * RTX_ENOMEM. *out is set on success only. */
+int rtx_tokenizer_parse(const char *json, size_t len, const char *what,
+                        struct rtx_tokenizer **out, struct rtx_err *err);
+/* Reads and parses the file at path (rtx_tokenizer_parse); RTX_EIO naming it when unreadable. */
+int rtx_tokenizer_load(const char *path, struct rtx_tokenizer **out, struct rtx_err *err);
+void rtx_tokenizer_free(struct rtx_tokenizer *tok); /* NULL: no-op */
+
+/* Number of ids: the largest id of the vocabulary or the added tokens, plus one. */
+size_t rtx_tokenizer_vocab_size(const struct rtx_tokenizer *tok);
+/* The id of a token as the vocabulary spells it (byte-level: "Ġthe") or of an added token's
+ * content; -1 when there is none. */
+int32_t rtx_tokenizer_token_id(const struct rtx_tokenizer *tok, const char *token);
+/* The token of an id (NUL-terminated, owned by tok); NULL for an unknown id. */
+const char *rtx_tokenizer_id_token(const struct rtx_tokenizer *tok, int32_t id);
+/* Whether id is an added token flagged special. */
+bool rtx_tokenizer_is_special(const struct rtx_tokenizer *tok, int32_t id);
+
+/* Encodes len bytes of UTF-8 text into ids, as Hugging Face's encode(text,
+ * add_special_tokens=False) does: added tokens are found first (those with normalized false,
+ * then the others, leftmost-longest), the rest is pre-tokenized and merged. parse_special false
+ * treats special added tokens as plain text (non-special added tokens are still found). The
+ * post-processor's tokens (a BOS) are never added. RTX_EINVAL naming the byte offset when text
+ * is not valid UTF-8; RTX_ENOMEM. *ids comes from rtx_malloc (rtx_free it; NULL when
+ * *n_ids is 0). */
+int rtx_tokenizer_encode(const struct rtx_tokenizer *tok, const char *text, size_t len,
+                         bool parse_special, int32_t **ids, size_t *n_ids, struct rtx_err *err);
+
+/* Decodes n ids into UTF-8 text as Hugging Face's decode does: byte-level tokens become their
+ * bytes, added tokens their content; skip_special leaves special tokens out; byte sequences
+ * that are not valid UTF-8 become U+FFFD (as Rust's from_utf8_lossy). RTX_EINVAL naming the
+ * first unknown id; RTX_ENOMEM. *text (rtx_malloc'ed, NUL-terminated, *len bytes before the
+ * NUL) is rtx_free'd by the caller. */
+int rtx_tokenizer_decode(const struct rtx_tokenizer *tok, const int32_t *ids, size_t n,
+                         bool skip_special, char **text, size_t *len, struct rtx_err *err);
+
+/* A streaming decoder: ids are fed one at a time and only complete UTF-8 characters come
+ * out; a partial sequence at the end is held back until a later id completes it (bytes that
+ * can never start or continue a character come out as U+FFFD at once). It refers to tok,
+ * which must outlive it. NULL when out of memory. */
+struct rtx_tokenizer_stream *rtx_tokenizer_stream_new(const struct rtx_tokenizer *tok,
+                                                      bool skip_special);
+/* Feeds one id. *text and *len receive the text that became complete (possibly empty); the
+ * pointer is owned by the stream and valid until the next call. RTX_EINVAL for an unknown id
+ * (the stream is unchanged), RTX_ENOMEM. */
+int rtx_tokenizer_stream_feed(struct rtx_tokenizer_stream *s, int32_t id, const char **text,
+                              size_t *len, struct rtx_err *err);
+/* Ends the stream: a held-back partial sequence comes out as U+FFFD. The stream may be fed
+ * again afterwards, as a new one. */
+int rtx_tokenizer_stream_flush(struct rtx_tokenizer_stream *s, const char **text, size_t *len,
+                               struct rtx_err *err);
+void rtx_tokenizer_stream_free(struct rtx_tokenizer_stream *s); /* NULL: no-op */
 
 #endif /* RTX_FORMATS_H */

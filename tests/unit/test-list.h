@@ -41,4 +41,5 @@
     X(sched)                                                                                    \
     X(sched_config)                                                                             \
     X(shm)                                                                                      \
-    X(http)
+    X(http)                                                                                     \
+    X(tokenizer)
