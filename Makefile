@@ -25,7 +25,7 @@ ifeq ($(shell command -v $(NVCC) 2>/dev/null),)
 $(error rtxd: nvcc not found at $(NVCC): install the CUDA toolkit or set CUDA_HOME=/path/to/cuda \
   (every build compiles kernels/cuda/*.cu; no GPU is needed))
 endif
-PKGS      := libprotobuf-c check grpc sqlite3 openssl inih libuv jansson libh2o libpcre2-8
+PKGS      := libprotobuf-c check grpc sqlite3 openssl inih libuv jansson libh2o libpcre2-8 libutf8proc
 DEPS_OK   := $(shell pkg-config --exists $(PKGS) 2>/dev/null && command -v protoc-c >/dev/null \
                 && [ -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h -o \
                      -e /usr/include/cblas.h ] && echo yes)
@@ -95,10 +95,10 @@ SERVING_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard serving/*.c))
 LIBSERVING   := $(BUILD)/lib/librtxserving.a
 SERVING_LIBS := $(shell pkg-config --libs jansson 2>/dev/null)
 # formats/: model file formats (safetensors, tokenizer.json), read by serving/ (jansson; PCRE2
-# for the tokenizers' pre-tokenizer patterns)
+# for the tokenizers' pre-tokenizer patterns, utf8proc for their NFC normalizer)
 FORMATS_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard formats/*.c))
 LIBFORMATS   := $(BUILD)/lib/librtxformats.a
-FORMATS_LIBS := $(shell pkg-config --libs jansson libpcre2-8 2>/dev/null)
+FORMATS_LIBS := $(shell pkg-config --libs jansson libpcre2-8 libutf8proc 2>/dev/null)
 # scheduler/: SLA lanes, admission control, brownout (linked into rtxd and the unit tests)
 SCHED_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard scheduler/*.c))
 LIBSCHED    := $(BUILD)/lib/librtxsched.a

@@ -99,7 +99,8 @@ bool rtx_tokenizer_is_special(const struct rtx_tokenizer *tok, int32_t id);
 
 /* Encodes len bytes of UTF-8 text into ids, as Hugging Face's encode(text,
  * add_special_tokens=False) does: added tokens are found first (those with normalized false,
- * then the others, leftmost-longest), the rest is pre-tokenized and merged. parse_special false
+ * then, in the NFC-normalized rest when the file asks for NFC, the others; leftmost-longest),
+ * the rest is pre-tokenized and merged. parse_special false
  * treats special added tokens as plain text (non-special added tokens are still found). The
  * post-processor's tokens (a BOS) are never added. RTX_EINVAL naming the byte offset when text
  * is not valid UTF-8; RTX_ENOMEM. *ids comes from rtx_malloc (rtx_free it; NULL when

@@ -15,6 +15,8 @@
  * merges are an open-addressing table keyed by the pair of ids. Decoding maps each byte-level
  * token back to bytes (added tokens are their content) and replaces invalid UTF-8 as Rust's
  * from_utf8_lossy does; the stream decoder holds back a valid but incomplete tail.
+ * The NFC normalizer (Qwen2) is utf8proc's, applied to each segment between the non-normalized
+ * added tokens, before the normalized ones are looked for, as Hugging Face orders it.
  * What is not implemented is refused at load, naming the JSON path (docs/tokenizer.md).
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -24,11 +26,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "formats/formats.h"
 
-#define MAX_STEPS 8          /* pre-tokenizer steps after flattening Sequence */
-#define MAX_ID (1 << 24)     /* largest id accepted */
+#define MAX_STEPS 8      /* pre-tokenizer steps after flattening Sequence */
+#define MAX_ID (1 << 24) /* largest id accepted */
 
 /* GPT-2's pre-tokenizer pattern (ByteLevel with use_regex). */
 static const char gpt2_pattern[] =
@@ -61,9 +64,10 @@ struct rtx_tokenizer {
     int32_t byte_id[256]; /* the id of each byte's byte-level character, -1 if none */
     int32_t unk;          /* -1: none */
     bool ignore_merges;
+    bool nfc; /* normalizer NFC (utf8proc) */
     struct merge *merges;
-    size_t merges_mask; /* table size - 1 */
-    struct added *added;  /* sorted by first byte, then length descending */
+    size_t merges_mask;  /* table size - 1 */
+    struct added *added; /* sorted by first byte, then length descending */
     size_t n_added;
     size_t added_first[257]; /* added[added_first[b] .. added_first[b + 1]] start with byte b */
     struct pre_step steps[MAX_STEPS];
@@ -96,13 +100,11 @@ static int buf_put(struct buf *b, const void *data, size_t n) {
         while (cap < b->len + n + 1)
             cap *= 2;
         char *p = rtx_realloc(b->p, cap);
-        if (!p)
-            return RTX_ENOMEM;
+        if (!p) return RTX_ENOMEM;
         b->p = p;
         b->cap = cap;
     }
-    if (n)
-        memcpy(b->p + b->len, data, n);
+    if (n) memcpy(b->p + b->len, data, n);
     b->len += n;
     b->p[b->len] = 0;
     return 0;
@@ -156,15 +158,12 @@ static int buf_put_lossy(struct buf *b, const char *s, size_t n, bool keep_tail,
     while (i < n) {
         size_t l;
         int32_t cp = utf8_next((const uint8_t *)s + i, n - i, &l);
-        if (cp == -2 && keep_tail)
-            break;
+        if (cp == -2 && keep_tail) break;
         int rc = cp < 0 ? buf_put(b, "\xEF\xBF\xBD", 3) : buf_put(b, s + i, l);
-        if (rc)
-            return rc;
+        if (rc) return rc;
         i += l;
     }
-    if (used)
-        *used = i;
+    if (used) *used = i;
     return 0;
 }
 
@@ -184,8 +183,7 @@ static uint16_t byte_char[256];
 static int16_t char_byte[324];
 
 static void byte_table_init(void) {
-    if (byte_char['!'])
-        return; /* filled (the same values from any thread) */
+    if (byte_char['!']) return; /* filled (the same values from any thread) */
     int next = 256;
     for (int c = 0; c < 324; c++)
         char_byte[c] = -1;
@@ -204,8 +202,7 @@ static int token_bytes(const struct rtx_tokenizer *tok, int32_t id, bool skip_sp
     const char *t = tok->id_tok[id];
     size_t n = strlen(t);
     if (tok->id_flags[id] & ID_ADDED) {
-        if (skip_special && (tok->id_flags[id] & ID_SPECIAL))
-            return 0;
+        if (skip_special && (tok->id_flags[id] & ID_SPECIAL)) return 0;
         return buf_put(b, t, n);
     }
     size_t start = b->len;
@@ -218,8 +215,7 @@ static int token_bytes(const struct rtx_tokenizer *tok, int32_t id, bool skip_sp
         }
         uint8_t byte = (uint8_t)char_byte[cp];
         int rc = buf_put(b, &byte, 1);
-        if (rc)
-            return rc;
+        if (rc) return rc;
         i += l;
     }
     return 0;
@@ -237,8 +233,7 @@ static size_t merge_slot(const struct rtx_tokenizer *tok, uint64_t key) {
 }
 
 static const struct merge *merge_find(const struct rtx_tokenizer *tok, int32_t a, int32_t b) {
-    if (!tok->merges)
-        return NULL;
+    if (!tok->merges) return NULL;
     const struct merge *m = &tok->merges[merge_slot(tok, (uint64_t)a << 32 | (uint32_t)b)];
     return m->key == UINT64_MAX ? NULL : m;
 }
@@ -258,8 +253,7 @@ static int load_merges(struct rtx_tokenizer *tok, json_t *merges, const char *wh
     while (size < 2 * n)
         size *= 2;
     tok->merges = rtx_malloc(size * sizeof *tok->merges);
-    if (!tok->merges)
-        return RTX_ENOMEM;
+    if (!tok->merges) return RTX_ENOMEM;
     tok->merges_mask = size - 1;
     for (size_t i = 0; i < size; i++)
         tok->merges[i].key = UINT64_MAX;
@@ -276,8 +270,10 @@ static int load_merges(struct rtx_tokenizer *tok, json_t *merges, const char *wh
             la = (size_t)(sp - a), b = sp + 1, lb = strlen(b);
         } else if (json_is_array(m) && json_array_size(m) == 2 &&
                    json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
-            a = json_string_value(json_array_get(m, 0)), la = json_string_length(json_array_get(m, 0));
-            b = json_string_value(json_array_get(m, 1)), lb = json_string_length(json_array_get(m, 1));
+            a = json_string_value(json_array_get(m, 0)),
+            la = json_string_length(json_array_get(m, 0));
+            b = json_string_value(json_array_get(m, 1)),
+            lb = json_string_length(json_array_get(m, 1));
         } else {
             return rtx_err_set(err, RTX_EFORMAT,
                                "%s: model.merges[%zu]: expected a string or a pair of strings",
@@ -286,8 +282,8 @@ static int load_merges(struct rtx_tokenizer *tok, json_t *merges, const char *wh
         int32_t ia = vocab_id(tok, a, la), ib = vocab_id(tok, b, lb);
         if (ia < 0 || ib < 0)
             return rtx_err_set(err, RTX_EFORMAT,
-                               "%s: model.merges[%zu]: token '%.*s' is not in the vocab", what,
-                               i, (int)(ia < 0 ? la : lb), ia < 0 ? a : b);
+                               "%s: model.merges[%zu]: token '%.*s' is not in the vocab", what, i,
+                               (int)(ia < 0 ? la : lb), ia < 0 ? a : b);
         char joined[512];
         if (la + lb > sizeof joined)
             return rtx_err_set(err, RTX_EFORMAT, "%s: model.merges[%zu]: tokens too long", what,
@@ -331,8 +327,7 @@ static int check_model(struct rtx_tokenizer *tok, json_t *model, const char *wha
     if (!json_is_object(model))
         return rtx_err_set(err, RTX_EFORMAT, "%s: model missing or not an object", what);
     const char *type = json_string_value(json_object_get(model, "type"));
-    if (!type)
-        return rtx_err_set(err, RTX_EFORMAT, "%s: model.type missing", what);
+    if (!type) return rtx_err_set(err, RTX_EFORMAT, "%s: model.type missing", what);
     if (strcmp(type, "BPE"))
         return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: model.type '%.32s' is not supported", what,
                            type);
@@ -359,13 +354,12 @@ static int compile_re(struct pre_step *st, const char *pat, size_t len, uint32_t
                       const char *what, const char *path, struct rtx_err *err) {
     int code;
     PCRE2_SIZE off;
-    st->re = pcre2_compile((PCRE2_SPTR)pat, len, PCRE2_UTF | PCRE2_UCP | opts, &code, &off,
-                           NULL);
+    st->re = pcre2_compile((PCRE2_SPTR)pat, len, PCRE2_UTF | PCRE2_UCP | opts, &code, &off, NULL);
     if (!st->re) {
         PCRE2_UCHAR msg[128];
         pcre2_get_error_message(code, msg, sizeof msg);
-        return rtx_err_set(err, RTX_EFORMAT, "%s: %s: at offset %zu: %s", what, path,
-                           (size_t)off, (const char *)msg);
+        return rtx_err_set(err, RTX_EFORMAT, "%s: %s: at offset %zu: %s", what, path, (size_t)off,
+                           (const char *)msg);
     }
     pcre2_jit_compile(st->re, PCRE2_JIT_COMPLETE); /* optional: the interpreter otherwise */
     return 0;
@@ -377,8 +371,7 @@ static int load_pre(struct rtx_tokenizer *tok, json_t *pre, const char *path, co
     if (!json_is_object(pre))
         return rtx_err_set(err, RTX_EFORMAT, "%s: %s: expected an object", what, path);
     const char *type = json_string_value(json_object_get(pre, "type"));
-    if (!type)
-        return rtx_err_set(err, RTX_EFORMAT, "%s: %s.type missing", what, path);
+    if (!type) return rtx_err_set(err, RTX_EFORMAT, "%s: %s.type missing", what, path);
     char sub[200];
     if (!strcmp(type, "Sequence")) {
         json_t *list = json_object_get(pre, "pretokenizers");
@@ -387,8 +380,7 @@ static int load_pre(struct rtx_tokenizer *tok, json_t *pre, const char *path, co
         for (size_t i = 0; i < json_array_size(list); i++) {
             snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", path, i);
             int rc = load_pre(tok, json_array_get(list, i), sub, what, err);
-            if (rc)
-                return rc;
+            if (rc) return rc;
         }
         return 0;
     }
@@ -397,11 +389,11 @@ static int load_pre(struct rtx_tokenizer *tok, json_t *pre, const char *path, co
                            path, MAX_STEPS);
     struct pre_step *st = &tok->steps[tok->n_steps];
     if (!strcmp(type, "ByteLevel")) {
-        json_t *aps = json_object_get(pre, "add_prefix_space"), *ur = json_object_get(pre, "use_regex");
+        json_t *aps = json_object_get(pre, "add_prefix_space"),
+               *ur = json_object_get(pre, "use_regex");
         st->add_prefix_space = aps ? json_is_true(aps) : true;
         tok->n_steps++;
-        if (ur && !json_is_true(ur))
-            return 0;
+        if (ur && !json_is_true(ur)) return 0;
         snprintf(sub, sizeof sub, "%s (GPT-2's pattern)", path);
         return compile_re(st, gpt2_pattern, sizeof gpt2_pattern - 1, 0, what, sub, err);
     }
@@ -412,8 +404,8 @@ static int load_pre(struct rtx_tokenizer *tok, json_t *pre, const char *path, co
                                "%s: %s.behavior '%.32s' is not supported (only Isolated)", what,
                                path, beh ? beh : "(missing)");
         if (json_is_true(json_object_get(pre, "invert")))
-            return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: %s.invert true is not supported",
-                               what, path);
+            return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: %s.invert true is not supported", what,
+                               path);
         json_t *pat = json_object_get(pre, "pattern"), *re = json_object_get(pat, "Regex"),
                *lit = json_object_get(pat, "String");
         json_t *p = json_is_string(re) ? re : lit;
@@ -436,8 +428,7 @@ static int check_byte_level(const struct rtx_tokenizer *tok, json_t *pre, const 
                             struct rtx_err *err) {
     int n_bl = 0;
     const char *type = json_string_value(json_object_get(pre, "type"));
-    if (type && !strcmp(type, "ByteLevel"))
-        return 0;
+    if (type && !strcmp(type, "ByteLevel")) return 0;
     json_t *list = json_object_get(pre, "pretokenizers");
     for (size_t i = 0; i < json_array_size(list); i++) {
         const char *t = json_string_value(json_object_get(json_array_get(list, i), "type"));
@@ -466,8 +457,7 @@ static int load_added(struct rtx_tokenizer *tok, json_t *list, const char *what,
     size_t n = json_array_size(list);
     tok->added_map = json_object();
     tok->added = rtx_calloc(n ? n : 1, sizeof *tok->added);
-    if (!tok->added_map || !tok->added)
-        return RTX_ENOMEM;
+    if (!tok->added_map || !tok->added) return RTX_ENOMEM;
     for (size_t i = 0; i < n; i++) {
         json_t *a = json_array_get(list, i), *id = json_object_get(a, "id"),
                *c = json_object_get(a, "content");
@@ -489,8 +479,7 @@ static int load_added(struct rtx_tokenizer *tok, json_t *list, const char *what,
         ad->special = json_is_true(json_object_get(a, "special"));
         json_t *norm = json_object_get(a, "normalized");
         ad->normalized = norm ? json_is_true(norm) : !ad->special;
-        if ((size_t)ad->id + 1 > tok->n_ids)
-            tok->n_ids = (size_t)ad->id + 1;
+        if ((size_t)ad->id + 1 > tok->n_ids) tok->n_ids = (size_t)ad->id + 1;
         if (json_object_setn_new(tok->added_map, ad->content, ad->len, json_integer(ad->id)))
             return RTX_ENOMEM;
     }
@@ -500,8 +489,7 @@ static int load_added(struct rtx_tokenizer *tok, json_t *list, const char *what,
 static int added_cmp(const void *pa, const void *pb) {
     const struct added *a = pa, *b = pb;
     uint8_t ca = (uint8_t)a->content[0], cb = (uint8_t)b->content[0];
-    if (ca != cb)
-        return ca < cb ? -1 : 1;
+    if (ca != cb) return ca < cb ? -1 : 1;
     return a->len > b->len ? -1 : a->len < b->len;
 }
 
@@ -509,14 +497,12 @@ static int added_cmp(const void *pa, const void *pb) {
 static int build_ids(struct rtx_tokenizer *tok) {
     tok->id_tok = rtx_calloc(tok->n_ids ? tok->n_ids : 1, sizeof *tok->id_tok);
     tok->id_flags = rtx_calloc(tok->n_ids ? tok->n_ids : 1, 1);
-    if (!tok->id_tok || !tok->id_flags)
-        return RTX_ENOMEM;
+    if (!tok->id_tok || !tok->id_flags) return RTX_ENOMEM;
     const char *key;
     json_t *v;
     json_object_foreach(tok->vocab, key, v) {
         size_t id = (size_t)json_integer_value(v);
-        if (!tok->id_tok[id])
-            tok->id_tok[id] = key;
+        if (!tok->id_tok[id]) tok->id_tok[id] = key;
     }
     for (size_t i = 0; i < tok->n_added; i++) {
         struct added *ad = &tok->added[i];
@@ -537,14 +523,18 @@ static int build_ids(struct rtx_tokenizer *tok) {
     return 0;
 }
 
-/* The parts of the file that only need checking: normalizer, decoder, post-processor,
- * truncation, padding. */
-static int check_rest(json_t *root, const char *what, struct rtx_err *err) {
+/* The normalizer (null or NFC) and the parts of the file that only need checking: decoder,
+ * post-processor, truncation, padding. */
+static int check_rest(struct rtx_tokenizer *tok, json_t *root, const char *what,
+                      struct rtx_err *err) {
     json_t *norm = json_object_get(root, "normalizer");
     if (norm && !json_is_null(norm)) {
         const char *t = json_string_value(json_object_get(norm, "type"));
-        return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: normalizer.type '%.32s' is not supported",
-                           what, t ? t : "(missing)");
+        if (!t || strcmp(t, "NFC"))
+            return rtx_err_set(err, RTX_EUNSUPPORTED,
+                               "%s: normalizer.type '%.32s' is not supported (only NFC)", what,
+                               t ? t : "(missing)");
+        tok->nfc = true;
     }
     json_t *dec = json_object_get(root, "decoder");
     const char *dt = json_string_value(json_object_get(dec, "type"));
@@ -574,10 +564,9 @@ static int check_rest(json_t *root, const char *what, struct rtx_err *err) {
     return 0;
 }
 
-int rtx_tokenizer_parse(const char *json, size_t len, const char *what,
-                        struct rtx_tokenizer **out, struct rtx_err *err) {
-    if (!json || !out)
-        return rtx_err_set(err, RTX_EINVAL, "rtx_tokenizer_parse: NULL argument");
+int rtx_tokenizer_parse(const char *json, size_t len, const char *what, struct rtx_tokenizer **out,
+                        struct rtx_err *err) {
+    if (!json || !out) return rtx_err_set(err, RTX_EINVAL, "rtx_tokenizer_parse: NULL argument");
     what = what ? what : "tokenizer.json";
     byte_table_init();
     json_error_t jerr;
@@ -599,7 +588,7 @@ int rtx_tokenizer_parse(const char *json, size_t len, const char *what,
     } else if (!(rc = check_model(tok, model, what, err)) &&
                !(rc = load_vocab(tok, model, what, err)) &&
                !(rc = load_added(tok, json_object_get(root, "added_tokens"), what, err)) &&
-               !(rc = build_ids(tok)) && !(rc = check_rest(root, what, err))) {
+               !(rc = build_ids(tok)) && !(rc = check_rest(tok, root, what, err))) {
         json_t *merges = json_object_get(model, "merges");
         if (!json_is_array(merges))
             rc = rtx_err_set(err, RTX_EFORMAT, "%s: model.merges missing or not an array", what);
@@ -609,15 +598,15 @@ int rtx_tokenizer_parse(const char *json, size_t len, const char *what,
         if (!rc && unk && (tok->unk = vocab_id(tok, unk, strlen(unk))) < 0)
             rc = rtx_err_set(err, RTX_EFORMAT, "%s: model.unk_token '%.64s' is not in the vocab",
                              what, unk);
-        if (!rc && pre && !json_is_null(pre) && !(rc = load_pre(tok, pre, "pre_tokenizer", what, err)))
+        if (!rc && pre && !json_is_null(pre) &&
+            !(rc = load_pre(tok, pre, "pre_tokenizer", what, err)))
             rc = check_byte_level(tok, pre, what, err);
         if (!rc && (!pre || json_is_null(pre)))
             rc = rtx_err_set(err, RTX_EUNSUPPORTED,
                              "%s: pre_tokenizer: null is not supported (only byte-level BPE)",
                              what);
     }
-    if (rc == RTX_ENOMEM)
-        rtx_err_set(err, RTX_ENOMEM, "%s: out of memory", what);
+    if (rc == RTX_ENOMEM) rtx_err_set(err, RTX_ENOMEM, "%s: out of memory", what);
     if (rc) {
         rtx_tokenizer_free(tok);
         return rc;
@@ -628,19 +617,16 @@ int rtx_tokenizer_parse(const char *json, size_t len, const char *what,
 
 int rtx_tokenizer_load(const char *path, struct rtx_tokenizer **out, struct rtx_err *err) {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return rtx_err_set(err, RTX_EIO, "%s: %s", path, strerror(errno));
+    if (!f) return rtx_err_set(err, RTX_EIO, "%s: %s", path, strerror(errno));
     struct buf b = {0};
     char chunk[65536];
     size_t n;
     int rc = 0;
     while (!rc && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
         rc = buf_put(&b, chunk, n);
-    if (!rc && ferror(f))
-        rc = rtx_err_set(err, RTX_EIO, "%s: read error", path);
+    if (!rc && ferror(f)) rc = rtx_err_set(err, RTX_EIO, "%s: read error", path);
     fclose(f);
-    if (rc == RTX_ENOMEM)
-        rtx_err_set(err, rc, "%s: out of memory", path);
+    if (rc == RTX_ENOMEM) rtx_err_set(err, rc, "%s: out of memory", path);
     if (!rc) {
         const char *base = strrchr(path, '/');
         rc = rtx_tokenizer_parse(b.p ? b.p : "", b.len, base ? base + 1 : path, out, err);
@@ -650,8 +636,7 @@ int rtx_tokenizer_load(const char *path, struct rtx_tokenizer **out, struct rtx_
 }
 
 void rtx_tokenizer_free(struct rtx_tokenizer *tok) {
-    if (!tok)
-        return;
+    if (!tok) return;
     for (int i = 0; i < tok->n_steps; i++)
         pcre2_code_free(tok->steps[i].re);
     json_decref(tok->added_map);
@@ -673,8 +658,7 @@ size_t rtx_tokenizer_vocab_size(const struct rtx_tokenizer *tok) {
 
 int32_t rtx_tokenizer_token_id(const struct rtx_tokenizer *tok, const char *token) {
     json_t *v = json_object_get(tok->added_map, token);
-    if (v)
-        return (int32_t)json_integer_value(v);
+    if (v) return (int32_t)json_integer_value(v);
     return vocab_id(tok, token, strlen(token));
 }
 
@@ -701,13 +685,11 @@ struct spans {
 };
 
 static int spans_add(struct spans *s, size_t off, size_t len, int32_t id) {
-    if (!len)
-        return 0;
+    if (!len) return 0;
     if (s->n == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 16;
         struct span *v = rtx_realloc(s->v, cap * sizeof *v);
-        if (!v)
-            return RTX_ENOMEM;
+        if (!v) return RTX_ENOMEM;
         s->v = v, s->cap = cap;
     }
     s->v[s->n++] = (struct span){off, len, id};
@@ -723,8 +705,7 @@ static int ids_add(struct ids *s, int32_t id) {
     if (s->n == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 64;
         int32_t *v = rtx_realloc(s->v, cap * sizeof *v);
-        if (!v)
-            return RTX_ENOMEM;
+        if (!v) return RTX_ENOMEM;
         s->v = v, s->cap = cap;
     }
     s->v[s->n++] = id;
@@ -759,13 +740,11 @@ static int split_added(const struct rtx_tokenizer *tok, const char *text, const 
                 continue;
             }
             rc = spans_add(out, start, i - start, -1);
-            if (!rc)
-                rc = spans_add(out, i, hit->len, hit->id);
+            if (!rc) rc = spans_add(out, i, hit->len, hit->id);
             i += hit->len;
             start = i;
         }
-        if (!rc)
-            rc = spans_add(out, start, end - start, -1);
+        if (!rc) rc = spans_add(out, start, end - start, -1);
     }
     return rc;
 }
@@ -775,18 +754,14 @@ static int pre_step_apply(const struct pre_step *st, const struct buf *in_text,
                           const struct spans *in, struct buf *out_text, struct spans *out,
                           struct rtx_err *err) {
     pcre2_match_data *md = st->re ? pcre2_match_data_create_from_pattern(st->re, NULL) : NULL;
-    if (st->re && !md)
-        return RTX_ENOMEM;
+    if (st->re && !md) return RTX_ENOMEM;
     int rc = 0;
     for (size_t k = 0; !rc && k < in->n; k++) {
         size_t base = out_text->len;
         const char *p = in_text->p + in->v[k].off;
-        if (st->add_prefix_space && p[0] != ' ')
-            rc = buf_put(out_text, " ", 1);
-        if (!rc)
-            rc = buf_put(out_text, p, in->v[k].len);
-        if (rc)
-            break;
+        if (st->add_prefix_space && p[0] != ' ') rc = buf_put(out_text, " ", 1);
+        if (!rc) rc = buf_put(out_text, p, in->v[k].len);
+        if (rc) break;
         size_t len = out_text->len - base;
         if (!st->re) {
             rc = spans_add(out, base, len, -1);
@@ -796,19 +771,16 @@ static int pre_step_apply(const struct pre_step *st, const struct buf *in_text,
         size_t pos = 0, gap = 0;
         while (pos <= len) {
             int m = pcre2_match(st->re, (PCRE2_SPTR)s, len, pos, PCRE2_NO_UTF_CHECK, md, NULL);
-            if (m == PCRE2_ERROR_NOMATCH)
-                break;
+            if (m == PCRE2_ERROR_NOMATCH) break;
             if (m < 0) {
                 PCRE2_UCHAR msg[128];
                 pcre2_get_error_message(m, msg, sizeof msg);
-                rc = rtx_err_set(err, RTX_ELIMIT, "pre-tokenizer pattern: %s",
-                                 (const char *)msg);
+                rc = rtx_err_set(err, RTX_ELIMIT, "pre-tokenizer pattern: %s", (const char *)msg);
                 break;
             }
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
             if (ov[1] == ov[0]) { /* an empty match: no piece; step one character */
-                if (ov[0] >= len)
-                    break;
+                if (ov[0] >= len) break;
                 size_t l;
                 utf8_next((const uint8_t *)s + ov[0], len - ov[0], &l);
                 pos = ov[0] + l;
@@ -819,8 +791,7 @@ static int pre_step_apply(const struct pre_step *st, const struct buf *in_text,
                 break;
             gap = pos = ov[1];
         }
-        if (!rc)
-            rc = spans_add(out, base + gap, len - gap, -1);
+        if (!rc) rc = spans_add(out, base + gap, len - gap, -1);
     }
     pcre2_match_data_free(md);
     return rc;
@@ -857,55 +828,44 @@ static struct cand heap_pop(struct bpe_work *w) {
     size_t i = 0;
     for (;;) {
         size_t c = 2 * i + 1;
-        if (c >= w->n_heap)
-            break;
-        if (c + 1 < w->n_heap && cand_less(&w->heap[c + 1], &w->heap[c]))
-            c++;
-        if (!cand_less(&w->heap[c], &last))
-            break;
+        if (c >= w->n_heap) break;
+        if (c + 1 < w->n_heap && cand_less(&w->heap[c + 1], &w->heap[c])) c++;
+        if (!cand_less(&w->heap[c], &last)) break;
         w->heap[i] = w->heap[c];
         i = c;
     }
-    if (w->n_heap)
-        w->heap[i] = last;
+    if (w->n_heap) w->heap[i] = last;
     return top;
 }
 
 /* Pushes the merge of the symbols at a and b (b = next[a]) if there is one. */
 static void push_pair(const struct rtx_tokenizer *tok, struct bpe_work *w, int32_t a, int32_t b) {
-    if (a < 0 || b < 0)
-        return;
+    if (a < 0 || b < 0) return;
     const struct merge *m = merge_find(tok, w->sym[a], w->sym[b]);
-    if (m)
-        heap_push(w, (struct cand){m->rank, a, w->sym[a], w->sym[b], m->id});
+    if (m) heap_push(w, (struct cand){m->rank, a, w->sym[a], w->sym[b], m->id});
 }
 
 /* BPE over one pre-token (bytes s, n) into ids: the pair of lowest rank merges first, the
  * leftmost of equal ranks, as Hugging Face's BPE does; O(n log n). */
-static int bpe_piece(const struct rtx_tokenizer *tok, const char *s, size_t n,
-                     struct bpe_work *w, struct buf *mapped, struct ids *ids) {
+static int bpe_piece(const struct rtx_tokenizer *tok, const char *s, size_t n, struct bpe_work *w,
+                     struct buf *mapped, struct ids *ids) {
     if (tok->ignore_merges) {
         mapped->len = 0;
         for (size_t i = 0; i < n; i++) {
             char c[2];
             int rc = buf_put(mapped, c, utf8_put(c, byte_char[(uint8_t)s[i]]));
-            if (rc)
-                return rc;
+            if (rc) return rc;
         }
         int32_t id = vocab_id(tok, mapped->p, mapped->len);
-        if (id >= 0)
-            return ids_add(ids, id);
+        if (id >= 0) return ids_add(ids, id);
     }
     int32_t m = 0, last = -1;
     for (size_t i = 0; i < n; i++) {
         int32_t id = tok->byte_id[(uint8_t)s[i]];
-        if (id < 0)
-            id = tok->unk; /* a byte missing from the vocabulary: unk, or dropped */
-        if (id < 0)
-            continue;
+        if (id < 0) id = tok->unk; /* a byte missing from the vocabulary: unk, or dropped */
+        if (id < 0) continue;
         w->sym[m] = id, w->prev[m] = last, w->next[m] = -1;
-        if (last >= 0)
-            w->next[last] = m;
+        if (last >= 0) w->next[last] = m;
         last = m++;
     }
     w->n_heap = 0;
@@ -914,20 +874,17 @@ static int bpe_piece(const struct rtx_tokenizer *tok, const char *s, size_t n,
     while (w->n_heap) {
         struct cand c = heap_pop(w);
         int32_t b = w->next[c.pos];
-        if (w->sym[c.pos] != c.left || b < 0 || w->sym[b] != c.right)
-            continue; /* stale */
+        if (w->sym[c.pos] != c.left || b < 0 || w->sym[b] != c.right) continue; /* stale */
         w->sym[c.pos] = c.id;
         w->sym[b] = -1;
         w->next[c.pos] = w->next[b];
-        if (w->next[b] >= 0)
-            w->prev[w->next[b]] = c.pos;
+        if (w->next[b] >= 0) w->prev[w->next[b]] = c.pos;
         push_pair(tok, w, w->prev[c.pos], c.pos);
         push_pair(tok, w, c.pos, w->next[c.pos]);
     }
     for (int32_t i = 0; i < m; i++) {
         int rc = w->sym[i] >= 0 ? ids_add(ids, w->sym[i]) : 0;
-        if (rc)
-            return rc;
+        if (rc) return rc;
     }
     return 0;
 }
@@ -939,8 +896,7 @@ static int encode_text(const struct rtx_tokenizer *tok, const char *text, size_t
     struct spans sp[2] = {{0}, {0}};
     struct bpe_work w = {0};
     int rc = buf_put(&t[0], text + off, len);
-    if (!rc)
-        rc = spans_add(&sp[0], 0, len, -1);
+    if (!rc) rc = spans_add(&sp[0], 0, len, -1);
     int cur = 0;
     for (int s = 0; !rc && s < tok->n_steps; s++) {
         t[!cur].len = 0, sp[!cur].n = 0;
@@ -967,6 +923,21 @@ static int encode_text(const struct rtx_tokenizer *tok, const char *text, size_t
     return rc;
 }
 
+/* One segment between the non-normalized added tokens, already normalized: its normalized
+ * added tokens, then pre-tokenization and BPE of the rest. */
+static int encode_segment(const struct rtx_tokenizer *tok, const char *seg, size_t len,
+                          bool parse_special, struct ids *ids, struct rtx_err *err) {
+    struct spans a = {0}, c = {0};
+    int rc = spans_add(&a, 0, len, -1);
+    if (!rc) rc = split_added(tok, seg, &a, true, parse_special, &c);
+    for (size_t k = 0; !rc && k < c.n; k++)
+        rc = c.v[k].id >= 0 ? ids_add(ids, c.v[k].id)
+                            : encode_text(tok, seg, c.v[k].off, c.v[k].len, ids, err);
+    rtx_free(a.v);
+    rtx_free(c.v);
+    return rc;
+}
+
 int rtx_tokenizer_encode(const struct rtx_tokenizer *tok, const char *text, size_t len,
                          bool parse_special, int32_t **ids_out, size_t *n_ids,
                          struct rtx_err *err) {
@@ -978,28 +949,39 @@ int rtx_tokenizer_encode(const struct rtx_tokenizer *tok, const char *text, size
             return rtx_err_set(err, RTX_EINVAL, "text is not valid UTF-8 at byte %zu", i);
         i += l;
     }
-    struct spans a = {0}, b = {0}, c = {0};
+    struct spans a = {0}, b = {0};
     struct ids ids = {0};
     int rc = spans_add(&a, 0, len, -1);
-    if (!rc)
-        rc = split_added(tok, text, &a, false, parse_special, &b);
-    if (!rc)
-        rc = split_added(tok, text, &b, true, parse_special, &c);
-    for (size_t k = 0; !rc && k < c.n; k++)
-        rc = c.v[k].id >= 0 ? ids_add(&ids, c.v[k].id)
-                            : encode_text(tok, text, c.v[k].off, c.v[k].len, &ids, err);
+    if (!rc) rc = split_added(tok, text, &a, false, parse_special, &b);
+    for (size_t k = 0; !rc && k < b.n; k++) {
+        const char *seg = text + b.v[k].off;
+        if (b.v[k].id >= 0) {
+            rc = ids_add(&ids, b.v[k].id);
+        } else if (!tok->nfc) {
+            rc = encode_segment(tok, seg, b.v[k].len, parse_special, &ids, err);
+        } else {
+            utf8proc_uint8_t *norm = NULL; /* malloc'ed by utf8proc */
+            utf8proc_ssize_t n =
+                utf8proc_map((const utf8proc_uint8_t *)seg, (utf8proc_ssize_t)b.v[k].len, &norm,
+                             UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (n < 0)
+                rc = n == UTF8PROC_ERROR_NOMEM
+                         ? RTX_ENOMEM
+                         : rtx_err_set(err, RTX_EINVAL, "NFC: %s", utf8proc_errmsg(n));
+            else
+                rc = encode_segment(tok, (const char *)norm, (size_t)n, parse_special, &ids, err);
+            free(norm);
+        }
+    }
     rtx_free(a.v);
     rtx_free(b.v);
-    rtx_free(c.v);
     if (rc) {
         rtx_free(ids.v);
-        if (rc == RTX_ENOMEM)
-            rtx_err_set(err, rc, "encode: out of memory");
+        if (rc == RTX_ENOMEM) rtx_err_set(err, rc, "encode: out of memory");
         return rc;
     }
     *ids_out = ids.n ? ids.v : NULL;
-    if (!ids.n)
-        rtx_free(ids.v);
+    if (!ids.n) rtx_free(ids.v);
     *n_ids = ids.n;
     return 0;
 }
@@ -1021,15 +1003,13 @@ int rtx_tokenizer_decode(const struct rtx_tokenizer *tok, const int32_t *ids, si
         return rtx_err_set(err, RTX_EINVAL, "rtx_tokenizer_decode: NULL argument");
     for (size_t i = 0; i < n; i++) {
         int rc = check_id(tok, ids[i], err);
-        if (rc)
-            return rtx_err_prefix(err, "ids[%zu]", i);
+        if (rc) return rtx_err_prefix(err, "ids[%zu]", i);
     }
     struct buf raw = {0}, out = {0};
     int rc = buf_put(&out, "", 0);
     for (size_t i = 0; !rc && i < n; i++)
         rc = token_bytes(tok, ids[i], skip_special, &raw);
-    if (!rc)
-        rc = buf_put_lossy(&out, raw.p, raw.len, false, NULL);
+    if (!rc) rc = buf_put_lossy(&out, raw.p, raw.len, false, NULL);
     rtx_free(raw.p);
     if (rc) {
         rtx_free(out.p);
@@ -1043,8 +1023,7 @@ int rtx_tokenizer_decode(const struct rtx_tokenizer *tok, const int32_t *ids, si
 struct rtx_tokenizer_stream *rtx_tokenizer_stream_new(const struct rtx_tokenizer *tok,
                                                       bool skip_special) {
     struct rtx_tokenizer_stream *s = rtx_calloc(1, sizeof *s);
-    if (s)
-        s->tok = tok, s->skip_special = skip_special;
+    if (s) s->tok = tok, s->skip_special = skip_special;
     return s;
 }
 
@@ -1054,11 +1033,9 @@ static int stream_emit(struct rtx_tokenizer_stream *s, struct buf *b, bool final
     struct buf out = {s->out, 0, s->out_cap};
     size_t used = 0;
     int rc = buf_put(&out, "", 0);
-    if (!rc)
-        rc = buf_put_lossy(&out, b->p, b->len, !final, &used);
+    if (!rc) rc = buf_put_lossy(&out, b->p, b->len, !final, &used);
     s->out = out.p, s->out_cap = out.cap, s->out_len = out.len;
-    if (rc)
-        return rc;
+    if (rc) return rc;
     s->n_pend = b->len - used; /* at most 3: a valid prefix of one character */
     memcpy(s->pend, b->p + used, s->n_pend);
     *text = s->out;
@@ -1069,14 +1046,11 @@ static int stream_emit(struct rtx_tokenizer_stream *s, struct buf *b, bool final
 int rtx_tokenizer_stream_feed(struct rtx_tokenizer_stream *s, int32_t id, const char **text,
                               size_t *len, struct rtx_err *err) {
     int rc = check_id(s->tok, id, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     struct buf b = {0};
     rc = buf_put(&b, s->pend, s->n_pend);
-    if (!rc)
-        rc = token_bytes(s->tok, id, s->skip_special, &b);
-    if (!rc)
-        rc = stream_emit(s, &b, false, text, len);
+    if (!rc) rc = token_bytes(s->tok, id, s->skip_special, &b);
+    if (!rc) rc = stream_emit(s, &b, false, text, len);
     rtx_free(b.p);
     return rc ? rtx_err_set(err, rc, "decode: out of memory") : 0;
 }
@@ -1085,15 +1059,13 @@ int rtx_tokenizer_stream_flush(struct rtx_tokenizer_stream *s, const char **text
                                struct rtx_err *err) {
     struct buf b = {0};
     int rc = buf_put(&b, s->pend, s->n_pend);
-    if (!rc)
-        rc = stream_emit(s, &b, true, text, len);
+    if (!rc) rc = stream_emit(s, &b, true, text, len);
     rtx_free(b.p);
     return rc ? rtx_err_set(err, rc, "decode: out of memory") : 0;
 }
 
 void rtx_tokenizer_stream_free(struct rtx_tokenizer_stream *s) {
-    if (!s)
-        return;
+    if (!s) return;
     rtx_free(s->out);
     rtx_free(s);
 }

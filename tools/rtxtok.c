@@ -27,12 +27,10 @@ static void usage(void) {
 
 /* The ids of a JSON array line into *ids (malloc'ed). */
 static int read_ids(json_t *v, int32_t **ids, size_t *n, struct rtx_err *err) {
-    if (!json_is_array(v))
-        return rtx_err_set(err, RTX_EINVAL, "expected a JSON array of ids");
+    if (!json_is_array(v)) return rtx_err_set(err, RTX_EINVAL, "expected a JSON array of ids");
     *n = json_array_size(v);
     *ids = malloc((*n ? *n : 1) * sizeof **ids);
-    if (!*ids)
-        return rtx_err_set(err, RTX_ENOMEM, "out of memory");
+    if (!*ids) return rtx_err_set(err, RTX_ENOMEM, "out of memory");
     for (size_t i = 0; i < *n; i++) {
         json_t *x = json_array_get(v, i);
         if (!json_is_integer(x) || json_integer_value(x) < INT32_MIN ||
@@ -54,8 +52,8 @@ static json_t *handle(const struct rtx_tokenizer *tok, enum mode mode, bool spec
         }
         int32_t *ids;
         size_t n;
-        if (rtx_tokenizer_encode(tok, json_string_value(in), json_string_length(in), special,
-                                 &ids, &n, err))
+        if (rtx_tokenizer_encode(tok, json_string_value(in), json_string_length(in), special, &ids,
+                                 &n, err))
             return NULL;
         res = json_array();
         for (size_t i = 0; res && i < n; i++)

@@ -12,7 +12,8 @@ import random
 import subprocess
 
 import pytest
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
+                        pre_tokenizers, trainers)
 
 import rtxgraph
 
@@ -57,8 +58,10 @@ def rtxtok(path, mode, lines, *flags, check=True):
     return [json.loads(x) for x in out]
 
 
-def train(tmp_path, name, pre, ignore_merges, merges_as_strings=False):
+def train(tmp_path, name, pre, ignore_merges, merges_as_strings=False, nfc=False):
     tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    if nfc:
+        tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=SPECIALS, show_progress=False,
@@ -88,6 +91,8 @@ def texts():
         "fox jumps", "<|endoftext|><|endoftext|>", "\u00a0nbsp", "\u3000ideographic", "\u200b",
         "Ωμέγα", "Привет мир", "مرحبا", "שלום", "नमस्ते", "ไทย", "\U0001F600" * 5, "a" * 50,
         " " * 17, "\n" * 9, "\t\t\tx", "tab\tsep\tvalues",
+        "A\u030angstro\u0308m", "\u1100\u1161\u11a8", "\ufb01ne", "\u212b", "o\u0302\u0323",
+        "fox ju\u0301mps", "e\u0301<|endoftext|>\u0301",
     ]
     out = list(pieces)
     out += CORPUS[:8]
@@ -106,16 +111,18 @@ def pre_split(pattern):
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
-@pytest.mark.parametrize("style", ["gpt2", "gpt2_prefix", "llama3", "qwen2", "gpt2_str_merges"])
+@pytest.mark.parametrize("style", ["gpt2", "gpt2_prefix", "llama3", "qwen2", "gpt2_str_merges",
+                                   "qwen2_nfc"])
 def test_encode_decode_match_hf(tmp_path, style):
-    pre, ignore, strs = {
-        "gpt2": (PRE_GPT2, False, False),
-        "gpt2_prefix": (pre_tokenizers.ByteLevel(add_prefix_space=True), False, False),
-        "gpt2_str_merges": (PRE_GPT2, False, True),
-        "llama3": (pre_split(LLAMA3_PATTERN), True, False),
-        "qwen2": (pre_split(QWEN2_PATTERN), False, False),
+    pre, ignore, strs, nfc = {
+        "gpt2": (PRE_GPT2, False, False, False),
+        "gpt2_prefix": (pre_tokenizers.ByteLevel(add_prefix_space=True), False, False, False),
+        "gpt2_str_merges": (PRE_GPT2, False, True, False),
+        "llama3": (pre_split(LLAMA3_PATTERN), True, False, False),
+        "qwen2": (pre_split(QWEN2_PATTERN), False, False, False),
+        "qwen2_nfc": (pre_split(QWEN2_PATTERN), False, False, True),  # Qwen2's own files
     }[style]
-    tok, path = train(tmp_path, style, pre, ignore, strs)
+    tok, path = train(tmp_path, style, pre, ignore, strs, nfc)
     ts = texts()
     want = [tok.encode(t, add_special_tokens=False).ids for t in ts]
     got = rtxtok(path, "encode", ts)
