@@ -1,5 +1,6 @@
 /*
- * tokenizer.c - Hugging Face tokenizer.json tokenizers: byte-level BPE (GPT-2, Llama 3, Qwen2).
+ * tokenizer.c - Hugging Face tokenizer.json tokenizers: byte-level BPE (GPT-2, Llama 3, Qwen2);
+ * encoding and decoding here, reading the file in tokenizer-load.c.
  *
  * DESIGN
  * Encoding follows the tokenizers crate step by step, because every id must match it:
@@ -19,62 +20,11 @@
  * added tokens, before the normalized ones are looked for, as Hugging Face orders it.
  * What is not implemented is refused at load, naming the JSON path (docs/tokenizer.md).
  */
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <errno.h>
-#include <jansson.h>
-#include <pcre2.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
-#include "formats/formats.h"
-
-#define MAX_STEPS 8      /* pre-tokenizer steps after flattening Sequence */
-#define MAX_ID (1 << 24) /* largest id accepted */
-
-/* GPT-2's pre-tokenizer pattern (ByteLevel with use_regex). */
-static const char gpt2_pattern[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-struct pre_step {
-    pcre2_code *re;        /* NULL: no split (ByteLevel with use_regex false) */
-    bool add_prefix_space; /* ByteLevel only */
-};
-
-struct added {
-    int32_t id;
-    const char *content; /* in the JSON */
-    size_t len;          /* bytes */
-    bool special, normalized;
-};
-
-struct merge {
-    uint64_t key; /* left id << 32 | right id; UINT64_MAX: empty slot */
-    int32_t rank, id;
-};
-
-struct rtx_tokenizer {
-    json_t *root;        /* the parsed file; vocab keys and added contents point into it */
-    json_t *vocab;       /* token -> id */
-    json_t *added_map;   /* added content -> id */
-    const char **id_tok; /* n_ids: the token of each id, NULL for a hole */
-    uint8_t *id_flags;   /* n_ids: ID_ADDED | ID_SPECIAL */
-    size_t n_ids;
-    int32_t byte_id[256]; /* the id of each byte's byte-level character, -1 if none */
-    int32_t unk;          /* -1: none */
-    bool ignore_merges;
-    bool nfc; /* normalizer NFC (utf8proc) */
-    struct merge *merges;
-    size_t merges_mask;  /* table size - 1 */
-    struct added *added; /* sorted by first byte, then length descending */
-    size_t n_added;
-    size_t added_first[257]; /* added[added_first[b] .. added_first[b + 1]] start with byte b */
-    struct pre_step steps[MAX_STEPS];
-    int n_steps;
-};
-
-enum { ID_ADDED = 1, ID_SPECIAL = 2 };
+#include "formats/tokenizer-impl.h"
 
 struct rtx_tokenizer_stream {
     const struct rtx_tokenizer *tok;
@@ -88,27 +38,6 @@ struct rtx_tokenizer_stream {
 /* ------------------------------------------------------------------------------------------
  * Bytes, UTF-8 and GPT-2's byte-level alphabet
  * ---------------------------------------------------------------------------------------- */
-
-struct buf {
-    char *p;
-    size_t len, cap; /* bytes */
-};
-
-static int buf_put(struct buf *b, const void *data, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = rtx_realloc(b->p, cap);
-        if (!p) return RTX_ENOMEM;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
-}
 
 /* The code point at s (n > 0 bytes) and its length in *len; -1 for an invalid sequence (*len:
  * its maximal invalid subpart, at least 1), -2 for a valid prefix cut short by the end (*len =
@@ -167,31 +96,22 @@ static int buf_put_lossy(struct buf *b, const char *s, size_t n, bool keep_tail,
     return 0;
 }
 
-static size_t utf8_put(char *out, uint32_t cp) {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    out[0] = (char)(0xC0 | cp >> 6); /* the byte-level alphabet stays below U+0800 */
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-}
-
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other bytes for
- * U+0100 onwards in byte order. char_byte is the inverse (-1: not a byte-level character). */
-static uint16_t byte_char[256];
-static int16_t char_byte[324];
+ * U+0100 onwards in byte order. rtx__tok_char_byte is the inverse (-1: not a byte-level
+ * character). */
+uint16_t rtx__tok_byte_char[256];
+int16_t rtx__tok_char_byte[324];
 
-static void byte_table_init(void) {
-    if (byte_char['!']) return; /* filled (the same values from any thread) */
+void rtx__tok_byte_table_init(void) {
+    if (rtx__tok_byte_char['!']) return; /* filled (the same values from any thread) */
     int next = 256;
     for (int c = 0; c < 324; c++)
-        char_byte[c] = -1;
+        rtx__tok_char_byte[c] = -1;
     for (int b = 0; b < 256; b++) {
         bool keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
         int c = keep ? b : next++;
-        byte_char[b] = (uint16_t)c;
-        char_byte[c] = (int16_t)b;
+        rtx__tok_byte_char[b] = (uint16_t)c;
+        rtx__tok_char_byte[c] = (int16_t)b;
     }
 }
 
@@ -209,11 +129,11 @@ static int token_bytes(const struct rtx_tokenizer *tok, int32_t id, bool skip_sp
     for (size_t i = 0; i < n;) {
         size_t l;
         int32_t cp = utf8_next((const uint8_t *)t + i, n - i, &l);
-        if (cp < 0 || cp >= 324 || char_byte[cp] < 0) {
+        if (cp < 0 || cp >= 324 || rtx__tok_char_byte[cp] < 0) {
             b->len = start; /* not byte-level: the token's own text, as Hugging Face does */
             return buf_put(b, t, n);
         }
-        uint8_t byte = (uint8_t)char_byte[cp];
+        uint8_t byte = (uint8_t)rtx__tok_char_byte[cp];
         int rc = buf_put(b, &byte, 1);
         if (rc) return rc;
         i += l;
@@ -225,449 +145,10 @@ static int token_bytes(const struct rtx_tokenizer *tok, int32_t id, bool skip_sp
  * Merges: (left id, right id) -> (rank, merged id)
  * ---------------------------------------------------------------------------------------- */
 
-static size_t merge_slot(const struct rtx_tokenizer *tok, uint64_t key) {
-    size_t h = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & tok->merges_mask;
-    while (tok->merges[h].key != key && tok->merges[h].key != UINT64_MAX)
-        h = (h + 1) & tok->merges_mask;
-    return h;
-}
-
 static const struct merge *merge_find(const struct rtx_tokenizer *tok, int32_t a, int32_t b) {
     if (!tok->merges) return NULL;
     const struct merge *m = &tok->merges[merge_slot(tok, (uint64_t)a << 32 | (uint32_t)b)];
     return m->key == UINT64_MAX ? NULL : m;
-}
-
-/* ------------------------------------------------------------------------------------------
- * Loading
- * ---------------------------------------------------------------------------------------- */
-
-static int32_t vocab_id(const struct rtx_tokenizer *tok, const char *s, size_t n) {
-    json_t *v = json_object_getn(tok->vocab, s, n);
-    return v ? (int32_t)json_integer_value(v) : -1;
-}
-
-static int load_merges(struct rtx_tokenizer *tok, json_t *merges, const char *what,
-                       struct rtx_err *err) {
-    size_t n = json_array_size(merges), size = 16;
-    while (size < 2 * n)
-        size *= 2;
-    tok->merges = rtx_malloc(size * sizeof *tok->merges);
-    if (!tok->merges) return RTX_ENOMEM;
-    tok->merges_mask = size - 1;
-    for (size_t i = 0; i < size; i++)
-        tok->merges[i].key = UINT64_MAX;
-    for (size_t i = 0; i < n; i++) {
-        json_t *m = json_array_get(merges, i);
-        const char *a, *b;
-        size_t la, lb;
-        if (json_is_string(m)) {
-            a = json_string_value(m);
-            const char *sp = strchr(a, ' ');
-            if (!sp || strchr(sp + 1, ' '))
-                return rtx_err_set(err, RTX_EFORMAT,
-                                   "%s: model.merges[%zu]: expected \"LEFT RIGHT\"", what, i);
-            la = (size_t)(sp - a), b = sp + 1, lb = strlen(b);
-        } else if (json_is_array(m) && json_array_size(m) == 2 &&
-                   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
-            a = json_string_value(json_array_get(m, 0)),
-            la = json_string_length(json_array_get(m, 0));
-            b = json_string_value(json_array_get(m, 1)),
-            lb = json_string_length(json_array_get(m, 1));
-        } else {
-            return rtx_err_set(err, RTX_EFORMAT,
-                               "%s: model.merges[%zu]: expected a string or a pair of strings",
-                               what, i);
-        }
-        int32_t ia = vocab_id(tok, a, la), ib = vocab_id(tok, b, lb);
-        if (ia < 0 || ib < 0)
-            return rtx_err_set(err, RTX_EFORMAT,
-                               "%s: model.merges[%zu]: token '%.*s' is not in the vocab", what, i,
-                               (int)(ia < 0 ? la : lb), ia < 0 ? a : b);
-        char joined[512];
-        if (la + lb > sizeof joined)
-            return rtx_err_set(err, RTX_EFORMAT, "%s: model.merges[%zu]: tokens too long", what,
-                               i);
-        memcpy(joined, a, la);
-        memcpy(joined + la, b, lb);
-        int32_t id = vocab_id(tok, joined, la + lb);
-        if (id < 0)
-            return rtx_err_set(err, RTX_EFORMAT,
-                               "%s: model.merges[%zu]: merged token '%.*s' is not in the vocab",
-                               what, i, (int)(la + lb), joined);
-        uint64_t key = (uint64_t)ia << 32 | (uint32_t)ib;
-        struct merge *slot = &tok->merges[merge_slot(tok, key)];
-        if (slot->key == UINT64_MAX) /* a repeated pair keeps its first (lowest) rank */
-            *slot = (struct merge){key, (int32_t)i, id};
-    }
-    return 0;
-}
-
-static int load_vocab(struct rtx_tokenizer *tok, json_t *model, const char *what,
-                      struct rtx_err *err) {
-    tok->vocab = json_object_get(model, "vocab");
-    if (!json_is_object(tok->vocab))
-        return rtx_err_set(err, RTX_EFORMAT, "%s: model.vocab missing or not an object", what);
-    const char *key;
-    json_t *v;
-    json_object_foreach(tok->vocab, key, v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= MAX_ID)
-            return rtx_err_set(err, RTX_EFORMAT,
-                               "%s: model.vocab['%.64s']: expected an id in [0, %d)", what, key,
-                               MAX_ID);
-        if ((size_t)json_integer_value(v) + 1 > tok->n_ids)
-            tok->n_ids = (size_t)json_integer_value(v) + 1;
-    }
-    return 0;
-}
-
-/* Checks the model object (BPE, options rtxd implements). */
-static int check_model(struct rtx_tokenizer *tok, json_t *model, const char *what,
-                       struct rtx_err *err) {
-    if (!json_is_object(model))
-        return rtx_err_set(err, RTX_EFORMAT, "%s: model missing or not an object", what);
-    const char *type = json_string_value(json_object_get(model, "type"));
-    if (!type) return rtx_err_set(err, RTX_EFORMAT, "%s: model.type missing", what);
-    if (strcmp(type, "BPE"))
-        return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: model.type '%.32s' is not supported", what,
-                           type);
-    if (json_is_true(json_object_get(model, "byte_fallback")))
-        return rtx_err_set(err, RTX_EUNSUPPORTED,
-                           "%s: model.byte_fallback true (SentencePiece-style BPE) is not "
-                           "supported",
-                           what);
-    json_t *d = json_object_get(model, "dropout");
-    if (d && !json_is_null(d) && json_number_value(d) != 0)
-        return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: model.dropout is not supported", what);
-    static const char *const affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
-    for (int i = 0; i < 2; i++) {
-        const char *s = json_string_value(json_object_get(model, affixes[i]));
-        if (s && *s)
-            return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: model.%s is not supported", what,
-                               affixes[i]);
-    }
-    tok->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
-    return 0;
-}
-
-static int compile_re(struct pre_step *st, const char *pat, size_t len, uint32_t opts,
-                      const char *what, const char *path, struct rtx_err *err) {
-    int code;
-    PCRE2_SIZE off;
-    st->re = pcre2_compile((PCRE2_SPTR)pat, len, PCRE2_UTF | PCRE2_UCP | opts, &code, &off, NULL);
-    if (!st->re) {
-        PCRE2_UCHAR msg[128];
-        pcre2_get_error_message(code, msg, sizeof msg);
-        return rtx_err_set(err, RTX_EFORMAT, "%s: %s: at offset %zu: %s", what, path, (size_t)off,
-                           (const char *)msg);
-    }
-    pcre2_jit_compile(st->re, PCRE2_JIT_COMPLETE); /* optional: the interpreter otherwise */
-    return 0;
-}
-
-/* One pre-tokenizer object at JSON path `path` (Sequence is flattened into tok->steps). */
-static int load_pre(struct rtx_tokenizer *tok, json_t *pre, const char *path, const char *what,
-                    struct rtx_err *err) {
-    if (!json_is_object(pre))
-        return rtx_err_set(err, RTX_EFORMAT, "%s: %s: expected an object", what, path);
-    const char *type = json_string_value(json_object_get(pre, "type"));
-    if (!type) return rtx_err_set(err, RTX_EFORMAT, "%s: %s.type missing", what, path);
-    char sub[200];
-    if (!strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(pre, "pretokenizers");
-        if (!json_is_array(list))
-            return rtx_err_set(err, RTX_EFORMAT, "%s: %s.pretokenizers missing", what, path);
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", path, i);
-            int rc = load_pre(tok, json_array_get(list, i), sub, what, err);
-            if (rc) return rc;
-        }
-        return 0;
-    }
-    if (tok->n_steps == MAX_STEPS)
-        return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: %s: more than %d pre-tokenizers", what,
-                           path, MAX_STEPS);
-    struct pre_step *st = &tok->steps[tok->n_steps];
-    if (!strcmp(type, "ByteLevel")) {
-        json_t *aps = json_object_get(pre, "add_prefix_space"),
-               *ur = json_object_get(pre, "use_regex");
-        st->add_prefix_space = aps ? json_is_true(aps) : true;
-        tok->n_steps++;
-        if (ur && !json_is_true(ur)) return 0;
-        snprintf(sub, sizeof sub, "%s (GPT-2's pattern)", path);
-        return compile_re(st, gpt2_pattern, sizeof gpt2_pattern - 1, 0, what, sub, err);
-    }
-    if (!strcmp(type, "Split")) {
-        const char *beh = json_string_value(json_object_get(pre, "behavior"));
-        if (!beh || strcmp(beh, "Isolated"))
-            return rtx_err_set(err, RTX_EUNSUPPORTED,
-                               "%s: %s.behavior '%.32s' is not supported (only Isolated)", what,
-                               path, beh ? beh : "(missing)");
-        if (json_is_true(json_object_get(pre, "invert")))
-            return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: %s.invert true is not supported", what,
-                               path);
-        json_t *pat = json_object_get(pre, "pattern"), *re = json_object_get(pat, "Regex"),
-               *lit = json_object_get(pat, "String");
-        json_t *p = json_is_string(re) ? re : lit;
-        if (!json_is_string(p))
-            return rtx_err_set(err, RTX_EFORMAT,
-                               "%s: %s.pattern: expected {\"Regex\": ...} or {\"String\": ...}",
-                               what, path);
-        snprintf(sub, sizeof sub, "%s.pattern.%s", path, p == re ? "Regex" : "String");
-        tok->n_steps++;
-        return compile_re(st, json_string_value(p), json_string_length(p),
-                          p == re ? 0 : PCRE2_LITERAL, what, sub, err);
-    }
-    return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: %s.type '%.32s' is not supported", what, path,
-                       type);
-}
-
-/* The byte-level steps: exactly one ByteLevel, and it is the last step (its bytes-to-
- * characters mapping happens in the BPE step; a split after it would see mapped text). */
-static int check_byte_level(const struct rtx_tokenizer *tok, json_t *pre, const char *what,
-                            struct rtx_err *err) {
-    int n_bl = 0;
-    const char *type = json_string_value(json_object_get(pre, "type"));
-    if (type && !strcmp(type, "ByteLevel")) return 0;
-    json_t *list = json_object_get(pre, "pretokenizers");
-    for (size_t i = 0; i < json_array_size(list); i++) {
-        const char *t = json_string_value(json_object_get(json_array_get(list, i), "type"));
-        if (t && !strcmp(t, "ByteLevel")) {
-            n_bl++;
-            if (i + 1 != json_array_size(list))
-                return rtx_err_set(err, RTX_EUNSUPPORTED,
-                                   "%s: pre_tokenizer.pretokenizers[%zu]: ByteLevel must be the "
-                                   "last pre-tokenizer",
-                                   what, i);
-        }
-    }
-    (void)tok;
-    if (n_bl != 1)
-        return rtx_err_set(err, RTX_EUNSUPPORTED,
-                           "%s: pre_tokenizer: no ByteLevel pre-tokenizer (only byte-level BPE "
-                           "is supported)",
-                           what);
-    return 0;
-}
-
-static int load_added(struct rtx_tokenizer *tok, json_t *list, const char *what,
-                      struct rtx_err *err) {
-    if (list && !json_is_array(list))
-        return rtx_err_set(err, RTX_EFORMAT, "%s: added_tokens: expected an array", what);
-    size_t n = json_array_size(list);
-    tok->added_map = json_object();
-    tok->added = rtx_calloc(n ? n : 1, sizeof *tok->added);
-    if (!tok->added_map || !tok->added) return RTX_ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        json_t *a = json_array_get(list, i), *id = json_object_get(a, "id"),
-               *c = json_object_get(a, "content");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) >= MAX_ID || !json_is_string(c) || !json_string_length(c))
-            return rtx_err_set(err, RTX_EFORMAT,
-                               "%s: added_tokens[%zu]: expected an id and a non-empty content",
-                               what, i);
-        static const char *const flags[] = {"single_word", "lstrip", "rstrip"};
-        for (int f = 0; f < 3; f++)
-            if (json_is_true(json_object_get(a, flags[f])))
-                return rtx_err_set(err, RTX_EUNSUPPORTED,
-                                   "%s: added_tokens[%zu].%s true is not supported", what, i,
-                                   flags[f]);
-        struct added *ad = &tok->added[tok->n_added++];
-        ad->id = (int32_t)json_integer_value(id);
-        ad->content = json_string_value(c);
-        ad->len = json_string_length(c);
-        ad->special = json_is_true(json_object_get(a, "special"));
-        json_t *norm = json_object_get(a, "normalized");
-        ad->normalized = norm ? json_is_true(norm) : !ad->special;
-        if ((size_t)ad->id + 1 > tok->n_ids) tok->n_ids = (size_t)ad->id + 1;
-        if (json_object_setn_new(tok->added_map, ad->content, ad->len, json_integer(ad->id)))
-            return RTX_ENOMEM;
-    }
-    return 0;
-}
-
-static int added_cmp(const void *pa, const void *pb) {
-    const struct added *a = pa, *b = pb;
-    uint8_t ca = (uint8_t)a->content[0], cb = (uint8_t)b->content[0];
-    if (ca != cb) return ca < cb ? -1 : 1;
-    return a->len > b->len ? -1 : a->len < b->len;
-}
-
-/* The id tables, once vocab and added tokens are known. */
-static int build_ids(struct rtx_tokenizer *tok) {
-    tok->id_tok = rtx_calloc(tok->n_ids ? tok->n_ids : 1, sizeof *tok->id_tok);
-    tok->id_flags = rtx_calloc(tok->n_ids ? tok->n_ids : 1, 1);
-    if (!tok->id_tok || !tok->id_flags) return RTX_ENOMEM;
-    const char *key;
-    json_t *v;
-    json_object_foreach(tok->vocab, key, v) {
-        size_t id = (size_t)json_integer_value(v);
-        if (!tok->id_tok[id]) tok->id_tok[id] = key;
-    }
-    for (size_t i = 0; i < tok->n_added; i++) {
-        struct added *ad = &tok->added[i];
-        tok->id_tok[ad->id] = ad->content;
-        tok->id_flags[ad->id] = ID_ADDED | (ad->special ? ID_SPECIAL : 0);
-    }
-    qsort(tok->added, tok->n_added, sizeof *tok->added, added_cmp);
-    size_t j = 0;
-    for (int b = 0; b <= 256; b++) {
-        while (j < tok->n_added && (uint8_t)tok->added[j].content[0] < b)
-            j++;
-        tok->added_first[b] = b == 256 ? tok->n_added : j;
-    }
-    for (int b = 0; b < 256; b++) {
-        char c[2];
-        tok->byte_id[b] = vocab_id(tok, c, utf8_put(c, byte_char[b]));
-    }
-    return 0;
-}
-
-/* The normalizer (null or NFC) and the parts of the file that only need checking: decoder,
- * post-processor, truncation, padding. */
-static int check_rest(struct rtx_tokenizer *tok, json_t *root, const char *what,
-                      struct rtx_err *err) {
-    json_t *norm = json_object_get(root, "normalizer");
-    if (norm && !json_is_null(norm)) {
-        const char *t = json_string_value(json_object_get(norm, "type"));
-        if (!t || strcmp(t, "NFC"))
-            return rtx_err_set(err, RTX_EUNSUPPORTED,
-                               "%s: normalizer.type '%.32s' is not supported (only NFC)", what,
-                               t ? t : "(missing)");
-        tok->nfc = true;
-    }
-    json_t *dec = json_object_get(root, "decoder");
-    const char *dt = json_string_value(json_object_get(dec, "type"));
-    if (!dt || strcmp(dt, "ByteLevel"))
-        return rtx_err_set(err, RTX_EUNSUPPORTED,
-                           "%s: decoder.type '%.32s' is not supported (only ByteLevel)", what,
-                           dt ? dt : "(missing)");
-    json_t *post = json_object_get(root, "post_processor");
-    if (post && !json_is_null(post)) {
-        const char *pt = json_string_value(json_object_get(post, "type"));
-        static const char *const ok[] = {"ByteLevel", "TemplateProcessing", "Sequence"};
-        bool known = false;
-        for (int i = 0; pt && i < 3; i++)
-            known |= !strcmp(pt, ok[i]);
-        if (!known)
-            return rtx_err_set(err, RTX_EUNSUPPORTED,
-                               "%s: post_processor.type '%.32s' is not supported", what,
-                               pt ? pt : "(missing)");
-    }
-    static const char *const off[] = {"truncation", "padding"};
-    for (int i = 0; i < 2; i++) {
-        json_t *v = json_object_get(root, off[i]);
-        if (v && !json_is_null(v))
-            return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: %s is not supported (set it to null)",
-                               what, off[i]);
-    }
-    return 0;
-}
-
-int rtx_tokenizer_parse(const char *json, size_t len, const char *what, struct rtx_tokenizer **out,
-                        struct rtx_err *err) {
-    if (!json || !out) return rtx_err_set(err, RTX_EINVAL, "rtx_tokenizer_parse: NULL argument");
-    what = what ? what : "tokenizer.json";
-    byte_table_init();
-    json_error_t jerr;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return rtx_err_set(err, RTX_EFORMAT, "%s: line %d column %d: %s", what, jerr.line,
-                           jerr.column, jerr.text);
-    struct rtx_tokenizer *tok = rtx_calloc(1, sizeof *tok);
-    if (!tok) {
-        json_decref(root);
-        return RTX_ENOMEM;
-    }
-    tok->root = root;
-    tok->unk = -1;
-    int rc;
-    json_t *model = json_object_get(root, "model"), *pre = json_object_get(root, "pre_tokenizer");
-    if (!json_is_object(root)) {
-        rc = rtx_err_set(err, RTX_EFORMAT, "%s: expected a JSON object", what);
-    } else if (!(rc = check_model(tok, model, what, err)) &&
-               !(rc = load_vocab(tok, model, what, err)) &&
-               !(rc = load_added(tok, json_object_get(root, "added_tokens"), what, err)) &&
-               !(rc = build_ids(tok)) && !(rc = check_rest(tok, root, what, err))) {
-        json_t *merges = json_object_get(model, "merges");
-        if (!json_is_array(merges))
-            rc = rtx_err_set(err, RTX_EFORMAT, "%s: model.merges missing or not an array", what);
-        else
-            rc = load_merges(tok, merges, what, err);
-        const char *unk = json_string_value(json_object_get(model, "unk_token"));
-        if (!rc && unk && (tok->unk = vocab_id(tok, unk, strlen(unk))) < 0)
-            rc = rtx_err_set(err, RTX_EFORMAT, "%s: model.unk_token '%.64s' is not in the vocab",
-                             what, unk);
-        if (!rc && pre && !json_is_null(pre) &&
-            !(rc = load_pre(tok, pre, "pre_tokenizer", what, err)))
-            rc = check_byte_level(tok, pre, what, err);
-        if (!rc && (!pre || json_is_null(pre)))
-            rc = rtx_err_set(err, RTX_EUNSUPPORTED,
-                             "%s: pre_tokenizer: null is not supported (only byte-level BPE)",
-                             what);
-    }
-    if (rc == RTX_ENOMEM) rtx_err_set(err, RTX_ENOMEM, "%s: out of memory", what);
-    if (rc) {
-        rtx_tokenizer_free(tok);
-        return rc;
-    }
-    *out = tok;
-    return 0;
-}
-
-int rtx_tokenizer_load(const char *path, struct rtx_tokenizer **out, struct rtx_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return rtx_err_set(err, RTX_EIO, "%s: %s", path, strerror(errno));
-    struct buf b = {0};
-    char chunk[65536];
-    size_t n;
-    int rc = 0;
-    while (!rc && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        rc = buf_put(&b, chunk, n);
-    if (!rc && ferror(f)) rc = rtx_err_set(err, RTX_EIO, "%s: read error", path);
-    fclose(f);
-    if (rc == RTX_ENOMEM) rtx_err_set(err, rc, "%s: out of memory", path);
-    if (!rc) {
-        const char *base = strrchr(path, '/');
-        rc = rtx_tokenizer_parse(b.p ? b.p : "", b.len, base ? base + 1 : path, out, err);
-    }
-    rtx_free(b.p);
-    return rc;
-}
-
-void rtx_tokenizer_free(struct rtx_tokenizer *tok) {
-    if (!tok) return;
-    for (int i = 0; i < tok->n_steps; i++)
-        pcre2_code_free(tok->steps[i].re);
-    json_decref(tok->added_map);
-    json_decref(tok->root);
-    rtx_free(tok->id_tok);
-    rtx_free(tok->id_flags);
-    rtx_free(tok->merges);
-    rtx_free(tok->added);
-    rtx_free(tok);
-}
-
-/* ------------------------------------------------------------------------------------------
- * Lookups
- * ---------------------------------------------------------------------------------------- */
-
-size_t rtx_tokenizer_vocab_size(const struct rtx_tokenizer *tok) {
-    return tok->n_ids;
-}
-
-int32_t rtx_tokenizer_token_id(const struct rtx_tokenizer *tok, const char *token) {
-    json_t *v = json_object_get(tok->added_map, token);
-    if (v) return (int32_t)json_integer_value(v);
-    return vocab_id(tok, token, strlen(token));
-}
-
-const char *rtx_tokenizer_id_token(const struct rtx_tokenizer *tok, int32_t id) {
-    return id >= 0 && (size_t)id < tok->n_ids ? tok->id_tok[id] : NULL;
-}
-
-bool rtx_tokenizer_is_special(const struct rtx_tokenizer *tok, int32_t id) {
-    return id >= 0 && (size_t)id < tok->n_ids && (tok->id_flags[id] & ID_SPECIAL);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -853,7 +334,7 @@ static int bpe_piece(const struct rtx_tokenizer *tok, const char *s, size_t n, s
         mapped->len = 0;
         for (size_t i = 0; i < n; i++) {
             char c[2];
-            int rc = buf_put(mapped, c, utf8_put(c, byte_char[(uint8_t)s[i]]));
+            int rc = buf_put(mapped, c, utf8_put(c, rtx__tok_byte_char[(uint8_t)s[i]]));
             if (rc) return rc;
         }
         int32_t id = vocab_id(tok, mapped->p, mapped->len);
