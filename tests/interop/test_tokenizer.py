@@ -199,3 +199,49 @@ def test_unsupported_file_is_refused_by_name(tmp_path):
     assert r.returncode == 2
     assert ("pre_tokenizer.pretokenizers[1].type 'Metaspace' is not supported"
             in r.stderr.decode())
+
+
+def _mutate(node, rnd):
+    """One random structural change somewhere in a JSON document (in place)."""
+    junk = [None, True, 0, -1, 2**40, 1.5, "", "x", "Ġ", [], {}, ["a"], {"type": "BPE"}]
+    path = []
+    while isinstance(node, (dict, list)) and node and rnd.random() < 0.8:
+        keys = list(node.keys()) if isinstance(node, dict) else list(range(len(node)))
+        k = rnd.choice(keys)
+        if not isinstance(node[k], (dict, list)) or rnd.random() < 0.3:
+            path.append((node, k))
+            break
+        path.append((node, k))
+        node = node[k]
+    if not path:
+        return
+    parent, k = path[-1]
+    if isinstance(parent, dict) and rnd.random() < 0.3:
+        del parent[k]
+    else:
+        parent[k] = rnd.choice(junk)
+
+
+def test_mutated_files_never_crash(tmp_path):
+    """Random structural mutations of a valid file: rtxtok loads or refuses, never crashes."""
+    _, path = train(tmp_path, "llama3", pre_split(LLAMA3_PATTERN), True)
+    base = json.loads(path.read_text())
+    for key in ("vocab", "merges"):  # keep the document small so that mutations hit structure
+        base["model"][key] = (dict(list(base["model"][key].items())[:300]) if key == "vocab"
+                              else [])
+    rnd = random.Random(5)
+    bad = tmp_path / "mutated.json"
+    outcomes = set()
+    for i in range(150):
+        doc = json.loads(json.dumps(base))
+        for _ in range(rnd.randint(1, 3)):
+            _mutate(doc, rnd)
+        bad.write_text(json.dumps(doc))
+        r = subprocess.run([str(rtxtok_path()), str(bad), "encode"],
+                           input=b'"Hello <|im_start|> w\\u00f6rld 123"\n"\\u0000"\n',
+                           capture_output=True, timeout=60)
+        assert r.returncode in (0, 1, 2), f"mutation {i}: {r.returncode} {r.stderr.decode()}"
+        if r.returncode == 2:
+            assert r.stderr.decode().startswith("rtxtok: mutated.json: "), r.stderr.decode()
+        outcomes.add(r.returncode)
+    assert outcomes >= {0, 2}
