@@ -20,6 +20,7 @@
  * added tokens, before the normalized ones are looked for, as Hugging Face orders it.
  * What is not implemented is refused at load, naming the JSON path (docs/tokenizer.md).
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -102,8 +103,7 @@ static int buf_put_lossy(struct buf *b, const char *s, size_t n, bool keep_tail,
 uint16_t rtx__tok_byte_char[256];
 int16_t rtx__tok_char_byte[324];
 
-void rtx__tok_byte_table_init(void) {
-    if (rtx__tok_byte_char['!']) return; /* filled (the same values from any thread) */
+static void byte_table_fill(void) {
     int next = 256;
     for (int c = 0; c < 324; c++)
         rtx__tok_char_byte[c] = -1;
@@ -113,6 +113,11 @@ void rtx__tok_byte_table_init(void) {
         rtx__tok_byte_char[b] = (uint16_t)c;
         rtx__tok_char_byte[c] = (int16_t)b;
     }
+}
+
+void rtx__tok_byte_table_init(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, byte_table_fill);
 }
 
 /* The bytes of one id appended to b (a byte-level token's bytes; an added token's content, or

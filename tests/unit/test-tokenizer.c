@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -361,6 +362,49 @@ START_TEST(tokenizer_out_of_memory) {
 }
 END_TEST
 
+/* One tokenizer, four threads encoding at once: each gets the single-threaded ids. */
+struct enc_job {
+    const struct rtx_tokenizer *tok;
+    const int32_t *want;
+    size_t n_want;
+    int bad;
+};
+
+static void *encode_many(void *arg) {
+    struct enc_job *j = arg;
+    const char *text = "hello hello <|endoftext|> \xc3\xa9\xf0\x9f\x91\x8d hello";
+    for (int i = 0; i < 300; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (rtx_tokenizer_encode(j->tok, text, strlen(text), true, &ids, &n, NULL) ||
+            n != j->n_want || memcmp(ids, j->want, n * sizeof *ids))
+            j->bad++;
+        rtx_free(ids);
+    }
+    return NULL;
+}
+
+START_TEST(tokenizer_encodes_from_several_threads) {
+    struct rtx_tokenizer *tok = tiny();
+    const char *text = "hello hello <|endoftext|> \xc3\xa9\xf0\x9f\x91\x8d hello";
+    int32_t *want;
+    size_t n;
+    ck_assert_int_eq(rtx_tokenizer_encode(tok, text, strlen(text), true, &want, &n, NULL), 0);
+    pthread_t th[4];
+    struct enc_job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (struct enc_job){tok, want, n, 0};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, encode_many, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(jobs[i].bad, 0);
+    }
+    rtx_free(want);
+    rtx_tokenizer_free(tok);
+}
+END_TEST
+
 Suite *rtx_tokenizer_suite(void) {
     Suite *s = suite_create("tokenizer");
     TCase *tc = tcase_create("core");
@@ -372,6 +416,7 @@ Suite *rtx_tokenizer_suite(void) {
     tcase_add_test(tc, tokenizer_rejects_malformed_files);
     tcase_add_test(tc, tokenizer_refuses_unsupported_by_name);
     tcase_add_test(tc, tokenizer_out_of_memory);
+    tcase_add_test(tc, tokenizer_encodes_from_several_threads);
     suite_add_tcase(s, tc);
     return s;
 }
