@@ -109,6 +109,10 @@ LIBSCHED    := $(BUILD)/lib/librtxsched.a
 DEVICE_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard device/*.c))
 LIBDEVICE   := $(BUILD)/lib/librtxdevice.a
 DEVICE_LIBS := $(shell pkg-config --libs openssl 2>/dev/null)
+# generation/: text generation (decoder checkpoints as rtx graphs, paged KV cache, sampling,
+# the iteration scheduler), used by serving/ for generative models
+GEN_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard generation/*.c))
+LIBGEN      := $(BUILD)/lib/librtxgen.a
 DAEMON_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard daemon/*.c))
 # the job manager (daemon/jobs-*.c), linked on its own into rtx-gpu-jobs-tests
 JOBS_OBJ    := $(filter $(BUILD)/obj/daemon/jobs-%.o,$(DAEMON_OBJ))
@@ -200,7 +204,11 @@ $(LIBDEVICE): $(DEVICE_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) $(LIBFORMATS) $(LIBSCHED) \
+$(LIBGEN): $(GEN_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) $(LIBGEN) $(LIBFORMATS) $(LIBSCHED) \
                   $(LIBDEVICE) $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(SERVING_LIBS) $(FORMATS_LIBS) $(DEVICE_LIBS) \
@@ -255,7 +263,7 @@ $(BUILD)/bin/make-examples: $(BUILD)/obj/examples/make-examples.o $(LIBRT)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bin/rtx-unit-tests: $(TEST_OBJ) $(DAEMON_LIB_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) \
-                            $(LIBFORMATS) $(LIBSCHED) $(LIBDEVICE) $(LIBSTORE) $(LIBRT)
+                            $(LIBGEN) $(LIBFORMATS) $(LIBSCHED) $(LIBDEVICE) $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(SERVING_LIBS) $(FORMATS_LIBS) \
 	  $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)

@@ -203,6 +203,11 @@ struct rtx_model_info {
 };
 /* The model's description; valid as long as the reference is held. */
 const struct rtx_model_info *rtx_model_info(const struct rtx_model *m);
+/* The generation engine of a generative model version (config.json platform
+ * "rtx_generate": a Hugging Face checkpoint in the version directory, docs/generation.md), or
+ * NULL for a graph model. Valid while the reference is held: front ends hold the model
+ * reference from rtx_serving_model_get until the request's on_done has run. */
+struct rtx_gen_engine *rtx_model_generator(const struct rtx_model *m);
 /* The model's config in Triton's JSON form (as GET /v2/models/{m}/config answers), as an
  * rtx_malloc'ed NUL-terminated string; NULL when out of memory. */
 char *rtx_model_config_json(const struct rtx_model *m);
