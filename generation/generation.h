@@ -212,6 +212,10 @@ int rtx_gen_engine_start(struct rtx_gen_model *m, const struct rtx_gen_engine_op
  * thread, frees the pool and the weights, unregisters the consumer. NULL: no-op. Every
  * on_done has run when it returns. */
 void rtx_gen_engine_stop(struct rtx_gen_engine *e);
+/* The first half of stop: fails every request, stops the thread, frees the device memory
+ * and the consumer; the engine object stays (submit answers RTX_EUNAVAILABLE) until
+ * rtx_gen_engine_stop, so callers that still hold it are safe. Idempotent. */
+void rtx_gen_engine_halt(struct rtx_gen_engine *e);
 struct rtx_gen_model *rtx_gen_engine_model(struct rtx_gen_engine *e);
 
 /* Submits a request. Checked before it is queued: RTX_EINVAL naming the parameter (out of

@@ -359,6 +359,92 @@ static int parse_parameters(struct ctx *c, json_t *params, struct rtx_model_info
                       info->default_lane, sizeof info->default_lane, true);
 }
 
+/* The fixed inputs and outputs of a generative model (Triton's vLLM backend convention). */
+static void generate_io(struct rtx_model_info *info) {
+    static const struct {
+        const char *name;
+        bool bytes, optional;
+    } ins[] = {{"text_input", true, false},
+               {"stream", false, true},
+               {"sampling_parameters", true, true},
+               {"exclude_input_in_output", false, true}};
+    info->n_inputs = 4;
+    for (int i = 0; i < 4; i++) {
+        struct rtx_model_io *io = &info->inputs[i];
+        memset(io, 0, sizeof *io);
+        snprintf(io->name, sizeof io->name, "%s", ins[i].name);
+        io->dtype = ins[i].bytes ? RTX_U8 : RTX_BOOL;
+        io->bytes = ins[i].bytes;
+        io->optional = ins[i].optional;
+        io->ndim = 1;
+        io->dims[0] = 1;
+    }
+    info->n_outputs = 1;
+    struct rtx_model_io *o = &info->outputs[0];
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "text_output");
+    o->dtype = RTX_U8;
+    o->bytes = true;
+    o->ndim = 1;
+    o->dims[0] = -1;
+    info->decoupled = true;
+}
+
+/* platform "rtx_generate": no declared io, batching or batch dimension (the engine batches
+ * per step); the "generation" object's settings. */
+static int parse_generate(struct ctx *c, json_t *root, json_t *ins, json_t *outs, json_t *db,
+                          struct rtx__model_config *out) {
+    struct rtx_model_info *info = &out->info;
+    if (ins || outs || db || info->max_batch_size != 0)
+        return rtx_err_set(c->err, RTX_EFORMAT,
+                           "%s: %s: a generative model (platform \"rtx_generate\") declares no "
+                           "input, output, max_batch_size or dynamic_batching (its inputs are "
+                           "fixed and its engine batches every step)",
+                           c->what,
+                           ins ? "input" : outs ? "output" : db ? "dynamic_batching" : "max_batch_size");
+    generate_io(info);
+    out->gen.prefix_caching = true;
+    json_t *g = NULL, *v;
+    int rc = get_object(c, root, "generation", "generation", &g);
+    if (rc || !g) return rc;
+    const char *key;
+    json_object_foreach(g, key, v) {
+        int64_t n;
+        char f[96];
+        snprintf(f, sizeof f, "generation.%.64s", key);
+        if (strcmp(key, "kv_cache_bytes") == 0) {
+            if ((rc = get_int(c, v, f, 0, INT64_C(1) << 50, &out->gen.kv_cache_bytes))) return rc;
+        } else if (strcmp(key, "kv_cache_fraction") == 0) {
+            if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 1)
+                return rtx_err_set(c->err, RTX_EFORMAT, "%s: %s: expected a number in (0, 1]",
+                                   c->what, f);
+            out->gen.kv_cache_fraction = json_number_value(v);
+        } else if (strcmp(key, "block_size") == 0) {
+            if ((rc = get_int(c, v, f, 1, 256, &n))) return rc;
+            out->gen.block_size = (int)n;
+        } else if (strcmp(key, "max_batch_tokens") == 0) {
+            if ((rc = get_int(c, v, f, 1, 1 << 20, &n))) return rc;
+            out->gen.max_batch_tokens = (int)n;
+        } else if (strcmp(key, "max_seqs") == 0) {
+            if ((rc = get_int(c, v, f, 1, 65536, &n))) return rc;
+            out->gen.max_seqs = (int)n;
+        } else if (strcmp(key, "prefix_caching") == 0) {
+            if (!json_is_boolean(v)) return type_error(c, f, "true or false");
+            out->gen.prefix_caching = json_is_true(v);
+        } else if (strcmp(key, "chat_template") == 0) {
+            if (!json_is_string(v)) return type_error(c, f, "a string");
+            if (json_string_length(v) >= sizeof out->gen.chat_template)
+                return rtx_err_set(c->err, RTX_EFORMAT, "%s: %s: longer than %zu bytes", c->what,
+                                   f, sizeof out->gen.chat_template - 1);
+            snprintf(out->gen.chat_template, sizeof out->gen.chat_template, "%s",
+                     json_string_value(v));
+        } else {
+            return rtx_err_set(c->err, RTX_EFORMAT, "%s: %s: unknown setting", c->what, f);
+        }
+    }
+    return 0;
+}
+
 int rtx__model_config_parse(const char *json, size_t len, const char *dir_name, const char *what,
                             struct rtx__model_config *out, struct rtx_err *err) {
     memset(out, 0, sizeof *out);
@@ -388,10 +474,12 @@ int rtx__model_config_parse(const char *json, size_t len, const char *dir_name, 
     if ((rc = get_string(&c, root, "platform", "platform", info->platform,
                          sizeof info->platform, false)))
         goto out;
-    if (strcmp(info->platform, "rtx_graph") != 0) {
+    bool generate = strcmp(info->platform, "rtx_generate") == 0;
+    if (!generate && strcmp(info->platform, "rtx_graph") != 0) {
         rc = rtx_err_set(err, RTX_EUNSUPPORTED,
-                         "%s: platform \"%s\" is not supported (rtxd serves \"rtx_graph\")", what,
-                         info->platform);
+                         "%s: platform \"%s\" is not supported (rtxd serves \"rtx_graph\" and "
+                         "\"rtx_generate\")",
+                         what, info->platform);
         goto out;
     }
     if ((v = json_object_get(root, "max_batch_size"))) {
@@ -411,9 +499,12 @@ int rtx__model_config_parse(const char *json, size_t len, const char *dir_name, 
         (rc = get_object(&c, root, "version_policy", "version_policy", &vp)) ||
         (rc = get_object(&c, root, "parameters", "parameters", &params)))
         goto out;
-    if ((rc = parse_io(&c, ins, "input", true, info->inputs, &info->n_inputs)) ||
-        (rc = parse_io(&c, outs, "output", false, info->outputs, &info->n_outputs)))
+    if (generate) {
+        if ((rc = parse_generate(&c, root, ins, outs, db, out))) goto out;
+    } else if ((rc = parse_io(&c, ins, "input", true, info->inputs, &info->n_inputs)) ||
+               (rc = parse_io(&c, outs, "output", false, info->outputs, &info->n_outputs))) {
         goto out;
+    }
     if (info->n_inputs == 0 || info->n_outputs == 0) {
         rc = rtx_err_set(err, RTX_EFORMAT, "%s: %s: missing or empty", what,
                          info->n_inputs == 0 ? "input" : "output");
@@ -454,7 +545,8 @@ static json_t *io_json(const struct rtx_model_io *io, bool is_input) {
     for (int d = 0; d < io->ndim; d++)
         json_array_append_new(dims, json_integer(io->dims[d]));
     json_object_set_new(o, "name", json_string(io->name));
-    json_object_set_new(o, "data_type", json_string(rtx__config_dtype_name(io->dtype)));
+    json_object_set_new(o, "data_type",
+                        json_string(io->bytes ? "TYPE_STRING" : rtx__config_dtype_name(io->dtype)));
     json_object_set_new(o, "dims", dims);
     if (is_input) json_object_set_new(o, "optional", json_boolean(io->optional));
     return o;
@@ -485,6 +577,9 @@ char *rtx__model_config_dump(const struct rtx__model_config *c) {
     }
     json_object_set(root, "version_policy", vp);
     json_object_set_new(root, "max_batch_size", json_integer(info->max_batch_size));
+    if (info->decoupled)
+        json_object_set_new(root, "model_transaction_policy",
+                            json_pack("{s:b}", "decoupled", 1));
     if (c->memory_reserve_bytes >= 0)
         json_object_set_new(root, "memory_reserve_bytes", json_integer(c->memory_reserve_bytes));
     for (int i = 0; i < info->n_inputs; i++)

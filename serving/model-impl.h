@@ -59,6 +59,8 @@ struct rtx_model {
      * after every backend */
     struct rtx_device_consumer *consumers[RTX_DEVICES_MAX];
     struct rtx__stats_rec *stats;
+    struct rtx_gen_engine *gen;    /* platform "rtx_generate": its engine (no instances) */
+    struct rtx_device *gen_dev;    /* the engine's device */
 
     int default_lane;              /* lane index: the config's lane, else the server's */
     rtx_serving_log_fn log;        /* the repository's, may be NULL */

@@ -144,6 +144,13 @@ int rtx_serving_infer(struct rtx_serving *s, const struct rtx_infer_request *req
     if (!s || !req || !req->model || !req->done)
         return rtx_err_set(err, RTX_EINVAL, "infer: no server, request, model or callback");
     struct rtx_model *m = req->model;
+    if (m->gen) {
+        rtx__stats_reject(m->stats);
+        return rtx_err_set(err, RTX_EINVAL,
+                           "model '%s' is a generative model: send text_input through "
+                           "ModelStreamInfer, generate, generate_stream or /v1/completions",
+                           m->cfg.info.name);
+    }
     struct request *r = rtx_calloc(1, sizeof *r);
     if (!r) {
         rtx__stats_reject(m->stats);

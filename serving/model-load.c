@@ -33,6 +33,7 @@
 
 #include <openssl/evp.h>
 
+#include "generation/generation.h"
 #include "runtime/backend.h"
 #include "serving/model-impl.h"
 
@@ -430,6 +431,63 @@ static int make_scheduler(struct rtx_model *m, const struct rtx__model_load_opts
     return 0;
 }
 
+static void gen_log(void *ctx, int level, const char *msg) {
+    struct rtx_model *m = ctx;
+    static const enum rtx_serving_log_level levels[] = {
+        RTX_SERVING_LOG_DEBUG, RTX_SERVING_LOG_INFO, RTX_SERVING_LOG_WARN, RTX_SERVING_LOG_ERROR};
+    rtx__serving_log(m->log, levels[level < 0 ? 0 : level > 3 ? 3 : level], msg, "model",
+                     m->cfg.info.name, NULL);
+}
+
+/* A generative version: the checkpoint in its directory and one engine on the device its
+ * instance group picks (the first slot place_instances gives). */
+static int load_generator(struct rtx_model *m, const struct rtx__model_load_opts *o,
+                          struct rtx_err *err) {
+    int slots[256];
+    int n = place_instances(m, o, slots, err);
+    if (n < 0) return n;
+    if (n > 1)
+        rtx__serving_log(o->log, RTX_SERVING_LOG_INFO,
+                         "a generative model runs one engine per version; instance_group asks "
+                         "for more: using the first device",
+                         "model", m->cfg.info.name, NULL);
+    int slot = n > 0 ? slots[0] : 0;
+    struct rtx_gen_model *gm;
+    const char *tpl = m->cfg.gen.chat_template[0] ? m->cfg.gen.chat_template : NULL;
+    int rc = rtx_gen_model_load(o->dir, tpl, &gm, err);
+    if (rc) return rc;
+    char name[RTX_DEVICE_CONSUMER_NAME_LEN];
+    snprintf(name, sizeof name, "model %s:%lld", m->cfg.info.name, (long long)m->cfg.info.version);
+    struct rtx_gen_engine_options eo;
+    rtx_gen_engine_options_init(&eo);
+    eo.devices = o->devices;
+    eo.device = slot;
+    eo.consumer = name;
+    eo.memory_reserve_bytes = m->cfg.memory_reserve_bytes > 0 ? m->cfg.memory_reserve_bytes : 0;
+    eo.kv_cache_bytes = m->cfg.gen.kv_cache_bytes;
+    eo.kv_cache_fraction = m->cfg.gen.kv_cache_fraction;
+    eo.block_size = m->cfg.gen.block_size;
+    eo.max_batch_tokens = m->cfg.gen.max_batch_tokens;
+    eo.max_seqs = m->cfg.gen.max_seqs;
+    eo.prefix_caching = m->cfg.gen.prefix_caching;
+    eo.cpu_threads = o->cpu_threads;
+    struct rtx_sched_config sc = version_sched_config(m, o->sched);
+    eo.lanes = &sc;
+    eo.default_lane = m->cfg.info.default_lane[0]                 ? m->cfg.info.default_lane
+                      : o->default_lane >= 0 && o->default_lane < sc.n_lanes ? sc.lanes[o->default_lane].name
+                                                                              : NULL;
+    eo.log = gen_log;
+    eo.log_ctx = m;
+    rc = rtx_gen_engine_start(gm, &eo, &m->gen, err);
+    rtx_gen_model_unref(gm);
+    if (rc) return rtx_err_prefix(err, "model '%s'", m->cfg.info.name);
+    m->gen_dev = rtx_devices_get(o->devices, slot);
+    snprintf(m->cfg.info.instance_kind, sizeof m->cfg.info.instance_kind, "%s",
+             slot > 0 ? "KIND_GPU" : "KIND_CPU");
+    m->cfg.info.instances = 1;
+    return 0;
+}
+
 int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out,
                     struct rtx_err *err) {
     *out = NULL;
@@ -455,6 +513,11 @@ int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out
     if (!(m->config_json = rtx__model_config_dump(&m->cfg))) {
         rc = rtx_err_set(err, RTX_ENOMEM, "out of memory loading %s", o->dir);
         goto fail;
+    }
+    if (m->cfg.info.decoupled) { /* platform rtx_generate */
+        if ((rc = make_scheduler(m, o, err)) || (rc = load_generator(m, o, err))) goto fail;
+        *out = m;
+        return 0;
     }
     if (!file_exists(gpath)) {
         rc = rtx_err_set(err, RTX_EIO, "%s: %s", gpath, strerror(errno));
@@ -500,6 +563,7 @@ void rtx__model_stop(struct rtx_model *m, bool fail_queued) {
     m->stopped = true;
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
+    rtx_gen_engine_halt(m->gen); /* freed with the last reference (rtx__model_free) */
     for (int i = 0; i < m->n_inst; i++)
         if (m->inst[i].started) {
             pthread_join(m->inst[i].thread, NULL);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "generation/generation.h"
 #include "runtime/mem-pool.h"
 #include "serving/model-impl.h"
 
@@ -137,8 +138,11 @@ void rtx__model_free_instances(struct rtx_model *m) {
     }
 }
 
+struct rtx_gen_engine *rtx_model_generator(const struct rtx_model *m) { return m->gen; }
+
 void rtx__model_free(struct rtx_model *m) {
     if (!m) return;
+    rtx_gen_engine_stop(m->gen);
     rtx__model_free_instances(m);
     for (int i = 0; i < m->n_inst; i++)
         rtx_free(m->inst[i].batch);
@@ -198,11 +202,13 @@ bool rtx__model_serving(struct rtx_model *m) {
 
 int rtx__model_healthy(struct rtx_model *m, char *why, size_t len) {
     struct rtx_device *sick = NULL;
+    if (m->gen_dev && !rtx_device_healthy(m->gen_dev)) sick = m->gen_dev;
     for (int i = 0; i < m->n_inst; i++) {
         if (rtx_device_healthy(m->inst[i].dev)) return 0;
         sick = m->inst[i].dev;
     }
     if (!sick) return 0; /* no instance: nothing to run on, not a device's fault */
+    if (m->gen_dev && sick != m->gen_dev) return 0;
     if (why && len) {
         char detail[256];
         rtx_device_detail(sick, detail, sizeof detail);

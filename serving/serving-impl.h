@@ -70,6 +70,15 @@ struct rtx__model_config {
     struct rtx__instance_group groups[RTX__MAX_GROUPS];
     int64_t memory_reserve_bytes;  /* per device the version has instances on, bytes; -1: not
                                       set (the loader's default, docs/serving.md) */
+    /* platform "rtx_generate": the "generation" object (docs/generation.md); 0 / "": the
+     * engine's defaults */
+    struct {
+        int64_t kv_cache_bytes;
+        double kv_cache_fraction;
+        int block_size, max_batch_tokens, max_seqs;
+        bool prefix_caching;
+        char chat_template[8192];
+    } gen;
 };
 
 /* Parses config.json text (Triton's JSON model config; see docs/serving.md) for the model
