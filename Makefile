@@ -148,8 +148,8 @@ BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtxtok $(BUILD)/bin/rtx-unit-tests $(BU
         $(BUILD)/bin/rtx-bench-gpu $(BUILD)/bin/rtx-bench-cpu \
         $(BUILD)/bin/rtx-bench-sched $(BUILD)/bin/rtx-bench-mem-pool
 EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg \
-            $(foreach m,simple mlp mlp_nobatch transformer_block mlp_wide mlp_wide_nobatch,\
-              $(BUILD)/examples/models/$(m)/config.json)
+            $(foreach m,simple mlp mlp_nobatch transformer_block mlp_wide mlp_wide_nobatch \
+              tiny-chat,$(BUILD)/examples/models/$(m)/config.json)
 
 .PHONY: all run run-examples test test-unit test-py test-integration test-serving test-asan \
         test-py-only \
@@ -290,7 +290,7 @@ $(BUILD)/bin/rtx-gpu-device-tests: $(GPU_DEVICE_TEST_OBJ) $(GPU_UTIL_OBJ) $(LIBD
 	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS) $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
 examples: $(EXAMPLES)
-$(EXAMPLES) &: $(BUILD)/bin/make-examples
+$(EXAMPLES) &: $(BUILD)/bin/make-examples $(wildcard examples/tiny-chat/*.json)
 	@mkdir -p $(BUILD)/examples
 	$(BUILD)/bin/make-examples $(BUILD)/examples
 

@@ -22,11 +22,13 @@
 #include "daemon/metrics.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "daemon/daemon.h"
+#include "generation/generation.h"
 
 struct sbuf {
     char *data;
@@ -445,6 +447,161 @@ static void render_pools(struct sbuf *b, struct rtx_jobs *jobs) {
     rtx_free(rows);
 }
 
+/* ------------------------------------------------------------------------------------------
+ * Generation (generation/generation.h): one engine per ready generative model version
+ * ---------------------------------------------------------------------------------------- */
+
+struct gen_row {
+    char model[160];
+    struct rtx_gen_stats st;
+};
+
+static int gen_rows(struct rtx_serving *s, struct gen_row **out) {
+    struct rtx_model_index_entry *idx = NULL;
+    int n = 0, k = 0;
+    *out = NULL;
+    if (rtx_serving_index(s, true, &idx, &n, NULL) != 0) return 0;
+    struct gen_row *rows = n ? rtx_calloc((size_t)n, sizeof *rows) : NULL;
+    for (int i = 0; rows && i < n; i++) {
+        struct rtx_model *m;
+        if (rtx_serving_model_get(s, idx[i].name, idx[i].version, &m, NULL) != 0) continue;
+        struct rtx_gen_engine *e = rtx_model_generator(m);
+        if (e) {
+            rtx_metrics_escape(idx[i].name, rows[k].model, sizeof rows[k].model);
+            rtx_gen_engine_stats(e, &rows[k].st);
+            k++;
+        }
+        rtx_model_unref(m);
+    }
+    rtx_free(idx);
+    *out = rows;
+    return k;
+}
+
+static void render_gen_hist(struct sbuf *b, const struct gen_row *rows, int n, const char *name,
+                            const char *help, size_t off) {
+    family(b, name, "histogram", help);
+    for (int i = 0; i < n; i++) {
+        const struct rtx_gen_hist *h = (const void *)((const char *)&rows[i].st + off);
+        uint64_t cum = 0;
+        for (int k = 0; k < RTX_GEN_HIST_BUCKETS; k++) {
+            cum += h->counts[k];
+            if (k < RTX_GEN_HIST_BUCKETS - 1)
+                sb_printf(b, "%s_bucket{model=\"%s\",le=\"%g\"} %" PRIu64 "\n", name,
+                          rows[i].model, rtx_gen_hist_bounds[k], cum);
+            else
+                sb_printf(b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name,
+                          rows[i].model, cum);
+        }
+        sb_printf(b, "%s_sum{model=\"%s\"} %.9g\n%s_count{model=\"%s\"} %" PRIu64 "\n", name,
+                  rows[i].model, h->sum_s, name, rows[i].model, h->n);
+    }
+}
+
+static void render_generation(struct sbuf *b, struct rtx_serving *s) {
+    struct gen_row *rows;
+    int n = gen_rows(s, &rows);
+    if (n == 0) {
+        rtx_free(rows);
+        return;
+    }
+    render_gen_hist(b, rows, n, "rtx_gen_time_to_first_token_seconds",
+                    "Time from a request's arrival to its first token",
+                    offsetof(struct rtx_gen_stats, ttft));
+    render_gen_hist(b, rows, n, "rtx_gen_inter_token_latency_seconds",
+                    "Time between two tokens of one sequence", offsetof(struct rtx_gen_stats, itl));
+    render_gen_hist(b, rows, n, "rtx_gen_time_per_output_token_seconds",
+                    "A finished sequence's time per output token after the first",
+                    offsetof(struct rtx_gen_stats, tpot));
+    render_gen_hist(b, rows, n, "rtx_gen_request_latency_seconds",
+                    "Time from arrival to the end of a finished request",
+                    offsetof(struct rtx_gen_stats, e2e));
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;
+    } counters[] = {
+        {"rtx_gen_prompt_tokens_total", "counter", "Prompt tokens computed (not from the prefix cache)",
+         offsetof(struct rtx_gen_stats, prompt_tokens_total)},
+        {"rtx_gen_generation_tokens_total", "counter", "Tokens generated",
+         offsetof(struct rtx_gen_stats, generation_tokens_total)},
+        {"rtx_gen_steps_total", "counter", "Engine steps run",
+         offsetof(struct rtx_gen_stats, steps_total)},
+        {"rtx_gen_prefix_cache_queries_total", "counter", "Full KV blocks looked up in the prefix cache",
+         offsetof(struct rtx_gen_stats, prefix_queries_blocks)},
+        {"rtx_gen_prefix_cache_hits_total", "counter", "Full KV blocks found in the prefix cache",
+         offsetof(struct rtx_gen_stats, prefix_hit_blocks)},
+        {"rtx_gen_kv_evictions_total", "counter", "Cached KV blocks reused for other tokens",
+         offsetof(struct rtx_gen_stats, kv_evictions)},
+    };
+    for (size_t f = 0; f < sizeof counters / sizeof *counters; f++) {
+        family(b, counters[f].name, counters[f].type, counters[f].help);
+        for (int i = 0; i < n; i++)
+            sb_printf(b, "%s{model=\"%s\"} %" PRIu64 "\n", counters[f].name, rows[i].model,
+                      *(const uint64_t *)((const char *)&rows[i].st + counters[f].off));
+    }
+    family(b, "rtx_gen_requests_total", "counter", "Generate requests ended, by outcome");
+    for (int i = 0; i < n; i++)
+        sb_printf(b,
+                  "rtx_gen_requests_total{model=\"%s\",outcome=\"finished\"} %" PRIu64 "\n"
+                  "rtx_gen_requests_total{model=\"%s\",outcome=\"canceled\"} %" PRIu64 "\n"
+                  "rtx_gen_requests_total{model=\"%s\",outcome=\"failed\"} %" PRIu64 "\n",
+                  rows[i].model, rows[i].st.requests_finished, rows[i].model,
+                  rows[i].st.requests_canceled, rows[i].model, rows[i].st.requests_failed);
+    family(b, "rtx_gen_kv_blocks", "gauge",
+           "KV cache blocks by state (used: held by sequences; cached: reusable prefix blocks)");
+    for (int i = 0; i < n; i++) {
+        const struct rtx_gen_stats *st = &rows[i].st;
+        sb_printf(b,
+                  "rtx_gen_kv_blocks{model=\"%s\",state=\"used\"} %" PRId64 "\n"
+                  "rtx_gen_kv_blocks{model=\"%s\",state=\"cached\"} %" PRId64 "\n"
+                  "rtx_gen_kv_blocks{model=\"%s\",state=\"free\"} %" PRId64 "\n",
+                  rows[i].model, st->kv_blocks_used, rows[i].model, st->kv_blocks_cached,
+                  rows[i].model, st->kv_blocks_total - st->kv_blocks_used - st->kv_blocks_cached);
+    }
+    family(b, "rtx_gen_kv_cache_usage_ratio", "gauge", "Share of KV blocks held by sequences");
+    for (int i = 0; i < n; i++) {
+        const struct rtx_gen_stats *st = &rows[i].st;
+        sb_printf(b, "rtx_gen_kv_cache_usage_ratio{model=\"%s\"} %.6g\n", rows[i].model,
+                  st->kv_blocks_total ? (double)st->kv_blocks_used / (double)st->kv_blocks_total
+                                      : 0.0);
+    }
+    family(b, "rtx_gen_prefix_cache_hit_ratio", "gauge",
+           "Full blocks found / looked up in the prefix cache since start");
+    for (int i = 0; i < n; i++) {
+        const struct rtx_gen_stats *st = &rows[i].st;
+        sb_printf(b, "rtx_gen_prefix_cache_hit_ratio{model=\"%s\"} %.6g\n", rows[i].model,
+                  st->prefix_queries_blocks
+                      ? (double)st->prefix_hit_blocks / (double)st->prefix_queries_blocks
+                      : 0.0);
+    }
+    static const struct {
+        const char *name, *type, *help;
+    } lane_fams[] = {
+        {"rtx_gen_sequences", "gauge", "Sequences per lane and state"},
+        {"rtx_gen_preemptions_total", "counter", "Sequences preempted, per lane"},
+        {"rtx_gen_refused_total", "counter", "Requests refused by admission control, per lane"},
+    };
+    for (int f = 0; f < 3; f++) {
+        family(b, lane_fams[f].name, lane_fams[f].type, lane_fams[f].help);
+        for (int i = 0; i < n; i++)
+            for (int l = 0; l < rows[i].st.n_lanes; l++) {
+                const struct rtx_gen_lane_stats *ls = &rows[i].st.lanes[l];
+                char lane[96];
+                rtx_metrics_escape(ls->name, lane, sizeof lane);
+                if (f == 0)
+                    sb_printf(b,
+                              "rtx_gen_sequences{model=\"%s\",lane=\"%s\",state=\"running\"} %d\n"
+                              "rtx_gen_sequences{model=\"%s\",lane=\"%s\",state=\"waiting\"} %d\n",
+                              rows[i].model, lane, ls->running, rows[i].model, lane, ls->waiting);
+                else
+                    sb_printf(b, "%s{model=\"%s\",lane=\"%s\"} %" PRIu64 "\n", lane_fams[f].name,
+                              rows[i].model, lane,
+                              f == 1 ? ls->preempted_total : ls->refused_total);
+            }
+    }
+    rtx_free(rows);
+}
+
 int rtx_metrics_render(struct rtx_daemon *d, char **out, size_t *len, struct rtx_err *err) {
     *out = NULL;
     *len = 0;
@@ -463,6 +620,7 @@ int rtx_metrics_render(struct rtx_daemon *d, char **out, size_t *len, struct rtx
             rtx_free(st);
         }
         render_model_states(&b, d->serving);
+        render_generation(&b, d->serving);
     }
     render_memory(&b, d);
     if (d->devices) render_devices(&b, d->devices);

@@ -6,7 +6,10 @@
  * transformer_block, mlp_wide, mlp_wide_nobatch; docs/serving.md), where the same graphs keep
  * their weights in model.safetensors beside a model.rtxg that declares them as inputs.
  *
- * Usage: make-examples OUTDIR
+ * Usage: make-examples OUTDIR [SRCDIR]
+ *
+ * The generative example models/tiny-chat (a random-weight Llama checkpoint) takes its
+ * tokenizer and configs from SRCDIR/tiny-chat (default "examples", the repository's folder).
  *
  * DESIGN
  * Building goes through a small "sticky error" builder: each helper does nothing once a step
@@ -476,9 +479,119 @@ static int make_transformer_block(const char *dir, const char *repo) {
                          (const char *const[]){transformer_block_config}, 1);
 }
 
+/* ------------------------------------------------------------------------------------------
+ * tiny-chat: a generative model (docs/generation.md) small enough for any CPU
+ * ---------------------------------------------------------------------------------------- */
+
+static const char tiny_chat_config[] =
+    "{\n"
+    "  \"name\": \"tiny-chat\",\n"
+    "  \"platform\": \"rtx_generate\",\n"
+    "  \"generation\": {\"kv_cache_bytes\": 8388608, \"max_seqs\": 32}\n"
+    "}\n";
+
+/* The Hugging Face config.json of the checkpoint: Llama, 2 layers, width 64, 4 query heads
+ * and 2 KV heads of 16, SwiGLU 128, tied embeddings, the tokenizer's 512 ids. */
+static const char tiny_chat_hf_config[] =
+    "{\n"
+    "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+    "  \"model_type\": \"llama\",\n"
+    "  \"hidden_size\": 64,\n"
+    "  \"intermediate_size\": 128,\n"
+    "  \"num_hidden_layers\": 2,\n"
+    "  \"num_attention_heads\": 4,\n"
+    "  \"num_key_value_heads\": 2,\n"
+    "  \"max_position_embeddings\": 512,\n"
+    "  \"rms_norm_eps\": 1e-06,\n"
+    "  \"rope_theta\": 10000.0,\n"
+    "  \"vocab_size\": 512,\n"
+    "  \"tie_word_embeddings\": true,\n"
+    "  \"hidden_act\": \"silu\",\n"
+    "  \"torch_dtype\": \"float32\",\n"
+    "  \"bos_token_id\": null,\n"
+    "  \"eos_token_id\": 2\n"
+    "}\n";
+
+/* Copies SRC/NAME to DST/NAME. */
+static void copy_file(struct builder *b, const char *src, const char *dst, const char *name) {
+    if (b->rc) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%.3000s/%.200s", src, name);
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    long len = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = malloc((size_t)len + 1)) && fread(text, 1, (size_t)len, f) == (size_t)len) {
+        text[len] = 0;
+        snprintf(path, sizeof path, "%.3000s/%.200s", dst, name);
+        write_text(b, path, text);
+    } else {
+        b->rc = rtx_err_set(&b->err, RTX_EIO, "%s: %s", path, f ? "read failed" : strerror(errno));
+    }
+    free(text);
+    if (f) fclose(f);
+}
+
+static int make_tiny_chat(const char *repo, const char *src) {
+    struct builder b;
+    begin(&b, "tiny-chat", 0x7157c4a7ULL);
+    const int64_t width = 64, ffn = 128, vocab = 512, kv = 32;
+    weight(&b, "model.embed_tokens.weight", 2, (int64_t[]){vocab, width}, 0, 0.5);
+    for (int l = 0; l < 2; l++) {
+        char n[128];
+#define W(suffix, center, scale, ...)                                                             \
+    snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);                                       \
+    weight(&b, n, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),                      \
+           (int64_t[]){__VA_ARGS__}, center, scale)
+        W("input_layernorm.weight", 1, 0.1, width);
+        W("self_attn.q_proj.weight", 0, 0.125, width, width);
+        W("self_attn.k_proj.weight", 0, 0.125, kv, width);
+        W("self_attn.v_proj.weight", 0, 0.125, kv, width);
+        W("self_attn.o_proj.weight", 0, 0.125, width, width);
+        W("post_attention_layernorm.weight", 1, 0.1, width);
+        W("mlp.gate_proj.weight", 0, 0.125, ffn, width);
+        W("mlp.up_proj.weight", 0, 0.125, ffn, width);
+        W("mlp.down_proj.weight", 0, 0.09, width, ffn);
+#undef W
+    }
+    weight(&b, "model.norm.weight", 1, (int64_t[]){width}, 1, 0.1);
+    char dir[4200], path[4400];
+    snprintf(dir, sizeof dir, "%.4000s/tiny-chat", repo);
+    make_dir(&b, dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text(&b, path, tiny_chat_config);
+    snprintf(dir, sizeof dir, "%.4000s/tiny-chat/1", repo);
+    make_dir(&b, dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text(&b, path, tiny_chat_hf_config);
+    if (!b.rc) {
+        int n = 0;
+        char *names[32];
+        struct rtx_tensor *ts[32];
+        for (int v = 0; v < b.g->n_values && n < 32; v++)
+            if (b.g->values[v].constant) {
+                names[n] = b.g->values[v].name;
+                ts[n++] = b.g->values[v].constant;
+            }
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        write_safetensors(&b, path, names, ts, n);
+    }
+    char from[4096];
+    snprintf(from, sizeof from, "%.4000s/tiny-chat", src);
+    copy_file(&b, from, dir, "tokenizer.json");
+    copy_file(&b, from, dir, "tokenizer_config.json");
+    copy_file(&b, from, dir, "generation_config.json");
+    rtx_graph_free(b.g);
+    if (b.rc) {
+        fprintf(stderr, "make-examples: %s/tiny-chat: %s\n", repo, b.err.msg);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2 || argv[1][0] == '\0' || argv[1][0] == '-') {
-        fprintf(stderr, "usage: make-examples OUTDIR\n");
+    if (argc < 2 || argc > 3 || argv[1][0] == '\0' || argv[1][0] == '-') {
+        fprintf(stderr, "usage: make-examples OUTDIR [SRCDIR]\n");
         return 2;
     }
     const char *dir = argv[1];
@@ -496,5 +609,6 @@ int main(int argc, char **argv) {
     rc |= make_transformer_block(dir, repo);
     rc |= make_simple(repo);
     rc |= make_mlp_wide(repo);
+    rc |= make_tiny_chat(repo, argc > 2 ? argv[2] : "examples");
     return rc;
 }
