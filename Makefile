@@ -332,8 +332,8 @@ test-serving: all $(PY_GEN)
 test-integration: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/integration
 
-test-unit: $(BUILD)/bin/rtx-unit-tests
-	CK_FORK=yes $(BUILD)/bin/rtx-unit-tests
+test-unit: $(BUILD)/bin/rtx-unit-tests $(EXAMPLES)
+	CK_FORK=yes RTX_TEST_GEN_MODEL=$(BUILD)/examples/models/tiny-chat/1 $(BUILD)/bin/rtx-unit-tests
 
 test-py: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/interop
@@ -341,7 +341,8 @@ test-py: all $(PY_GEN)
 test-asan:
 	$(MAKE) BUILD=build-asan SAN=1 all
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	  CK_FORK=no build-asan/bin/rtx-unit-tests
+	  CK_FORK=no RTX_TEST_GEN_MODEL=build-asan/examples/models/tiny-chat/1 \
+	  build-asan/bin/rtx-unit-tests
 	$(MAKE) BUILD=build build/py/rtx/v1/graph_pb2.py
 	$(MAKE) BUILD=build-asan SAN=1 VENV=build/venv PY_GEN=build/py/rtx/v1/graph_pb2.py \
 	  test-py-only
