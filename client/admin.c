@@ -1,7 +1,7 @@
 /*
  * admin.c - librtx calls of the rtx.v1.Admin service: Status, Devices, Health, Config, Pools,
- * Lanes and Drain. Each result is boxed with the decoded response its strings point into
- * (client-impl.h).
+ * Lanes, Generation and Drain. Each result is boxed with the decoded response its strings point
+ * into (client-impl.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -435,6 +435,109 @@ int rtx_client_list_lanes(struct rtx_client *c, struct rtx_client_lane_list **ou
     b->list.n_lanes = (int)pb->n_lanes;
     b->list.lanes = b->lanes;
     *out = &b->list;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Generation
+ * ---------------------------------------------------------------------------------------- */
+
+struct generation_box {
+    Rtx__V1__GenerationResponse *pb;
+    struct rtx_client_gen_model *models;
+    struct rtx_client_gen_lane *lanes; /* every model's, one after the other */
+    struct rtx_client_generation gen;
+};
+
+static void generation_box_free(struct generation_box *b) {
+    if (!b) return;
+    if (b->pb) rtx__v1__generation_response__free_unpacked(b->pb, NULL);
+    free(b->models);
+    free(b->lanes);
+    free(b);
+}
+
+void rtx_client_generation_free(struct rtx_client_generation *g) {
+    if (g) generation_box_free(BOX_OF(g, struct generation_box, gen));
+}
+
+static void latency_fill(struct rtx_client_gen_latency *dst, const Rtx__V1__LatencySummary *src) {
+    memset(dst, 0, sizeof *dst);
+    if (!src) return;
+    dst->count = src->count;
+    dst->sum_s = src->sum_s;
+    dst->mean_s = src->mean_s;
+    dst->p50_s = src->p50_s;
+    dst->p99_s = src->p99_s;
+}
+
+static void gen_model_fill(struct rtx_client_gen_model *o, const Rtx__V1__GenerationModel *s,
+                           struct rtx_client_gen_lane *lanes) {
+    o->name = rtx__client_str(s->name);
+    o->version = s->version;
+    o->device = rtx__client_str(s->device);
+    o->arch = rtx__client_str(s->arch);
+    o->context_length = s->context_length;
+    for (size_t l = 0; l < s->n_lanes; l++) {
+        lanes[l].lane = rtx__client_str(s->lanes[l]->lane);
+        lanes[l].running = s->lanes[l]->running;
+        lanes[l].waiting = s->lanes[l]->waiting;
+        lanes[l].preempted = s->lanes[l]->preempted;
+        lanes[l].refused = s->lanes[l]->refused;
+    }
+    o->n_lanes = (int)s->n_lanes;
+    o->lanes = lanes;
+    o->kv_blocks_total = s->kv_blocks_total;
+    o->kv_blocks_used = s->kv_blocks_used;
+    o->kv_blocks_cached = s->kv_blocks_cached;
+    o->block_size = s->block_size;
+    o->kv_cache_bytes = s->kv_cache_bytes;
+    o->weight_bytes = s->weight_bytes;
+    o->prefix_queries = s->prefix_queries;
+    o->prefix_hits = s->prefix_hits;
+    o->prefix_hit_rate = s->prefix_hit_rate;
+    o->kv_evictions = s->kv_evictions;
+    o->prompt_tokens = s->prompt_tokens;
+    o->generation_tokens = s->generation_tokens;
+    o->requests_finished = s->requests_finished;
+    o->requests_canceled = s->requests_canceled;
+    o->requests_failed = s->requests_failed;
+    o->steps = s->steps;
+    latency_fill(&o->ttft, s->ttft);
+    latency_fill(&o->itl, s->itl);
+    latency_fill(&o->tpot, s->tpot);
+    latency_fill(&o->e2e, s->e2e);
+}
+
+int rtx_client_generation(struct rtx_client *c, const char *model,
+                          struct rtx_client_generation **out, struct rtx_client_err *err) {
+    if (!out) return rtx__client_err(err, RTX_CLIENT_EINVAL, -1, "no output pointer");
+    *out = NULL;
+    Rtx__V1__GenerationRequest req = RTX__V1__GENERATION_REQUEST__INIT;
+    req.model = (char *)(model ? model : "");
+    ProtobufCMessage *msg = NULL;
+    int rc = rtx__client_unary(c, RTX__CLIENT_M_GENERATION, &req.base, &msg, err);
+    if (rc < 0) return rc;
+    struct generation_box *b = calloc(1, sizeof *b);
+    if (!b) {
+        protobuf_c_message_free_unpacked(msg, NULL);
+        return oom(err);
+    }
+    Rtx__V1__GenerationResponse *pb = b->pb = (Rtx__V1__GenerationResponse *)msg;
+    size_t nl = 0;
+    for (size_t i = 0; i < pb->n_models; i++)
+        nl += pb->models[i]->n_lanes;
+    b->models = calloc(pb->n_models ? pb->n_models : 1, sizeof *b->models);
+    b->lanes = calloc(nl ? nl : 1, sizeof *b->lanes);
+    if (!b->models || !b->lanes) {
+        generation_box_free(b);
+        return oom(err);
+    }
+    for (size_t i = 0, l = 0; i < pb->n_models; l += pb->models[i]->n_lanes, i++)
+        gen_model_fill(&b->models[i], pb->models[i], &b->lanes[l]);
+    b->gen.n_models = (int)pb->n_models;
+    b->gen.models = b->models;
+    *out = &b->gen;
     return 0;
 }
 

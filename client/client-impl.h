@@ -37,6 +37,8 @@
     X(CONFIG, "/rtx.v1.Admin/Config", config_request, config_response, false)                   \
     X(POOLS, "/rtx.v1.Admin/Pools", pools_request, pools_response, false)                       \
     X(LANES, "/rtx.v1.Admin/Lanes", lanes_request, lanes_response, false)                       \
+    X(GENERATION, "/rtx.v1.Admin/Generation", generation_request, generation_response,         \
+      false)                                                                                    \
     X(DRAIN, "/rtx.v1.Admin/Drain", drain_request, drain_response, false)
 
 /* The inference.GRPCInferenceService methods librtx calls (models.c), same columns. */

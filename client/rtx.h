@@ -692,6 +692,62 @@ int rtx_client_list_lanes(struct rtx_client *c, struct rtx_client_lane_list **ou
                           struct rtx_client_err *err);
 void rtx_client_lane_list_free(struct rtx_client_lane_list *list); /* NULL: no-op */
 
+/* One SLA lane of a generation engine (rtx.v1.GenerationLane). */
+struct rtx_client_gen_lane {
+    const char *lane;
+    int running, waiting;               /* sequences now */
+    int64_t preempted, refused;         /* since the engine started */
+};
+
+/* A latency histogram of an engine summarized (rtx.v1.LatencySummary), seconds. p50_s and
+ * p99_s are estimated from the histogram's buckets as Prometheus' histogram_quantile does;
+ * every figure is 0 when count is 0. */
+struct rtx_client_gen_latency {
+    int64_t count;
+    double sum_s, mean_s, p50_s, p99_s;
+};
+
+/* One ready generative model version and its engine (rtx.v1.GenerationModel); counters are
+ * since the engine started. */
+struct rtx_client_gen_model {
+    const char *name;
+    int64_t version;
+    const char *device;                 /* "cpu", "cuda:0" */
+    const char *arch;                   /* "gpt2", "llama", "qwen2" */
+    int context_length;                 /* tokens a sequence may hold */
+    int n_lanes;
+    const struct rtx_client_gen_lane *lanes;
+    int64_t kv_blocks_total, kv_blocks_used; /* used: held by sequences */
+    int64_t kv_blocks_cached;           /* free but holding reusable prefix tokens */
+    int block_size;                     /* tokens per block */
+    int64_t kv_cache_bytes, weight_bytes; /* bytes on the device */
+    int64_t prefix_queries, prefix_hits; /* full blocks looked up in / found in the cache */
+    double prefix_hit_rate;             /* hits / queries; 0 when none */
+    int64_t kv_evictions;
+    int64_t prompt_tokens;              /* computed (not served from the prefix cache) */
+    int64_t generation_tokens;
+    int64_t requests_finished, requests_canceled, requests_failed;
+    int64_t steps;
+    struct rtx_client_gen_latency ttft; /* arrival to first token */
+    struct rtx_client_gen_latency itl;  /* between two tokens of a sequence */
+    struct rtx_client_gen_latency tpot; /* a finished sequence's time per output token */
+    struct rtx_client_gen_latency e2e;  /* arrival to the end of a finished request */
+};
+
+struct rtx_client_generation {
+    int n_models;
+    const struct rtx_client_gen_model *models; /* by name */
+};
+
+/* The generation engines of the daemon's ready generative models, or of model `model` alone
+ * (NULL or "": all); free *out with rtx_client_generation_free. Returns 0 or an error code:
+ * RTX_CLIENT_ENOTFOUND for a model the daemon does not know, RTX_CLIENT_EINVAL for one that
+ * is not generative, RTX_CLIENT_EUNAVAILABLE for one that is not ready,
+ * RTX_CLIENT_EUNIMPLEMENTED from a daemon without Admin.Generation. */
+int rtx_client_generation(struct rtx_client *c, const char *model,
+                          struct rtx_client_generation **out, struct rtx_client_err *err);
+void rtx_client_generation_free(struct rtx_client_generation *g); /* NULL: no-op */
+
 enum rtx_client_serving_status {
     RTX_CLIENT_SERVING_UNSPECIFIED = 0,
     RTX_CLIENT_SERVING = 1,

@@ -1,7 +1,7 @@
 /*
  * handlers-admin.c - the rtx.v1.Admin methods (Status, Devices, Health, Config, Pools, Lanes,
- * Drain). The daemon state they read (start time, the CPU device description) and the drain
- * entry point shared by Admin.Drain and SIGTERM are in daemon.c.
+ * Generation, Drain). The daemon state they read (start time, the CPU device description) and the
+ * drain entry point shared by Admin.Drain and SIGTERM are in daemon.c.
  *
  * DESIGN
  * Admin.Drain begins the drain through rtx__daemon_drain_begin (daemon.c); what follows it
@@ -12,13 +12,18 @@
  * (d->devices), their health (a device that hit a sticky error in a job, a batch or a warm-up
  * is unhealthy with the error as detail), budget, consumers and plan cache.
  * Pools lists the memory pools of the devices jobs run on (rtx_jobs_get_pools). Lanes lists
- * each device scheduler's lanes (rtx_jobs_get_lanes), times in microseconds.
+ * each device scheduler's lanes (rtx_jobs_get_lanes), times in microseconds. Generation lists
+ * the engines of the ready generative models as /metrics does (rtx_serving_index, then
+ * rtx_model_generator and rtx_gen_engine_stats of each), with the latency histograms
+ * summarized by rtx_gen_hist_quantile; an engine's device is the slot holding its consumer
+ * "model NAME:VERSION" (serving/serving.h).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "generation/generation.h"
 #include "rtx/v1/admin.pb-c.h"
 
 /* ------------------------------------------------------------------------------------------
@@ -451,6 +456,204 @@ void rtx__daemon_admin_lanes(struct rtx_daemon *d, const uint8_t *req, size_t le
     rtx_free(ls);
     rtx_free(inf);
     rtx_free(st);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Generation
+ * ---------------------------------------------------------------------------------------- */
+
+#define GEN_LANES                                                                                 \
+    ((int)(sizeof((struct rtx_gen_stats *)0)->lanes / sizeof(struct rtx_gen_lane_stats)))
+
+/* One generative model version of the reply, with what its message points into. */
+struct gen_row {
+    char name[128];
+    char device[RTX_DEVICE_NAME_LEN];
+    char arch[16];
+    struct rtx_gen_stats st;
+    Rtx__V1__GenerationModel m;
+    Rtx__V1__GenerationLane lanes[GEN_LANES], *lanep[GEN_LANES];
+    Rtx__V1__LatencySummary lat[4];
+};
+
+/* The name of the device slot that holds consumer "model NAME:VERSION" (the engine's, as
+ * serving registers it), or "" when none does. */
+static void gen_device(struct rtx_daemon *d, const char *name, int64_t version, char *out,
+                       size_t len) {
+    char consumer[RTX_DEVICE_CONSUMER_NAME_LEN + 160];
+    snprintf(consumer, sizeof consumer, "model %s:%lld", name, (long long)version);
+    consumer[RTX_DEVICE_CONSUMER_NAME_LEN - 1] = '\0'; /* as long as the device keeps names */
+    snprintf(out, len, "%s", "");
+    int cap = 0;
+    struct rtx_device_consumer_info *ci = NULL;
+    for (int slot = 0; d->devices && slot < rtx_devices_count(d->devices) && !out[0]; slot++) {
+        struct rtx_device *dev = rtx_devices_get(d->devices, slot);
+        int n = dev ? rtx_device_consumers(dev, ci, cap) : 0;
+        if (n > cap) {
+            struct rtx_device_consumer_info *more = rtx_malloc((size_t)(n + 8) * sizeof *more);
+            if (!more) break; /* the row shows no device */
+            rtx_free(ci);
+            ci = more;
+            cap = n + 8;
+            n = rtx_device_consumers(dev, ci, cap);
+        }
+        for (int i = 0; i < n && i < cap; i++)
+            if (strcmp(ci[i].name, consumer) == 0) snprintf(out, len, "%s", rtx_device_name(dev));
+    }
+    rtx_free(ci);
+}
+
+static void latency_to_msg(const struct rtx_gen_hist *h, Rtx__V1__LatencySummary *m) {
+    rtx__v1__latency_summary__init(m);
+    m->count = (int64_t)h->n;
+    m->sum_s = h->sum_s;
+    m->mean_s = h->n ? h->sum_s / (double)h->n : 0.0;
+    m->p50_s = rtx_gen_hist_quantile(h, 0.5);
+    m->p99_s = rtx_gen_hist_quantile(h, 0.99);
+}
+
+/* Fills r from model version m's engine e. */
+static void gen_row_fill(struct rtx_daemon *d, struct rtx_model *m, struct rtx_gen_engine *e,
+                         struct gen_row *r) {
+    const struct rtx_model_info *info = rtx_model_info(m);
+    struct rtx_gen_model *gm = rtx_gen_engine_model(e);
+    const struct rtx_gen_stats *st = &r->st;
+    snprintf(r->name, sizeof r->name, "%s", info->name);
+    snprintf(r->arch, sizeof r->arch, "%s", rtx_gen_model_arch_name(gm));
+    gen_device(d, info->name, info->version, r->device, sizeof r->device);
+    rtx_gen_engine_stats(e, &r->st);
+    Rtx__V1__GenerationModel *g = &r->m;
+    rtx__v1__generation_model__init(g);
+    g->name = r->name;
+    g->version = info->version;
+    g->device = r->device;
+    g->arch = r->arch;
+    g->context_length = rtx_gen_model_context_length(gm);
+    int nl = st->n_lanes < 0 ? 0 : st->n_lanes > GEN_LANES ? GEN_LANES : st->n_lanes;
+    for (int l = 0; l < nl; l++) {
+        Rtx__V1__GenerationLane *lm = &r->lanes[l];
+        rtx__v1__generation_lane__init(lm);
+        lm->lane = (char *)st->lanes[l].name;
+        lm->running = st->lanes[l].running;
+        lm->waiting = st->lanes[l].waiting;
+        lm->preempted = (int64_t)st->lanes[l].preempted_total;
+        lm->refused = (int64_t)st->lanes[l].refused_total;
+        r->lanep[l] = lm;
+    }
+    g->n_lanes = (size_t)nl;
+    g->lanes = r->lanep;
+    g->kv_blocks_total = st->kv_blocks_total;
+    g->kv_blocks_used = st->kv_blocks_used;
+    g->kv_blocks_cached = st->kv_blocks_cached;
+    g->block_size = st->block_size;
+    g->kv_cache_bytes = st->kv_cache_bytes;
+    g->weight_bytes = st->weight_bytes;
+    g->prefix_queries = (int64_t)st->prefix_queries_blocks;
+    g->prefix_hits = (int64_t)st->prefix_hit_blocks;
+    g->prefix_hit_rate = st->prefix_queries_blocks
+                             ? (double)st->prefix_hit_blocks / (double)st->prefix_queries_blocks
+                             : 0.0;
+    g->kv_evictions = (int64_t)st->kv_evictions;
+    g->prompt_tokens = (int64_t)st->prompt_tokens_total;
+    g->generation_tokens = (int64_t)st->generation_tokens_total;
+    g->requests_finished = (int64_t)st->requests_finished;
+    g->requests_canceled = (int64_t)st->requests_canceled;
+    g->requests_failed = (int64_t)st->requests_failed;
+    g->steps = (int64_t)st->steps_total;
+    const struct rtx_gen_hist *hs[4] = {&st->ttft, &st->itl, &st->tpot, &st->e2e};
+    for (int k = 0; k < 4; k++)
+        latency_to_msg(hs[k], &r->lat[k]);
+    g->ttft = &r->lat[0];
+    g->itl = &r->lat[1];
+    g->tpot = &r->lat[2];
+    g->e2e = &r->lat[3];
+}
+
+/* The rows of the reply: model `name` alone (it must be a ready generative model: else a
+ * status is replied and -1 returned), or every ready generative model. *out is rtx_calloc'ed
+ * (NULL when there are none); returns the row count. */
+static int gen_rows_make(struct rtx_daemon *d, const char *name, struct gen_row **out,
+                         struct rtx_server_reply *rep) {
+    *out = NULL;
+    struct rtx_err err = {0};
+    if (*name) {
+        if (!d->serving) {
+            rtx_server_reply_status(rep, GRPC_STATUS_NOT_FOUND,
+                                    "unknown model '%.128s': rtxd serves no model repository",
+                                    name);
+            return -1;
+        }
+        struct rtx_model *m;
+        if (rtx_serving_model_get(d->serving, name, 0, &m, &err) != 0) {
+            rtx_server_reply_err(rep, &err);
+            return -1;
+        }
+        struct rtx_gen_engine *e = rtx_model_generator(m);
+        struct gen_row *r = e ? rtx_calloc(1, sizeof *r) : NULL;
+        if (!e)
+            rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "model '%.128s' is not a generative model (platform %s)", name,
+                                    rtx_model_info(m)->platform);
+        else if (!r)
+            rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory");
+        else
+            gen_row_fill(d, m, e, r);
+        rtx_model_unref(m);
+        *out = r;
+        return r ? 1 : -1;
+    }
+    struct rtx_model_index_entry *idx = NULL;
+    int n = 0, k = 0;
+    if (!d->serving) return 0;
+    if (rtx_serving_index(d->serving, true, &idx, &n, &err) != 0) {
+        rtx_server_reply_err(rep, &err);
+        return -1;
+    }
+    struct gen_row *rows = n > 0 ? rtx_calloc((size_t)n, sizeof *rows) : NULL;
+    if (n > 0 && !rows) {
+        rtx_free(idx);
+        rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        struct rtx_model *m;
+        /* a version unloaded since the index was taken is left out */
+        if (rtx_serving_model_get(d->serving, idx[i].name, idx[i].version, &m, NULL) != 0)
+            continue;
+        struct rtx_gen_engine *e = rtx_model_generator(m);
+        if (e) gen_row_fill(d, m, e, &rows[k++]);
+        rtx_model_unref(m);
+    }
+    rtx_free(idx);
+    *out = rows;
+    return k;
+}
+
+void rtx__daemon_admin_generation(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                                  struct rtx_server_reply *rep) {
+    Rtx__V1__GenerationRequest *r = rtx__v1__generation_request__unpack(NULL, len, req);
+    if (!r) {
+        rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                                "malformed rtx.v1.GenerationRequest");
+        return;
+    }
+    struct gen_row *rows = NULL;
+    int n = gen_rows_make(d, r->model, &rows, rep);
+    rtx__v1__generation_request__free_unpacked(r, NULL);
+    if (n < 0) return;
+    Rtx__V1__GenerationModel **mp = rtx_calloc(n > 0 ? (size_t)n : 1, sizeof *mp);
+    if (!mp) {
+        rtx_server_reply_status(rep, GRPC_STATUS_INTERNAL, "out of memory");
+    } else {
+        for (int i = 0; i < n; i++)
+            mp[i] = &rows[i].m;
+        Rtx__V1__GenerationResponse m = RTX__V1__GENERATION_RESPONSE__INIT;
+        m.n_models = (size_t)n;
+        m.models = mp;
+        rtx_server_reply_pack(rep, &m.base, 0);
+    }
+    rtx_free(mp);
+    rtx_free(rows);
 }
 
 void rtx__daemon_admin_drain(struct rtx_daemon *d, const uint8_t *req, size_t len,

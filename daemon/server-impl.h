@@ -39,7 +39,7 @@ struct method {
     rtx_server_bidi_fn bidi;     /* METHOD_BIDI_STREAMING */
 };
 
-#define N_METHODS 33 /* rows of rtx__server_methods */
+#define N_METHODS 34 /* rows of rtx__server_methods */
 extern const struct method rtx__server_methods[]; /* server.c checks its size */
 
 #define REQUEST_ID_KEY "x-request-id"

@@ -179,6 +179,8 @@ void rtx__daemon_admin_pools(struct rtx_daemon *d, const uint8_t *req, size_t le
                              struct rtx_server_reply *rep);
 void rtx__daemon_admin_lanes(struct rtx_daemon *d, const uint8_t *req, size_t len,
                              struct rtx_server_reply *rep);
+void rtx__daemon_admin_generation(struct rtx_daemon *d, const uint8_t *req, size_t len,
+                                  struct rtx_server_reply *rep);
 
 /* inference.GRPCInferenceService (handlers-infer*.c): the KServe v2 / Triton gRPC service. */
 #define RTX_INFER_UNARY(X)                                                                      \

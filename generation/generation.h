@@ -267,5 +267,12 @@ struct rtx_gen_stats {
     int64_t weight_bytes, kv_cache_bytes;
 };
 void rtx_gen_engine_stats(struct rtx_gen_engine *e, struct rtx_gen_stats *st);
+/* The q-quantile (0 <= q <= 1; outside: clamped) of h in seconds, estimated from its buckets
+ * as Prometheus' histogram_quantile does: the rank q * n falls in a bucket, the estimate
+ * interpolates linearly between that bucket's bounds (the first bucket's lower bound is 0),
+ * and a rank in the last (+Inf) bucket gives the largest finite bound. Empty buckets are
+ * passed over, so q = 0 gives the lower bound of the first bucket holding a sample. 0 for an
+ * empty histogram. */
+double rtx_gen_hist_quantile(const struct rtx_gen_hist *h, double q);
 
 #endif /* RTX_GENERATION_H */

@@ -261,17 +261,6 @@ int ctl_cmd_pools(struct ctl *ctl, int argc, char **argv) {
     return EXIT_OK;
 }
 
-/* A duration in µs as "850us", "12.5ms", "3.20s". */
-static const char *fmt_us(int64_t us, char *buf, size_t len) {
-    if (us < 1000)
-        snprintf(buf, len, "%" PRId64 "us", us);
-    else if (us < 1000000)
-        snprintf(buf, len, "%.1fms", (double)us / 1e3);
-    else
-        snprintf(buf, len, "%.2fs", (double)us / 1e6);
-    return buf;
-}
-
 static json_t *lane_json(const struct rtx_client_lane *l) {
     json_t *o = ctl_json_object();
     ctl_json_set_str(o, "device", l->device);
@@ -349,12 +338,14 @@ int ctl_cmd_lanes(struct ctl *ctl, int argc, char **argv) {
             char b1[32], b2[32], b3[32];
             ctl_table_add(&t, "%s", ctl_dash(x->device));
             ctl_table_add(&t, "%s", ctl_dash(x->lane));
-            ctl_table_add(&t, "%s", fmt_us(x->target_p99_us, b1, sizeof b1));
+            ctl_table_add(&t, "%s", ctl_fmt_us(x->target_p99_us, b1, sizeof b1));
             ctl_table_add(&t, "%d", x->weight);
             ctl_table_add(&t, "%" PRId64 "/%" PRId64, x->queued + x->delayed, x->max_queued);
             ctl_table_add(&t, "%" PRId64, x->running);
-            ctl_table_add(&t, "%s", x->wait_samples ? fmt_us(x->wait_p50_us, b2, sizeof b2) : "-");
-            ctl_table_add(&t, "%s", x->wait_samples ? fmt_us(x->wait_p99_us, b3, sizeof b3) : "-");
+            ctl_table_add(&t, "%s",
+                          x->wait_samples ? ctl_fmt_us(x->wait_p50_us, b2, sizeof b2) : "-");
+            ctl_table_add(&t, "%s",
+                          x->wait_samples ? ctl_fmt_us(x->wait_p99_us, b3, sizeof b3) : "-");
             ctl_table_add(&t, "%" PRId64, x->admitted);
             ctl_table_add(&t, "%" PRId64, x->rejected_full + x->rejected_deadline);
             ctl_table_add(&t, "%" PRId64, x->rejected_shed);

@@ -1,9 +1,9 @@
 /*
- * rtxctl.c - the operator CLI of rtxd: status, devices, pools, lanes, health, config and drain
- * of a daemon; listing, showing, waiting for and cancelling jobs; submitting graph files with
- * .npy or random inputs; writing job outputs as .npy files; listing, loading, unloading and
- * describing served models. Human tables by default, one
- * JSON object or array per command with --json.
+ * rtxctl.c - the operator CLI of rtxd: status, devices, pools, lanes, generation, health,
+ * config and drain of a daemon; listing, showing, waiting for and cancelling jobs; submitting
+ * graph files with .npy or random inputs; writing job outputs as .npy files; listing, loading,
+ * unloading and describing served models. Human tables by default, one JSON object or array
+ * per command with --json.
  *
  * DESIGN
  * rtxctl talks to rtxd only through librtx (client/rtx.h). It also links rtxd's runtime
@@ -172,6 +172,22 @@ static const char exits_health[] =
     "Exit status: 0 serving, 1 not serving (or an error answer), 2 usage error, 6 daemon\n"
     "unreachable, 7 timeout.\n";
 
+static const char help_generation[] =
+    "Shows the generation engines of the daemon's ready generative models (or of MODEL):\n"
+    "device and architecture, the KV cache (blocks used by sequences, cached for prefix\n"
+    "reuse, free; as a bar [#+.]), the prefix cache's hit rate, prompt and generated\n"
+    "tokens, requests finished / canceled / failed, each lane's running and waiting\n"
+    "sequences with its preemptions and refusals, and time to first token (ttft), inter-\n"
+    "token latency (itl), time per output token (tpot) and request latency (e2e): count,\n"
+    "mean, p50 and p99 estimated from the daemon's histogram buckets. Counters are since\n"
+    "the engine started; rates (tokens/s, steps/s) need two samples: --watch.\n"
+    "  --watch INTERVAL   sample again every INTERVAL (\"2\" is 2 s, \"500ms\"), until\n"
+    "                     interrupted; on a terminal each sample replaces the last\n"
+    "  --count N          with --watch: stop after N samples\n"
+    "With --json: {\"models\": [...]} (see docs/rtxctl.md); with --watch one such line per\n"
+    "sample, adding time_unix_ms, interval_s and each model's \"rates\" (null on the first).\n"
+    "An unknown MODEL exits 1 (not found), as does a model that is not generative.\n";
+
 static const char help_health[] =
     "Asks whether the daemon serves. Prints serving or not_serving (draining, or a failing\n"
     "store) with a detail. With --json: {\"status\": ..., \"detail\": ...}.\n";
@@ -309,6 +325,9 @@ static const struct command commands[] = {
     {.name = "lanes", .synopsis = "",
      .help = help_lanes, .exits = exit_help, .run = ctl_cmd_lanes,
      .summary = "SLA lanes of the job schedulers"},
+    {.name = "generation", .synopsis = "[MODEL] [--watch INTERVAL [--count N]]",
+     .help = help_generation, .exits = exit_help, .run = ctl_cmd_generation,
+     .summary = "generation engines: KV cache, tokens, lanes, latency"},
     {.name = "health", .synopsis = "",
      .help = help_health, .exits = exits_health, .run = ctl_cmd_health,
      .summary = "whether the daemon serves"},

@@ -69,6 +69,17 @@ const char *ctl_fmt_duration(int64_t ms, char *buf, size_t len) {
     return buf;
 }
 
+/* "850us", "12.5ms", "3.20s" */
+const char *ctl_fmt_us(int64_t us, char *buf, size_t len) {
+    if (us < 1000)
+        snprintf(buf, len, "%lldus", (long long)us);
+    else if (us < 1000000)
+        snprintf(buf, len, "%.1fms", (double)us / 1e3);
+    else
+        snprintf(buf, len, "%.2fs", (double)us / 1e6);
+    return buf;
+}
+
 /* "f32[2,3]" */
 const char *ctl_fmt_shape(enum rtx_client_dtype dt, int ndim, const int64_t *dims, char *buf,
                           size_t len) {

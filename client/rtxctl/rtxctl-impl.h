@@ -2,7 +2,7 @@
  * rtxctl-impl.h - what rtxctl's own files share: the invocation (struct ctl) and exit codes,
  * messages and allocation (main.c), argument helpers (args.c), the output module: tables,
  * human formats and JSON documents built with jansson (output.c), and the command functions
- * that main.c's command table lists (admin.c, jobs.c, submit.c, models.c).
+ * that main.c's command table lists (admin.c, generation.c, jobs.c, submit.c, models.c).
  *
  * DESIGN
  * rtxctl is a program, not a library: nothing here is exported, so the cross-file names carry
@@ -105,6 +105,8 @@ const char *ctl_fmt_time(int64_t ms, bool with_ms, char *buf, size_t len);
 const char *ctl_fmt_bytes(int64_t bytes, char *buf, size_t len);
 /* "3d 4h 5m 6s" */
 const char *ctl_fmt_duration(int64_t ms, char *buf, size_t len);
+/* A duration in µs: "850us", "12.5ms", "3.20s". */
+const char *ctl_fmt_us(int64_t us, char *buf, size_t len);
 /* "f32[2,3]" */
 const char *ctl_fmt_shape(enum rtx_client_dtype dt, int ndim, const int64_t *dims, char *buf,
                           size_t len);
@@ -168,6 +170,7 @@ int ctl_cmd_status(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_devices(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_pools(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_lanes(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_generation(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_health(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_config(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_drain(struct ctl *ctl, int argc, char **argv);

@@ -43,4 +43,5 @@
     X(shm)                                                                                      \
     X(http)                                                                                     \
     X(tokenizer)                                                                                \
-    X(gen_engine)
+    X(gen_engine)                                                                               \
+    X(gen_stats)
