@@ -160,16 +160,21 @@ static void store_health(struct rtx_daemon *d, struct rtx_store_stats *ss, struc
     m->last_error = ss->last_error;
 }
 
+/* Unpacks a request message, answering INVALID_ARGUMENT and returning NULL when malformed;
+ * free it with protobuf_c_message_free_unpacked. */
+static void *unpack_request(const ProtobufCMessageDescriptor *desc, const uint8_t *req, size_t len,
+                            struct rtx_server_reply *rep) {
+    ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, req);
+    if (!m) rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT, "malformed %s", desc->name);
+    return m;
+}
+
 /* Unpacks an empty request message, answering INVALID_ARGUMENT when malformed. */
 static bool check_empty_request(const ProtobufCMessageDescriptor *desc, const uint8_t *req,
                                 size_t len, struct rtx_server_reply *rep) {
-    ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, req);
-    if (!m) {
-        rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT, "malformed %s", desc->name);
-        return false;
-    }
-    protobuf_c_message_free_unpacked(m, NULL);
-    return true;
+    ProtobufCMessage *m = unpack_request(desc, req, len, rep);
+    if (m) protobuf_c_message_free_unpacked(m, NULL);
+    return m != NULL;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -631,12 +636,9 @@ static int gen_rows_make(struct rtx_daemon *d, const char *name, struct gen_row 
 
 void rtx__daemon_admin_generation(struct rtx_daemon *d, const uint8_t *req, size_t len,
                                   struct rtx_server_reply *rep) {
-    Rtx__V1__GenerationRequest *r = rtx__v1__generation_request__unpack(NULL, len, req);
-    if (!r) {
-        rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                                "malformed rtx.v1.GenerationRequest");
-        return;
-    }
+    Rtx__V1__GenerationRequest *r =
+        unpack_request(&rtx__v1__generation_request__descriptor, req, len, rep);
+    if (!r) return;
     struct gen_row *rows = NULL;
     int n = gen_rows_make(d, r->model, &rows, rep);
     rtx__v1__generation_request__free_unpacked(r, NULL);
@@ -658,12 +660,8 @@ void rtx__daemon_admin_generation(struct rtx_daemon *d, const uint8_t *req, size
 
 void rtx__daemon_admin_drain(struct rtx_daemon *d, const uint8_t *req, size_t len,
                              struct rtx_server_reply *rep) {
-    Rtx__V1__DrainRequest *r = rtx__v1__drain_request__unpack(NULL, len, req);
-    if (!r) {
-        rtx_server_reply_status(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                                "malformed rtx.v1.DrainRequest");
-        return;
-    }
+    Rtx__V1__DrainRequest *r = unpack_request(&rtx__v1__drain_request__descriptor, req, len, rep);
+    if (!r) return;
     int grace = r->grace_ms;
     rtx__v1__drain_request__free_unpacked(r, NULL);
     if (grace < 0) {
