@@ -43,4 +43,5 @@
     X(shm)                                                                                      \
     X(http)                                                                                     \
     X(tokenizer)                                                                                \
-    X(gen_kv_blocks)
+    X(gen_kv_blocks)                                                                            \
+    X(gen_sampler)
