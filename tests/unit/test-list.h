@@ -22,11 +22,11 @@
     X(cuda_flash)                                                                               \
     X(store)                                                                                    \
     X(store_stress)                                                                             \
-    X(jobs)                                                                                 \
-    X(jobs_queue)                                                                           \
-    X(jobs_sched)                                                                           \
-    X(jobs_devices)                                                                         \
-    X(jobs_plans)                                                                           \
+    X(jobs)                                                                                     \
+    X(jobs_queue)                                                                               \
+    X(jobs_sched)                                                                               \
+    X(jobs_devices)                                                                             \
+    X(jobs_plans)                                                                               \
     X(config)                                                                                   \
     X(config_reload)                                                                            \
     X(log)                                                                                      \
@@ -43,4 +43,6 @@
     X(shm)                                                                                      \
     X(http)                                                                                     \
     X(tokenizer)                                                                                \
-    X(gen_engine)
+    X(gen_engine)                                                                               \
+    X(gen_kv_blocks)                                                                            \
+    X(gen_sampler)
