@@ -127,6 +127,18 @@ struct pa_scratch {
     bool *nan;               /* [rows * G]: the row met a NaN or +inf score */
 };
 
+/* dst[0 .. n) = elements off .. off + n - 1 of src (a float dtype) as f32; the dtype is
+ * switched on once per row, so the loops vectorize. */
+static void widen_row(float *dst, const void *src, enum rtx_dtype dt, int64_t off, int64_t n) {
+    const uint16_t *h = (const uint16_t *)src + off;
+    switch (dt) {
+    case RTX_F32: memcpy(dst, (const float *)src + off, (size_t)n * sizeof *dst); break;
+    case RTX_BF16: RTX__VLOOP(float, dst, n, rtx_bf16_to_f32(h[i])); break;
+    case RTX_F16: RTX__VLOOP(float, dst, n, rtx_f16_to_f32(h[i])); break;
+    default: break;
+    }
+}
+
 /* Keys c0 .. c0 + nk - 1 of the task's sequence and KV head, widened into kf and vf. */
 static void pa_gather(const struct pa_job *j, const struct pa_task *tk, int64_t c0, int64_t nk,
                       struct pa_scratch *w) {
@@ -135,15 +147,8 @@ static void pa_gather(const struct pa_job *j, const struct pa_task *tk, int64_t 
     for (int64_t i = 0; i < nk; i++) {
         int64_t p = c0 + i;
         int64_t src = ((table[p / g->BS] * g->BS + p % g->BS) * g->Hkv + tk->hk) * g->D;
-        if (j->dt == RTX_F32) {
-            memcpy(w->kf + i * g->D, (const float *)j->kc + src, (size_t)g->D * sizeof(float));
-            memcpy(w->vf + i * g->D, (const float *)j->vc + src, (size_t)g->D * sizeof(float));
-            continue;
-        }
-        for (int64_t d = 0; d < g->D; d++) {
-            w->kf[i * g->D + d] = rtx__load_f32(j->kc, j->dt, src + d);
-            w->vf[i * g->D + d] = rtx__load_f32(j->vc, j->dt, src + d);
-        }
+        widen_row(w->kf + i * g->D, j->kc, j->dt, src, g->D);
+        widen_row(w->vf + i * g->D, j->vc, j->dt, src, g->D);
     }
 }
 
@@ -182,8 +187,8 @@ static void pa_task_run(const struct pa_job *j, const struct pa_task *tk, struct
     for (int64_t r = 0; r < tk->m; r++)
         for (int64_t h = 0; h < G; h++) {
             int64_t src = ((first + r) * g->H + tk->hk * G + h) * D, ri = r * G + h;
-            for (int64_t d = 0; d < D; d++)
-                w->qm[ri * D + d] = rtx__load_f32(j->q, j->dt, src + d) * g->scale;
+            widen_row(w->qm + ri * D, j->q, j->dt, src, D);
+            for (int64_t d = 0; d < D; d++) w->qm[ri * D + d] *= g->scale;
             w->mx[ri] = -INFINITY;
             w->sum[ri] = 0.0f;
             w->nan[ri] = false;
