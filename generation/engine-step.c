@@ -37,7 +37,9 @@ int rtx__gen_seq_prepare(struct rtx_gen_engine *e, struct gen_seq *s, struct rtx
     s->hashes = rtx_malloc((size_t)s->cap_blocks * sizeof *s->hashes);
     uint64_t seed = r->params.has_seed ? r->params.seed + (uint64_t)s->choice
                                        : (uint64_t)rtx_mono_ns() ^ ((uint64_t)(uintptr_t)s << 16);
-    s->sampler = rtx__sampler_seq_new(&r->params, e->arch->vocab, seed, r->prompt, r->n_prompt);
+    struct rtx_gen_params sp = r->params;
+    sp.max_tokens = max_new; /* resolved: the sampler sizes its token counts by it */
+    s->sampler = rtx__sampler_seq_new(&sp, e->arch->vocab, seed, r->prompt, r->n_prompt);
     s->detok = rtx_tokenizer_stream_new(rtx_gen_model_tokenizer(e->model), r->params.skip_special);
     if (r->params.logprobs > 0)
         s->ev_top = rtx_malloc(sizeof *s->ev_top * RTX_GEN_MAX_LOGPROBS);

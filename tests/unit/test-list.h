@@ -17,16 +17,17 @@
     X(cpu_linalg)                                                                               \
     X(cpu_shape)                                                                                \
     X(cpu_conv)                                                                                 \
+    X(cpu_generation)                                                                           \
     X(geometry)                                                                                 \
     X(cuda_device)                                                                              \
     X(cuda_flash)                                                                               \
     X(store)                                                                                    \
     X(store_stress)                                                                             \
-    X(jobs)                                                                                 \
-    X(jobs_queue)                                                                           \
-    X(jobs_sched)                                                                           \
-    X(jobs_devices)                                                                         \
-    X(jobs_plans)                                                                           \
+    X(jobs)                                                                                     \
+    X(jobs_queue)                                                                               \
+    X(jobs_sched)                                                                               \
+    X(jobs_devices)                                                                             \
+    X(jobs_plans)                                                                               \
     X(config)                                                                                   \
     X(config_reload)                                                                            \
     X(log)                                                                                      \
@@ -44,4 +45,6 @@
     X(http)                                                                                     \
     X(tokenizer)                                                                                \
     X(gen_engine)                                                                               \
+    X(gen_kv_blocks)                                                                            \
+    X(gen_sampler)                                                                              \
     X(gen_stats)
