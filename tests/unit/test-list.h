@@ -42,4 +42,5 @@
     X(sched_config)                                                                             \
     X(shm)                                                                                      \
     X(http)                                                                                     \
-    X(tokenizer)
+    X(tokenizer)                                                                                \
+    X(gen_arch)
