@@ -42,6 +42,7 @@ FIXTURES = {
     "llama-linear-bf16": ("llama", "bf16", {"rope": "linear", "sharded": True}),
     "qwen2-f32": ("qwen2", "f32", {"tied": True}),
     "qwen2-bf16": ("qwen2", "bf16", {"templates_list": True}),
+    "qwen2-f16": ("qwen2", "f16", {}),
     "gpt2-f32": ("gpt2", "f32", {}),
     "gpt2-bf16": ("gpt2", "bf16", {"no_prefix": True}),
 }

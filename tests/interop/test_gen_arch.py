@@ -1,8 +1,8 @@
 """
 The model side of generation (generation/arch-*.c, generation/model.c) through rtxgen against
 the NumPy reference of np_decoder.py, on the tiny checkpoints of genfixtures.py (GPT-2, Llama
-with GQA, tied and untied, Llama 3 and linear rope scaling, Qwen2 with QKV bias; bf16 and f32
-weight files; one sharded): the step graph's logits after a prefill and after each decode step
+with GQA, tied and untied, Llama 3 and linear rope scaling, Qwen2 with QKV bias; f32, bf16 and
+f16 weight files; one sharded): the step graph's logits after a prefill and after each decode step
 (teacher forcing) equal the reference's, chunked prefill equals whole prefill, a ragged batch
 of sequences with shuffled block tables and padding equals each sequence alone; the model's
 special tokens, defaults and prompt encoding; malformed checkpoints refused naming the file
@@ -91,14 +91,15 @@ def test_prefill_and_decode_match_reference_f32(fixtures, tmp_path, name):
     assert_close(got, reference(path, PROMPT, DECODE), 1e-5)
 
 
-@pytest.mark.parametrize("name", list(genfixtures.FIXTURES))
-def test_bf16_compute_tracks_reference(fixtures, tmp_path, name):
+@pytest.mark.parametrize("name,dtype", [(n, "bf16") for n in genfixtures.FIXTURES] +
+                         [("qwen2-f16", "f16"), ("llama-f32", "f16"), ("gpt2-bf16", "f16")])
+def test_half_compute_tracks_reference(fixtures, tmp_path, name, dtype):
     """bf16 compute rounds every op's output (and f32 files' weights) to 8 bits of mantissa:
     the logits stay within 2% of the largest reference logit (about 0.4-0.9% seen) and the
-    most likely token mostly agrees (all steps seen)."""
+    most likely token mostly agrees (all steps seen). f16 keeps 11 bits."""
     path = fixtures[name]
     got = logits(path, tmp_path, "--ids", ids_arg(PROMPT), "--decode", ids_arg(DECODE),
-                 "--dtype", "bf16")
+                 "--dtype", dtype)
     ref = reference(path, PROMPT, DECODE)
     assert_close(got, ref, 0.02)
     agree = np.mean(got.argmax(-1) == ref.argmax(-1))
@@ -175,6 +176,7 @@ def test_info_reports_the_checkpoint(fixtures):
             llama["head_dim"], llama["vocab"], llama["context"]) == \
         ("llama", 2, 64, 4, 2, 16, 400, 256)
     assert llama["dtype"] == "f32" and info["llama-bf16"]["dtype"] == "bf16"
+    assert info["qwen2-f16"]["dtype"] == "f16"
     assert llama["weight_bytes_cpu"] == 2 * llama["weight_bytes_gpu"]
     assert not llama["tied"] and info["llama-tied-f32"]["tied"] and gpt2["tied"]
     # EOS: config.json's 2, tokenizer_config's <|im_end|> (2), generation_config's [2, 1]

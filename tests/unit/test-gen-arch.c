@@ -457,6 +457,7 @@ START_TEST(gen_model_loads_the_checkpoint) {
             ck_assert_double_eq(rtx_tensor_get(w32.t[i], j), rtx_tensor_get(w16.t[i], j));
     }
     ck_assert_double_eq(rtx_tensor_get(w32.t[0], 3), tiny_value(3));
+    rtx__gen_weights_clear(&w16b);
     ck_assert_int_eq(rtx__gen_model_weights(m, RTX_I32, &w16b, &err), RTX_EINVAL);
 
     /* the model outlives a reference dropped by another holder */
