@@ -184,12 +184,16 @@ struct rtx_model_io {
     int ndim;
     int64_t dims[RTX_MAX_DIMS];
     bool optional; /* inputs only: the request may leave it out */
+    bool bytes;    /* a KServe BYTES tensor (length-prefixed strings): dtype is unused; only
+                      generative models declare them */
 };
 
 struct rtx_model_info {
     char name[128];
     int64_t version;
-    char platform[32];         /* "rtx_graph" */
+    char platform[32];         /* "rtx_graph" or "rtx_generate" */
+    bool decoupled;            /* generative: a request gets many responses (Triton's
+                                  model_transaction_policy.decoupled) */
     int max_batch_size;        /* 0: the model has no batch dimension, no dynamic batching */
     int n_inputs, n_outputs;
     struct rtx_model_io inputs[RTX_MODEL_MAX_IO], outputs[RTX_MODEL_MAX_IO];
