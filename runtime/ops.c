@@ -746,6 +746,10 @@ static const struct rtx__op_info op_table[RTX_OP_COUNT] = {
     [RTX_OP_AVG_POOL2D] = {"avg_pool2d", 1, 1, 1,
                            "kernel_shape:I,strides:I,pads:I,ceil_mode:i,count_include_pad:i",
                            "kernel_shape", infer_pool},
+    [RTX_OP_ROPE] = {"rope", 3, 3, 1, "interleaved:i", "", rtx__infer_rope},
+    /* writes k_cache and v_cache (inputs 3 and 4) in place */
+    [RTX_OP_PAGED_ATTENTION] = {"paged_attention", 9, 9, 1, "scale:f", "",
+                                rtx__infer_paged_attention, (1u << 3) | (1u << 4)},
 };
 #undef BIN
 #undef UN

@@ -50,6 +50,18 @@
  * reason kept in rp_note. Cancellation is read before the launch: a graph is one launch and
  * cannot stop between ops, which costs at most one graph's run time (well under a millisecond
  * for the transformer block) against the per-op launch overhead it saves.
+ *
+ * In-place writes. An op marked in the op table as writing some of its inputs
+ * (rtx__op_info.writes_inputs: paged_attention's KV caches) updates the caller's tensors;
+ * validation has made sure those inputs are graph inputs. A node that writes inputs is never
+ * pruned as dead (its writes are its purpose), and a plan holding one (p->written not NULL)
+ * never uses the replay state: every execution goes node by node on buffers of its own, with
+ * the caller's input tensors bound as they are. On a host backend and on
+ * rtx_plan_execute_device that is the caller's memory itself, so a written input must be
+ * contiguous there (rtx_plan_execute copies other inputs to contiguous ones, which would
+ * leave the writes in the copy). rtx_plan_execute on a device backend uploads the inputs and,
+ * after the run, copies each written one back into the caller's host tensor. Views over a
+ * written input read its bytes at the time the reading node runs, in the plan's order.
  */
 #include <string.h>
 #include <time.h>
@@ -69,6 +81,7 @@ struct rtx_plan {
     struct rtx__shape *shapes;  /* per value */
     int64_t *offset;            /* per value: arena offset, -1 when not in the arena */
     bool *is_output;            /* per value */
+    bool *written;              /* per value: a live node writes it in place; NULL: none does */
     int *uses;                  /* per value: live nodes reading it, +1 for a graph output */
     size_t arena_bytes;         /* with every node run by itself */
     size_t unplanned_bytes;
@@ -170,7 +183,13 @@ static int fl_free(struct freelist *fl, size_t off, size_t len) {
 
 /* ---- planning ---- */
 
-/* Keeps only the nodes some graph output depends on, preserving order. */
+/* Whether the node writes some of its inputs in place (the op table's writes_inputs). */
+static bool writes_inputs(const struct rtx_node *n) {
+    return rtx__op_info(n->op)->writes_inputs != 0;
+}
+
+/* Keeps only the nodes some graph output depends on, and those that write inputs in place,
+ * preserving order. */
 static int prune_dead(const struct rtx_graph *g, int *order, int n, struct rtx_err *err) {
     bool *live = rtx_calloc((size_t)g->n_nodes + 1, sizeof *live);
     bool *needed = rtx_calloc((size_t)g->n_values + 1, sizeof *needed);
@@ -182,6 +201,7 @@ static int prune_dead(const struct rtx_graph *g, int *order, int n, struct rtx_e
     for (int i = 0; i < g->n_outputs; i++) needed[g->outputs[i]] = true;
     for (int k = n - 1; k >= 0; k--) {
         const struct rtx_node *nd = &g->nodes[order[k]];
+        live[order[k]] = writes_inputs(nd);
         for (int o = 0; o < nd->n_outputs && !live[order[k]]; o++)
             if (needed[nd->outputs[o]]) live[order[k]] = true;
         if (!live[order[k]]) continue;
@@ -194,6 +214,24 @@ static int prune_dead(const struct rtx_graph *g, int *order, int n, struct rtx_e
     rtx_free(live);
     rtx_free(needed);
     return m;
+}
+
+/* p->written (DESIGN: in-place writes): the values live nodes write in place; stays NULL
+ * when no live node writes any. */
+static int mark_written(struct rtx_plan *p, struct rtx_err *err) {
+    const struct rtx_graph *g = p->g;
+    for (int k = 0; k < p->n_order; k++) {
+        const struct rtx_node *n = &g->nodes[p->order[k]];
+        unsigned mask = rtx__op_info(n->op)->writes_inputs;
+        for (int i = 0; i < n->n_inputs && mask; i++) {
+            if (!(mask & (1u << i)) || n->inputs[i] < 0) continue;
+            if (!p->written && !(p->written = rtx_calloc((size_t)g->n_values + 1,
+                                                         sizeof *p->written)))
+                return rtx_err_set(err, RTX_ENOMEM, "out of memory planning");
+            p->written[n->inputs[i]] = true;
+        }
+    }
+    return 0;
 }
 
 /* Whether a node only reinterprets its input's bytes, so that its output can share the
@@ -372,6 +410,7 @@ int rtx_plan_new(const struct rtx_graph *g, const struct rtx_tensor *const *inpu
         for (int i = 0; i < n->n_inputs; i++)
             if (n->inputs[i] >= 0) p->uses[n->inputs[i]]++;
     }
+    if ((rc = mark_written(p, err))) goto fail;
     mark_views(p);
     if ((rc = assign_plain_offsets(p, err))) goto fail;
     size_t total = p->arena_bytes;
@@ -447,6 +486,7 @@ void rtx_plan_free(struct rtx_plan *p) {
     rtx_free(p->shapes);
     rtx_free(p->offset);
     rtx_free(p->is_output);
+    rtx_free(p->written);
     rtx_free(p->uses);
     rtx_free(p);
 }
@@ -508,6 +548,10 @@ static int check_inputs(const struct rtx_plan *p, struct rtx_tensor *const *inpu
         if (on_device && !rtx_tensor_is_contiguous(t))
             return rtx_err_set(err, RTX_EINVAL, "device input '%s' is not contiguous",
                                v->name);
+        if (p->written && p->written[g->inputs[i]] && !rtx_tensor_is_contiguous(t))
+            return rtx_err_set(err, RTX_EINVAL,
+                               "input '%s' is written in place by the graph, so it must be "
+                               "contiguous", v->name);
     }
     return 0;
 }
@@ -654,6 +698,24 @@ static struct rtx_tensor *constant_of(const struct rtx_plan *p, struct rtx_backe
     return p->dev_consts && p->const_be == be ? p->dev_consts[v] : p->g->values[v].constant;
 }
 
+/* After rtx_plan_execute on a device backend: each input the graph writes in place, copied
+ * back into the caller's host tensor (contiguous: check_inputs) (DESIGN: in-place writes). */
+static int copy_back_written(const struct rtx_plan *p, struct rtx_backend *be,
+                             struct rtx_tensor *const *inputs, struct rtx_tensor **vals,
+                             struct rtx_err *err) {
+    const struct rtx_graph *g = p->g;
+    for (int i = 0; p->written && i < g->n_inputs; i++) {
+        int v = g->inputs[i];
+        if (!p->written[v]) continue;
+        struct rtx_tensor *h;
+        int rc = rtx_backend_download(be, vals[v], &h, err);
+        if (rc) return rtx_err_prefix(err, "written input '%s'", g->values[v].name);
+        memcpy(rtx_tensor_data(inputs[i]), rtx_tensor_data(h), rtx_tensor_nbytes(h));
+        rtx_tensor_unref(h);
+    }
+    return 0;
+}
+
 /* Node by node into buffers made for this run. */
 static int exec_plain(struct rtx_plan *p, struct rtx_backend *be,
                       struct rtx_tensor *const *inputs, bool on_device,
@@ -696,6 +758,9 @@ static int exec_plain(struct rtx_plan *p, struct rtx_backend *be,
     if ((rc = bind_outputs(p, be, vals, arena, peak, err))) goto out;
     if ((rc = run_nodes(p, be, vals, in, cancel, nodes_run, err))) goto out;
     if ((rc = rtx_backend_synchronize(be, err))) goto out;
+    if (!on_device && !rtx_backend_is_host(be) &&
+        (rc = copy_back_written(p, be, inputs, vals, err)))
+        goto out;
     for (int i = 0; i < g->n_outputs && rc == 0; i++) {
         struct rtx_tensor *t = vals[g->outputs[i]];
         if (on_device)
@@ -834,7 +899,7 @@ static int execute(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tensor
                          g->n_inputs, g->n_outputs, n_inputs, n_outputs);
     else
         rc = check_inputs(p, inputs, on_device, err);
-    if (rc == 0 && rtx_backend_can_capture(be) && !p->rp_off) {
+    if (rc == 0 && rtx_backend_can_capture(be) && !p->rp_off && !p->written) {
         rc = exec_replay(p, be, inputs, on_device, outputs, cancel, &nodes_run, &peak, &mode,
                          err);
     } else if (rc == 0) {

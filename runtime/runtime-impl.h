@@ -27,8 +27,18 @@ struct rtx__op_info {
      * Reports problems with rtx_err_set (the caller adds the node label). */
     int (*infer)(const struct rtx_node *n, const struct rtx__shape *const *in, int n_in,
                  struct rtx__shape *out, struct rtx_err *err);
+    /* Bit i set: the op writes input i in place (paged_attention's KV caches). Such an input
+     * must be a graph input, and a plan with such a node runs node by node on the caller's
+     * tensors (runtime/plan.c). 0 for every op that only writes its outputs. */
+    unsigned writes_inputs;
 };
 const struct rtx__op_info *rtx__op_info(enum rtx_op op);
+
+/* Inference of rope and paged_attention (runtime/ops-generation.c), for the op table. */
+int rtx__infer_rope(const struct rtx_node *n, const struct rtx__shape *const *in, int n_in,
+                    struct rtx__shape *out, struct rtx_err *err);
+int rtx__infer_paged_attention(const struct rtx_node *n, const struct rtx__shape *const *in,
+                               int n_in, struct rtx__shape *out, struct rtx_err *err);
 
 /* Checks a node's attributes against its op's table entry (names, types, required). */
 int rtx__check_attrs(const struct rtx_node *n, struct rtx_err *err);

@@ -241,7 +241,7 @@ void rtx_tensor_set(struct rtx_tensor *t, int64_t i, double v);
     X(ARGMAX, "argmax") X(SOFTMAX, "softmax") X(LOG_SOFTMAX, "log_softmax")                     \
     X(LAYER_NORM, "layer_norm") X(RMS_NORM, "rms_norm") X(ATTENTION, "attention")               \
     X(CONSTANT, "constant") X(CONV2D, "conv2d") X(MAX_POOL2D, "max_pool2d")                     \
-    X(AVG_POOL2D, "avg_pool2d")
+    X(AVG_POOL2D, "avg_pool2d") X(ROPE, "rope") X(PAGED_ATTENTION, "paged_attention")
 
 enum rtx_op {
 #define RTX_OP_ENUM(name, str) RTX_OP_##name,
@@ -456,15 +456,21 @@ struct rtx_exec_stats {
  * for; on a device backend they are uploaded, the initializers are uploaded once per plan and
  * backend, and the outputs are downloaded. outputs receives n_outputs new host tensor
  * references (caller unrefs). A plan executes on one thread at a time. *cancel, when not NULL, is read
- * between ops: nonzero stops with RTX_ECANCELED. */
+ * between ops: nonzero stops with RTX_ECANCELED.
+ * Inputs that an op writes in place (paged_attention's k_cache and v_cache, docs/ops.md) must
+ * be contiguous: on a host backend the kernels write the caller's tensors themselves, on a
+ * device backend the updated tensors are copied back into them after the run. A plan with
+ * such an op never captures a graph: it runs node by node with the caller's tensors on both
+ * rtx_plan_execute and rtx_plan_execute_device. */
 int rtx_plan_execute(struct rtx_plan *p, struct rtx_backend *be,
                      struct rtx_tensor *const *inputs, int n_inputs, struct rtx_tensor **outputs,
                      int n_outputs, const volatile int *cancel, struct rtx_exec_stats *stats,
                      struct rtx_err *err);
 
 /* Graph replay. On a backend that captures graphs (rtx_backend_can_capture: the CUDA backend)
- * a plan keeps fixed buffers for that backend: its inputs (copied in on every run), its
- * intermediates (one arena) and its node-produced outputs. The first execution runs node by
+ * a plan whose graph writes no input in place keeps fixed buffers for that backend: its
+ * inputs (copied in on every run), its intermediates (one arena) and its node-produced
+ * outputs. The first execution runs node by
  * node into them, the second captures the node sequence into a graph and launches it, every
  * later one only copies the inputs in and launches the graph (RTX_EXEC_REPLAYED). Results are
  * the same bits as node-by-node execution. Cancellation: *cancel is read before the launch;

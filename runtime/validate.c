@@ -52,6 +52,32 @@ static int check_tensor_limits(const struct rtx_limits *lim, enum rtx_dtype dt, 
     return 0;
 }
 
+/* The inputs an op writes in place (rtx__op_info.writes_inputs) must be graph inputs, which
+ * the caller owns and the executor hands to the kernel as they are, and two written inputs of
+ * one node must be different values. */
+static int check_written_inputs(const struct rtx_graph *g, const struct rtx_node *n,
+                                const struct rtx__op_info *info, const char *label,
+                                struct rtx_err *err) {
+    for (int k = 0; k < n->n_inputs; k++) {
+        int v = n->inputs[k];
+        if (!(info->writes_inputs & (1u << k)) || v < 0) continue;
+        const struct rtx_value *val = &g->values[v];
+        if (!val->is_input || val->constant)
+            return rtx_err_set(err, RTX_EGRAPH,
+                               "%s (%s): input %d '%s' is written in place, so it must be a "
+                               "graph input (a tensor the caller owns), not %s",
+                               label, info->name, k, val->name,
+                               val->constant ? "an initializer" : "a node's output");
+        for (int j = 0; j < k; j++)
+            if ((info->writes_inputs & (1u << j)) && n->inputs[j] == v)
+                return rtx_err_set(err, RTX_EGRAPH,
+                                   "%s (%s): inputs %d and %d are both '%s'; the op writes "
+                                   "each of them",
+                                   label, info->name, j, k, val->name);
+    }
+    return 0;
+}
+
 int rtx__validate_structure(const struct rtx_graph *g, const struct rtx_limits *lim,
                             struct rtx_err *err) {
     char label[96];
@@ -114,7 +140,9 @@ int rtx__validate_structure(const struct rtx_graph *g, const struct rtx_limits *
                                    "it is neither a graph input nor an initializer",
                                    label, info->name, k, g->values[v].name);
         }
-        int rc = rtx__check_attrs(n, err);
+        int rc = check_written_inputs(g, n, info, label, err);
+        if (rc) return rc;
+        rc = rtx__check_attrs(n, err);
         if (rc) {
             rtx_err_prefix(err, "%s (%s)", label, info->name);
             return rc;

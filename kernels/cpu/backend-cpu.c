@@ -49,6 +49,7 @@ static unsigned op_data_dtypes(enum rtx_op op) {
     case RTX_OP_MATMUL: case RTX_OP_GEMM: case RTX_OP_REDUCE_MEAN: case RTX_OP_SOFTMAX:
     case RTX_OP_LOG_SOFTMAX: case RTX_OP_LAYER_NORM: case RTX_OP_RMS_NORM:
     case RTX_OP_ATTENTION: case RTX_OP_CONV2D: case RTX_OP_MAX_POOL2D: case RTX_OP_AVG_POOL2D:
+    case RTX_OP_ROPE: case RTX_OP_PAGED_ATTENTION:
         return DT_FLOAT;
     case RTX_OP_CAST: case RTX_OP_WHERE: case RTX_OP_EQUAL: case RTX_OP_LESS:
     case RTX_OP_GREATER: case RTX_OP_TRANSPOSE: case RTX_OP_RESHAPE: case RTX_OP_EXPAND:
@@ -63,7 +64,10 @@ static unsigned op_data_dtypes(enum rtx_op op) {
 /* Whether input `i` of an op with dtype dt is allowed, given the first data input's dtype. */
 static bool input_dtype_ok(enum rtx_op op, int i, enum rtx_dtype dt, enum rtx_dtype data_dt) {
     if (op == RTX_OP_WHERE && i == 0) return dt == RTX_BOOL;
-    if (op == RTX_OP_GATHER && i == 1) return dt == RTX_I32 || dt == RTX_I64;
+    if ((op == RTX_OP_GATHER || op == RTX_OP_ROPE) && i == 1)
+        return dt == RTX_I32 || dt == RTX_I64;
+    if (op == RTX_OP_ROPE && i == 2) return dt == RTX_F32;   /* inv_freq */
+    if (op == RTX_OP_PAGED_ATTENTION && i >= 5) return dt == RTX_I32; /* the metadata */
     if (op == RTX_OP_ATTENTION && i == 3) return dt == RTX_BOOL || dt == data_dt;
     if (op == RTX_OP_CAST) return true;
     return dt == data_dt && (op_data_dtypes(op) & (1u << dt)) != 0;
@@ -85,7 +89,8 @@ static bool input_dtype(const struct rtx_graph *g, const struct rtx_node *node, 
 /* Whether input i carries the op's data dtype (the inputs that must all share one dtype). */
 static bool is_data_input(enum rtx_op op, int i) {
     return !(op == RTX_OP_WHERE && i == 0) && !(op == RTX_OP_GATHER && i == 1) &&
-           !(op == RTX_OP_ATTENTION && i == 3);
+           !(op == RTX_OP_ATTENTION && i == 3) && !(op == RTX_OP_ROPE && i >= 1) &&
+           !(op == RTX_OP_PAGED_ATTENTION && i >= 5);
 }
 
 static bool cpu_supports_node(struct rtx_backend *be, const struct rtx_graph *g,
@@ -183,6 +188,8 @@ static int cpu_run_node(struct rtx_backend *be, const struct rtx_node_args *a,
         return rtx__cpu_shape(cpu, a, err);
     case RTX_OP_CONV2D: case RTX_OP_MAX_POOL2D: case RTX_OP_AVG_POOL2D:
         return rtx__cpu_conv(cpu, a, err);
+    case RTX_OP_ROPE: case RTX_OP_PAGED_ATTENTION:
+        return rtx__cpu_generation(cpu, a, err);
     case RTX_OP_COUNT:
         break;
     }

@@ -10,6 +10,8 @@
 #ifndef RTX_CPU_IMPL_H
 #define RTX_CPU_IMPL_H
 
+#include <string.h>
+
 #include "runtime/backend-impl.h"
 
 struct rtx_cpu; /* the backend context: its thread pool (kernels/cpu/thread-pool.c) */
@@ -66,6 +68,65 @@ static inline void rtx__store_f32(void *base, enum rtx_dtype dt, int64_t i, floa
         for (int64_t i = b8_; i < (n); i++) (dst)[i] = (EXPR);                                  \
     } while (0)
 
+/* Products of at most this many multiply-adds OpenBLAS computes on the calling thread; a
+ * larger call made from several pool workers at once starts OpenBLAS threads on top of ours
+ * and runs several times slower (measured), so kernels that call sgemm from the pool keep
+ * each call under it. */
+#define RTX__CPU_SMALL_GEMM_MACS (1 << 18)
+
+/* exp(x) for the x <= 0 of a max-subtracted softmax, within 2 ulp of expf; x below -87 (and
+ * -inf) gives 0, where expf would give at most a denormal. It is branch-free so the block
+ * loops of the softmaxes vectorize: 2^n * e^r with n = round(x / ln 2), e^r by its Taylor
+ * series to r^7 (|r| <= ln 2 / 2, so the series error is under 1e-8). A NaN x must be caught
+ * before. */
+static inline float rtx__exp_nonpos(float x) {
+    uint32_t xb, tb, yb;
+    memcpy(&xb, &x, sizeof xb);
+    uint32_t keep = xb > 0xc2ae0000u ? 0u : ~0u; /* bits above -87.0f's: more negative */
+    xb = xb > 0xc2ae0000u ? 0xc2ae0000u : xb;
+    float c;
+    memcpy(&c, &xb, sizeof c);
+    float t = c * 1.44269504f + 12582912.0f; /* + 1.5 * 2^23 rounds to an integer */
+    float n = t - 12582912.0f;
+    float r = c - n * 0.693145752f - n * 1.42860677e-06f; /* ln 2 in two parts */
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    memcpy(&tb, &t, sizeof tb);
+    uint32_t e = (tb - 0x4b400000u + 127u) << 23; /* 2^n: n sits in t's low mantissa bits */
+    float s;
+    memcpy(&s, &e, sizeof s);
+    float y = p * s;
+    memcpy(&yb, &y, sizeof yb);
+    yb &= keep;
+    memcpy(&y, &yb, sizeof y);
+    return y;
+}
+
+/* s[i] = exp(s[i] - mx) for s[i] <= mx; returns the sum. Blocks of 8 let the compiler
+ * vectorize at -O2. */
+static inline float rtx__exp_sum(float *s, int64_t n, float mx) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            s[i + k] = rtx__exp_nonpos(s[i + k] - mx);
+            acc[k] += s[i + k];
+        }
+    float sum = 0.0f;
+    for (; i < n; i++) {
+        s[i] = rtx__exp_nonpos(s[i] - mx);
+        sum += s[i];
+    }
+    for (int k = 0; k < 8; k++) sum += acc[k];
+    return sum;
+}
+
 /* f32 views of float tensors for kernels that compute in f32 (kernels/cpu/f32-scratch.c).
  * as_f32: t's own data when f32, else a widened copy returned in *owned (rtx_free it); NULL
  * when out of memory. out_f32: where to write an f32 result for t (t itself, or scratch in
@@ -80,5 +141,7 @@ int rtx__cpu_reduce(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
 int rtx__cpu_linalg(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
 int rtx__cpu_shape(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
 int rtx__cpu_conv(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+int rtx__cpu_generation(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                        struct rtx_err *err); /* rope, paged_attention */
 
 #endif /* RTX_CPU_IMPL_H */

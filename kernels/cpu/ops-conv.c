@@ -23,7 +23,6 @@
 #include "kernels/cpu/cpu-impl.h"
 #include "kernels/geometry.h"
 
-#define SMALL_GEMM_MACS (1 << 18) /* below this OpenBLAS computes on the calling thread */
 #define CONVERT_GRAIN (1 << 15)   /* elements per chunk of a dtype conversion */
 
 /* ------------------------------------------------------------------------------------------
@@ -166,7 +165,7 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     }
     if (j.g.K == 0) {
         memset(j.y, 0, (size_t)rtx_tensor_numel(Y) * sizeof *j.y);
-    } else if (j.g.w.N * j.g.G > 1 && j.g.Og * j.g.P * j.g.K <= SMALL_GEMM_MACS) {
+    } else if (j.g.w.N * j.g.G > 1 && j.g.Og * j.g.P * j.g.K <= RTX__CPU_SMALL_GEMM_MACS) {
         rtx__cpu_parallel_for(cpu, j.g.w.N * j.g.G, 1, conv_groups_chunk, &j);
         if (atomic_load(&j.failed)) {
             rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "im2col scratch");

@@ -6,10 +6,11 @@
  * first and the f32 result is rounded once on store. One product (2-D matmul, gemm, or a
  * batch folded into the rows of a when b is one shared matrix and a is not transposed) is one
  * sgemm call that OpenBLAS threads itself. A real batch is cut into tiles of at most
- * SMALL_GEMM_MACS multiply-adds spread over our pool: OpenBLAS computes calls that small on
- * the calling thread, whereas a larger call made from several pool workers at once starts
- * OpenBLAS threads on top of ours and runs several times slower (measured). When K is so long
- * that such tiles would be slivers, the batch goes one call at a time on the caller instead.
+ * RTX__CPU_SMALL_GEMM_MACS multiply-adds spread over our pool: OpenBLAS computes calls that
+ * small on the calling thread, whereas a larger call made from several pool workers at once
+ * starts OpenBLAS threads on top of ours and runs several times slower (measured). When K is
+ * so long that such tiles would be slivers, the batch goes one call at a time on the caller
+ * instead.
  * Attention splits batch x heads x blocks of query rows over the pool, under the same bound:
  * the scores and p.v products of a block are made in key blocks that stay under it. With
  * causal masking a block multiplies only the keys its last row can see. The softmax uses a
@@ -24,7 +25,6 @@
 #include "kernels/cpu/cpu-impl.h"
 #include "kernels/geometry.h"
 
-#define SMALL_GEMM_MACS (1 << 18) /* below this OpenBLAS computes on the calling thread */
 #define CONVERT_GRAIN (1 << 15)   /* elements per chunk of a dtype conversion */
 #define ATTN_ROWS 64              /* query rows per attention task, at most */
 
@@ -69,10 +69,10 @@ static void batch_chunk(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* Tiles of at most SMALL_GEMM_MACS multiply-adds, so pool workers never make OpenBLAS start
- * threads of its own; false when K is so long that the tiles would be slivers. */
+/* Tiles of at most RTX__CPU_SMALL_GEMM_MACS multiply-adds, so pool workers never make OpenBLAS
+ * start threads of its own; false when K is so long that the tiles would be slivers. */
 static bool batch_tiles(struct batch_job *j) {
-    int64_t area = SMALL_GEMM_MACS / j->K; /* rows x columns per tile */
+    int64_t area = RTX__CPU_SMALL_GEMM_MACS / j->K; /* rows x columns per tile */
     if (area >= j->M * j->N) {
         j->rb = j->M;
         j->nb = j->N;
@@ -256,57 +256,6 @@ struct attn_job {
     atomic_int failed;        /* set when a chunk could not allocate its scratch */
 };
 
-/* exp(x) for the x <= 0 of a max-subtracted softmax, within 2 ulp of expf; x below -87 (and
- * -inf) gives 0, where expf would give at most a denormal. It is branch-free so the block
- * loops below vectorize: 2^n * e^r with n = round(x / ln 2), e^r by its Taylor series to r^7
- * (|r| <= ln 2 / 2, so the series error is under 1e-8). A NaN x must be caught before. */
-static inline float exp_nonpos(float x) {
-    uint32_t xb, tb, yb;
-    memcpy(&xb, &x, sizeof xb);
-    uint32_t keep = xb > 0xc2ae0000u ? 0u : ~0u; /* bits above -87.0f's: more negative */
-    xb = xb > 0xc2ae0000u ? 0xc2ae0000u : xb;
-    float c;
-    memcpy(&c, &xb, sizeof c);
-    float t = c * 1.44269504f + 12582912.0f; /* + 1.5 * 2^23 rounds to an integer */
-    float n = t - 12582912.0f;
-    float r = c - n * 0.693145752f - n * 1.42860677e-06f; /* ln 2 in two parts */
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    memcpy(&tb, &t, sizeof tb);
-    uint32_t e = (tb - 0x4b400000u + 127u) << 23; /* 2^n: n sits in t's low mantissa bits */
-    float s;
-    memcpy(&s, &e, sizeof s);
-    float y = p * s;
-    memcpy(&yb, &y, sizeof yb);
-    yb &= keep;
-    memcpy(&y, &yb, sizeof y);
-    return y;
-}
-
-/* s[i] = exp(s[i] - mx); returns the sum. Blocks of 8 let the compiler vectorize at -O2. */
-static float exp_sum(float *s, int64_t n, float mx) {
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) {
-            s[i + k] = exp_nonpos(s[i + k] - mx);
-            acc[k] += s[i + k];
-        }
-    float sum = 0.0f;
-    for (; i < n; i++) {
-        s[i] = exp_nonpos(s[i] - mx);
-        sum += s[i];
-    }
-    for (int k = 0; k < 8; k++) sum += acc[k];
-    return sum;
-}
-
 static void scale_row(float *s, int64_t n, float f) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -345,7 +294,7 @@ static void attn_softmax_row(const struct attn_job *j, float *s, int64_t kc, int
         memset(s, 0, (size_t)kc * sizeof *s);
         return;
     }
-    scale_row(s, kc, 1.0f / exp_sum(s, kc, mx));
+    scale_row(s, kc, 1.0f / rtx__exp_sum(s, kc, mx));
 }
 
 static void attn_chunk(void *ctx, int64_t begin, int64_t end) {
@@ -432,8 +381,8 @@ static int run_attention(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     j.rb = ATTN_ROWS;
     while (j.rb > 8 && BH * ((j.Lq + j.rb - 1) / j.rb) < want_tasks) j.rb /= 2;
     if (j.rb > j.Lq) j.rb = j.Lq;
-    j.kb_s = SMALL_GEMM_MACS / (j.rb * (j.D > 0 ? j.D : 1));
-    j.kb_v = SMALL_GEMM_MACS / (j.rb * (j.Dv > 0 ? j.Dv : 1));
+    j.kb_s = RTX__CPU_SMALL_GEMM_MACS / (j.rb * (j.D > 0 ? j.D : 1));
+    j.kb_v = RTX__CPU_SMALL_GEMM_MACS / (j.rb * (j.Dv > 0 ? j.Dv : 1));
     if (j.kb_s < 1) j.kb_s = 1;
     if (j.kb_v < 1) j.kb_v = 1;
     j.n_blocks = (j.Lq + j.rb - 1) / j.rb;

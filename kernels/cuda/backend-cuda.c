@@ -582,7 +582,7 @@ static bool cuda_supports_node(struct rtx_backend *be, const struct rtx_graph *g
     if (node == NULL || (unsigned)node->op >= RTX_OP_COUNT) return false;
     return rtx__cuda_elementwise_supports(g, node) || rtx__cuda_shape_supports(g, node) ||
            rtx__cuda_linalg_supports(g, node) || rtx__cuda_reduce_supports(g, node) ||
-           rtx__cuda_conv_supports(g, node);
+           rtx__cuda_conv_supports(g, node) || rtx__cuda_generation_supports(g, node);
 }
 
 /* One node through its op group (the backend is entered). */
@@ -610,6 +610,9 @@ static int dispatch(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
         break;
     case RTX_OP_CONV2D: case RTX_OP_MAX_POOL2D: case RTX_OP_AVG_POOL2D:
         rc = rtx__cuda_conv(cu, a, err);
+        break;
+    case RTX_OP_ROPE: case RTX_OP_PAGED_ATTENTION:
+        rc = rtx__cuda_generation(cu, a, err);
         break;
     case RTX_OP_COUNT:
     default:

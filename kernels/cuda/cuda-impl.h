@@ -131,6 +131,9 @@ int rtx__cuda_run_fused(struct rtx_cuda *cu, const struct rtx_node_args *args, i
 int rtx__cuda_conv(struct rtx_cuda *cu, const struct rtx_node_args *a,
                    struct rtx_err *err);               /* conv2d, max_pool2d, avg_pool2d */
 bool rtx__cuda_conv_supports(const struct rtx_graph *g, const struct rtx_node *n);
+int rtx__cuda_generation(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                         struct rtx_err *err);         /* rope, paged_attention */
+bool rtx__cuda_generation_supports(const struct rtx_graph *g, const struct rtx_node *n);
 
 /* Functions both the host and the device compile. */
 #ifdef __CUDACC__

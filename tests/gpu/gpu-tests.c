@@ -3,7 +3,7 @@
  * discovery, properties, the self-test on every device, and the error paths (an index that is
  * not a device gives RTX_EGPU with a message, and the process keeps working afterwards); then
  * the CUDA backend's parity with the CPU reference on every healthy device (gpu-parity.c,
- * and gpu-attention.c for attention).
+ * gpu-attention.c for attention, gpu-generation.c for rope and paged_attention).
  * Prints one line per check and "N passed, M failed"; exits 1 when a check failed.
  *
  * DESIGN
@@ -109,7 +109,7 @@ int main(void) {
         test_selftest(i);
     }
     test_bad_index(n);
-    /* RTX_GPU_ONLY=parity|attention|exec runs one group of backend tests */
+    /* RTX_GPU_ONLY=parity|attention|exec|generation runs one group of backend tests */
     const char *only = getenv("RTX_GPU_ONLY");
 #define GROUP(name) (only == NULL || only[0] == '\0' || strcmp(only, name) == 0)
     for (int i = 0; i < l.n; i++)
@@ -117,6 +117,7 @@ int main(void) {
             if (GROUP("parity")) gpu_parity_tests(i);
             if (GROUP("attention")) gpu_attention_tests(i);
             if (GROUP("exec")) gpu_exec_tests(i);
+            if (GROUP("generation")) gpu_generation_tests(i);
         }
 #undef GROUP
     gpu_check(rtx_cuda_device_count(NULL, 0, NULL) == n, "the count is unchanged after errors");

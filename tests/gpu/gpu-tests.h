@@ -18,4 +18,12 @@ void gpu_exec_tests(int index);
  * `index` (tests/gpu/gpu-attention.c). */
 void gpu_attention_tests(int index);
 
+/* rope and paged_attention on the CUDA backend against the CPU reference on device `index`
+ * (tests/gpu/gpu-generation.c). */
+void gpu_generation_tests(int index);
+/* The same cases with ref as the reference and dev under test: any two backends (the CPU in
+ * both roles checks the cases themselves). */
+struct rtx_backend;
+void gpu_generation_run(struct rtx_backend *ref, struct rtx_backend *dev);
+
 #endif /* RTX_TESTS_GPU_H */

@@ -17,6 +17,7 @@
     X(cpu_linalg)                                                                               \
     X(cpu_shape)                                                                                \
     X(cpu_conv)                                                                                 \
+    X(cpu_generation)                                                                           \
     X(geometry)                                                                                 \
     X(cuda_device)                                                                              \
     X(cuda_flash)                                                                               \

@@ -785,6 +785,102 @@ START_TEST(block_survives_allocation_failures) {
 }
 END_TEST
 
+/* A one-node paged_attention graph (docs/ops.md) and its host inputs in[9]: one sequence
+ * whose 3 new tokens are positions 2..4 of 5 keys in blocks {1, 0} of 4; the caches (inputs
+ * 3 and 4) hold random stale data. */
+static struct rtx_graph *paged_graph(struct rtx_tensor **in) {
+    struct rtx_graph *g;
+    struct rtx_err err;
+    const int64_t qd[3] = {3, 2, 4}, kd[3] = {3, 1, 4}, cd[4] = {2, 4, 1, 4}, t1 = 3,
+                  td[2] = {1, 2}, s1 = 2, one = 1;
+    const double slots[3] = {6, 7, 0}, tables[2] = {1, 0}, qs[2] = {0, 3}, ctx[1] = {5};
+    in[0] = tu_tensor_random(RTX_F32, 3, qd, -1, 1, 21);
+    in[1] = tu_tensor_random(RTX_F32, 3, kd, -1, 1, 22);
+    in[2] = tu_tensor_random(RTX_F32, 3, kd, -1, 1, 23);
+    in[3] = tu_tensor_random(RTX_F32, 4, cd, -1, 1, 24);
+    in[4] = tu_tensor_random(RTX_F32, 4, cd, -1, 1, 25);
+    in[5] = tu_tensor(RTX_I32, 1, &t1, slots);
+    in[6] = tu_tensor(RTX_I32, 2, td, tables);
+    in[7] = tu_tensor(RTX_I32, 1, &s1, qs);
+    in[8] = tu_tensor(RTX_I32, 1, &one, ctx);
+    static const char *const names[9] = {"q", "k", "v", "k_cache", "v_cache", "slots",
+                                         "tables", "query_start", "context_lens"};
+    ck_assert_int_eq(rtx_graph_new("paged", &g, &err), 0);
+    for (int i = 0; i < 9; i++)
+        ck_assert_int_ge(rtx_graph_add_input(g, names[i], in[i]->dtype, in[i]->ndim,
+                                             in[i]->dims, &err), 0);
+    const char *out[] = {"y"};
+    ck_assert_int_ge(rtx_graph_add_node(g, "paged_attention", "attn", (const char **)names, 9,
+                                        out, 1, &err), 0);
+    ck_assert_int_eq(rtx_graph_add_output(g, "y", &err), 0);
+    return g;
+}
+
+static struct rtx_tensor *host_copy(const struct rtx_tensor *t) {
+    struct rtx_tensor *c = tu_tensor(t->dtype, t->ndim, t->dims, NULL);
+    memcpy(rtx_tensor_data(c), rtx_tensor_data(t), rtx_tensor_nbytes(t));
+    return c;
+}
+
+/* A graph whose op writes its inputs (paged_attention's caches) is never captured, on either
+ * entry point: every run goes node by node with the caller's tensors, whose caches end up
+ * written (on rtx_plan_execute through a device backend, copied back into the host tensors). */
+START_TEST(in_place_writers_run_node_by_node_on_the_callers_tensors) {
+    struct fake f;
+    struct rtx_tensor *in[9], *fresh[9], *ref[1], *y[1];
+    struct rtx_exec_stats st;
+    struct rtx_err err;
+    struct rtx_backend *cpu;
+    struct rtx_plan *p;
+    fake_init(&f);
+    struct rtx_graph *g = paged_graph(in);
+    /* the reference: plain CPU execution on copies of the caches */
+    for (int i = 0; i < 9; i++) fresh[i] = i == 3 || i == 4 ? host_copy(in[i]) : in[i];
+    ck_assert_int_eq(rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 1}, &cpu, &err),
+                     0);
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)in, 9, NULL, &p, &err), 0);
+    ck_assert_msg(rtx_plan_execute(p, cpu, fresh, 9, ref, 1, NULL, NULL, &err) == 0, "%s",
+                  err.msg);
+    ck_assert(!same_bits(fresh[3], in[3]) && !same_bits(fresh[4], in[4])); /* written */
+    for (int r = 0; r < 3; r++) {
+        struct rtx_tensor *kc = host_copy(in[3]), *vc = host_copy(in[4]), *run_in[9];
+        memcpy(run_in, in, sizeof run_in);
+        run_in[3] = kc;
+        run_in[4] = vc;
+        ck_assert_msg(rtx_plan_execute(p, &f.be, run_in, 9, y, 1, NULL, &st, &err) == 0, "%s",
+                      err.msg);
+        ck_assert_int_eq(st.mode, RTX_EXEC_PLAIN);
+        ck_assert(same_bits(y[0], ref[0]));
+        ck_assert(same_bits(kc, fresh[3]) && same_bits(vc, fresh[4])); /* copied back */
+        rtx_tensor_unref(y[0]);
+        rtx_tensor_unref(kc);
+        rtx_tensor_unref(vc);
+    }
+    /* device-resident: the caller's device caches are the ones the kernel writes */
+    struct rtx_tensor *dev[9];
+    for (int i = 0; i < 9; i++) ck_assert_int_eq(rtx_backend_upload(&f.be, in[i], &dev[i], &err), 0);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(rtx_plan_execute_device(p, &f.be, dev, 9, y, 1, NULL, &st, &err) == 0,
+                      "%s", err.msg);
+        ck_assert_int_eq(st.mode, RTX_EXEC_PLAIN);
+        ck_assert(same_bits(y[0], ref[0]));
+        ck_assert(same_bits(dev[3], fresh[3]) && same_bits(dev[4], fresh[4]));
+        rtx_tensor_unref(y[0]);
+    }
+    ck_assert_int_eq(f.captures, 0);
+    ck_assert_int_eq(f.launches, 0);
+    for (int i = 0; i < 9; i++) rtx_tensor_unref(dev[i]);
+    rtx_tensor_unref(ref[0]);
+    rtx_tensor_unref(fresh[3]);
+    rtx_tensor_unref(fresh[4]);
+    for (int i = 0; i < 9; i++) rtx_tensor_unref(in[i]);
+    rtx_plan_free(p);
+    rtx_backend_free(cpu);
+    rtx_graph_free(g);
+    f_free(&f.be);
+}
+END_TEST
+
 Suite *rtx_plan_replay_suite(void) {
     Suite *s = suite_create("plan_replay");
     TCase *tc = tcase_create("core");
@@ -800,6 +896,7 @@ Suite *rtx_plan_replay_suite(void) {
     tcase_add_test(tc, fused_group_keeps_its_inputs_until_it_ends);
     tcase_add_test(tc, block_fuses_every_projection);
     tcase_add_test(tc, block_survives_allocation_failures);
+    tcase_add_test(tc, in_place_writers_run_node_by_node_on_the_callers_tensors);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,201 @@
+/*
+ * generation.c - rope and paged_attention on the CUDA backend (docs/ops.md), for f32, f16
+ * and bf16; the kernels are generation.cu's.
+ *
+ * DESIGN
+ * The shapes are read and checked by the CPU's own code (kernels/gen-geometry.c). rope is
+ * one launch. paged_attention checks its metadata on the device first and reads the verdict
+ * back, which waits for the stream: a node that fails must fail before it writes the caches
+ * and must name the bad entry, as the CPU does, and the metadata live in device memory. The
+ * wait is one small copy per node (gather pays the same for its range check); the plans that
+ * hold this op are never captured, so it costs no graph. Then the write kernel fills the
+ * cache slots and the attention kernel (with its combine step when the keys are split into
+ * partitions) computes the output. The attention kernel's shared memory holds the G query
+ * heads of one KV head and a tile of keys and values; the tile shrinks (64 keys down to 8)
+ * until that fits in the default 48 KiB, and past it the launch asks for the device's opt-in
+ * limit. Partitions: when rows x KV heads give fewer than two blocks per SM, the keys of the
+ * longest context the block tables allow are split so that there are (at least PART_MIN_KEYS
+ * keys per partition, at most MAX_PARTS partitions).
+ */
+#include <limits.h>
+#include <stdio.h>
+
+#include "kernels/cuda/cuda-impl.h"
+#include "kernels/cuda/generation-kernels.h"
+#include "runtime/backend-impl.h"
+
+#define DEFAULT_SMEM (48 * 1024) /* bytes a kernel may use without opting in */
+#define MIN_TILE 8               /* keys per tile, at least */
+#define PART_MIN_KEYS 256        /* keys per partition, at least */
+#define MAX_PARTS 64             /* partitions per row, at most */
+
+enum { PA_Q, PA_K, PA_V, PA_KC, PA_VC, PA_SLOTS, PA_TABLES, PA_QSTART, PA_CTX, PA_N };
+
+static bool is_float(enum rtx_dtype dt) {
+    return dt == RTX_F32 || dt == RTX_F16 || dt == RTX_BF16;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * rope
+ * ---------------------------------------------------------------------------------------- */
+
+static int run_rope(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
+    if (a->n_in != 3) return rtx__backend_node_err(err, a, RTX_EINTERNAL, "needs 3 inputs");
+    struct rtx_cuda_rope p = {.dt = (int32_t)a->in[0]->dtype, .x = rtx_tensor_data(a->in[0]),
+                              .pos = rtx_tensor_data(a->in[1]),
+                              .inv_freq = rtx_tensor_data(a->in[2]),
+                              .y = rtx_tensor_data(a->out[0])};
+    char why[160];
+    int rc = rtx__rope_geometry(a->node, a->in[0], a->in[1], a->in[2], a->out[0], &p.g, why,
+                                sizeof why);
+    if (rc) return rtx__backend_node_err(err, a, rc, "%s", why);
+    rc = RTX_CUDA_CHECK(err, rtx__cuda_rope_launch(&p, cu->stream));
+    return rc ? rtx__cuda_node_fail(a, rc, err) : 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * paged_attention
+ * ---------------------------------------------------------------------------------------- */
+
+/* Fails the node (RTX_EINVAL, the CPU's words) when the metadata has a fault: the check
+ * kernel's verdict read back after a stream sync. */
+static int check_metadata(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                          struct rtx_cuda_paged *p, struct rtx_err *err) {
+    unsigned long long fault = RTX__PAGED_NO_FAULT;
+    void *word = NULL;
+    int rc = rtx__cuda_scratch(cu, sizeof fault, &word, err);
+    if (rc) return rtx__cuda_node_fail(a, rc, err);
+    p->fault = word;
+    rc = RTX_CUDA_CHECK(err, cudaMemsetAsync(word, 0xff, sizeof fault, cu->stream));
+    if (rc == 0) rc = RTX_CUDA_CHECK(err, rtx__cuda_paged_check_launch(p, cu->stream));
+    if (rc == 0)
+        rc = RTX_CUDA_CHECK(err, cudaMemcpyAsync(&fault, word, sizeof fault,
+                                                 cudaMemcpyDeviceToHost, cu->stream));
+    if (rc == 0) rc = RTX_CUDA_CHECK(err, cudaStreamSynchronize(cu->stream));
+    rtx__cuda_scratch_release(cu, word);
+    p->fault = NULL;
+    if (rc) return rtx__cuda_node_fail(a, rc, err);
+    if (fault == RTX__PAGED_NO_FAULT) return 0;
+    char why[256];
+    rtx__paged_fault_why(&p->g, fault, why, sizeof why);
+    return rtx__backend_node_err(err, a, RTX_EINVAL, "%s", why);
+}
+
+/* The tile (shared memory under DEFAULT_SMEM where it can be) and the partitions. */
+static int plan_launch(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                       struct rtx_cuda_paged *p, size_t *smem, struct rtx_err *err) {
+    const struct rtx__paged_geom *g = &p->g;
+    int esize = (int)rtx_dtype_size((enum rtx_dtype)p->dt);
+    p->tile = RTX_CUDA_PAGED_TILE;
+    while (p->tile > MIN_TILE && rtx__cuda_paged_smem(g, esize, p->tile) > DEFAULT_SMEM)
+        p->tile /= 2;
+    *smem = rtx__cuda_paged_smem(g, esize, p->tile);
+    if (*smem > DEFAULT_SMEM) {
+        int optin = 0;
+        int rc = RTX_CUDA_CHECK(err, cudaDeviceGetAttribute(
+                                         &optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                         cu->device));
+        if (rc) return rtx__cuda_node_fail(a, rc, err);
+        if (*smem > (size_t)optin)
+            return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED,
+                                         "%lld query heads per KV head of size %lld need %zu "
+                                         "bytes of shared memory; the device has %d",
+                                         (long long)g->G, (long long)g->D, *smem, optin);
+    }
+    int64_t blocks = g->T * g->Hkv, max_keys = g->B * g->BS, want = 2 * (int64_t)cu->sm_count;
+    p->parts = 1;
+    if (blocks < want && max_keys >= 2 * PART_MIN_KEYS) {
+        int64_t parts = (want + blocks - 1) / blocks, by_keys = max_keys / PART_MIN_KEYS;
+        parts = parts < by_keys ? parts : by_keys;
+        p->parts = (int32_t)(parts < MAX_PARTS ? parts : MAX_PARTS);
+    }
+    int64_t per = (max_keys + p->parts - 1) / p->parts;
+    p->part_keys = (per + p->tile - 1) / p->tile * p->tile;
+    if (p->part_keys < 1) p->part_keys = p->tile;
+    uintptr_t bits = (uintptr_t)p->kc | (uintptr_t)p->vc | (uintptr_t)(g->D * esize);
+    p->vec16 = bits % 16 == 0;
+    return 0;
+}
+
+static int run_paged_attention(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                               struct rtx_err *err) {
+    if (a->n_in != PA_N) return rtx__backend_node_err(err, a, RTX_EINTERNAL, "needs 9 inputs");
+    const struct rtx_tensor *const *in = (const struct rtx_tensor *const *)a->in;
+    struct rtx_cuda_paged p = {
+        .dt = (int32_t)in[PA_Q]->dtype, .q = rtx_tensor_data(in[PA_Q]),
+        .k = rtx_tensor_data(in[PA_K]), .v = rtx_tensor_data(in[PA_V]),
+        .kc = rtx_tensor_data(in[PA_KC]), .vc = rtx_tensor_data(in[PA_VC]),
+        .slots = rtx_tensor_data(in[PA_SLOTS]), .tables = rtx_tensor_data(in[PA_TABLES]),
+        .qs = rtx_tensor_data(in[PA_QSTART]), .ctx = rtx_tensor_data(in[PA_CTX]),
+        .y = rtx_tensor_data(a->out[0])};
+    char why[256];
+    int rc = rtx__paged_attention_geometry(a->node, in, a->out[0], &p.g, why, sizeof why);
+    if (rc) return rtx__backend_node_err(err, a, rc, "%s", why);
+    if (p.g.T > INT_MAX || p.g.Hkv > 65535 || p.g.H > 65535)
+        return rtx__backend_node_err(err, a, RTX_ELIMIT, "%lld rows of %lld heads: over the "
+                                     "grid's limits", (long long)p.g.T, (long long)p.g.H);
+    if ((rc = check_metadata(cu, a, &p, err))) return rc;
+    rc = RTX_CUDA_CHECK(err, rtx__cuda_paged_write_launch(&p, cu->stream));
+    if (rc) return rtx__cuda_node_fail(a, rc, err);
+    if (p.g.T * p.g.H * p.g.D == 0) return 0;
+    size_t smem;
+    if ((rc = plan_launch(cu, a, &p, &smem, err))) return rc;
+    void *scratch = NULL;
+    if (p.parts > 1) {
+        size_t rows = (size_t)(p.g.T * p.g.H * p.parts);
+        if ((rc = rtx__cuda_scratch(cu, rows * (size_t)(p.g.D + 2) * sizeof(float), &scratch,
+                                    err)))
+            return rtx__cuda_node_fail(a, rc, err);
+        p.part_acc = scratch;
+        p.part_ml = p.part_acc + rows * (size_t)p.g.D;
+    }
+    rc = RTX_CUDA_CHECK(err, rtx__cuda_paged_attention_launch(&p, smem, cu->stream));
+    rtx__cuda_scratch_release(cu, scratch);
+    return rc ? rtx__cuda_node_fail(a, rc, err) : 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Dispatch
+ * ---------------------------------------------------------------------------------------- */
+
+int rtx__cuda_generation(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                         struct rtx_err *err) {
+    if (a->n_out < 1 || !a->out[0])
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "missing output tensor");
+    for (int i = 0; i < a->n_in; i++)
+        if (!a->in[i]) return rtx__backend_node_err(err, a, RTX_EINTERNAL, "missing input");
+    switch (a->node->op) {
+    case RTX_OP_ROPE: return run_rope(cu, a, err);
+    case RTX_OP_PAGED_ATTENTION: return run_paged_attention(cu, a, err);
+    default: break;
+    }
+    return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not a generation op");
+}
+
+/* The dtype input i must have, given input 0's (-1: any float, -2: i32 or i64). */
+static int wanted_dtype(enum rtx_op op, int i, enum rtx_dtype dt0) {
+    if (op == RTX_OP_ROPE) return i == 0 ? -1 : i == 1 ? -2 : RTX_F32;
+    return i == 0 ? -1 : i < PA_SLOTS ? (int)dt0 : RTX_I32;
+}
+
+bool rtx__cuda_generation_supports(const struct rtx_graph *g, const struct rtx_node *n) {
+    if (n->op != RTX_OP_ROPE && n->op != RTX_OP_PAGED_ATTENTION) return false;
+    if (g == NULL || n->n_inputs < 1) return true;
+    enum rtx_dtype dt0 = RTX_F32;
+    for (int i = 0; i < n->n_inputs; i++) {
+        int v = n->inputs[i];
+        if (v < 0 || v >= g->n_values) continue;
+        const struct rtx_value *val = &g->values[v];
+        if (val->producer >= 0 && val->ndim < 0) { /* inferred at planning: not known yet */
+            if (i == 0) return true;
+            continue;
+        }
+        if (i == 0) dt0 = val->dtype;
+        int want = wanted_dtype(n->op, i, dt0);
+        bool ok = want == -1   ? is_float(val->dtype)
+                  : want == -2 ? val->dtype == RTX_I32 || val->dtype == RTX_I64
+                               : (int)val->dtype == want;
+        if (!ok) return false;
+    }
+    return true;
+}
