@@ -46,4 +46,5 @@
     X(tokenizer)                                                                                \
     X(gen_engine)                                                                               \
     X(gen_kv_blocks)                                                                            \
-    X(gen_sampler)
+    X(gen_sampler)                                                                              \
+    X(gen_arch)
