@@ -141,7 +141,7 @@ GPU_TEST_OBJ := $(filter-out $(GPU_LINALG_TEST_OBJ) $(GPU_JOBS_TEST_OBJ) $(GPU_D
                   $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/gpu/*.c)))
 
 BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtxtok $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/make-examples \
-        $(BUILD)/bin/rtxd $(BUILD)/bin/rtxctl $(LIBCLIENT) $(LIBCLIENT_SO) \
+        $(BUILD)/bin/rtxgen $(BUILD)/bin/rtxd $(BUILD)/bin/rtxctl $(LIBCLIENT) $(LIBCLIENT_SO) \
         $(BUILD)/lib/pkgconfig/rtx.pc $(BUILD)/bin/rtx-client-check $(BUILD)/bin/client-example \
         $(BUILD)/bin/rtx-gpu-tests $(BUILD)/bin/rtx-gpu-linalg-tests \
         $(BUILD)/bin/rtx-gpu-jobs-tests $(BUILD)/bin/rtx-gpu-device-tests \
@@ -255,6 +255,11 @@ $(BUILD)/bin/rtxrun: $(BUILD)/obj/tools/rtxrun.o $(LIBRT)
 
 # rtxtok: tokenizer.json encode/decode from the command line (docs/tokenizer.md)
 $(BUILD)/bin/rtxtok: $(BUILD)/obj/tools/rtxtok.o $(LIBFORMATS) $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FORMATS_LIBS) $(LDLIBS) $(CUDA_LIBS)
+
+# rtxgen: a decoder checkpoint's info, prompt encoding and step-graph logits (docs/generation.md)
+$(BUILD)/bin/rtxgen: $(BUILD)/obj/tools/rtxgen.o $(LIBGEN) $(LIBFORMATS) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FORMATS_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
@@ -448,6 +453,8 @@ gpu-pack: gpu-bundle $(BUILD)/bin/make-examples
 # RTX_ALLOW_SKIP=cudnn; tests/skips.py, docs/gpu.md); the steps then say they skipped.
 # tests/gpu/test_ops_torch.py: every op through one rtxrun process against PyTorch (python3
 # with torch; it encodes its graphs itself, so $(BUILD)/py is not needed there).
+# tests/interop/np_decoder.py --against-transformers: the NumPy decoder that the generation
+# tests compare rtxd's logits with, against transformers on genfixtures.py's checkpoints.
 # rtxd loads libcudnn.so.9 at run time (kernels/cuda/attention-cudnn.c). Where the machine's
 # python3 has PyTorch's cuDNN wheel, its library directory goes first on LD_LIBRARY_PATH for the
 # GPU targets, so that rtxd and the PyTorch reference run the same cuDNN (docs/gpu.md).
@@ -468,6 +475,7 @@ test-gpu:
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-serving.sh
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) tests/gpu/test_ops_torch.py --device cuda
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_gpu.py --harness-check
+	$(PYTHON) tests/interop/np_decoder.py --against-transformers
 
 # On the GPU machine, like test-gpu: bench/bench_gpu.py drives rtx-bench-gpu and times the same
 # cases in PyTorch (the machine's python3) window by window (bench/bench_harness.py), prints the

@@ -491,7 +491,7 @@ static const char tiny_chat_config[] =
     "}\n";
 
 /* The Hugging Face config.json of the checkpoint: Llama, 2 layers, width 64, 4 query heads
- * and 2 KV heads of 16, SwiGLU 128, tied embeddings, the tokenizer's 512 ids. */
+ * and 2 KV heads of 16, SwiGLU 128, its own LM head, the tokenizer's 512 ids. */
 static const char tiny_chat_hf_config[] =
     "{\n"
     "  \"architectures\": [\"LlamaForCausalLM\"],\n"
@@ -505,7 +505,7 @@ static const char tiny_chat_hf_config[] =
     "  \"rms_norm_eps\": 1e-06,\n"
     "  \"rope_theta\": 10000.0,\n"
     "  \"vocab_size\": 512,\n"
-    "  \"tie_word_embeddings\": true,\n"
+    "  \"tie_word_embeddings\": false,\n"
     "  \"hidden_act\": \"silu\",\n"
     "  \"torch_dtype\": \"float32\",\n"
     "  \"bos_token_id\": null,\n"
@@ -555,6 +555,7 @@ static int make_tiny_chat(const char *repo, const char *src) {
 #undef W
     }
     weight(&b, "model.norm.weight", 1, (int64_t[]){width}, 1, 0.1);
+    weight(&b, "lm_head.weight", 2, (int64_t[]){vocab, width}, 0, 0.3);
     char dir[4200], path[4400];
     snprintf(dir, sizeof dir, "%.4000s/tiny-chat", repo);
     make_dir(&b, dir);

@@ -52,7 +52,8 @@ struct rtx_gen_arch {
     bool qkv_bias;                 /* Qwen2 (and Llama's attention_bias) */
     bool mlp_bias;                 /* Llama's mlp_bias */
     char hidden_act[16];           /* "silu", "gelu_new", "gelu", ... */
-    enum rtx_dtype dtype;          /* torch_dtype of the checkpoint */
+    enum rtx_dtype dtype;          /* config.json's torch_dtype (RTX_DTYPE_COUNT when it does
+                                    * not say); a loaded model's: its weight files' dtype */
     int32_t bos_id;                /* -1 when none */
     int n_eos;
     int32_t eos_ids[RTX_GEN_MAX_EOS];
@@ -76,7 +77,8 @@ struct rtx_gen_weights {
     int64_t bytes;                 /* sum of their sizes */
 };
 
-/* Loads the weights of dir (model.safetensors, or model.safetensors.index.json and its
+/* Loads the weights of dir (dtype RTX_DTYPE_COUNT: in the dtype of the checkpoint's first
+ * tensor, the embedding) (model.safetensors, or model.safetensors.index.json and its
  * shards) for arch a, converted to dtype (f32 on the CPU; bf16 or f16 on a GPU; tensors
  * already in dtype stay mapped, not copied): every tensor the architecture needs must exist
  * with its shape (a missing or mis-shaped one fails naming the file and the tensor, RTX_EFORMAT),
@@ -85,11 +87,36 @@ struct rtx_gen_weights {
 int rtx__gen_weights_load(const char *dir, const struct rtx_gen_arch *a, enum rtx_dtype dtype,
                           struct rtx_gen_weights *w, struct rtx_err *err);
 void rtx__gen_weights_clear(struct rtx_gen_weights *w);
+/* The weights of src in dtype: references to the tensors already in it, conversions of the
+ * others (names copied). RTX_ENOMEM. */
+int rtx__gen_weights_convert(const struct rtx_gen_weights *src, enum rtx_dtype dtype,
+                             struct rtx_gen_weights *w, struct rtx_err *err);
 
 /* Builds the step graph (inputs as in DESIGN) for arch a computing in dtype, over a pool of
  * n_blocks blocks of block_size tokens. RTX_ENOMEM or a graph error. */
 int rtx__gen_graph_build(const struct rtx_gen_arch *a, const struct rtx_gen_weights *w,
                          enum rtx_dtype dtype, int n_blocks, int block_size,
                          struct rtx_graph **out, struct rtx_err *err);
+
+/* ------------------------------------------------------------------------------------------
+ * What the engine reads from a loaded model (generation/model.c)
+ * ---------------------------------------------------------------------------------------- */
+
+struct rtx_gen_model;
+
+/* The architecture, with the EOS set merged from config.json, tokenizer_config.json's
+ * eos_token and generation_config.json's eos_token_id, bos_id likewise, and dtype the weights'
+ * own. */
+const struct rtx_gen_arch *rtx__gen_model_arch(const struct rtx_gen_model *m);
+/* The checkpoint directory the model was loaded from. */
+const char *rtx__gen_model_dir(const struct rtx_gen_model *m);
+/* The dtype an engine computes in: f32 on the CPU; on a GPU f16 for an f16 checkpoint, else
+ * bf16. rtx_gen_model_weight_bytes counts the weights in it. */
+enum rtx_dtype rtx__gen_model_compute_dtype(const struct rtx_gen_model *m, bool on_gpu);
+/* The weights in dtype, in the step graph's input order: references to the model's mapped
+ * tensors where the checkpoint holds them in dtype, conversions otherwise. Release with
+ * rtx__gen_weights_clear. RTX_ENOMEM. */
+int rtx__gen_model_weights(const struct rtx_gen_model *m, enum rtx_dtype dtype,
+                           struct rtx_gen_weights *w, struct rtx_err *err);
 
 #endif /* RTX_GENERATION_ARCH_IMPL_H */

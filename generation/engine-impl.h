@@ -174,11 +174,6 @@ struct rtx_gen_engine {
     pthread_t thread;
 };
 
-/* model.c: what the engine reads of a model */
-const struct rtx_gen_arch *rtx__gen_model_arch(const struct rtx_gen_model *m);
-int rtx__gen_model_weights(const struct rtx_gen_model *m, enum rtx_dtype dtype,
-                           struct rtx_gen_weights *w, struct rtx_err *err);
-
 /* engine.c */
 void rtx__gen_req_unref(struct gen_req *r);
 void rtx__gen_log(struct rtx_gen_engine *e, int level, const char *fmt, ...)

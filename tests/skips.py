@@ -30,6 +30,8 @@ NAMES = {
     "perf_analyzer": "Triton's perf_analyzer binary (tritonclient[all]) cannot run",
     "curl": "no curl program",
     "curl-h2c": "curl without HTTP/2 (cleartext h2c with prior knowledge)",
+    "transformers": "torch and transformers, the reference of tests/interop/np_decoder.py "
+                    "(installed on the GPU machine, not in CI)",
 }
 
 # "needs NAME: why", the reason of a skip that names its dependency

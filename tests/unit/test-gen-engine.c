@@ -236,7 +236,7 @@ START_TEST(preempted_sequences_resume_with_same_tokens) {
     greedy(&p, 100);
     int32_t ids[5][120];
     static struct run solo[5], mixed[5];
-    int64_t kv = 40 * 4096; /* a block: 2 layers x K,V x 16 tokens x 2 heads x 16 x f32 */
+    int64_t kv = 40 * 8192; /* a block: 2 layers x K,V x 16 tokens x 2 heads x 16 x f32 */
     struct rtx_gen_engine *e = engine(kv, 0, NULL);
     for (int i = 0; i < 5; i++) {
         prompt_ids(ids[i], 100, 300 + (uint32_t)i);
