@@ -1,8 +1,11 @@
 /*
  * rtxtok.c - tokenizer.json from the command line (formats/tokenizer.c), for tests and users.
  *
- *   rtxtok TOKENIZER.json encode [--no-special]   stdin: one JSON string per line;
+ *   rtxtok TOKENIZER.json encode [--no-special] [--add-special]
+ *                                                  stdin: one JSON string per line;
  *                                                  stdout: one JSON array of ids per line
+ *                                                  (--add-special: with the post-processor's
+ *                                                  ids around them, e.g. a BOS)
  *   rtxtok TOKENIZER.json decode [--skip-special] stdin: one JSON array of ids per line;
  *                                                  stdout: one JSON string per line
  *   rtxtok TOKENIZER.json stream [--skip-special] as decode, but through the streaming decoder:
@@ -21,7 +24,7 @@
 enum mode { ENCODE, DECODE, STREAM };
 
 static void usage(void) {
-    fprintf(stderr, "usage: rtxtok TOKENIZER.json encode [--no-special]\n"
+    fprintf(stderr, "usage: rtxtok TOKENIZER.json encode [--no-special] [--add-special]\n"
                     "       rtxtok TOKENIZER.json decode|stream [--skip-special]\n");
 }
 
@@ -42,8 +45,8 @@ static int read_ids(json_t *v, int32_t **ids, size_t *n, struct rtx_err *err) {
 }
 
 /* One input line: the JSON result, or NULL with err set. */
-static json_t *handle(const struct rtx_tokenizer *tok, enum mode mode, bool special, json_t *in,
-                      struct rtx_err *err) {
+static json_t *handle(const struct rtx_tokenizer *tok, enum mode mode, bool special,
+                      bool add_special, json_t *in, struct rtx_err *err) {
     json_t *res = NULL;
     if (mode == ENCODE) {
         if (!json_is_string(in)) {
@@ -56,8 +59,15 @@ static json_t *handle(const struct rtx_tokenizer *tok, enum mode mode, bool spec
                                  &n, err))
             return NULL;
         res = json_array();
+        const int32_t *pre, *post;
+        int n_pre = add_special ? rtx_tokenizer_special_prefix(tok, &pre) : 0;
+        int n_post = add_special ? rtx_tokenizer_special_suffix(tok, &post) : 0;
+        for (int i = 0; res && i < n_pre; i++)
+            json_array_append_new(res, json_integer(pre[i]));
         for (size_t i = 0; res && i < n; i++)
             json_array_append_new(res, json_integer(ids[i]));
+        for (int i = 0; res && i < n_post; i++)
+            json_array_append_new(res, json_integer(post[i]));
         rtx_free(ids);
         return res;
     }
@@ -97,7 +107,7 @@ static json_t *handle(const struct rtx_tokenizer *tok, enum mode mode, bool spec
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || argc > 4) {
+    if (argc < 3 || argc > 5) {
         usage();
         return 2;
     }
@@ -114,10 +124,12 @@ int main(int argc, char **argv) {
     }
     /* encode: special tokens recognised unless --no-special; decode: kept unless
      * --skip-special */
-    bool special = mode == ENCODE;
-    if (argc == 4) {
-        if (!strcmp(argv[3], mode == ENCODE ? "--no-special" : "--skip-special")) {
+    bool special = mode == ENCODE, add_special = false;
+    for (int i = 3; i < argc; i++) {
+        if (!strcmp(argv[i], mode == ENCODE ? "--no-special" : "--skip-special")) {
             special = !special;
+        } else if (mode == ENCODE && !strcmp(argv[i], "--add-special")) {
+            add_special = true;
         } else {
             usage();
             return 2;
@@ -140,7 +152,7 @@ int main(int argc, char **argv) {
         if (!in)
             rtx_err_set(&err, RTX_EINVAL, "not JSON: %s", jerr.text);
         else
-            out = handle(tok, mode, special, in, &err);
+            out = handle(tok, mode, special, add_special, in, &err);
         char *text = out ? json_dumps(out, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
         if (!text) {
             fprintf(stderr, "rtxtok: line %ld: %s\n", lineno, err.msg);
