@@ -154,4 +154,44 @@ int rtx_tokenizer_stream_flush(struct rtx_tokenizer_stream *s, const char **text
                                struct rtx_err *err);
 void rtx_tokenizer_stream_free(struct rtx_tokenizer_stream *s); /* NULL: no-op */
 
+/* ------------------------------------------------------------------------------------------
+ * Chat templates (chat-template*.c): the Jinja subset of tokenizer_config.json's
+ * "chat_template", rendered byte for byte as Hugging Face's apply_chat_template renders it
+ * with jinja2. docs/chat-templates.md lists the supported syntax and what is refused.
+ * ---------------------------------------------------------------------------------------- */
+
+/* A parsed template; immutable after parsing, so one may be rendered from several threads. */
+struct rtx_chat_template;
+
+/* Parses a template (src, len bytes of UTF-8); `what` names it in messages ("chat template"
+ * when NULL). RTX_EFORMAT for malformed syntax and RTX_EUNSUPPORTED for Jinja that rtxd does
+ * not implement (include, call blocks, an unknown filter, test, method or function, ...);
+ * either message names the line and the construct, e.g.
+ * "chat template: line 3: filter 'wordwrap' is not supported". A template that parses renders
+ * as jinja2 renders it, or fails at render; it is never rendered differently. RTX_EINVAL for
+ * text that is not UTF-8, RTX_ENOMEM. *out is set on success only. */
+int rtx_chat_template_new(const char *src, size_t len, const char *what,
+                          struct rtx_chat_template **out, struct rtx_err *err);
+void rtx_chat_template_free(struct rtx_chat_template *t); /* NULL: no-op */
+
+struct rtx_chat_message {
+    const char *role;    /* "system", "user", "assistant", ... (UTF-8, NUL-terminated) */
+    const char *content; /* UTF-8, NUL-terminated */
+};
+
+/* Renders the template over n messages (each a dict {role, content} to the template), with
+ * add_generation_prompt, bos_token and eos_token (NULL: undefined, as when the tokenizer has
+ * none) and tools and documents set to none, as transformers' apply_chat_template passes them.
+ * *out (rtx_malloc'ed, NUL-terminated, *out_len bytes before the NUL) is rtx_free'd by the
+ * caller. RTX_EINVAL with the template's message when it calls raise_exception, and for
+ * errors jinja2 raises too (an attribute of an undefined value, unsupported operand types,
+ * division by zero, ...), naming the line; RTX_ELIMIT when the render passes its bounds (16
+ * MiB of output, 256 MiB of values, 20 million evaluation steps, 200 nested macro calls);
+ * RTX_ENOMEM. */
+int rtx_chat_template_render(const struct rtx_chat_template *t,
+                             const struct rtx_chat_message *msgs, int n,
+                             bool add_generation_prompt, const char *bos_token,
+                             const char *eos_token, char **out, size_t *out_len,
+                             struct rtx_err *err);
+
 #endif /* RTX_FORMATS_H */
