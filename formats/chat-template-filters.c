@@ -240,9 +240,7 @@ static int split(struct ct_ctx *c, const struct ct_str *s, const struct ct_str *
             if (a == s->len) break;
             z = a;
             if (maxsplit >= 0 && (int64_t)l->n == maxsplit) {
-                z = s->len; /* the rest, its trailing whitespace stripped */
-                while (z > a && rtx__ct_is_space((uint8_t)s->p[z - 1]))
-                    z--;
+                z = s->len; /* the rest, as it is */
             } else {
                 while (z < s->len && !rtx__ct_is_space(rtx__ct_utf8_next(s->p + z, &k)))
                     z += k;
