@@ -47,4 +47,5 @@
     X(gen_engine)                                                                               \
     X(gen_kv_blocks)                                                                            \
     X(gen_sampler)                                                                              \
-    X(gen_arch)
+    X(gen_arch)                                                                                 \
+    X(tokenizer_sp)
