@@ -186,12 +186,22 @@ static int load_tokenizer_config(struct rtx_gen_model *m, const char *override,
     if (bos >= 0) m->arch.bos_id = bos;
     if (eos >= 0 && (rc = add_eos(&m->arch, eos, what, err))) goto out;
     m->eos_text_id = eos >= 0 ? eos : m->arch.n_eos > 0 ? m->arch.eos_ids[0] : -1;
-    /* Without add_bos_token, what the tokenizer's post-processor prepends (Llama's
-     * TemplateProcessing puts BOS first; GPT-2's and Qwen2's add nothing). */
+    /* Without add_bos_token: Llama tokenizer classes add BOS; otherwise what the tokenizer's
+     * post-processor prepends (Llama 3's TemplateProcessing puts BOS first; GPT-2's and
+     * Qwen2's add nothing). */
     const int32_t *prefix;
     int n_prefix = rtx_tokenizer_special_prefix(m->tok, &prefix);
+    json_t *cls = root ? json_object_get(root, "tokenizer_class") : NULL;
+    bool llama_class = json_is_string(cls) && (strcmp(json_string_value(cls), "LlamaTokenizer") == 0 ||
+                                               strcmp(json_string_value(cls), "LlamaTokenizerFast") == 0);
     if (add && json_is_boolean(add)) {
         m->add_bos = json_is_true(add);
+    } else if (llama_class || (!json_is_string(cls) && m->arch.kind == RTX_GEN_ARCH_LLAMA &&
+                               n_prefix == 0 && m->arch.bos_id >= 0)) {
+        /* transformers' Llama tokenizers default add_bos_token to true and install a BOS
+         * post-processor themselves; a Llama checkpoint without a tokenizer class follows
+         * that convention */
+        m->add_bos = true;
     } else {
         m->add_bos = n_prefix == 1;
         if (n_prefix == 1 && m->arch.bos_id < 0) m->arch.bos_id = prefix[0];
