@@ -191,7 +191,7 @@ static void on_req_dispose(void *arg) {
     if (!l->p) return;
     l->p->req = NULL;
     l->p->link = NULL;
-    l->p->cancel = 1;
+    rtx__http_pending_cancel(l->p);
     l->p = NULL;
 }
 
@@ -230,10 +230,16 @@ void rtx__http_pending_finish(struct pending *p) {
                           p->body, p->len, p->header_len);
     }
     rtx__http_infer_free(p->q);
+    rtx__kserve_gen_unref(p->gen);
     rtx_free(p->body);
     rtx_free(p->model);
     rtx_free(p->config_json);
     rtx_free(p);
+}
+
+void rtx__http_pending_cancel(struct pending *p) {
+    p->cancel = 1;
+    if (p->gen) rtx__kserve_gen_cancel(p->gen);
 }
 
 /* Sets p's answer to an error. */
@@ -271,7 +277,7 @@ void rtx__http_on_watch(uv_timer_t *t) {
         if (uv_fileno((uv_handle_t *)&p->conn->tcp, &fd) != 0) continue;
         struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
         if (poll(&pf, 1, 0) == 1 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-            p->cancel = 1;
+            rtx__http_pending_cancel(p);
             p->conn = NULL;
         }
     }
@@ -281,7 +287,6 @@ void rtx__http_on_watch(uv_timer_t *t) {
 /* A worker thread: render, queue for the loop. */
 void rtx__http_on_infer_done(void *ctx, const struct rtx_infer_result *res) {
     struct pending *p = ctx;
-    struct rtx_http *h = p->h;
     if (res->code != 0) {
         rtx__http_pending_error(p, rtx__http_status_from_err(res->code),
                                 res->msg[0] ? res->msg : rtx_strerror(res->code));
@@ -299,6 +304,11 @@ void rtx__http_on_infer_done(void *ctx, const struct rtx_infer_result *res) {
     }
     rtx__http_infer_free(p->q); /* releases the inputs and the shared-memory windows */
     p->q = NULL;
+    rtx__http_pending_done(p);
+}
+
+void rtx__http_pending_done(struct pending *p) {
+    struct rtx_http *h = p->h;
     pthread_mutex_lock(&h->mu);
     if (h->done_tail)
         h->done_tail->next_done = p;
@@ -338,7 +348,7 @@ static void on_conn_closed(uv_handle_t *hd) {
     for (struct pending *p = h->inflight; p; p = p->next)
         if (p->conn == c) {
             p->conn = NULL;
-            p->cancel = 1;
+            rtx__http_pending_cancel(p);
         }
     if (c->prev)
         c->prev->next = c->next;
@@ -407,7 +417,7 @@ static void shut_conns(struct rtx_http *h, int how) {
 static void on_grace(uv_timer_t *t) {
     struct rtx_http *h = t->data;
     for (struct pending *p = h->inflight; p; p = p->next)
-        p->cancel = 1;
+        rtx__http_pending_cancel(p);
 }
 
 static void on_linger(uv_timer_t *t) {
