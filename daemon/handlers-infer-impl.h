@@ -68,7 +68,8 @@ int rtx__infer_shm_param(size_t n, void *entries, const char *kind, const char *
 
 /* Answers one request of a stream with an error, its last answer: error_message
  * "request 'ID': msg" and an infer_response naming the model and the request's id, so a
- * client can match it to its request; decoupled adds triton_final_response = true. */
+ * client can match it to its request, with the parameter grpc_status (the status a unary
+ * call would have ended with); decoupled adds triton_final_response = true. */
 void rtx__infer_stream_error(struct rtx_server_bidi *st, const char *model, const char *version,
                              const char *id, const struct rtx_err *err, bool decoupled);
 

@@ -523,18 +523,23 @@ void rtx__infer_stream_error(struct rtx_server_bidi *st, const char *model, cons
     r.model_name = (char *)model;
     r.model_version = (char *)version;
     r.id = (char *)id;
-    Inference__InferParameter final = INFERENCE__INFER_PARAMETER__INIT;
-    Inference__ModelInferResponse__ParametersEntry e =
-        INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT;
-    Inference__ModelInferResponse__ParametersEntry *entries[1] = {&e};
-    if (decoupled) {
-        final.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
-        final.bool_param = true;
-        e.key = (char *)"triton_final_response";
-        e.value = &final;
-        r.n_parameters = 1;
-        r.parameters = entries;
-    }
+    /* grpc_status: the status the error would have ended a unary call with */
+    Inference__InferParameter v[2] = {INFERENCE__INFER_PARAMETER__INIT,
+                                      INFERENCE__INFER_PARAMETER__INIT};
+    Inference__ModelInferResponse__ParametersEntry e[2] = {
+        INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT,
+        INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT};
+    Inference__ModelInferResponse__ParametersEntry *entries[2] = {&e[0], &e[1]};
+    v[0].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    v[0].int64_param = rtx_server_status_from_err(err->code);
+    e[0].key = (char *)"grpc_status";
+    e[0].value = &v[0];
+    v[1].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    v[1].bool_param = true;
+    e[1].key = (char *)"triton_final_response";
+    e[1].value = &v[1];
+    r.n_parameters = decoupled ? 2 : 1;
+    r.parameters = entries;
     char buf[sizeof err->msg + 160];
     if (id && id[0]) {
         snprintf(buf, sizeof buf, "request '%.128s': %s", id, msg);
