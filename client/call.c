@@ -281,6 +281,10 @@ static int run_batch(struct call *k, const grpc_op *ops, size_t n, int t, const 
         return -1;
     }
     for (;;) {
+        if (cancel && *cancel && !k->cancelled) {
+            k->cancelled = true;
+            grpc_call_cancel(k->call, NULL);
+        }
         gpr_timespec until = gpr_inf_future(GPR_CLOCK_REALTIME);
         if (cancel && !k->cancelled)
             until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
@@ -288,10 +292,6 @@ static int run_batch(struct call *k, const grpc_op *ops, size_t n, int t, const 
         grpc_event ev = grpc_completion_queue_pluck(k->cq, tag(t), until, NULL);
         if (ev.type == GRPC_OP_COMPLETE) return ev.success;
         if (ev.type != GRPC_QUEUE_TIMEOUT) return 0;
-        if (*cancel && !k->cancelled) {
-            k->cancelled = true;
-            grpc_call_cancel(k->call, NULL);
-        }
     }
 }
 

@@ -42,4 +42,5 @@
     X(sched_config)                                                                             \
     X(shm)                                                                                      \
     X(http)                                                                                     \
+    X(kserve)                                                                                   \
     X(tokenizer)
