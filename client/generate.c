@@ -158,8 +158,8 @@ struct gen_state {
     bool final;
 };
 
-static const Inference__InferParameter *
-resp_param(const Inference__ModelInferResponse *r, const char *key) {
+static const Inference__InferParameter *resp_param(const Inference__ModelInferResponse *r,
+                                                   const char *key) {
     for (size_t i = 0; i < r->n_parameters; i++)
         if (r->parameters[i]->key && strcmp(r->parameters[i]->key, key) == 0)
             return r->parameters[i]->value;
@@ -169,7 +169,7 @@ resp_param(const Inference__ModelInferResponse *r, const char *key) {
 static int64_t param_int(const Inference__ModelInferResponse *r, const char *key) {
     const Inference__InferParameter *p = resp_param(r, key);
     return p && p->parameter_choice_case ==
-                    INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM
+                       INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM
                ? p->int64_param
                : 0;
 }
@@ -191,8 +191,8 @@ static int text_of(const Inference__ModelInferResponse *r, const char **data, si
         const ProtobufCBinaryData *raw = &r->raw_output_contents[i];
         if (raw->len < 4) break;
         const uint8_t *p = raw->data;
-        uint32_t n = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                     (uint32_t)p[3] << 24;
+        uint32_t n =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
         if (n > raw->len - 4) break;
         *data = (const char *)p + 4;
         *len = n;
@@ -307,9 +307,9 @@ int rtx_client_generate(struct rtx_client *c, const char *model, const char *pro
         req.parameters = params;
     }
     struct gen_state g = {.on_text = on_text, .ctx = ctx, .res = res};
-    rc = rtx__client_stream(c, RTX__CLIENT_M_MODEL_STREAM_INFER, &req.base,
-                            o->timeout_ms > 0 ? o->timeout_ms : -1, on_message, &g, o->cancel,
-                            err);
+    rc =
+        rtx__client_stream(c, RTX__CLIENT_M_MODEL_STREAM_INFER, &req.base,
+                           o->timeout_ms > 0 ? o->timeout_ms : -1, on_message, &g, o->cancel, err);
     for (int i = 0; i < 3; i++)
         free(raw[i].data);
     if (rc == 0 && !g.final)
@@ -319,7 +319,8 @@ int rtx_client_generate(struct rtx_client *c, const char *model, const char *pro
         res->text = g.text.p ? g.text.p : calloc(1, 1);
         res->len = g.text.len;
         snprintf(res->request_id, sizeof res->request_id, "%s", rtx_client_last_request_id(c));
-        if (!res->text && rc == 0) rc = rtx__client_err(err, RTX_CLIENT_ENOMEM, -1, "out of memory");
+        if (!res->text && rc == 0)
+            rc = rtx__client_err(err, RTX_CLIENT_ENOMEM, -1, "out of memory");
     } else {
         free(g.text.p);
     }

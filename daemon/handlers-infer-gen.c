@@ -49,8 +49,8 @@ static void inputs_release(struct gen_inputs *in) {
 
 /* The typed contents given for input x: BYTES in bytes_contents, BOOL in bool_contents,
  * nothing in any other field. Returns the element count or -1 (err set). */
-static int64_t typed_elements(const Inference__ModelInferRequest__InferInputTensor *x,
-                              bool bytes, struct rtx_err *err) {
+static int64_t typed_elements(const Inference__ModelInferRequest__InferInputTensor *x, bool bytes,
+                              struct rtx_err *err) {
     const Inference__InferTensorContents *tc = x->contents;
     size_t right = bytes ? tc->n_bytes_contents : tc->n_bool_contents;
     size_t all = tc->n_bool_contents + tc->n_int_contents + tc->n_int64_contents +
@@ -78,8 +78,10 @@ static int decode_one(struct rtx_daemon *d, const Inference__ModelInferRequest *
     int64_t numel = 1;
     for (size_t k = 0; k < x->n_shape; k++) {
         if (x->shape[k] < 0 || x->shape[k] > 1 << 20)
-            return rtx_err_set(err, RTX_EINVAL, "input '%s': dimension %zu (%" PRId64 ") is "
-                               "out of range", name, k, x->shape[k]);
+            return rtx_err_set(err, RTX_EINVAL,
+                               "input '%s': dimension %zu (%" PRId64 ") is "
+                               "out of range",
+                               name, k, x->shape[k]);
         numel *= x->shape[k];
     }
     if (numel != 1 || x->n_shape > RTX_MAX_DIMS)
@@ -147,8 +149,10 @@ static int decode_one(struct rtx_daemon *d, const Inference__ModelInferRequest *
     } else if (strcmp(io->name, "exclude_input_in_output") == 0) {
         in->exclude = el.data[0] != 0;
     } else {
-        return rtx_err_set(err, RTX_EUNSUPPORTED, "input '%s' of a generative model is not one "
-                           "rtxd reads", name);
+        return rtx_err_set(err, RTX_EUNSUPPORTED,
+                           "input '%s' of a generative model is not one "
+                           "rtxd reads",
+                           name);
     }
     return 0;
 }
@@ -164,8 +168,8 @@ static int decode_inputs(struct rtx_daemon *d, const Inference__ModelInferReques
         while (k < info->n_inputs && strcmp(info->inputs[k].name, x->name) != 0)
             k++;
         if (k == info->n_inputs)
-            return rtx_err_set(err, RTX_EINVAL, "unknown input '%.128s' for model '%s'",
-                               x->name, info->name);
+            return rtx_err_set(err, RTX_EINVAL, "unknown input '%.128s' for model '%s'", x->name,
+                               info->name);
         if (seen[k]) return rtx_err_set(err, RTX_EINVAL, "input '%s' is given twice", x->name);
         seen[k] = true;
         int rc = decode_one(d, rq, x, &info->inputs[k], &raw_next, in, err);
@@ -242,8 +246,8 @@ struct gen_call {
     _Atomic(struct rtx_kserve_gen *) g; /* set once started */
     atomic_bool gone;                   /* the watch fired */
     char model[128], version[24], id[256];
-    bool empty_final;  /* triton_enable_empty_final_response */
-    bool answered;     /* the last answer went out */
+    bool empty_final; /* triton_enable_empty_final_response */
+    bool answered;    /* the last answer went out */
 };
 
 static void call_unref(struct gen_call *gc) {
@@ -329,8 +333,7 @@ static void answer(struct gen_call *gc, const struct rtx_kserve_gen_output *o, b
         n++;
     }
     if (o && o->usage) {
-        static const char *const keys[3] = {"prompt_tokens", "completion_tokens",
-                                            "cached_tokens"};
+        static const char *const keys[3] = {"prompt_tokens", "completion_tokens", "cached_tokens"};
         const int counts[3] = {o->usage->prompt_tokens, o->usage->completion_tokens,
                                o->usage->cached_tokens};
         for (int i = 0; i < 3; i++, n++) {
@@ -358,8 +361,8 @@ send:
         struct rtx_err err = {.code = RTX_ELIMIT};
         snprintf(err.msg, sizeof err.msg, "%s", rep.msg);
         rtx__kserve_gen_cancel(atomic_load(&gc->g));
-        if (!gc->answered) rtx__infer_stream_error(gc->st, gc->model, gc->version, gc->id,
-                                                   &err, true);
+        if (!gc->answered)
+            rtx__infer_stream_error(gc->st, gc->model, gc->version, gc->id, &err, true);
         gc->answered = true;
     } else if (last) {
         rtx_server_bidi_reply(gc->st, rep.data, rep.len);
@@ -460,8 +463,8 @@ int rtx__infer_gen_start(struct rtx_daemon *d, const Inference__ModelInferReques
     };
     gc->watch.fn = on_gone;
     gc->watch.ctx = gc;
-    bool watching = call ? rtx_server_async_watch(call, &gc->watch)
-                         : rtx_server_bidi_watch(st, &gc->watch);
+    bool watching =
+        call ? rtx_server_async_watch(call, &gc->watch) : rtx_server_bidi_watch(st, &gc->watch);
     if (!watching) on_gone(gc); /* the call is over already */
     struct rtx_kserve_gen *g = NULL;
     rc = rtx__kserve_gen_start(&a, &g, err);

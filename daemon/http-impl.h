@@ -42,8 +42,9 @@ struct pending {
     struct conn *conn;           /* HTTP/1 inference: its connection, until that closes */
     volatile int cancel;
     struct rtx_http_infer *q; /* PENDING_INFER; freed by the completion */
-    struct rtx_kserve_gen *gen; /* a generation (its caller's reference): q kept to the end */
-    const struct rtx_model_info *gen_model; /* valid while gen holds its model */
+    struct rtx_kserve_gen *kgen; /* PENDING_INFER on a generative model (the caller's
+                                    reference): q is kept to the end */
+    const struct rtx_model_info *kgen_model; /* valid while kgen holds its model */
     uv_work_t work;           /* PENDING_LOAD, PENDING_UNLOAD */
     char *model, *config_json;
     struct rtx_err err;
@@ -132,9 +133,9 @@ void rtx__http_on_watch(uv_timer_t *t);
 void rtx__http_on_infer_done(void *ctx, const struct rtx_infer_result *res);
 /* Any thread: queues p, its answer set, for the loop to finish. */
 void rtx__http_pending_done(struct pending *p);
-/* Loop thread: the client of p went away (or shutdown gave up on it): raises its cancel flag
- * and cancels its generation. */
-void rtx__http_pending_cancel(struct pending *p);
+/* Loop thread: the client of p went away (or, shutdown, the grace is over): raises its
+ * cancel flag and cancels its generation at once. */
+void rtx__http_pending_cancel(struct pending *p, bool shutdown);
 
 /* --- generative models (http-infer-gen.c) --- */
 

@@ -49,8 +49,8 @@ int rtx__http_bytes_take(struct rtx_http_bytes *b, const void *data, size_t len,
 
 /* Adds the strings of a (nested) "data" array to the binary form at *at (sizing when out is
  * NULL); *n counts them. */
-static int json_strings(json_t *v, int depth, char *out, size_t *at, int64_t *n,
-                        const char *name, struct rtx_err *err) {
+static int json_strings(json_t *v, int depth, char *out, size_t *at, int64_t *n, const char *name,
+                        struct rtx_err *err) {
     if (json_is_array(v)) {
         if (depth > 16)
             return rtx_err_set(err, RTX_EINVAL, "input '%s': \"data\" nested deeper than 16",
@@ -139,12 +139,11 @@ static int gen_json(const struct rtx_http_infer *q, const struct rtx_model_info 
     if (o->finish_reason &&
         json_object_set_new(params, "finish_reason", json_string(o->finish_reason)))
         return oom(err);
-    if (o->usage && (json_object_set_new(params, "prompt_tokens",
-                                         json_integer(o->usage->prompt_tokens)) ||
-                     json_object_set_new(params, "completion_tokens",
-                                         json_integer(o->usage->completion_tokens)) ||
-                     json_object_set_new(params, "cached_tokens",
-                                         json_integer(o->usage->cached_tokens))))
+    if (o->usage &&
+        (json_object_set_new(params, "prompt_tokens", json_integer(o->usage->prompt_tokens)) ||
+         json_object_set_new(params, "completion_tokens",
+                             json_integer(o->usage->completion_tokens)) ||
+         json_object_set_new(params, "cached_tokens", json_integer(o->usage->cached_tokens))))
         return oom(err);
     if (binary) {
         json_t *p = json_object();
@@ -167,9 +166,9 @@ static int gen_json(const struct rtx_http_infer *q, const struct rtx_model_info 
     return 0;
 }
 
-int rtx__http_gen_render(const struct rtx_http_infer *q, const struct rtx_model_info *model,
-                         const struct rtx_kserve_gen_output *o, struct rtx_http_body *out,
-                         struct rtx_err *err) {
+int rtx__http_infer_render_text(const struct rtx_http_infer *q, const struct rtx_model_info *model,
+                                const struct rtx_kserve_gen_output *o, struct rtx_http_body *out,
+                                struct rtx_err *err) {
     memset(out, 0, sizeof *out);
     out->header_len = -1;
     bool binary = binary_for(q, "text_output");

@@ -18,7 +18,7 @@ static void on_output(void *ctx, const struct rtx_kserve_gen_output *o) {
     struct pending *p = ctx;
     struct rtx_http_body b;
     struct rtx_err err = {0};
-    if (rtx__http_gen_render(p->q, p->gen_model, o, &b, &err) != 0) {
+    if (rtx__http_infer_render_text(p->q, p->kgen_model, o, &b, &err) != 0) {
         rtx__http_pending_error(p, rtx__http_status_from_err(err.code), err.msg);
         return;
     }
@@ -128,6 +128,6 @@ int rtx__http_infer_gen(struct pending *p, struct rtx_model *m, int64_t deadline
     };
     int rc = decode(p->q, info, &a, err);
     if (rc) return rc;
-    p->gen_model = info;
-    return rtx__kserve_gen_start(&a, &p->gen, err);
+    p->kgen_model = info;
+    return rtx__kserve_gen_start(&a, &p->kgen, err);
 }

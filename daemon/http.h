@@ -157,7 +157,7 @@ void rtx__http_bytes_free(struct rtx_http_bytes *b);
  * rtx__http_infer_render does (JSON strings, or binary after the JSON when asked for), with
  * finish_reason and token counts in the response's "parameters". RTX_EINVAL for text that
  * JSON cannot hold (not UTF-8: ask for binary data), RTX_ENOMEM. */
-int rtx__http_gen_render(const struct rtx_http_infer *q, const struct rtx_model_info *model,
+int rtx__http_infer_render_text(const struct rtx_http_infer *q, const struct rtx_model_info *model,
                          const struct rtx_kserve_gen_output *o, struct rtx_http_body *out,
                          struct rtx_err *err);
 

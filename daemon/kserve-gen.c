@@ -128,8 +128,8 @@ static int apply_stop(json_t *v, const char *what, struct rtx_gen_params *p, str
     p->n_stop = 0;
     json_array_foreach(v, i, e) {
         if (!json_is_string(e) || json_string_length(e) == 0)
-            return rtx_err_set(err, RTX_EINVAL, "%s: stop[%zu] must be a non-empty string",
-                               what, i);
+            return rtx_err_set(err, RTX_EINVAL, "%s: stop[%zu] must be a non-empty string", what,
+                               i);
         p->stop[p->n_stop++] = json_string_value(e);
     }
     return 0;
@@ -286,8 +286,10 @@ static void on_done(void *ctx, int status, const struct rtx_err *err,
                     const struct rtx_gen_usage *usage) {
     struct rtx_kserve_gen *g = ctx;
     struct rtx_err e = {0};
-    if (status == 0 && g->oom) status = rtx_err_set(&e, RTX_ENOMEM, "out of memory collecting "
-                                                                    "the generated text");
+    if (status == 0 && g->oom)
+        status = rtx_err_set(&e, RTX_ENOMEM,
+                             "out of memory collecting "
+                             "the generated text");
     else if (status != 0)
         e = err ? *err : (struct rtx_err){.code = status};
     char finish[RTX_GEN_MAX_N * 8] = "";
@@ -372,8 +374,7 @@ int rtx__kserve_gen_start(const struct rtx_kserve_gen_args *a, struct rtx_kserve
     }
     if (p.n < 1 || p.n > RTX_GEN_MAX_N) {
         json_decref(sampling);
-        return rtx_err_set(err, RTX_EINVAL, "n = %d is out of range (1..%d)", p.n,
-                           RTX_GEN_MAX_N);
+        return rtx_err_set(err, RTX_EINVAL, "n = %d is out of range (1..%d)", p.n, RTX_GEN_MAX_N);
     }
     struct rtx_kserve_gen *g = rtx_calloc(1, sizeof *g);
     int32_t *ids = NULL;

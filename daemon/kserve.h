@@ -67,7 +67,7 @@ struct rtx_kserve_gen_output {
     const struct rtx_kserve_str *text; /* n elements; "" for a choice with nothing new */
     bool final;                        /* nothing follows; the request succeeded */
     /* on the final answer only (else NULL / zero): */
-    const char *finish_reason;         /* each choice's "stop" or "length", comma-separated */
+    const char *finish_reason; /* each choice's "stop" or "length", comma-separated */
     const struct rtx_gen_usage *usage;
 };
 
@@ -79,18 +79,18 @@ typedef void (*rtx_kserve_gen_end_fn)(void *ctx, int status, const struct rtx_er
 
 /* What a KServe request to a generative model carries, decoded by the front end. */
 struct rtx_kserve_gen_args {
-    struct rtx_model *model;           /* the caller's reference: the request takes it over
-                                          when it starts (kept until on_end has run) */
-    const char *text;                  /* text_input's element (required) */
-    size_t text_len;                   /* bytes */
-    int stream;                        /* input stream: -1 absent, 0, 1 */
-    int exclude_input;                 /* input exclude_input_in_output: -1 absent, 0, 1 */
-    const char *sampling;              /* sampling_parameters' element (JSON); NULL: absent */
-    size_t sampling_len;               /* bytes */
-    json_t *params;                    /* the request's parameters (an object), or NULL */
-    bool unary;                        /* the call answers once (ModelInfer, HTTP infer) */
-    const char *lane;                  /* SLA lane; NULL: the engine's default */
-    int64_t deadline_ns;               /* CLOCK_MONOTONIC; 0: none */
+    struct rtx_model *model; /* the caller's reference: the request takes it over
+                                when it starts (kept until on_end has run) */
+    const char *text;        /* text_input's element (required) */
+    size_t text_len;         /* bytes */
+    int stream;              /* input stream: -1 absent, 0, 1 */
+    int exclude_input;       /* input exclude_input_in_output: -1 absent, 0, 1 */
+    const char *sampling;    /* sampling_parameters' element (JSON); NULL: absent */
+    size_t sampling_len;     /* bytes */
+    json_t *params;          /* the request's parameters (an object), or NULL */
+    bool unary;              /* the call answers once (ModelInfer, HTTP infer) */
+    const char *lane;        /* SLA lane; NULL: the engine's default */
+    int64_t deadline_ns;     /* CLOCK_MONOTONIC; 0: none */
     rtx_kserve_gen_output_fn on_output;
     rtx_kserve_gen_end_fn on_end;
     void *ctx;

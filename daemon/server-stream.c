@@ -330,8 +330,8 @@ void rtx__server_watched_on_close(struct call *c) {
     c->closed = true;
     /* over before its answer went out: cancelled by the client, the deadline or shutdown
      * (which ends a stream whose messages still wait for their replies) */
-    bool answered = rtx__server_call_has(c, METHOD_ASYNC) ? c->finished
-                                                          : c->status_started && !c->pending;
+    bool answered =
+        rtx__server_call_has(c, METHOD_ASYNC) ? c->finished : c->status_started && !c->pending;
     struct rtx_server_watch *w = NULL;
     if (c->cancelled || !answered) {
         c->cancel_flag = 1;

@@ -62,13 +62,14 @@ static int parse_args(int argc, char **argv, struct gen_args *a) {
         } else if ((m = ctl_opt_value(cmd_name, "--temperature", argc, argv, &i, &v)) != 0) {
             if (m < 0) return EXIT_USAGE;
             if (!parse_double(v, 0, 100, &a->opt.temperature))
-                return ctl_usage_error(cmd_name, "--temperature wants a number in [0, 100], "
-                                       "got '%s'", v);
+                return ctl_usage_error(cmd_name,
+                                       "--temperature wants a number in [0, 100], "
+                                       "got '%s'",
+                                       v);
         } else if ((m = ctl_opt_value(cmd_name, "--top-p", argc, argv, &i, &v)) != 0) {
             if (m < 0) return EXIT_USAGE;
             if (!parse_double(v, 0, 1, &a->opt.top_p) || a->opt.top_p == 0)
-                return ctl_usage_error(cmd_name, "--top-p wants a number in (0, 1], got '%s'",
-                                       v);
+                return ctl_usage_error(cmd_name, "--top-p wants a number in (0, 1], got '%s'", v);
         } else if ((m = ctl_opt_value(cmd_name, "--top-k", argc, argv, &i, &v)) != 0) {
             if (m < 0) return EXIT_USAGE;
             if (!ctl_parse_i64(v, 1, INT32_MAX, &n))
@@ -149,8 +150,7 @@ int ctl_cmd_generate(struct ctl *ctl, int argc, char **argv) {
     struct out_state o = {.json = ctl->json, .ended_newline = true};
     struct rtx_client_generate_result res;
     struct rtx_client_err err;
-    int grc = rtx_client_generate(ctl->client, a.model, a.prompt, &a.opt, on_text, &o, &res,
-                                  &err);
+    int grc = rtx_client_generate(ctl->client, a.model, a.prompt, &a.opt, on_text, &o, &res, &err);
     sigaction(SIGINT, &old, NULL);
     if (!ctl->json && !o.ended_newline) fputc('\n', stdout);
     if (grc == 0 && ctl->json) {

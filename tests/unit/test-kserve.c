@@ -61,8 +61,8 @@ START_TEST(kserve_bytes_malformed) {
     struct rtx_err err = {0};
     /* a length prefix cut short */
     ck_assert_int_eq(rtx__kserve_bytes_split(buf, 9, 2, "t", out, &err), RTX_EINVAL);
-    ck_assert_msg(strstr(err.msg, "input 't'") && strstr(err.msg, "length prefix runs past"),
-                  "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "input 't'") && strstr(err.msg, "length prefix runs past"), "%s",
+                  err.msg);
     /* an element that claims more than is left */
     ck_assert_int_eq(rtx__kserve_bytes_split(buf, len - 1, 2, "t", out, &err), RTX_EINVAL);
     ck_assert_msg(strstr(err.msg, "claims 2 bytes, but only 1 remain"), "%s", err.msg);
@@ -128,9 +128,9 @@ START_TEST(kserve_sampling_fields) {
     j = parse_json("{\"priority\":1,\"binary_data_output\":true,\"max_tokens\":5}");
     ck_assert_int_eq(rtx__kserve_gen_params_apply(j, false, "request parameters", &p, &err), 0);
     ck_assert_int_eq(p.max_tokens, 5);
-    ck_assert_int_eq(rtx__kserve_gen_params_apply(j, true, "input 'sampling_parameters'", &p,
-                                                  &err),
-                     RTX_EINVAL);
+    ck_assert_int_eq(
+        rtx__kserve_gen_params_apply(j, true, "input 'sampling_parameters'", &p, &err),
+        RTX_EINVAL);
     ck_assert_msg(strstr(err.msg, "unknown field 'priority'"), "%s", err.msg);
     json_decref(j);
     ck_assert_int_eq(rtx__kserve_gen_params_apply(NULL, true, "sp", &p, &err), 0);
@@ -163,8 +163,8 @@ START_TEST(kserve_sampling_bad_fields) {
         struct rtx_err err = {0};
         json_t *j = parse_json(cases[i].json);
         ck_assert_int_eq(rtx__kserve_gen_params_apply(j, true, "sp", &p, &err), RTX_EINVAL);
-        ck_assert_msg(strstr(err.msg, cases[i].want) && strncmp(err.msg, "sp", 2) == 0,
-                      "%s: %s", cases[i].json, err.msg);
+        ck_assert_msg(strstr(err.msg, cases[i].want) && strncmp(err.msg, "sp", 2) == 0, "%s: %s",
+                      cases[i].json, err.msg);
         json_decref(j);
     }
 }
@@ -201,8 +201,8 @@ START_TEST(kserve_http_bytes_inputs) {
                         "\"parameters\":{\"binary_data_size\":%zu}}]}",
                         blen);
     memcpy(req + hlen, bin, blen);
-    ck_assert_msg(rtx__http_infer_parse(req, (size_t)hlen + blen, hlen, NULL, &q, &err) == 0,
-                  "%s", err.msg);
+    ck_assert_msg(rtx__http_infer_parse(req, (size_t)hlen + blen, hlen, NULL, &q, &err) == 0, "%s",
+                  err.msg);
     ck_assert_int_eq(q->bytes[0].n, 2);
     ck_assert(memcmp(q->bytes[0].s[1].data, "xyz", 3) == 0);
     rtx__http_infer_free(q);
@@ -230,9 +230,9 @@ START_TEST(kserve_http_bytes_inputs) {
          "runs past the end of the body"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ck_assert_int_eq(rtx__http_infer_parse(bad[i].body, strlen(bad[i].body), -1, NULL, &q,
-                                               &err),
-                         RTX_EINVAL);
+        ck_assert_int_eq(
+            rtx__http_infer_parse(bad[i].body, strlen(bad[i].body), -1, NULL, &q, &err),
+            RTX_EINVAL);
         ck_assert_msg(strstr(err.msg, bad[i].want), "%s: %s", bad[i].body, err.msg);
     }
     /* four bytes per element at least: a large shape over a short buffer is refused early */
@@ -262,7 +262,7 @@ START_TEST(kserve_http_render_text) {
     struct rtx_err err = {0};
     ck_assert_int_eq(rtx__http_infer_parse(body, strlen(body), -1, NULL, &q, &err), 0);
     struct rtx_http_body b;
-    ck_assert_msg(rtx__http_gen_render(q, &info, &o, &b, &err) == 0, "%s", err.msg);
+    ck_assert_msg(rtx__http_infer_render_text(q, &info, &o, &b, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(b.header_len, -1);
     json_t *j = parse_json(b.data);
     ck_assert_str_eq(json_string_value(json_object_get(j, "model_name")), "tiny");
@@ -282,7 +282,7 @@ START_TEST(kserve_http_render_text) {
 
     /* binary: the JSON says the size, the length-prefixed elements follow */
     q->binary_output = true;
-    ck_assert_int_eq(rtx__http_gen_render(q, &info, &o, &b, &err), 0);
+    ck_assert_int_eq(rtx__http_infer_render_text(q, &info, &o, &b, &err), 0);
     ck_assert_int_ge(b.header_len, 0);
     size_t blen = b.len - (size_t)b.header_len;
     ck_assert_uint_eq(blen, 4 + 11 + 4 + 3);
@@ -290,18 +290,18 @@ START_TEST(kserve_http_render_text) {
     ck_assert_int_eq(rtx__kserve_bytes_split(b.data + b.header_len, blen, 2, "o", back, &err), 0);
     ck_assert(back[0].len == 11 && memcmp(back[0].data, "Once \"upon\"", 11) == 0);
     j = json_loadb(b.data, (size_t)b.header_len, 0, NULL);
-    ck_assert_int_eq(json_integer_value(json_object_get(
-                         json_object_get(json_array_get(json_object_get(j, "outputs"), 0),
-                                         "parameters"),
-                         "binary_data_size")),
-                     (json_int_t)blen);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(
+            json_object_get(json_array_get(json_object_get(j, "outputs"), 0), "parameters"),
+            "binary_data_size")),
+        (json_int_t)blen);
     json_decref(j);
     rtx_free(b.data);
 
     /* text JSON cannot hold */
     q->binary_output = false;
     text[1] = (struct rtx_kserve_str){"\xff\xfe", 2};
-    ck_assert_int_eq(rtx__http_gen_render(q, &info, &o, &b, &err), RTX_EINVAL);
+    ck_assert_int_eq(rtx__http_infer_render_text(q, &info, &o, &b, &err), RTX_EINVAL);
     ck_assert_msg(strstr(err.msg, "not valid UTF-8"), "%s", err.msg);
     rtx__http_infer_free(q);
 }
