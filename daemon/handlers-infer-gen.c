@@ -121,14 +121,10 @@ static int decode_one(struct rtx_daemon *d, const Inference__ModelInferRequest *
         else
             el = (struct rtx_kserve_str){x->contents->bool_contents[0] ? "\1" : "", 1};
     } else {
-        size_t k = (*raw_next)++;
-        if (k >= rq->n_raw_input_contents)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "input '%s': no data: give it in raw_input_contents, in typed "
-                               "contents or in a shared-memory region",
-                               name);
-        data = rq->raw_input_contents[k].data;
-        len = rq->raw_input_contents[k].len;
+        const ProtobufCBinaryData *raw = rtx__infer_raw_input(rq, raw_next, name, err);
+        if (!raw) return err->code;
+        data = raw->data;
+        len = raw->len;
     }
     if (data && io->bytes) {
         if (rtx__kserve_bytes_split(data, len, 1, name, &el, err) != 0) return err->code;

@@ -56,6 +56,12 @@ int rtx__infer_param_int(const Inference__InferParameter *p, const char *what, i
 int rtx__infer_param_bool(const Inference__InferParameter *p, const char *what, bool *out,
                           struct rtx_err *err);
 
+/* The next unused raw_input_contents entry (*raw_next counts them) for input `name`, or
+ * NULL with RTX_EINVAL "no data" when none is left. */
+const ProtobufCBinaryData *rtx__infer_raw_input(const Inference__ModelInferRequest *rq,
+                                                size_t *raw_next, const char *name,
+                                                struct rtx_err *err);
+
 /* A shared-memory reference in a tensor's parameters. */
 struct shm_param {
     const char *region;

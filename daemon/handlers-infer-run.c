@@ -98,6 +98,18 @@ int rtx__infer_shm_param(size_t n, void *entries, const char *kind, const char *
     return 1;
 }
 
+const ProtobufCBinaryData *rtx__infer_raw_input(const Inference__ModelInferRequest *rq,
+                                                size_t *raw_next, const char *name,
+                                                struct rtx_err *err) {
+    size_t k = (*raw_next)++;
+    if (k < rq->n_raw_input_contents) return &rq->raw_input_contents[k];
+    rtx_err_set(err, RTX_EINVAL,
+                "input '%s': no data: give it in raw_input_contents, in typed contents or in a "
+                "shared-memory region",
+                name);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------------------------------
  * Inference
  * ---------------------------------------------------------------------------------------- */
@@ -301,13 +313,9 @@ static int decode_input(struct infer_ctx *c, int i, size_t *raw_next, struct rtx
             return err->code;
         }
     } else {
-        size_t k = (*raw_next)++;
-        if (k >= rq->n_raw_input_contents)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "input '%s': no data: give it in raw_input_contents, in typed "
-                               "contents or in a shared-memory region",
-                               name);
-        const ProtobufCBinaryData *raw = &rq->raw_input_contents[k];
+        const ProtobufCBinaryData *raw = rtx__infer_raw_input(rq, raw_next, name, err);
+        if (!raw) return err->code;
+        size_t k = *raw_next - 1;
         if (raw->len != bytes)
             return rtx_err_set(err, RTX_EINVAL,
                                "input '%s': raw_input_contents[%zu] holds %zu bytes, but %s "

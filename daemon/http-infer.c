@@ -335,19 +335,19 @@ static int parse_input(json_t *in, int idx, const char *bin, size_t bin_len, siz
                            what);
     char shape_s[160];
     dims_str(ndim, dims, shape_s, sizeof shape_s);
+    if (region && !shm)
+        return rtx_err_set(err, RTX_EUNSUPPORTED,
+                           "%s: shared memory is not available on this server", what);
+    if (region && !has_shm_size)
+        return rtx_err_set(err, RTX_EINVAL,
+                           "%s: parameters.shared_memory_byte_size is required with "
+                           "shared_memory_region",
+                           what);
     if (is_bytes) {
         bout->ndim = ndim;
         memcpy(bout->dims, dims, sizeof dims[0] * (size_t)ndim);
         if (data) return rtx__http_bytes_json(bout, data, numel, name, err);
         if (region) {
-            if (!shm)
-                return rtx_err_set(err, RTX_EUNSUPPORTED,
-                                   "%s: shared memory is not available on this server", what);
-            if (!has_shm_size)
-                return rtx_err_set(err, RTX_EINVAL,
-                                   "%s: parameters.shared_memory_byte_size is required with "
-                                   "shared_memory_region",
-                                   what);
             void *addr = NULL;
             struct rtx_shm_ref *ref = NULL;
             if (rtx_shm_map(shm, region, shm_off, shm_size, &addr, &ref, err) != 0)
@@ -367,14 +367,6 @@ static int parse_input(json_t *in, int idx, const char *bin, size_t bin_len, siz
     }
 
     if (region) {
-        if (!shm)
-            return rtx_err_set(err, RTX_EUNSUPPORTED,
-                               "%s: shared memory is not available on this server", what);
-        if (!has_shm_size)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "%s: parameters.shared_memory_byte_size is required with "
-                               "shared_memory_region",
-                               what);
         if (shm_size != bytes)
             return rtx_err_set(err, RTX_EINVAL,
                                "%s: shared_memory_byte_size is %" PRIu64 " bytes, but shape %s "

@@ -482,30 +482,32 @@ void rtx__server_bidi_on_read(struct call *c, bool ok) {
     rtx__server_call_unref(c); /* the read's */
 }
 
-void rtx_server_bidi_reply(struct rtx_server_bidi *st, void *data, size_t len) {
+/* Queues a reply to the message being answered; last: its last one (no longer pending). */
+static void bidi_queue(struct rtx_server_bidi *st, void *data, size_t len, bool last) {
     struct call *c = st->call;
     struct msg *m = data ? rtx_malloc(sizeof *m) : NULL;
     grpc_byte_buffer *bb = m ? rtx__server_byte_buffer_take(data, len) : NULL;
     if (data && !m) rtx_free(data);
     pthread_mutex_lock(&c->mu);
     assert(c->pending > 0);
-    c->pending--;
+    if (last) c->pending--;
     if (stream_queue_locked(c, m, bb, "out of memory queueing a reply")) stream_pump_locked(c);
+    if (!last) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
     bidi_maybe_end_locked(c);
     int left = --c->refs; /* the reply's */
     pthread_mutex_unlock(&c->mu);
     if (left == 0) rtx__server_call_free(c);
 }
 
+void rtx_server_bidi_reply(struct rtx_server_bidi *st, void *data, size_t len) {
+    bidi_queue(st, data, len, true);
+}
+
 void rtx_server_bidi_send(struct rtx_server_bidi *st, void *data, size_t len) {
-    struct call *c = st->call;
-    struct msg *m = data ? rtx_malloc(sizeof *m) : NULL;
-    grpc_byte_buffer *bb = m ? rtx__server_byte_buffer_take(data, len) : NULL;
-    if (data && !m) rtx_free(data);
-    pthread_mutex_lock(&c->mu);
-    assert(c->pending > 0);
-    if (stream_queue_locked(c, m, bb, "out of memory queueing a reply")) stream_pump_locked(c);
-    pthread_mutex_unlock(&c->mu);
+    bidi_queue(st, data, len, false);
 }
 
 const volatile int *rtx_server_bidi_cancel_flag(const struct rtx_server_bidi *st) {
