@@ -237,17 +237,36 @@ def test_parameters_as_sampling_fields(server, c):
     """Sampling fields as request parameters (tritonclient's parameters=), and
     sampling_parameters winning over them."""
     want, _ = infer_text(c, PROMPT, dict(GREEDY, max_tokens=6))
+    # tritonclient 2.41 sends ints, bools and strings as parameters (no floats)
     r = c.infer(MODEL, text_inputs(PROMPT, exclude=True),
-                parameters={"max_tokens": 6, "temperature": 0.0, "ignore_eos": True})
+                parameters={"max_tokens": 6, "temperature": "0", "ignore_eos": True})
     assert [t.decode() for t in r.as_numpy("text_output")] == want
     r = c.infer(MODEL, text_inputs(PROMPT, {"max_tokens": 6}, exclude=True),
-                parameters={"max_tokens": 40, "temperature": 0.0, "ignore_eos": True})
+                parameters={"max_tokens": 40, "temperature": "0", "ignore_eos": True})
     assert r.get_response().parameters["completion_tokens"].int64_param == 6
     assert [t.decode() for t in r.as_numpy("text_output")] == want
     # Triton's vLLM clients send numbers as strings
     r = c.infer(MODEL, text_inputs(PROMPT, {"max_tokens": "6", "temperature": "0",
                                             "ignore_eos": "true"}, exclude=True))
     assert [t.decode() for t in r.as_numpy("text_output")] == want
+    # a double_param, as other KServe clients send it
+    from grpc_util import service_pb2
+
+    req = service_pb2.ModelInferRequest(model_name=MODEL)
+    for name, value in (("text_input", PROMPT.encode()), ("exclude_input_in_output", True)):
+        t = req.inputs.add(name=name, datatype="BYTES" if name == "text_input" else "BOOL",
+                           shape=[1])
+        if name == "text_input":
+            t.contents.bytes_contents.append(value)
+        else:
+            t.contents.bool_contents.append(value)
+    req.parameters["temperature"].double_param = 0.0
+    req.parameters["max_tokens"].int64_param = 6
+    req.parameters["ignore_eos"].bool_param = True
+    resp = service_pb2.ModelInferResponse.FromString(
+        gu.raw_call(server, "ModelInfer", req.SerializeToString()))
+    assert [e.decode() for e in
+            [resp.raw_output_contents[0][4:]]] == want
 
 
 def test_seeded_sampling_and_n(server, c):
@@ -410,11 +429,12 @@ def test_cancel_frees_the_sequences(server, c):
                     metric(before, "rtx_gen_requests_total", outcome="canceled"))
         finished = (metric(m, "rtx_gen_requests_total", outcome="finished") -
                     metric(before, "rtx_gen_requests_total", outcome="finished"))
-        if used == 0 and running == 0 and canceled + finished == n:
+        # requests the server had not read off the stream when it was cancelled never start
+        if used == 0 and running == 0 and canceled >= 1:
             break
         assert time.monotonic() < deadline, \
             f"after cancel: {used} KV blocks used, {running} sequences, {canceled} canceled"
         time.sleep(0.05)
-    assert canceled >= 1, f"none of {n} generations was canceled ({finished} finished)"
+    assert canceled + finished <= n and canceled >= 1, (canceled, finished)
     # the engine serves on
     assert infer_text(c, PROMPT, GREEDY)[0]
