@@ -372,6 +372,12 @@ int rtx__kserve_gen_start(const struct rtx_kserve_gen_args *a, struct rtx_kserve
         json_decref(sampling);
         return rc;
     }
+    if (p.logprobs >= 0) {
+        json_decref(sampling);
+        return rtx_err_set(err, RTX_EINVAL,
+                           "logprobs: text_output carries no log probabilities; ask "
+                           "/v1/completions or generate_stream for them");
+    }
     if (p.n < 1 || p.n > RTX_GEN_MAX_N) {
         json_decref(sampling);
         return rtx_err_set(err, RTX_EINVAL, "n = %d is out of range (1..%d)", p.n, RTX_GEN_MAX_N);

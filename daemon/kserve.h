@@ -99,7 +99,8 @@ struct rtx_kserve_gen_args {
 struct rtx_kserve_gen;
 
 /* Checks the request (text_input present, sampling fields of the right types and known
- * names, stream not asked of a unary call), encodes the prompt and submits it to the model's
+ * names, no logprobs, which text_output cannot carry, stream not asked of a unary call),
+ * encodes the prompt and submits it to the model's
  * engine, which checks the values and the prompt's length. RTX_EINVAL naming the input or
  * field, RTX_EUNSUPPORTED for a model that is not generative, or the engine's refusal
  * (RTX_EINVAL, RTX_EOVERLOAD, ...); on error no callback runs and the caller keeps its model

@@ -318,6 +318,7 @@ def stream_error(server, inputs):
     (lambda: text_inputs(PROMPT, {"temprature": 0.5}, stream=True), ["unknown field",
                                                                      "temprature"]),
     (lambda: text_inputs(PROMPT, {"max_tokens": "many"}, stream=True), ["max_tokens"]),
+    (lambda: text_inputs(PROMPT, {"logprobs": 2}, stream=True), ["logprobs"]),
     (lambda: text_inputs(" word" * 700, GREEDY, stream=True), ["context"]),
     (lambda: text_inputs(PROMPT, GREEDY, stream=True, exclude=False),
      ["exclude_input_in_output"]),
