@@ -26,7 +26,7 @@ static json_t *io_json(const struct rtx_model_io *io, int max_batch_size) {
     for (int d = 0; d < io->ndim; d++)
         json_array_append_new(shape, json_integer(io->dims[d]));
     return json_pack("{s:s,s:s,s:o}", "name", io->name, "datatype",
-                     rtx_kserve_dtype_name(io->dtype), "shape", shape);
+                     rtx__kserve_io_datatype(io), "shape", shape);
 }
 
 static json_t *duration_json(const struct rtx_stat_duration *d) {
@@ -224,6 +224,18 @@ static void post_infer(struct rtx_http *h, h2o_req_t *req, const char *name, int
         rtx__http_respond_err(req, &err);
         return;
     }
+    bool generative = rtx_model_generator(m) != NULL;
+    for (int i = 0; !generative && i < q->n_inputs; i++)
+        if (q->bytes[i].s) {
+            rtx__http_respond_errf(req, 400,
+                                   "input '%s': datatype BYTES, but model '%s' is a graph "
+                                   "model, whose inputs are numeric tensors (BYTES inputs are "
+                                   "for generative models)",
+                                   q->inputs[i].name, rtx_model_info(m)->name);
+            rtx_model_unref(m);
+            rtx__http_infer_free(q);
+            return;
+        }
     struct pending *p = rtx__http_pending_new(h, req, PENDING_INFER);
     if (!p) {
         rtx_model_unref(m);
@@ -235,6 +247,16 @@ static void post_infer(struct rtx_http *h, h2o_req_t *req, const char *name, int
     p->conn = rtx__http_conn_of(h, req);
     if (p->conn && !uv_is_active((uv_handle_t *)&h->watch_timer))
         uv_timer_start(&h->watch_timer, rtx__http_on_watch, WATCH_MS, WATCH_MS);
+    int64_t deadline_ns = q->timeout_us > 0 ? rtx_mono_ns() + q->timeout_us * 1000 : 0;
+    if (generative) {
+        if (rtx__http_infer_gen(p, m, deadline_ns, &err) != 0) {
+            rtx_model_unref(m);
+            rtx__http_pending_error(p, rtx__http_status_from_err(err.code),
+                                    err.msg[0] ? err.msg : rtx_strerror(err.code));
+            rtx__http_pending_finish(p);
+        }
+        return;
+    }
     struct rtx_infer_request r = {
         .model = m,
         .id = q->id,
@@ -242,7 +264,7 @@ static void post_infer(struct rtx_http *h, h2o_req_t *req, const char *name, int
         .inputs = q->inputs,
         .n_outputs = q->n_outputs,
         .outputs = q->output_names,
-        .deadline_ns = q->timeout_us > 0 ? rtx_mono_ns() + q->timeout_us * 1000 : 0,
+        .deadline_ns = deadline_ns,
         .priority = q->priority,
         .lane = q->lane,
         .cancel = &p->cancel,

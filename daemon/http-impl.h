@@ -42,6 +42,9 @@ struct pending {
     struct conn *conn;           /* HTTP/1 inference: its connection, until that closes */
     volatile int cancel;
     struct rtx_http_infer *q; /* PENDING_INFER; freed by the completion */
+    struct rtx_kserve_gen *kgen; /* PENDING_INFER on a generative model (the caller's
+                                    reference): q is kept to the end */
+    const struct rtx_model_info *kgen_model; /* valid while kgen holds its model */
     uv_work_t work;           /* PENDING_LOAD, PENDING_UNLOAD */
     char *model, *config_json;
     struct rtx_err err;
@@ -128,6 +131,20 @@ void rtx__http_on_watch(uv_timer_t *t);
 /* The serving core's completion of an inference (a worker thread): renders the answer and
  * queues the pending for the loop. */
 void rtx__http_on_infer_done(void *ctx, const struct rtx_infer_result *res);
+/* Any thread: queues p, its answer set, for the loop to finish. */
+void rtx__http_pending_done(struct pending *p);
+/* Loop thread: the client of p went away (or, shutdown, the grace is over): raises its
+ * cancel flag and cancels its generation at once. */
+void rtx__http_pending_cancel(struct pending *p, bool shutdown);
+
+/* --- generative models (http-infer-gen.c) --- */
+
+/* Starts inference request p->q on generative model m: one answer with the whole text,
+ * rendered on the engine's thread when the generation ends. On 0 the generation took over
+ * the model reference and will complete p (rtx__http_pending_done); on error the caller
+ * keeps both and answers. Loop thread. */
+int rtx__http_infer_gen(struct pending *p, struct rtx_model *m, int64_t deadline_ns,
+                        struct rtx_err *err);
 /* Loop thread: moves the shutdown on when what it waits for is done. */
 void rtx__http_check_progress(struct rtx_http *h);
 

@@ -189,10 +189,17 @@ void rtx__http_respond_json(h2o_req_t *req, int status, json_t *j) {
 static void on_req_dispose(void *arg) {
     struct req_link *l = arg;
     if (!l->p) return;
-    l->p->req = NULL;
-    l->p->link = NULL;
-    l->p->cancel = 1;
+    struct pending *p = l->p;
+    p->req = NULL;
+    p->link = NULL;
     l->p = NULL;
+    rtx__http_pending_cancel(p, false);
+}
+
+void rtx__http_pending_cancel(struct pending *p, bool shutdown) {
+    (void)shutdown;
+    p->cancel = 1;
+    if (p->kgen) rtx__kserve_gen_cancel(p->kgen);
 }
 
 struct pending *rtx__http_pending_new(struct rtx_http *h, h2o_req_t *req, enum pending_kind kind) {
@@ -230,6 +237,7 @@ void rtx__http_pending_finish(struct pending *p) {
                           p->body, p->len, p->header_len);
     }
     rtx__http_infer_free(p->q);
+    rtx__kserve_gen_unref(p->kgen);
     rtx_free(p->body);
     rtx_free(p->model);
     rtx_free(p->config_json);
@@ -271,8 +279,8 @@ void rtx__http_on_watch(uv_timer_t *t) {
         if (uv_fileno((uv_handle_t *)&p->conn->tcp, &fd) != 0) continue;
         struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
         if (poll(&pf, 1, 0) == 1 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-            p->cancel = 1;
             p->conn = NULL;
+            rtx__http_pending_cancel(p, false);
         }
     }
     if (!any) uv_timer_stop(t);
@@ -281,7 +289,6 @@ void rtx__http_on_watch(uv_timer_t *t) {
 /* A worker thread: render, queue for the loop. */
 void rtx__http_on_infer_done(void *ctx, const struct rtx_infer_result *res) {
     struct pending *p = ctx;
-    struct rtx_http *h = p->h;
     if (res->code != 0) {
         rtx__http_pending_error(p, rtx__http_status_from_err(res->code),
                                 res->msg[0] ? res->msg : rtx_strerror(res->code));
@@ -299,6 +306,11 @@ void rtx__http_on_infer_done(void *ctx, const struct rtx_infer_result *res) {
     }
     rtx__http_infer_free(p->q); /* releases the inputs and the shared-memory windows */
     p->q = NULL;
+    rtx__http_pending_done(p);
+}
+
+void rtx__http_pending_done(struct pending *p) {
+    struct rtx_http *h = p->h;
     pthread_mutex_lock(&h->mu);
     if (h->done_tail)
         h->done_tail->next_done = p;
@@ -338,7 +350,7 @@ static void on_conn_closed(uv_handle_t *hd) {
     for (struct pending *p = h->inflight; p; p = p->next)
         if (p->conn == c) {
             p->conn = NULL;
-            p->cancel = 1;
+            rtx__http_pending_cancel(p, false);
         }
     if (c->prev)
         c->prev->next = c->next;
@@ -407,7 +419,7 @@ static void shut_conns(struct rtx_http *h, int how) {
 static void on_grace(uv_timer_t *t) {
     struct rtx_http *h = t->data;
     for (struct pending *p = h->inflight; p; p = p->next)
-        p->cancel = 1;
+        rtx__http_pending_cancel(p, true);
 }
 
 static void on_linger(uv_timer_t *t) {

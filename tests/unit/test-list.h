@@ -48,4 +48,5 @@
     X(gen_kv_blocks)                                                                            \
     X(gen_sampler)                                                                              \
     X(gen_arch)                                                                                 \
-    X(tokenizer_sp)
+    X(tokenizer_sp)                                                                             \
+    X(kserve)
