@@ -189,10 +189,16 @@ void rtx__http_respond_json(h2o_req_t *req, int status, json_t *j) {
 static void on_req_dispose(void *arg) {
     struct req_link *l = arg;
     if (!l->p) return;
-    l->p->req = NULL;
-    l->p->link = NULL;
-    l->p->cancel = 1;
+    struct pending *p = l->p;
+    p->req = NULL;
+    p->link = NULL;
     l->p = NULL;
+    rtx__http_pending_cancel(p, false);
+}
+
+void rtx__http_pending_cancel(struct pending *p, bool shutdown) {
+    p->cancel = 1;
+    if (p->gen) rtx__http_gen_cancel(p->gen, shutdown);
 }
 
 struct pending *rtx__http_pending_new(struct rtx_http *h, h2o_req_t *req, enum pending_kind kind) {
@@ -224,7 +230,7 @@ void rtx__http_pending_finish(struct pending *p) {
     if (p->next) p->next->prev = p->prev;
     h->n_inflight--;
     if (p->link) p->link->p = NULL;
-    if (p->req) {
+    if (p->req && p->kind != PENDING_GEN) { /* a generation answered itself */
         const char *ctype = p->header_len >= 0 ? "application/octet-stream" : "application/json";
         rtx__http_respond(p->req, p->status, p->status == 200 && p->len == 0 ? NULL : ctype,
                           p->body, p->len, p->header_len);
@@ -271,8 +277,8 @@ void rtx__http_on_watch(uv_timer_t *t) {
         if (uv_fileno((uv_handle_t *)&p->conn->tcp, &fd) != 0) continue;
         struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
         if (poll(&pf, 1, 0) == 1 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-            p->cancel = 1;
             p->conn = NULL;
+            rtx__http_pending_cancel(p, false);
         }
     }
     if (!any) uv_timer_stop(t);
@@ -325,6 +331,7 @@ static void on_wake(uv_async_t *a) {
         rtx__http_pending_finish(p);
         p = next;
     }
+    rtx__http_gen_drain(h);
     if (stop && h->phase == PHASE_RUNNING) begin_shutdown(h, grace);
     rtx__http_check_progress(h);
 }
@@ -338,7 +345,7 @@ static void on_conn_closed(uv_handle_t *hd) {
     for (struct pending *p = h->inflight; p; p = p->next)
         if (p->conn == c) {
             p->conn = NULL;
-            p->cancel = 1;
+            rtx__http_pending_cancel(p, false);
         }
     if (c->prev)
         c->prev->next = c->next;
@@ -407,7 +414,7 @@ static void shut_conns(struct rtx_http *h, int how) {
 static void on_grace(uv_timer_t *t) {
     struct rtx_http *h = t->data;
     for (struct pending *p = h->inflight; p; p = p->next)
-        p->cancel = 1;
+        rtx__http_pending_cancel(p, true);
 }
 
 static void on_linger(uv_timer_t *t) {

@@ -42,4 +42,5 @@
     X(sched_config)                                                                             \
     X(shm)                                                                                      \
     X(http)                                                                                     \
+    X(http_gen)                                                                                 \
     X(tokenizer)
