@@ -27,6 +27,13 @@
  * those requests (each pending knows its connection, found by the peer address; a closing
  * connection clears that link).
  *
+ * Text generation (http-stream.c) is a pending too (PENDING_GEN) that answers itself: the
+ * engine's callbacks render on its thread and list the generation on the server's gen_ready
+ * (under the same mutex, woken by the same async), and the loop hands the rendered chunks to
+ * h2o as its flow control allows, or the whole answer at the end. Raising a generation's
+ * cancel flag (rtx__http_pending_cancel: client gone, connection closed, grace over) also
+ * cancels its engine requests at once.
+ *
  * Shutdown (rtx_http_shutdown, any thread) wakes the loop, which closes the listener, asks
  * h2o's HTTP/2 connections to send GOAWAY, and waits for the pendings: after grace_ms their
  * cancel flags are raised; they always complete (the core calls every callback once). Then
