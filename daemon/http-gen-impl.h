@@ -60,24 +60,24 @@ enum {
 /* A decoded request; everything is owned by it (rtx__http_gen_req_free). */
 struct rtx_http_gen_req {
     enum rtx_http_gen_api api;
-    char *model;                        /* OpenAI's "model"; NULL for Triton (the path) */
-    int n_prompts;                      /* 1 for chat and Triton */
+    char *model;   /* OpenAI's "model"; NULL for Triton (the path) */
+    int n_prompts; /* 1 for chat and Triton */
     struct rtx_http_gen_prompt *prompts;
-    int n_msgs;                         /* chat */
-    struct rtx_gen_chat_message *msgs;  /* role and content owned */
-    bool add_generation_prompt;         /* chat: default true */
-    struct rtx_gen_params params;       /* stop strings point into stop[], ids into stop_ids */
+    int n_msgs;                        /* chat */
+    struct rtx_gen_chat_message *msgs; /* role and content owned */
+    bool add_generation_prompt;        /* chat: default true */
+    struct rtx_gen_params params;      /* stop strings point into stop[], ids into stop_ids */
     char *stop[RTX_GEN_MAX_STOP];
     int32_t *stop_ids;
-    unsigned set;                       /* RTX_HTTP_GEN_SET_* */
-    bool sse;                           /* the answer is an event stream (text/event-stream) */
-    bool stream;                        /* chunks token by token (an event stream only; Triton's
-                                           generate_stream with "stream": false sends one) */
-    bool include_usage;                 /* stream_options.include_usage */
-    bool echo;                          /* completions: the prompt before the text; Triton:
-                                           !exclude_input_in_output */
-    bool chat_logprobs;                 /* chat: "logprobs": true (params.logprobs: top) */
-    char *lane;                         /* body "lane"; NULL: the header's or the default */
+    unsigned set;       /* RTX_HTTP_GEN_SET_* */
+    bool sse;           /* the answer is an event stream (text/event-stream) */
+    bool stream;        /* chunks token by token (an event stream only; Triton's
+                           generate_stream with "stream": false sends one) */
+    bool include_usage; /* stream_options.include_usage */
+    bool echo;          /* completions: the prompt before the text; Triton:
+                           !exclude_input_in_output */
+    bool chat_logprobs; /* chat: "logprobs": true (params.logprobs: top) */
+    char *lane;         /* body "lane"; NULL: the header's or the default */
 };
 
 /* Decodes a request body of api. Unknown OpenAI fields are ignored (as OpenAI's servers do);
@@ -109,27 +109,27 @@ void rtx__http_buf_free(struct rtx_http_buf *b);
 
 /* One choice's state while it is generated. */
 struct rtx_http_gen_choice {
-    struct rtx_http_buf text;           /* whole answers: the text so far */
-    int n_tokens, cap_tokens;           /* whole answers with logprobs: every token so far */
+    struct rtx_http_buf text; /* whole answers: the text so far */
+    int n_tokens, cap_tokens; /* whole answers with logprobs: every token so far */
     int32_t *tokens;
     float *logprobs;
-    struct rtx_gen_logprob *top;        /* n_tokens * n_top */
+    struct rtx_gen_logprob *top; /* n_tokens * n_top */
     int n_top;
     enum rtx_gen_finish finish;
-    bool started;                       /* streams: its first chunk was rendered */
-    int64_t text_offset;                /* completions' logprobs: characters before the next
-                                           token (the echoed prompt included) */
+    bool started;        /* streams: its first chunk was rendered */
+    int64_t text_offset; /* completions' logprobs: characters before the next
+                            token (the echoed prompt included) */
 };
 
 /* What the answers of one request say and the state of its choices. */
 struct rtx_http_gen_view {
     const struct rtx_http_gen_req *q;
-    const struct rtx_tokenizer *tok;    /* token strings of logprobs */
-    char id[48];                        /* "cmpl-...", "chatcmpl-..." */
-    int64_t created;                    /* unix seconds */
-    char model[128];                    /* the name answered ("model", "model_name") */
-    char version[24];                   /* Triton's "model_version" */
-    int n_choices;                      /* n_prompts * params.n */
+    const struct rtx_tokenizer *tok; /* token strings of logprobs */
+    char id[48];                     /* "cmpl-...", "chatcmpl-..." */
+    int64_t created;                 /* unix seconds */
+    char model[128];                 /* the name answered ("model", "model_name") */
+    char version[24];                /* Triton's "model_version" */
+    int n_choices;                   /* n_prompts * params.n */
     struct rtx_http_gen_choice *choices;
 };
 

@@ -21,9 +21,9 @@
 
 #include "daemon/http-gen-impl.h"
 
-#define MAX_PROMPTS 256         /* prompts of one completions request */
-#define MAX_STOP_IDS 256        /* stop_token_ids */
-#define MAX_MESSAGES 4096       /* chat messages */
+#define MAX_PROMPTS 256   /* prompts of one completions request */
+#define MAX_STOP_IDS 256  /* stop_token_ids */
+#define MAX_MESSAGES 4096 /* chat messages */
 #define MAX_LOGPROBS_COMPLETIONS 5
 
 struct pctx {
@@ -67,8 +67,8 @@ static int get_int(struct pctx *c, json_t *obj, const char *key, int64_t lo, int
     if (have) *have = false;
     if (!v) return 0;
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return bad(c, RTX_EINVAL, key, "'%s' must be an integer from %" PRId64 " to %" PRId64,
-                   key, lo, hi);
+        return bad(c, RTX_EINVAL, key, "'%s' must be an integer from %" PRId64 " to %" PRId64, key,
+                   lo, hi);
     *out = json_integer_value(v);
     if (have) *have = true;
     return 0;
@@ -84,9 +84,9 @@ struct sfield {
     const char *name;
     enum kind kind;
     double lo, hi;
-    bool lo_open;     /* lo itself is out of range */
-    size_t off;       /* in struct rtx_gen_params */
-    unsigned set;     /* RTX_HTTP_GEN_SET_* */
+    bool lo_open;      /* lo itself is out of range */
+    size_t off;        /* in struct rtx_gen_params */
+    unsigned set;      /* RTX_HTTP_GEN_SET_* */
     const char *range; /* the message's words */
 };
 
@@ -99,8 +99,8 @@ static const struct sfield sfields[] = {
     {"top_k", K_INT, -1, INT_MAX, false, P(top_k), RTX_HTTP_GEN_SET_TOP_K,
      "-1 or 0 (off) or a positive integer"},
     {"min_p", K_NUM, 0, 1, false, P(min_p), RTX_HTTP_GEN_SET_MIN_P, "a number from 0 to 1"},
-    {"repetition_penalty", K_NUM, 0, 10, true, P(repetition_penalty),
-     RTX_HTTP_GEN_SET_REPETITION, "a number greater than 0 and at most 10"},
+    {"repetition_penalty", K_NUM, 0, 10, true, P(repetition_penalty), RTX_HTTP_GEN_SET_REPETITION,
+     "a number greater than 0 and at most 10"},
     {"presence_penalty", K_NUM, -2, 2, false, P(presence_penalty), RTX_HTTP_GEN_SET_PRESENCE,
      "a number from -2 to 2"},
     {"frequency_penalty", K_NUM, -2, 2, false, P(frequency_penalty), RTX_HTTP_GEN_SET_FREQUENCY,
@@ -194,8 +194,7 @@ static int read_stop_ids(struct pctx *c, json_t *v, struct rtx_http_gen_req *q) 
     if (!(q->stop_ids = rtx_calloc(n, sizeof *q->stop_ids))) return oom(c);
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_array_get(v, i);
-        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-            json_integer_value(e) > INT32_MAX)
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX)
             return bad(c, RTX_EINVAL, "stop_token_ids",
                        "'stop_token_ids'[%zu] must be a token id (an integer >= 0)", i);
         q->stop_ids[i] = (int32_t)json_integer_value(e);
@@ -653,8 +652,8 @@ int rtx__http_gen_parse(enum rtx_http_gen_api api, const char *body, size_t len,
     json_t *root = json_loadb(body, len, 0, &je);
     if (!root)
         return bad(&c, RTX_EFORMAT, NULL,
-                   "malformed JSON in the request body: %s (line %d, column %d, byte %d)",
-                   je.text, je.line, je.column, je.position);
+                   "malformed JSON in the request body: %s (line %d, column %d, byte %d)", je.text,
+                   je.line, je.column, je.position);
     if (!json_is_object(root)) {
         json_decref(root);
         return bad(&c, RTX_EINVAL, NULL, "the request body must be a JSON object");

@@ -144,9 +144,8 @@ void rtx__http_gen_view_free(struct rtx_http_gen_view *v) {
 /* Completions: {tokens, token_logprobs, top_logprobs, text_offset} over n tokens; *offset
  * moves past them. */
 static json_t *completion_logprobs(const struct rtx_http_gen_view *v, int n, const int32_t *ids,
-                                   const float *lps, int n_top,
-                                   const struct rtx_gen_logprob *top, int64_t *offset,
-                                   struct rtx_err *err) {
+                                   const float *lps, int n_top, const struct rtx_gen_logprob *top,
+                                   int64_t *offset, struct rtx_err *err) {
     json_t *toks = json_array(), *tlp = json_array(), *tops = json_array(), *offs = json_array();
     json_t *o = json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", tlp,
                           "top_logprobs", tops, "text_offset", offs);
@@ -199,8 +198,8 @@ static json_t *chat_token(const struct rtx_http_gen_view *v, int32_t id, float l
             json_decref(bytes);
             bytes = NULL;
         }
-    json_t *o = bytes ? json_pack("{s:o,s:o,s:o}", "token", jstr(s, len), "logprob",
-                                  jlogprob(lp), "bytes", bytes)
+    json_t *o = bytes ? json_pack("{s:o,s:o,s:o}", "token", jstr(s, len), "logprob", jlogprob(lp),
+                                  "bytes", bytes)
                       : NULL;
     rtx_free(s);
     if (!o) rtx_err_set(err, RTX_ENOMEM, "out of memory");
@@ -305,10 +304,10 @@ static int stream_event(struct rtx_http_gen_view *v, int ci, const struct rtx_ge
     const char *pre = echo ? p->text : "";
     size_t npre = echo ? p->len : 0;
     if (v->q->api == RTX_HTTP_GEN_TRITON) {
-        if (ev->text_len == 0 && !echo && !(first && ev->finish != RTX_GEN_FINISH_NONE))
-            return 0;
-        return triton_event(v, pre, npre, ev->text, ev->text_len, out) ? rtx_err_set(
-                   err, RTX_ENOMEM, "out of memory") : 0;
+        if (ev->text_len == 0 && !echo && !(first && ev->finish != RTX_GEN_FINISH_NONE)) return 0;
+        return triton_event(v, pre, npre, ev->text, ev->text_len, out)
+                   ? rtx_err_set(err, RTX_ENOMEM, "out of memory")
+                   : 0;
     }
     int rc = 0;
     bool chat = v->q->api == RTX_HTTP_GEN_CHAT;
@@ -317,11 +316,10 @@ static int stream_event(struct rtx_http_gen_view *v, int ci, const struct rtx_ge
                                "assistant", "content", "", "logprobs", "finish_reason");
         if ((rc = sse_append(out, chunk_json(v, ch))))
             return rtx_err_set(err, RTX_ENOMEM, "out of memory");
-        if (ev->n_tokens == 0 && ev->text_len == 0 && ev->finish == RTX_GEN_FINISH_NONE)
-            return 0;
+        if (ev->n_tokens == 0 && ev->text_len == 0 && ev->finish == RTX_GEN_FINISH_NONE) return 0;
     }
-    json_t *lp = logprobs_json(v, c, ev->n_tokens, ev->tokens, ev->logprobs, ev->n_top, ev->top,
-                               err);
+    json_t *lp =
+        logprobs_json(v, c, ev->n_tokens, ev->tokens, ev->logprobs, ev->n_top, ev->top, err);
     if (!lp) return err && err->code ? err->code : rtx_err_set(err, RTX_ENOMEM, "out of memory");
     json_t *ch;
     if (chat) {
@@ -338,8 +336,8 @@ static int stream_event(struct rtx_http_gen_view *v, int ci, const struct rtx_ge
             json_decref(lp);
             return rtx_err_set(err, RTX_ENOMEM, "out of memory");
         }
-        ch = json_pack("{s:i,s:o,s:o,s:o}", "index", ci, "text", jstr(t.data, t.len),
-                       "logprobs", lp, "finish_reason", finish_json(ev->finish));
+        ch = json_pack("{s:i,s:o,s:o,s:o}", "index", ci, "text", jstr(t.data, t.len), "logprobs",
+                       lp, "finish_reason", finish_json(ev->finish));
         rtx__http_buf_free(&t);
     }
     if (sse_append(out, chunk_json(v, ch))) return rtx_err_set(err, RTX_ENOMEM, "out of memory");
@@ -383,8 +381,9 @@ int rtx__http_gen_render_event(struct rtx_http_gen_view *v, int prompt_idx,
                                struct rtx_err *err) {
     int ci = prompt_idx * v->q->params.n + ev->index;
     if (ci < 0 || ci >= v->n_choices || ev->index < 0 || ev->index >= v->q->params.n)
-        return rtx_err_set(err, RTX_EINTERNAL, "an event of choice %d of prompt %d; the request "
-                                               "has %d choices per prompt",
+        return rtx_err_set(err, RTX_EINTERNAL,
+                           "an event of choice %d of prompt %d; the request "
+                           "has %d choices per prompt",
                            ev->index, prompt_idx, v->q->params.n);
     if (v->q->stream) return stream_event(v, ci, ev, out, err);
     return keep_event(v, ci, ev, err);
@@ -400,9 +399,8 @@ static json_t *whole_choice(struct rtx_http_gen_view *v, int ci, struct rtx_err 
     json_t *lp = logprobs_json(v, c, c->n_tokens, c->tokens, c->logprobs, c->n_top, c->top, err);
     if (!lp) return NULL;
     if (v->q->api == RTX_HTTP_GEN_CHAT)
-        return json_pack("{s:i,s:{s:s,s:o},s:o,s:o}", "index", ci, "message", "role",
-                         "assistant", "content", jstr(c->text.data ? c->text.data : "",
-                                                      c->text.len),
+        return json_pack("{s:i,s:{s:s,s:o},s:o,s:o}", "index", ci, "message", "role", "assistant",
+                         "content", jstr(c->text.data ? c->text.data : "", c->text.len),
                          "logprobs", lp, "finish_reason", finish_json(c->finish));
     struct rtx_http_buf t = {0};
     if ((v->q->echo && p->text && rtx__http_buf_append(&t, p->text, p->len)) ||
@@ -450,8 +448,8 @@ static int whole_answer(struct rtx_http_gen_view *v, const struct rtx_gen_usage 
         bool chat = v->q->api == RTX_HTTP_GEN_CHAT;
         j = json_pack("{s:s,s:s,s:I,s:o,s:o,s:o}", "id", v->id, "object",
                       chat ? "chat.completion" : "text_completion", "created",
-                      (json_int_t)v->created, "model", jstr(v->model, strlen(v->model)),
-                      "choices", choices, "usage", usage_json(usage));
+                      (json_int_t)v->created, "model", jstr(v->model, strlen(v->model)), "choices",
+                      choices, "usage", usage_json(usage));
     }
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);

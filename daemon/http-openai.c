@@ -66,7 +66,7 @@ static struct rtx_model *gen_model(struct rtx_http *h, h2o_req_t *req, int api, 
  * param gets the field an error is about. */
 static int prepare_prompts(struct rtx_http_gen_req *q, const struct rtx_gen_model *gm,
                            const char **param, struct rtx_err *err) {
-    *param = q->api == RTX_HTTP_GEN_CHAT ? "messages"
+    *param = q->api == RTX_HTTP_GEN_CHAT     ? "messages"
              : q->api == RTX_HTTP_GEN_TRITON ? "text_input"
                                              : "prompt";
     int rc;
@@ -92,8 +92,8 @@ static int prepare_prompts(struct rtx_http_gen_req *q, const struct rtx_gen_mode
             if (rc) return rc;
         } else if (q->echo && !p->text) {
             size_t len = 0;
-            rc = rtx_tokenizer_decode(rtx_gen_model_tokenizer(gm), p->ids, (size_t)p->n_ids,
-                                      false, &p->text, &len, err);
+            rc = rtx_tokenizer_decode(rtx_gen_model_tokenizer(gm), p->ids, (size_t)p->n_ids, false,
+                                      &p->text, &len, err);
             if (rc) return rc;
             p->len = len;
         }
@@ -131,8 +131,7 @@ static void post_gen(struct rtx_http *h, h2o_req_t *req, enum rtx_http_gen_api a
     struct rtx_http_gen_req *q = NULL;
     if (rtx__http_gen_parse(api, req->entity.base, req->entity.base ? req->entity.len : 0, &q,
                             param, sizeof param, &err) != 0) {
-        rtx__http_gen_respond_error(req, api, rtx__http_status_from_err(err.code), err.msg,
-                                    param);
+        rtx__http_gen_respond_error(req, api, rtx__http_status_from_err(err.code), err.msg, param);
         return;
     }
     if (api == RTX_HTTP_GEN_TRITON) {
@@ -158,8 +157,8 @@ static void post_gen(struct rtx_http *h, h2o_req_t *req, enum rtx_http_gen_api a
     rtx__http_gen_start(h, req, m, q, lane_header(req));
 }
 
-void rtx__http_post_generate(struct rtx_http *h, h2o_req_t *req, const char *name,
-                             int64_t version, bool stream) {
+void rtx__http_post_generate(struct rtx_http *h, h2o_req_t *req, const char *name, int64_t version,
+                             bool stream) {
     post_gen(h, req, RTX_HTTP_GEN_TRITON, name, version, stream);
 }
 
@@ -218,8 +217,8 @@ void rtx__http_route_openai(struct rtx_http *h, h2o_req_t *req, int n, const cha
     } else {
         char msg[300];
         snprintf(msg, sizeof msg, "no such endpoint: %.*s %.*s", (int)req->method.len,
-                 req->method.base, (int)req->path_normalized.len > 200 ? 200
-                                                                       : (int)req->path_normalized.len,
+                 req->method.base,
+                 (int)req->path_normalized.len > 200 ? 200 : (int)req->path_normalized.len,
                  req->path_normalized.base);
         rtx__http_gen_respond_error(req, RTX_HTTP_GEN_COMPLETIONS, 404, msg, NULL);
     }

@@ -44,32 +44,33 @@ struct gen_sub { /* one engine request: one prompt's n choices */
 struct rtx__http_gen {
     h2o_generator_t generator; /* first: h2o's callbacks get its address */
     struct rtx_http *h;
-    struct pending *p;             /* in h->inflight until g is freed */
-    struct rtx_model *model;       /* released when g is freed, after the last on_done */
+    struct pending *p;       /* in h->inflight until g is freed */
+    struct rtx_model *model; /* released when g is freed, after the last on_done */
     struct rtx_http_gen_req *q;
     int n_subs;
     struct gen_sub *subs;
-    bool canceled;                 /* loop: the engine requests were canceled */
+    bool canceled;     /* loop: the engine requests were canceled */
+    const char *param; /* loop: the field a refused submit names, or NULL */
 
-    pthread_mutex_t mu;            /* guards the fields up to `next_ready` */
+    pthread_mutex_t mu; /* guards the fields up to `next_ready` */
     struct rtx_http_gen_view v;
-    int running;                   /* engine requests whose on_done has not run */
-    struct rtx_gen_usage usage;    /* summed */
-    int status;                    /* the first failure's RTX_E* code; 0 */
+    int running;                /* engine requests whose on_done has not run */
+    struct rtx_gen_usage usage; /* summed */
+    int status;                 /* the first failure's RTX_E* code; 0 */
     struct rtx_err err;
-    bool shutting_down;            /* a copy of `shutdown` for the engine's side */
-    struct rtx_http_buf queued;    /* rendered, not handed to h2o yet */
-    bool ended;                    /* every on_done ran; a success's end is in queued (a
-                                      stream) or body (a whole answer) */
-    struct rtx_http_buf body;      /* the whole answer */
-    bool listed;                   /* on h->gen_ready (taken off only by the loop's drain) */
+    bool shutting_down;         /* a copy of `shutdown` for the engine's side */
+    struct rtx_http_buf queued; /* rendered, not handed to h2o yet */
+    bool ended;                 /* every on_done ran; a success's end is in queued (a
+                                   stream) or body (a whole answer) */
+    struct rtx_http_buf body;   /* the whole answer */
+    bool listed;                /* on h->gen_ready (taken off only by the loop's drain) */
     struct rtx__http_gen *next_ready;
 
     /* loop thread */
-    bool started;                  /* the streamed response started */
-    bool sending;                  /* h2o has `inflight`: wait for proceed */
+    bool started; /* the streamed response started */
+    bool sending; /* h2o has `inflight`: wait for proceed */
     bool flushing;
-    bool answered;                 /* the whole answer or the final chunk went to h2o */
+    bool answered; /* the whole answer or the final chunk went to h2o */
     struct rtx_http_buf inflight;
 };
 
@@ -134,8 +135,7 @@ static void on_done(void *ctx, int status, const struct rtx_err *err,
     bool need = false;
     if (--g->running == 0) {
         if (g->status == 0)
-            rtx__http_gen_render_end(&g->v, &g->usage, g->q->sse ? &g->queued : &g->body,
-                                     &g->err);
+            rtx__http_gen_render_end(&g->v, &g->usage, g->q->sse ? &g->queued : &g->body, &g->err);
         if (g->err.code && g->status == 0) g->status = g->err.code;
         g->ended = true;
         need = list_locked(g);
@@ -235,7 +235,7 @@ static void flush(struct rtx__http_gen *g) {
             const char *msg = NULL;
             if (status != 0) {
                 int st = failure(g, &msg);
-                rtx__http_gen_respond_error(req, g->q->api, st, msg, NULL);
+                rtx__http_gen_respond_error(req, g->q->api, st, msg, g->param);
             } else
                 rtx__http_respond(req, 200, "application/json", g->body.data, g->body.len, -1);
             break;
@@ -361,7 +361,10 @@ void rtx__http_gen_start(struct rtx_http *h, h2o_req_t *req, struct rtx_model *m
         };
         int rc = rtx_gen_submit(e, &r, &g->subs[i].handle, &err);
         if (rc == 0) continue;
-        if (rc == RTX_ENOTFOUND) rc = err.code = RTX_EINVAL; /* an unknown lane */
+        if (rc == RTX_ENOTFOUND) { /* an unknown lane */
+            rc = err.code = RTX_EINVAL;
+            g->param = "lane";
+        }
         cancel_all(g); /* the ones submitted end with on_done */
         pthread_mutex_lock(&g->mu);
         if (g->status == 0) {

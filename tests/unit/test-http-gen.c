@@ -82,9 +82,15 @@ static int32_t tid(char c) {
 static struct rtx_gen_event event(int index, int n, const int32_t *ids, const float *lps,
                                   int n_top, const struct rtx_gen_logprob *top, const char *text,
                                   enum rtx_gen_finish f) {
-    struct rtx_gen_event ev = {.index = index, .n_tokens = n, .tokens = ids, .logprobs = lps,
-                               .n_top = n_top, .top = top, .text = text,
-                               .text_len = strlen(text), .finish = f};
+    struct rtx_gen_event ev = {.index = index,
+                               .n_tokens = n,
+                               .tokens = ids,
+                               .logprobs = lps,
+                               .n_top = n_top,
+                               .top = top,
+                               .text = text,
+                               .text_len = strlen(text),
+                               .finish = f};
     return ev;
 }
 
@@ -188,7 +194,8 @@ START_TEST(gen_parse_prompt_shapes) {
     struct rtx_http_gen_req *q =
         parse_ok(RTX_HTTP_GEN_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[\"a\",\"\\u00e9b\"]}");
     ck_assert_int_eq(q->n_prompts, 2);
-    ck_assert_str_eq(q->prompts[1].text, "\xc3\xa9" "b");
+    ck_assert_str_eq(q->prompts[1].text, "\xc3\xa9"
+                                         "b");
     ck_assert_uint_eq(q->prompts[1].len, 3);
     rtx__http_gen_req_free(q);
     q = parse_ok(RTX_HTTP_GEN_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1,2,3],\"echo\":true}");
@@ -224,14 +231,13 @@ END_TEST
 START_TEST(gen_parse_completions_rejects) {
     enum rtx_http_gen_api C = RTX_HTTP_GEN_COMPLETIONS;
     parse_bad(C, "", RTX_EINVAL, "", "no JSON body");
-    parse_bad(C, "{\"model\":\"m\",\n \"prompt\": tru}", RTX_EFORMAT, "",
-              "(line 2, column");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\"", RTX_EFORMAT, "", "byte 24");
+    parse_bad(C, "{\"model\":\"m\",\n \"prompt\": tru}", RTX_EFORMAT, "", "(line 2, column");
+    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\"", RTX_EFORMAT, "", "byte 25");
     parse_bad(C, "[1]", RTX_EINVAL, "", "must be a JSON object");
     parse_bad(C, "{\"prompt\":\"x\"}", RTX_EINVAL, "model", "'model' must name a model");
     parse_bad(C, "{\"model\":7,\"prompt\":\"x\"}", RTX_EINVAL, "model", "'model'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":0}", RTX_EINVAL,
-              "max_tokens", "'max_tokens' must be an integer from 1 to");
+    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":0}", RTX_EINVAL, "max_tokens",
+              "'max_tokens' must be an integer from 1 to");
     parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":\"5\"}", RTX_EINVAL,
               "max_tokens", "'max_tokens'");
     parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":-0.1}", RTX_EINVAL,
@@ -260,8 +266,9 @@ START_TEST(gen_parse_completions_rejects) {
               "'stream' must be true or false");
     parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"stream_options\":{}}", RTX_EINVAL,
               "stream_options", "only allowed with 'stream': true");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"stream\":true,\"stream_options\":"
-                 "{\"include_usage\":3}}",
+    parse_bad(C,
+              "{\"model\":\"m\",\"prompt\":\"x\",\"stream\":true,\"stream_options\":"
+              "{\"include_usage\":3}}",
               RTX_EINVAL, "stream_options.include_usage", "'include_usage'");
     parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"stop\":5}", RTX_EINVAL, "stop",
               "a string or a list of strings");
@@ -273,18 +280,16 @@ START_TEST(gen_parse_completions_rejects) {
               RTX_EINVAL, "stop", "9 strings; at most 8");
     parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"stop_token_ids\":[1,-1]}", RTX_EINVAL,
               "stop_token_ids", "'stop_token_ids'[1]");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"seed\":1.5}", RTX_EINVAL, "seed",
-              "'seed'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"lane\":\"\"}", RTX_EINVAL, "lane",
-              "'lane'");
+    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"seed\":1.5}", RTX_EINVAL, "seed", "'seed'");
+    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"lane\":\"\"}", RTX_EINVAL, "lane", "'lane'");
     parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"min_tokens\":20,\"max_tokens\":10}",
               RTX_EINVAL, "min_tokens", "must not exceed");
     parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"end\"}", RTX_EUNSUPPORTED,
               "suffix", "'suffix'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"best_of\":2}", RTX_EUNSUPPORTED,
-              "best_of", "'best_of' (2) different from 'n' (1)");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"5\":10}}",
-              RTX_EUNSUPPORTED, "logit_bias", "'logit_bias'");
+    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"best_of\":2}", RTX_EUNSUPPORTED, "best_of",
+              "'best_of' (2) different from 'n' (1)");
+    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"5\":10}}", RTX_EUNSUPPORTED,
+              "logit_bias", "'logit_bias'");
     parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}",
               RTX_EUNSUPPORTED, "echo", "prompt's logprobs");
     parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"include_stop_str_in_output\":true}",
@@ -325,14 +330,13 @@ START_TEST(gen_parse_chat) {
     parse_bad(H, "{\"model\":\"c\"}", RTX_EINVAL, "messages", "non-empty list of messages");
     parse_bad(H, "{\"model\":\"c\",\"messages\":[{\"content\":\"x\"}]}", RTX_EINVAL, "messages",
               "'messages'[0] must be an object with a \"role\"");
-    parse_bad(H, "{\"model\":\"c\",\"messages\":[{\"role\":\"user\",\"content\":5}]}",
-              RTX_EINVAL, "messages", "'messages'[0].content must be a string");
+    parse_bad(H, "{\"model\":\"c\",\"messages\":[{\"role\":\"user\",\"content\":5}]}", RTX_EINVAL,
+              "messages", "'messages'[0].content must be a string");
     parse_bad(H,
               "{\"model\":\"c\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
               "\"image_url\",\"image_url\":{}}]}]}",
               RTX_EUNSUPPORTED, "messages", "type 'image_url' are not supported");
-    parse_bad(H,
-              "{\"model\":\"c\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{}]}]}",
+    parse_bad(H, "{\"model\":\"c\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{}]}]}",
               RTX_EUNSUPPORTED, "messages", "tool calls");
     snprintf(b, sizeof b, "{%s,\"top_logprobs\":2}", m);
     parse_bad(H, b, RTX_EINVAL, "top_logprobs", "requires 'logprobs': true");
@@ -384,8 +388,8 @@ START_TEST(gen_parse_triton) {
               "sampling_parameters", "a string holding a JSON object");
     parse_bad(T, "{\"text_input\":\"a\",\"sampling_parameters\":\"{oops\"}", RTX_EINVAL,
               "sampling_parameters", "is not a JSON object");
-    parse_bad(T, "{\"text_input\":\"a\",\"sampling_parameters\":\"{\\\"beam\\\":2}\"}",
-              RTX_EINVAL, "beam", "unexpected sampling parameter 'beam'");
+    parse_bad(T, "{\"text_input\":\"a\",\"sampling_parameters\":\"{\\\"beam\\\":2}\"}", RTX_EINVAL,
+              "beam", "unexpected sampling parameter 'beam'");
     parse_bad(T, "{\"text_input\":\"a\",\"n\":2}", RTX_EINVAL, "n", "from 1 to 1");
     parse_bad(T, "{\"text_input\":\"a\",\"stream\":\"yes\"}", RTX_EINVAL, "stream",
               "true or false");
@@ -402,8 +406,8 @@ START_TEST(gen_parse_oom) {
         struct rtx_http_gen_req *q = NULL;
         struct rtx_err err = {0};
         rtx_alloc_fail_after(n);
-        int rc = rtx__http_gen_parse(RTX_HTTP_GEN_COMPLETIONS, body, strlen(body), &q, NULL, 0,
-                                     &err);
+        int rc =
+            rtx__http_gen_parse(RTX_HTTP_GEN_COMPLETIONS, body, strlen(body), &q, NULL, 0, &err);
         rtx_alloc_fail_after(0);
         if (rc != 0) {
             ck_assert_msg(rc == RTX_ENOMEM, "n=%ld: rc %d (%s)", n, rc, err.msg);
@@ -451,8 +455,8 @@ static void render(struct fixture *f, int prompt, struct rtx_gen_event ev) {
 }
 
 static void render_end(struct fixture *f, int prompt_tokens, int completion, int cached) {
-    struct rtx_gen_usage u = {.prompt_tokens = prompt_tokens, .completion_tokens = completion,
-                              .cached_tokens = cached};
+    struct rtx_gen_usage u = {
+        .prompt_tokens = prompt_tokens, .completion_tokens = completion, .cached_tokens = cached};
     struct rtx_err err = {0};
     ck_assert_msg(rtx__http_gen_render_end(&f->v, &u, &f->out, &err) == 0, "%s", err.msg);
 }
@@ -580,9 +584,8 @@ START_TEST(gen_render_whole_answers) {
         0, NULL);
     ck_assert_msg(json_equal(json_object_get(j, "choices"), expect), "%s", f.out.data);
     json_decref(expect);
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "usage"),
-                                                        "total_tokens")),
-                     8);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")), 8);
     json_decref(j);
     fx_close(&f);
 
@@ -597,12 +600,12 @@ START_TEST(gen_render_whole_answers) {
     render_end(&f, 2, 2, 0);
     j = json_loads(f.out.data, 0, NULL);
     ck_assert_str_eq(jget_str(j, "object"), "chat.completion");
-    expect = json_loads(
-        "[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"ok\"},"
-        "\"logprobs\":{\"content\":[{\"token\":\"o\",\"logprob\":-1.0,\"bytes\":[111],"
-        "\"top_logprobs\":[]},{\"token\":\"k\",\"logprob\":-2.0,\"bytes\":[107],"
-        "\"top_logprobs\":[]}]},\"finish_reason\":\"stop\"}]",
-        0, NULL);
+    expect =
+        json_loads("[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"ok\"},"
+                   "\"logprobs\":{\"content\":[{\"token\":\"o\",\"logprob\":-1.0,\"bytes\":[111],"
+                   "\"top_logprobs\":[]},{\"token\":\"k\",\"logprob\":-2.0,\"bytes\":[107],"
+                   "\"top_logprobs\":[]}]},\"finish_reason\":\"stop\"}]",
+                   0, NULL);
     ck_assert_msg(json_equal(json_object_get(j, "choices"), expect), "%s", f.out.data);
     json_decref(expect);
     json_decref(j);
@@ -673,7 +676,8 @@ START_TEST(gen_render_errors) {
     rtx_free(b);
     /* a message with bytes that are not UTF-8 stays valid JSON */
     b = rtx__http_gen_error_body(RTX_HTTP_GEN_TRITON, 400, "model '\xff\xfe'", NULL, NULL);
-    ck_assert_str_eq(b, "{\"error\":\"model '?" "?'\"}");
+    ck_assert_str_eq(b, "{\"error\":\"model '?"
+                        "?'\"}");
     rtx_free(b);
     struct rtx_http_buf out = {0};
     ck_assert_int_eq(rtx__http_gen_error_event(RTX_HTTP_GEN_CHAT, 503, "going away", &out), 0);
