@@ -228,6 +228,46 @@ START_TEST(gen_parse_prompt_shapes) {
 }
 END_TEST
 
+/* Fields added to {"model": "m", "prompt": "x"} and how each body is refused. */
+static const struct {
+    const char *fields;
+    int code;
+    const char *param, *words;
+} completion_refusals[] = {
+    {"\"max_tokens\":0", RTX_EINVAL, "max_tokens", "'max_tokens' must be an integer from 1 to"},
+    {"\"max_tokens\":\"5\"", RTX_EINVAL, "max_tokens", "'max_tokens'"},
+    {"\"temperature\":-0.1", RTX_EINVAL, "temperature",
+     "'temperature' must be a number from 0 to 100"},
+    {"\"temperature\":\"hot\"", RTX_EINVAL, "temperature", "'temperature'"},
+    {"\"top_p\":0", RTX_EINVAL, "top_p", "greater than 0"},
+    {"\"top_p\":1.5", RTX_EINVAL, "top_p", "'top_p'"},
+    {"\"top_k\":-2", RTX_EINVAL, "top_k", "'top_k'"},
+    {"\"top_k\":1.5", RTX_EINVAL, "top_k", "'top_k'"},
+    {"\"presence_penalty\":2.5", RTX_EINVAL, "presence_penalty", "from -2 to 2"},
+    {"\"repetition_penalty\":0", RTX_EINVAL, "repetition_penalty", "greater than 0"},
+    {"\"n\":17", RTX_EINVAL, "n", "'n' must be an integer from 1 to 16"},
+    {"\"logprobs\":6", RTX_EINVAL, "logprobs", "from 0 to 5"},
+    {"\"logprobs\":true", RTX_EINVAL, "logprobs", "'logprobs'"},
+    {"\"stream\":1", RTX_EINVAL, "stream", "'stream' must be true or false"},
+    {"\"stream_options\":{}", RTX_EINVAL, "stream_options", "only allowed with 'stream': true"},
+    {"\"stream\":true,\"stream_options\":{\"include_usage\":3}", RTX_EINVAL,
+     "stream_options.include_usage", "'include_usage'"},
+    {"\"stop\":5", RTX_EINVAL, "stop", "a string or a list of strings"},
+    {"\"stop\":[\"a\",\"\"]", RTX_EINVAL, "stop", "'stop'[1] must be a non-empty string"},
+    {"\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]", RTX_EINVAL, "stop",
+     "9 strings; at most 8"},
+    {"\"stop_token_ids\":[1,-1]", RTX_EINVAL, "stop_token_ids", "'stop_token_ids'[1]"},
+    {"\"seed\":1.5", RTX_EINVAL, "seed", "'seed'"},
+    {"\"lane\":\"\"", RTX_EINVAL, "lane", "'lane'"},
+    {"\"min_tokens\":20,\"max_tokens\":10", RTX_EINVAL, "min_tokens", "must not exceed"},
+    {"\"suffix\":\"end\"", RTX_EUNSUPPORTED, "suffix", "'suffix'"},
+    {"\"best_of\":2", RTX_EUNSUPPORTED, "best_of", "'best_of' (2) different from 'n' (1)"},
+    {"\"logit_bias\":{\"5\":10}", RTX_EUNSUPPORTED, "logit_bias", "'logit_bias'"},
+    {"\"echo\":true,\"logprobs\":1", RTX_EUNSUPPORTED, "echo", "prompt's logprobs"},
+    {"\"include_stop_str_in_output\":true", RTX_EUNSUPPORTED, "include_stop_str_in_output",
+     "not supported"},
+};
+
 START_TEST(gen_parse_completions_rejects) {
     enum rtx_http_gen_api C = RTX_HTTP_GEN_COMPLETIONS;
     parse_bad(C, "", RTX_EINVAL, "", "no JSON body");
@@ -236,64 +276,13 @@ START_TEST(gen_parse_completions_rejects) {
     parse_bad(C, "[1]", RTX_EINVAL, "", "must be a JSON object");
     parse_bad(C, "{\"prompt\":\"x\"}", RTX_EINVAL, "model", "'model' must name a model");
     parse_bad(C, "{\"model\":7,\"prompt\":\"x\"}", RTX_EINVAL, "model", "'model'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":0}", RTX_EINVAL, "max_tokens",
-              "'max_tokens' must be an integer from 1 to");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":\"5\"}", RTX_EINVAL,
-              "max_tokens", "'max_tokens'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":-0.1}", RTX_EINVAL,
-              "temperature", "'temperature' must be a number from 0 to 100");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":\"hot\"}", RTX_EINVAL,
-              "temperature", "'temperature'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":0}", RTX_EINVAL, "top_p",
-              "greater than 0");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":1.5}", RTX_EINVAL, "top_p",
-              "'top_p'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"top_k\":-2}", RTX_EINVAL, "top_k",
-              "'top_k'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"top_k\":1.5}", RTX_EINVAL, "top_k",
-              "'top_k'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"presence_penalty\":2.5}", RTX_EINVAL,
-              "presence_penalty", "from -2 to 2");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"repetition_penalty\":0}", RTX_EINVAL,
-              "repetition_penalty", "greater than 0");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"n\":17}", RTX_EINVAL, "n",
-              "'n' must be an integer from 1 to 16");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":6}", RTX_EINVAL, "logprobs",
-              "from 0 to 5");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":true}", RTX_EINVAL, "logprobs",
-              "'logprobs'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"stream\":1}", RTX_EINVAL, "stream",
-              "'stream' must be true or false");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"stream_options\":{}}", RTX_EINVAL,
-              "stream_options", "only allowed with 'stream': true");
-    parse_bad(C,
-              "{\"model\":\"m\",\"prompt\":\"x\",\"stream\":true,\"stream_options\":"
-              "{\"include_usage\":3}}",
-              RTX_EINVAL, "stream_options.include_usage", "'include_usage'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"stop\":5}", RTX_EINVAL, "stop",
-              "a string or a list of strings");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"stop\":[\"a\",\"\"]}", RTX_EINVAL, "stop",
-              "'stop'[1] must be a non-empty string");
-    parse_bad(C,
-              "{\"model\":\"m\",\"prompt\":\"x\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\","
-              "\"7\",\"8\",\"9\"]}",
-              RTX_EINVAL, "stop", "9 strings; at most 8");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"stop_token_ids\":[1,-1]}", RTX_EINVAL,
-              "stop_token_ids", "'stop_token_ids'[1]");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"seed\":1.5}", RTX_EINVAL, "seed", "'seed'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"lane\":\"\"}", RTX_EINVAL, "lane", "'lane'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"min_tokens\":20,\"max_tokens\":10}",
-              RTX_EINVAL, "min_tokens", "must not exceed");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"end\"}", RTX_EUNSUPPORTED,
-              "suffix", "'suffix'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"best_of\":2}", RTX_EUNSUPPORTED, "best_of",
-              "'best_of' (2) different from 'n' (1)");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"5\":10}}", RTX_EUNSUPPORTED,
-              "logit_bias", "'logit_bias'");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}",
-              RTX_EUNSUPPORTED, "echo", "prompt's logprobs");
-    parse_bad(C, "{\"model\":\"m\",\"prompt\":\"x\",\"include_stop_str_in_output\":true}",
-              RTX_EUNSUPPORTED, "include_stop_str_in_output", "not supported");
+    for (size_t i = 0; i < sizeof completion_refusals / sizeof completion_refusals[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"prompt\":\"x\",%s}",
+                 completion_refusals[i].fields);
+        parse_bad(C, body, completion_refusals[i].code, completion_refusals[i].param,
+                  completion_refusals[i].words);
+    }
 }
 END_TEST
 
