@@ -58,7 +58,8 @@ struct rtx__http_gen {
     struct rtx_gen_usage usage; /* summed */
     int status;                 /* the first failure's RTX_E* code; 0 */
     struct rtx_err err;
-    bool shutting_down;         /* a copy of `shutdown` for the engine's side */
+    bool shutting_down;         /* canceled by the server's shutdown (the error says so) */
+    bool gone;                  /* canceled because the client went away: render nothing */
     struct rtx_http_buf queued; /* rendered, not handed to h2o yet */
     bool ended;                 /* every on_done ran; a success's end is in queued (a
                                    stream) or body (a whole answer) */
@@ -101,7 +102,7 @@ static void on_event(void *ctx, const struct rtx_gen_event *ev) {
     struct rtx__http_gen *g = s->g;
     pthread_mutex_lock(&g->mu);
     bool need = false;
-    if (g->status == 0) {
+    if (g->status == 0 && !g->gone) {
         size_t before = g->queued.len;
         int rc = rtx__http_gen_render_event(&g->v, s->prompt_idx, ev, &g->queued, &g->err);
         if (rc) { /* the loop cancels the rest */
@@ -289,7 +290,10 @@ static void on_stop(h2o_generator_t *self, h2o_req_t *req) {
 
 void rtx__http_gen_cancel(struct rtx__http_gen *g, bool shutdown) {
     pthread_mutex_lock(&g->mu);
-    if (shutdown) g->shutting_down = true;
+    if (shutdown)
+        g->shutting_down = true;
+    else
+        g->gone = true;
     pthread_mutex_unlock(&g->mu);
     cancel_all(g);
     /* look at g again from the loop (not from inside h2o's dispose) */
