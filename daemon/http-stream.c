@@ -72,6 +72,7 @@ struct rtx__http_gen {
     bool sending; /* h2o has `inflight`: wait for proceed */
     bool flushing;
     bool answered; /* the whole answer or the final chunk went to h2o */
+    bool detached; /* shutdown stopped waiting for h2o's proceed: g is h2o's generator alone */
     struct rtx_http_buf inflight;
 };
 
@@ -173,7 +174,7 @@ static int failure(struct rtx__http_gen *g, const char **msg) {
 
 static void gen_free(struct rtx__http_gen *g) {
     struct rtx_http *h = g->h;
-    if (g->p) {
+    if (g->p) { /* NULL when detached */
         g->p->gen = NULL;
         rtx__http_pending_finish(g->p);
     }
@@ -215,12 +216,12 @@ static void start_stream(struct rtx__http_gen *g, h2o_req_t *req) {
     g->started = true;
 }
 
-/* Hands h2o what is queued, unless it still has the last send; the end goes out final. */
-static void flush(struct rtx__http_gen *g) {
+/* Hands h2o what is queued for req, unless it still has the last send; the end goes out
+ * final. */
+static void flush(struct rtx__http_gen *g, h2o_req_t *req) {
     if (g->flushing) return; /* proceed called from inside h2o_send */
     g->flushing = true;
-    while (!g->sending && !g->answered && g->p && g->p->req) {
-        h2o_req_t *req = g->p->req;
+    while (!g->sending && !g->answered) {
         pthread_mutex_lock(&g->mu);
         g->inflight.len = 0;
         struct rtx_http_buf t = g->queued;
@@ -261,23 +262,45 @@ static void flush(struct rtx__http_gen *g) {
     g->flushing = false;
 }
 
+/* Shutdown's grace is over and h2o still holds the last send of a client that does not read:
+ * the server stops waiting for g (its connection is closed soon), g lives on as h2o's
+ * generator until h2o's proceed (the end goes out) or stop. */
+static void detach(struct rtx__http_gen *g) {
+    g->p->gen = NULL;
+    rtx__http_pending_finish(g->p);
+    g->p = NULL;
+    g->detached = true;
+    rtx__http_check_progress(g->h);
+}
+
 /* Moves g on; frees it when it is done. taken: the loop took g off the list. */
 static void pump(struct rtx__http_gen *g, bool taken) {
     pthread_mutex_lock(&g->mu);
     if (taken) g->listed = false;
     pthread_mutex_unlock(&g->mu);
-    if (g->p && g->p->req) flush(g);
+    if (g->p && g->p->req) flush(g, g->p->req);
     pthread_mutex_lock(&g->mu);
-    bool can_free = g->ended && !g->listed;
+    bool quiet = g->ended && !g->listed; /* the engine is done with g */
+    bool shutting_down = g->shutting_down;
     if (!g->p || !g->p->req) g->queued.len = 0; /* nobody to read it */
     pthread_mutex_unlock(&g->mu);
-    if (can_free && (g->answered || !g->p || !g->p->req) && !g->sending) gen_free(g);
+    if (!quiet) return;
+    rtx_model_unref(g->model); /* every on_done ran */
+    g->model = NULL;
+    if ((g->answered || !g->p || !g->p->req) && !g->sending)
+        gen_free(g);
+    else if (shutting_down && g->sending)
+        detach(g);
 }
 
 static void on_proceed(h2o_generator_t *self, h2o_req_t *req) {
     struct rtx__http_gen *g = (struct rtx__http_gen *)self;
-    (void)req;
     g->sending = false;
+    if (g->detached) {
+        flush(g, req); /* the end, final */
+        gen_free(g);
+        return;
+    }
     if (g->flushing) return; /* flush's loop goes on */
     pump(g, false);
 }
@@ -286,6 +309,7 @@ static void on_stop(h2o_generator_t *self, h2o_req_t *req) {
     struct rtx__http_gen *g = (struct rtx__http_gen *)self;
     (void)req;
     g->sending = false; /* the request is being disposed: its pool's dispose follows */
+    if (g->detached) gen_free(g);
 }
 
 void rtx__http_gen_cancel(struct rtx__http_gen *g, bool shutdown) {
