@@ -21,10 +21,12 @@
  * cancels the engine requests at once (rtx__http_gen_cancel: the engine frees their blocks
  * within a step) and g is looked at again; what the engine still sends is dropped. Shutdown's
  * grace running out cancels them the same way, but the client is still there: the stream
- * ends with an error event saying so. g is freed on the loop when every on_done ran, the
- * answer is complete or its client gone, and the engine's last notice was taken off the list
- * (so the engine never touches a freed g); the model reference is released then, after the
- * engine's last callback.
+ * ends with an error event saying so. The model reference is released on the loop once every
+ * on_done ran and the engine's last notice was taken off the list (so the engine never
+ * touches a freed g); g is freed then too when the answer is complete or its client gone. A
+ * stream whose client stopped reading at shutdown would hold the server's drain forever:
+ * once the grace is over g leaves the server's pendings and lives on as h2o's generator
+ * alone, until h2o's proceed (the end goes out) or stop (the server closes the connection).
  */
 #include <pthread.h>
 #include <stdio.h>
