@@ -27,6 +27,13 @@
  * those requests (each pending knows its connection, found by the peer address; a closing
  * connection clears that link).
  *
+ * Text generation (http-stream.c) is a pending too (PENDING_GEN) that answers itself: the
+ * engine's callbacks render on its thread and list the generation on the server's gen_ready
+ * (under the same mutex, woken by the same async), and the loop hands the rendered chunks to
+ * h2o as its flow control allows, or the whole answer at the end. Raising a generation's
+ * cancel flag (rtx__http_pending_cancel: client gone, connection closed, grace over) also
+ * cancels its engine requests at once.
+ *
  * Shutdown (rtx_http_shutdown, any thread) wakes the loop, which closes the listener, asks
  * h2o's HTTP/2 connections to send GOAWAY, and waits for the pendings: after grace_ms their
  * cancel flags are raised; they always complete (the core calls every callback once). Then
@@ -197,9 +204,9 @@ static void on_req_dispose(void *arg) {
 }
 
 void rtx__http_pending_cancel(struct pending *p, bool shutdown) {
-    (void)shutdown;
     p->cancel = 1;
     if (p->kgen) rtx__kserve_gen_cancel(p->kgen);
+    if (p->gen) rtx__http_gen_cancel(p->gen, shutdown);
 }
 
 struct pending *rtx__http_pending_new(struct rtx_http *h, h2o_req_t *req, enum pending_kind kind) {
@@ -231,7 +238,7 @@ void rtx__http_pending_finish(struct pending *p) {
     if (p->next) p->next->prev = p->prev;
     h->n_inflight--;
     if (p->link) p->link->p = NULL;
-    if (p->req) {
+    if (p->req && p->kind != PENDING_GEN) { /* a generation answered itself */
         const char *ctype = p->header_len >= 0 ? "application/octet-stream" : "application/json";
         rtx__http_respond(p->req, p->status, p->status == 200 && p->len == 0 ? NULL : ctype,
                           p->body, p->len, p->header_len);
@@ -337,6 +344,7 @@ static void on_wake(uv_async_t *a) {
         rtx__http_pending_finish(p);
         p = next;
     }
+    rtx__http_gen_drain(h);
     if (stop && h->phase == PHASE_RUNNING) begin_shutdown(h, grace);
     rtx__http_check_progress(h);
 }

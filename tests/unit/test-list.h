@@ -49,4 +49,5 @@
     X(gen_sampler)                                                                              \
     X(gen_arch)                                                                                 \
     X(tokenizer_sp)                                                                             \
-    X(kserve)
+    X(kserve)                                                                                   \
+    X(http_gen)
