@@ -199,6 +199,7 @@ struct call {
     grpc_status_code status;
     grpc_slice details;
     const char *error_string;
+    bool cancelled; /* the caller's cancel flag cancelled the call */
 };
 
 /* Tags of the batches of one call (each call has its own queue, so they need not be unique
@@ -269,18 +270,29 @@ static int call_setup(struct rtx_client *c, enum rtx__client_method m,
 }
 
 /* Starts a batch and waits for it; returns the event's success flag, or -1 (err set) when
- * the batch could not be started. */
+ * the batch could not be started. cancel (may be NULL): looked at every 50 ms while waiting;
+ * once it is nonzero the call is cancelled (the batch then completes) and k->cancelled set. */
 static int run_batch(struct call *k, const grpc_op *ops, size_t n, int t, const char *path,
-                     struct rtx_client_err *err) {
+                     const volatile int *cancel, struct rtx_client_err *err) {
     grpc_call_error ce = grpc_call_start_batch(k->call, ops, n, tag(t), NULL);
     if (ce != GRPC_CALL_OK) {
         rtx__client_err(err, RTX_CLIENT_EINTERNAL, -1, "%s: gRPC refused a batch (error %d)",
                         path, (int)ce);
         return -1;
     }
-    grpc_event ev = grpc_completion_queue_pluck(k->cq, tag(t),
-                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    return ev.type == GRPC_OP_COMPLETE && ev.success;
+    for (;;) {
+        if (cancel && *cancel && !k->cancelled) {
+            k->cancelled = true;
+            grpc_call_cancel(k->call, NULL);
+        }
+        gpr_timespec until = gpr_inf_future(GPR_CLOCK_REALTIME);
+        if (cancel && !k->cancelled)
+            until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                 gpr_time_from_millis(50, GPR_TIMESPAN));
+        grpc_event ev = grpc_completion_queue_pluck(k->cq, tag(t), until, NULL);
+        if (ev.type == GRPC_OP_COMPLETE) return ev.success;
+        if (ev.type != GRPC_QUEUE_TIMEOUT) return 0;
+    }
 }
 
 /* The error of a finished call from its status (0 when OK). */
@@ -341,7 +353,7 @@ int rtx__client_unary(struct rtx_client *c, enum rtx__client_method m,
     ops[5].data.recv_status_on_client.status = &k.status;
     ops[5].data.recv_status_on_client.status_details = &k.details;
     ops[5].data.recv_status_on_client.error_string = &k.error_string;
-    int ok = run_batch(&k, ops, 6, TAG_START, methods[m].path, err);
+    int ok = run_batch(&k, ops, 6, TAG_START, methods[m].path, NULL, err);
     if (ok < 0) {
         rc = err ? err->code : RTX_CLIENT_EINTERNAL;
     } else if ((rc = status_error(&k, methods[m].path, err)) < 0) {
@@ -361,7 +373,7 @@ int rtx__client_unary(struct rtx_client *c, enum rtx__client_method m,
 
 int rtx__client_stream(struct rtx_client *c, enum rtx__client_method m,
                        const ProtobufCMessage *req, int64_t timeout_ms, rtx__client_stream_cb cb,
-                       void *ctx, struct rtx_client_err *err) {
+                       void *ctx, const volatile int *cancel, struct rtx_client_err *err) {
     struct call k;
     int rc = call_setup(c, m, req, timeout_ms, &k, err);
     if (rc < 0) {
@@ -379,7 +391,7 @@ int rtx__client_stream(struct rtx_client *c, enum rtx__client_method m,
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
     ops[3].data.recv_initial_metadata.recv_initial_metadata = &k.initial_md;
-    int ok = run_batch(&k, ops, 4, TAG_START, path, err);
+    int ok = run_batch(&k, ops, 4, TAG_START, path, cancel, err);
     if (ok < 0) {
         grpc_call_cancel(k.call, NULL);
         call_cleanup(&k);
@@ -391,7 +403,7 @@ int rtx__client_stream(struct rtx_client *c, enum rtx__client_method m,
         memset(ops, 0, sizeof ops);
         ops[0].op = GRPC_OP_RECV_MESSAGE;
         ops[0].data.recv_message.recv_message = &k.recv;
-        ok = run_batch(&k, ops, 1, TAG_MESSAGE, path, err);
+        ok = run_batch(&k, ops, 1, TAG_MESSAGE, path, cancel, err);
         if (ok < 0) {
             cb_rc = err ? err->code : RTX_CLIENT_EINTERNAL;
             break;
@@ -412,9 +424,11 @@ int rtx__client_stream(struct rtx_client *c, enum rtx__client_method m,
     ops[0].data.recv_status_on_client.status_details = &k.details;
     ops[0].data.recv_status_on_client.error_string = &k.error_string;
     struct rtx_client_err status_err;
-    ok = run_batch(&k, ops, 1, TAG_STATUS, path, &status_err);
+    ok = run_batch(&k, ops, 1, TAG_STATUS, path, NULL, &status_err);
     if (cb_rc < 0) {
         rc = cb_rc; /* err already describes it; the status only says "cancelled" */
+    } else if (k.cancelled) {
+        rc = rtx__client_err(err, RTX_CLIENT_ECANCELLED, -1, "%s: cancelled", path);
     } else if (ok < 0) {
         rc = rtx__client_err(err, status_err.code, -1, "%s", status_err.msg);
     } else if ((rc = status_error(&k, path, err)) == 0) {

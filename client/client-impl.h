@@ -57,7 +57,9 @@
     X(MODEL_CONFIG, RTX__CLIENT_INFER_PATH(ModelConfig), model_config_request,                  \
       model_config_response, false)                                                             \
     X(MODEL_STATISTICS, RTX__CLIENT_INFER_PATH(ModelStatistics), model_statistics_request,      \
-      model_statistics_response, false)
+      model_statistics_response, false)                                                         \
+    X(MODEL_STREAM_INFER, RTX__CLIENT_INFER_PATH(ModelStreamInfer), model_infer_request,       \
+      model_stream_infer_response, true)
 
 enum rtx__client_method {
 #define RTX__CLIENT_METHOD_ENUM(name, path, req, resp, stream) RTX__CLIENT_M_##name,
@@ -99,12 +101,14 @@ int rtx__client_unary(struct rtx_client *c, enum rtx__client_method m,
 typedef int (*rtx__client_stream_cb)(void *ctx, ProtobufCMessage *msg,
                                      struct rtx_client_err *err);
 
-/* A server-streaming call with a deadline of timeout_ms (< 0: none); calls cb for every
- * message until the server ends the stream. Returns 0 when the stream ended with status OK,
+/* A server-streaming call (or a bidirectional one given its only request) with a deadline
+ * of timeout_ms (< 0: none); calls cb for every message until the server ends the stream.
+ * cancel (may be NULL) is looked at every 50 ms while waiting: nonzero cancels the call,
+ * which returns RTX_CLIENT_ECANCELLED. Returns 0 when the stream ended with status OK,
  * otherwise an error code with err set. */
 int rtx__client_stream(struct rtx_client *c, enum rtx__client_method m,
                        const ProtobufCMessage *req, int64_t timeout_ms, rtx__client_stream_cb cb,
-                       void *ctx, struct rtx_client_err *err);
+                       void *ctx, const volatile int *cancel, struct rtx_client_err *err);
 
 /* ---- conversions (tensor.c, jobs.c) ---- */
 

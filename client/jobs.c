@@ -338,7 +338,7 @@ int rtx_client_wait_job(struct rtx_client *c, const char *job_id, int64_t timeou
     req.job_id = (char *)job_id;
     struct wait_state w = {.cb = cb, .ctx = ctx, .last = NULL};
     rc = rtx__client_stream(c, RTX__CLIENT_M_WAIT_JOB, &req.base, timeout_ms, wait_message, &w,
-                            err);
+                            NULL, err);
     if (rc == 0 && (!w.last || !rtx_client_job_state_is_terminal(w.last->state)))
         rc = rtx__client_err(err, RTX_CLIENT_EPROTO, -1,
                              "the Wait stream of job %s ended in state %s, not a final state",

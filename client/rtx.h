@@ -1,7 +1,8 @@
 /*
  * rtx.h - librtx, the C client of rtxd: connect to a daemon, build graphs, submit them as
  * jobs, wait for jobs, fetch their outputs, ask the daemon's admin service for its status,
- * devices, health and settings, and list, load, unload and describe its served models.
+ * devices, health and settings, list, load, unload and describe its served models, and
+ * stream text from its generative models.
  *
  * DESIGN
  * librtx speaks the rtx.v1 protocol (proto/rtx/v1/{graph,jobs,admin}.proto) and, for models,
@@ -873,6 +874,64 @@ struct rtx_client_model_info {
 int rtx_client_get_model(struct rtx_client *c, const char *name, int64_t version,
                          struct rtx_client_model_info **out, struct rtx_client_err *err);
 void rtx_client_model_info_free(struct rtx_client_model_info *info); /* NULL is a no-op */
+
+/* ------------------------------------------------------------------------------------------
+ * Text generation (a generative model, over the KServe stream inference.ModelStreamInfer)
+ * ---------------------------------------------------------------------------------------- */
+
+/* Sampling and stopping of rtx_client_generate. Zero-initialized options decode greedily
+ * (temperature 0) with the model's other defaults; set temperature < 0 for the model's own
+ * temperature. */
+struct rtx_client_generate_options {
+    int max_tokens;                     /* tokens to generate; 0: the model's default */
+    double temperature;                 /* 0: greedy; < 0: the model's default; else <= 100 */
+    double top_p;                       /* (0, 1]; 0: the model's default */
+    int top_k;                          /* > 0; 0: the model's default; -1: off */
+    bool has_seed;
+    uint64_t seed;                      /* with has_seed: reproducible sampling */
+    const char *const *stop;            /* n_stop strings that end the text (not included) */
+    int n_stop;                         /* at most 8 */
+    const char *lane;                   /* SLA lane; NULL or "": the daemon's default */
+    int64_t timeout_ms;                 /* deadline of the whole call; 0: none */
+    /* Set to nonzero (from any thread or a signal handler) to cancel: librtx looks at it every
+     * 50 ms, cancels the stream (the daemon frees the sequence) and returns
+     * RTX_CLIENT_ECANCELLED. NULL: not watched. */
+    const volatile int *cancel;
+};
+
+/* Called with each piece of new text as the daemon streams it (UTF-8, whole characters;
+ * not NUL-terminated), on the calling thread. Return 0 to go on, nonzero to cancel the
+ * generation (rtx_client_generate then returns RTX_CLIENT_ECANCELLED). */
+typedef int (*rtx_client_text_cb)(void *ctx, const char *text, size_t len);
+
+/* What a generation produced. Caller-owned; rtx_client_generate fills it (also as far as it
+ * got when it fails or is cancelled); release the text with rtx_client_generate_result_clear. */
+struct rtx_client_generate_result {
+    char *text;                         /* everything generated, NUL-terminated (malloc) */
+    size_t len;                         /* bytes of text */
+    char finish_reason[16];             /* "stop" (EOS or a stop string), "length"; "" when
+                                           the generation did not finish */
+    int prompt_tokens;
+    int completion_tokens;
+    int cached_tokens;                  /* prompt tokens served from the prefix cache */
+    int chunks;                         /* responses with new text */
+    char request_id[RTX_CLIENT_REQUEST_ID_MAX]; /* the call's x-request-id */
+};
+/* Frees res->text and zeroes res; NULL is a no-op. */
+void rtx_client_generate_result_clear(struct rtx_client_generate_result *res);
+
+/* Generates text from `prompt` with the generative model `model` (its newest ready version):
+ * streams the new text to on_text (may be NULL) as it comes and fills *res (may be NULL).
+ * opt may be NULL (greedy, the model's defaults). Returns 0 when the generation finished;
+ * RTX_CLIENT_EINVAL for a bad option or a request the daemon refuses (the message names the
+ * field: a temperature out of range, a prompt longer than the model's context, a model that
+ * is not generative); RTX_CLIENT_ENOTFOUND for an unknown model; RTX_CLIENT_ERESOURCE when
+ * the lane cannot take it now (retry later); RTX_CLIENT_ECANCELLED when on_text or
+ * opt->cancel cancelled it; RTX_CLIENT_ETIMEDOUT past opt->timeout_ms; or another code. */
+int rtx_client_generate(struct rtx_client *c, const char *model, const char *prompt,
+                        const struct rtx_client_generate_options *opt, rtx_client_text_cb on_text,
+                        void *ctx, struct rtx_client_generate_result *res,
+                        struct rtx_client_err *err);
 
 #ifdef __cplusplus
 }

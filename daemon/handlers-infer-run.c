@@ -32,20 +32,16 @@
 #include "daemon/handlers-infer-impl.h"
 #include "daemon/log.h"
 
-/* The parameter entries of every message share one layout. */
-typedef Inference__ModelInferRequest__ParametersEntry param_entry;
-
-static const Inference__InferParameter *param_find(size_t n, void *entries, const char *key) {
-    param_entry **e = entries;
+const Inference__InferParameter *rtx__infer_param_find(size_t n, void *entries,
+                                                       const char *key) {
+    Inference__ModelInferRequest__ParametersEntry **e = entries; /* one layout for all */
     for (size_t i = 0; i < n; i++)
         if (e[i]->key && strcmp(e[i]->key, key) == 0 && e[i]->value) return e[i]->value;
     return NULL;
 }
-#define PARAM(msg, key) param_find((msg)->n_parameters, (void *)(msg)->parameters, key)
 
-/* An integer parameter (int64 or uint64); RTX_EINVAL naming `what` for another type. */
-static int param_int(const Inference__InferParameter *p, const char *what, int64_t *out,
-                     struct rtx_err *err) {
+int rtx__infer_param_int(const Inference__InferParameter *p, const char *what, int64_t *out,
+                         struct rtx_err *err) {
     switch (p->parameter_choice_case) {
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM: *out = p->int64_param; return 0;
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM:
@@ -57,25 +53,19 @@ static int param_int(const Inference__InferParameter *p, const char *what, int64
     return rtx_err_set(err, RTX_EINVAL, "%s must be an integer parameter (int64_param)", what);
 }
 
-static int param_bool(const Inference__InferParameter *p, const char *what, bool *out,
-                      struct rtx_err *err) {
+int rtx__infer_param_bool(const Inference__InferParameter *p, const char *what, bool *out,
+                          struct rtx_err *err) {
     if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
         return rtx_err_set(err, RTX_EINVAL, "%s must be a bool parameter (bool_param)", what);
     *out = p->bool_param;
     return 0;
 }
 
-/* A shared-memory reference in a tensor's parameters: found (1), absent (0) or an error. */
-struct shm_param {
-    const char *region;
-    int64_t offset, byte_size; /* bytes */
-};
-
-static int shm_param_get(size_t n, void *entries, const char *kind, const char *name,
+int rtx__infer_shm_param(size_t n, void *entries, const char *kind, const char *name,
                          struct shm_param *out, struct rtx_err *err) {
-    const Inference__InferParameter *r = param_find(n, entries, "shared_memory_region");
-    const Inference__InferParameter *sz = param_find(n, entries, "shared_memory_byte_size");
-    const Inference__InferParameter *off = param_find(n, entries, "shared_memory_offset");
+    const Inference__InferParameter *r = rtx__infer_param_find(n, entries, "shared_memory_region");
+    const Inference__InferParameter *sz = rtx__infer_param_find(n, entries, "shared_memory_byte_size");
+    const Inference__InferParameter *off = rtx__infer_param_find(n, entries, "shared_memory_offset");
     *out = (struct shm_param){0};
     if (!r) {
         if (sz || off)
@@ -97,15 +87,27 @@ static int shm_param_get(size_t n, void *entries, const char *kind, const char *
                            kind, name);
     char what[200];
     snprintf(what, sizeof what, "%s '%s': shared_memory_byte_size", kind, name);
-    if (param_int(sz, what, &out->byte_size, err) != 0) return err->code;
+    if (rtx__infer_param_int(sz, what, &out->byte_size, err) != 0) return err->code;
     if (off) {
         snprintf(what, sizeof what, "%s '%s': shared_memory_offset", kind, name);
-        if (param_int(off, what, &out->offset, err) != 0) return err->code;
+        if (rtx__infer_param_int(off, what, &out->offset, err) != 0) return err->code;
     }
     if (out->byte_size < 0 || out->offset < 0)
         return rtx_err_set(err, RTX_EINVAL, "%s '%s': negative shared-memory offset or size", kind,
                            name);
     return 1;
+}
+
+const ProtobufCBinaryData *rtx__infer_raw_input(const Inference__ModelInferRequest *rq,
+                                                size_t *raw_next, const char *name,
+                                                struct rtx_err *err) {
+    size_t k = (*raw_next)++;
+    if (k < rq->n_raw_input_contents) return &rq->raw_input_contents[k];
+    rtx_err_set(err, RTX_EINVAL,
+                "input '%s': no data: give it in raw_input_contents, in typed contents or in a "
+                "shared-memory region",
+                name);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -132,6 +134,7 @@ struct infer_ctx {
     const char *out_names[RTX_MODEL_MAX_IO];
     struct out_spec out[RTX_MODEL_MAX_IO];
     bool typed_default; /* request parameter binary_data_output = false */
+    bool generative;    /* handed to a generative model: infer_done will not run */
     /* the call: exactly one of these */
     struct rtx_server_async *call;
     struct rtx_server_bidi *stream;
@@ -240,6 +243,11 @@ static int decode_input(struct infer_ctx *c, int i, size_t *raw_next, struct rtx
     const char *name = x->name;
     if (!name[0]) return rtx_err_set(err, RTX_EINVAL, "input %d has no name", i);
     enum rtx_dtype dt;
+    if (strcmp(x->datatype, "BYTES") == 0)
+        return rtx_err_set(err, RTX_EINVAL,
+                           "input '%s': datatype BYTES, but model '%s' is a graph model, whose "
+                           "inputs are numeric tensors (BYTES inputs are for generative models)",
+                           name, rtx_model_info(c->model)->name);
     if (rtx_kserve_dtype_from_name(x->datatype, &dt, err) != 0) {
         rtx_err_prefix(err, "input '%s'", name);
         return err->code = RTX_EINVAL; /* a bad request, whichever datatype it names */
@@ -263,7 +271,7 @@ static int decode_input(struct infer_ctx *c, int i, size_t *raw_next, struct rtx
 #define SHAPE rtx_shape_str(dt, ndim, x->shape, shape, sizeof shape)
 
     struct shm_param sp;
-    int has_shm = shm_param_get(x->n_parameters, x->parameters, "input", name, &sp, err);
+    int has_shm = rtx__infer_shm_param(x->n_parameters, x->parameters, "input", name, &sp, err);
     if (has_shm < 0) return has_shm;
     bool typed = x->contents != NULL;
     struct rtx_tensor *t = NULL;
@@ -305,13 +313,9 @@ static int decode_input(struct infer_ctx *c, int i, size_t *raw_next, struct rtx
             return err->code;
         }
     } else {
-        size_t k = (*raw_next)++;
-        if (k >= rq->n_raw_input_contents)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "input '%s': no data: give it in raw_input_contents, in typed "
-                               "contents or in a shared-memory region",
-                               name);
-        const ProtobufCBinaryData *raw = &rq->raw_input_contents[k];
+        const ProtobufCBinaryData *raw = rtx__infer_raw_input(rq, raw_next, name, err);
+        if (!raw) return err->code;
+        size_t k = *raw_next - 1;
         if (raw->len != bytes)
             return rtx_err_set(err, RTX_EINVAL,
                                "input '%s': raw_input_contents[%zu] holds %zu bytes, but %s "
@@ -332,19 +336,19 @@ static int decode_output(struct infer_ctx *c, int i, struct rtx_err *err) {
     c->out_names[i] = o->name;
     struct out_spec *sp = &c->out[i];
     sp->typed = c->typed_default;
-    const Inference__InferParameter *bd = PARAM(o, "binary_data");
+    const Inference__InferParameter *bd = RTX__INFER_PARAM(o, "binary_data");
     if (bd) {
         bool binary = true;
         char what[200];
         snprintf(what, sizeof what, "output '%s': binary_data", o->name);
-        if (param_bool(bd, what, &binary, err) != 0) return err->code;
+        if (rtx__infer_param_bool(bd, what, &binary, err) != 0) return err->code;
         sp->typed = !binary;
     }
-    if (PARAM(o, "classification"))
+    if (RTX__INFER_PARAM(o, "classification"))
         return rtx_err_set(err, RTX_EINVAL,
                            "output '%s': the classification extension is not supported by rtxd",
                            o->name);
-    int has = shm_param_get(o->n_parameters, o->parameters, "output", o->name, &sp->shm, err);
+    int has = rtx__infer_shm_param(o->n_parameters, o->parameters, "output", o->name, &sp->shm, err);
     if (has < 0) return has;
     if (has) {
         if (!c->d->shm) return rtx_err_set(err, RTX_EUNAVAILABLE, "no shared-memory registry");
@@ -510,25 +514,46 @@ static void answer_stream(struct rtx_server_bidi *st, Inference__ModelInferRespo
 }
 
 static void answer_error(struct infer_ctx *c, const struct rtx_err *err) {
-    const char *msg = err->msg[0] ? err->msg : rtx_strerror(err->code);
     if (c->call) {
         struct rtx_server_reply rep = {.code = GRPC_STATUS_OK};
         rtx_server_reply_err(&rep, err);
         rtx_server_async_finish(c->call, &rep);
         return;
     }
-    /* On a stream the error names the request, and infer_response carries its id and model
-     * so that a client can match the error to its request. */
+    rtx__infer_stream_error(c->stream, c->req->model_name, c->req->model_version, c->req->id,
+                            err, false);
+}
+
+void rtx__infer_stream_error(struct rtx_server_bidi *st, const char *model, const char *version,
+                             const char *id, const struct rtx_err *err, bool decoupled) {
+    const char *msg = err->msg[0] ? err->msg : rtx_strerror(err->code);
     Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
-    r.model_name = c->req->model_name;
-    r.model_version = c->req->model_version;
-    r.id = c->req->id;
+    r.model_name = (char *)model;
+    r.model_version = (char *)version;
+    r.id = (char *)id;
+    /* grpc_status: the status the error would have ended a unary call with */
+    Inference__InferParameter v[2] = {INFERENCE__INFER_PARAMETER__INIT,
+                                      INFERENCE__INFER_PARAMETER__INIT};
+    Inference__ModelInferResponse__ParametersEntry e[2] = {
+        INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT,
+        INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT};
+    Inference__ModelInferResponse__ParametersEntry *entries[2] = {&e[0], &e[1]};
+    v[0].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    v[0].int64_param = rtx_server_status_from_err(err->code);
+    e[0].key = (char *)"grpc_status";
+    e[0].value = &v[0];
+    v[1].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    v[1].bool_param = true;
+    e[1].key = (char *)"triton_final_response";
+    e[1].value = &v[1];
+    r.n_parameters = decoupled ? 2 : 1;
+    r.parameters = entries;
     char buf[sizeof err->msg + 160];
-    if (c->req->id[0]) {
-        snprintf(buf, sizeof buf, "request '%.128s': %s", c->req->id, msg);
+    if (id && id[0]) {
+        snprintf(buf, sizeof buf, "request '%.128s': %s", id, msg);
         msg = buf;
     }
-    answer_stream(c->stream, &r, msg, 0);
+    answer_stream(st, &r, msg, 0);
 }
 
 /* The core's completion (a worker thread). */
@@ -557,8 +582,9 @@ static void infer_done(void *ctx, const struct rtx_infer_result *res) {
     ctx_unref(c);
 }
 
-/* Decodes the request, checks it and queues it. Returns 0 (the completion will answer) or an
- * error in err (nothing queued; the caller answers). c->req is set. */
+/* Decodes the request, checks it and queues it (or starts it on a generative model, then
+ * c->generative). Returns 0 (the completion will answer) or an error in err (nothing queued;
+ * the caller answers). c->req is set. */
 static int infer_start(struct infer_ctx *c, const volatile int *cancel, int64_t deadline_ns,
                        struct rtx_err *err) {
     Inference__ModelInferRequest *rq = c->req;
@@ -577,17 +603,17 @@ static int infer_start(struct infer_ctx *c, const volatile int *cancel, int64_t 
                            rq->n_inputs, rq->n_outputs, RTX_MODEL_MAX_IO);
 
     int priority = 0;
-    const Inference__InferParameter *p = PARAM(rq, "priority");
+    const Inference__InferParameter *p = RTX__INFER_PARAM(rq, "priority");
     if (p) {
         int64_t v = 0;
-        if (param_int(p, "parameter 'priority'", &v, err) != 0) return err->code;
+        if (rtx__infer_param_int(p, "parameter 'priority'", &v, err) != 0) return err->code;
         if (v < 0 || v > INT32_MAX)
             return rtx_err_set(err, RTX_EINVAL, "parameter 'priority' %" PRId64 " is out of range",
                                v);
         priority = (int)v;
     }
     const char *lane = NULL;
-    p = PARAM(rq, "lane");
+    p = RTX__INFER_PARAM(rq, "lane");
     if (p) {
         if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM ||
             !p->string_param || !p->string_param[0])
@@ -595,10 +621,11 @@ static int infer_start(struct infer_ctx *c, const volatile int *cancel, int64_t 
                                "parameter 'lane' must name a lane (a non-empty string_param)");
         lane = p->string_param;
     }
-    p = PARAM(rq, "timeout");
+    p = RTX__INFER_PARAM(rq, "timeout");
     if (p) {
         int64_t us = 0;
-        if (param_int(p, "parameter 'timeout' (microseconds)", &us, err) != 0) return err->code;
+        if (rtx__infer_param_int(p, "parameter 'timeout' (microseconds)", &us, err) != 0)
+            return err->code;
         if (us < 0)
             return rtx_err_set(err, RTX_EINVAL, "parameter 'timeout' is negative (%" PRId64 ")",
                                us);
@@ -607,11 +634,21 @@ static int infer_start(struct infer_ctx *c, const volatile int *cancel, int64_t 
             if (deadline_ns == 0 || t < deadline_ns) deadline_ns = t;
         }
     }
-    p = PARAM(rq, "binary_data_output");
+    p = RTX__INFER_PARAM(rq, "binary_data_output");
     if (p) {
         bool binary = true;
-        if (param_bool(p, "parameter 'binary_data_output'", &binary, err) != 0) return err->code;
+        if (rtx__infer_param_bool(p, "parameter 'binary_data_output'", &binary, err) != 0)
+            return err->code;
         c->typed_default = !binary;
+    }
+    if (rtx_model_generator(c->model)) {
+        struct rtx_infer_opts o = {.lane = lane, .priority = priority, .deadline_ns = deadline_ns};
+        int rc = rtx__infer_gen_start(d, rq, c->model, &o, c->call, c->stream, err);
+        if (rc == 0) {
+            c->model = NULL; /* taken over by the generation */
+            c->generative = true;
+        }
+        return rc;
     }
 
     size_t raw_next = 0;
@@ -689,11 +726,9 @@ void rtx__infer_model_infer(struct rtx_daemon *d, const uint8_t *req, size_t len
     int rc = infer_start(c, rtx_server_async_cancel_flag(call), rtx_server_async_deadline_ns(call),
                          &err);
     drop_inputs(c);
-    if (rc != 0) {
-        answer_error(c, &err);
-        ctx_unref(c); /* the completion's: it will not run */
-    }
-    ctx_unref(c); /* the handler's */
+    if (rc != 0) answer_error(c, &err);
+    if (rc != 0 || c->generative) ctx_unref(c); /* the completion's: it will not run */
+    ctx_unref(c);                               /* the handler's */
 }
 
 void rtx__infer_model_stream_infer(struct rtx_daemon *d, const uint8_t *req, size_t len,
@@ -708,9 +743,7 @@ void rtx__infer_model_stream_infer(struct rtx_daemon *d, const uint8_t *req, siz
     int rc =
         infer_start(c, rtx_server_bidi_cancel_flag(st), rtx_server_bidi_deadline_ns(st), &err);
     drop_inputs(c);
-    if (rc != 0) {
-        answer_error(c, &err);
-        ctx_unref(c); /* the completion's: it will not run */
-    }
-    ctx_unref(c); /* the handler's */
+    if (rc != 0) answer_error(c, &err);
+    if (rc != 0 || c->generative) ctx_unref(c); /* the completion's: it will not run */
+    ctx_unref(c);                               /* the handler's */
 }

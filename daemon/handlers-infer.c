@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "daemon/handlers-infer-impl.h"
+#include "daemon/kserve.h"
 #include "daemon/log.h"
 
 #define SERVER_NAME "rtxd"
@@ -205,7 +206,7 @@ tensor_metadata(struct arena *a, const struct rtx_model_info *info, bool inputs)
         if (!t || !shape) return p;
         inference__model_metadata_response__tensor_metadata__init(t);
         t->name = (char *)io[i].name;
-        t->datatype = (char *)rtx_kserve_dtype_name(io[i].dtype);
+        t->datatype = (char *)rtx__kserve_io_datatype(&io[i]);
         size_t k = 0;
         if (info->max_batch_size > 0) shape[k++] = -1;
         for (int j = 0; j < io[i].ndim; j++)
@@ -245,8 +246,9 @@ void rtx__infer_model_metadata(struct rtx_daemon *d, const uint8_t *req, size_t 
  * Model configuration and statistics
  * ---------------------------------------------------------------------------------------- */
 
-static Inference__DataType config_dtype(enum rtx_dtype dt) {
-    switch (dt) {
+static Inference__DataType config_dtype(const struct rtx_model_io *io) {
+    if (io->bytes) return INFERENCE__DATA_TYPE__TYPE_STRING;
+    switch (io->dtype) {
     case RTX_F32: return INFERENCE__DATA_TYPE__TYPE_FP32;
     case RTX_F16: return INFERENCE__DATA_TYPE__TYPE_FP16;
     case RTX_BF16: return INFERENCE__DATA_TYPE__TYPE_BF16;
@@ -280,7 +282,7 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
         if (!x) break;
         inference__model_input__init(x);
         x->name = (char *)info->inputs[i].name;
-        x->data_type = config_dtype(info->inputs[i].dtype);
+        x->data_type = config_dtype(&info->inputs[i]);
         x->n_dims = (size_t)info->inputs[i].ndim;
         x->dims = (int64_t *)info->inputs[i].dims;
         x->optional = info->inputs[i].optional;
@@ -295,7 +297,7 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
         if (!x) break;
         inference__model_output__init(x);
         x->name = (char *)info->outputs[i].name;
-        x->data_type = config_dtype(info->outputs[i].dtype);
+        x->data_type = config_dtype(&info->outputs[i]);
         x->n_dims = (size_t)info->outputs[i].ndim;
         x->dims = (int64_t *)info->outputs[i].dims;
         outs[i] = x;
@@ -310,6 +312,11 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
         db.max_queue_delay_microseconds = (uint64_t)info->max_queue_delay_us;
         cfg.scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_DYNAMIC_BATCHING;
         cfg.dynamic_batching = &db;
+    }
+    Inference__ModelTransactionPolicy policy = INFERENCE__MODEL_TRANSACTION_POLICY__INIT;
+    if (info->decoupled) {
+        policy.decoupled = true;
+        cfg.model_transaction_policy = &policy;
     }
     Inference__ModelInstanceGroup group = INFERENCE__MODEL_INSTANCE_GROUP__INIT;
     Inference__ModelInstanceGroup *groups[1] = {&group};

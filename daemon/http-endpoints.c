@@ -26,7 +26,7 @@ static json_t *io_json(const struct rtx_model_io *io, int max_batch_size) {
     for (int d = 0; d < io->ndim; d++)
         json_array_append_new(shape, json_integer(io->dims[d]));
     return json_pack("{s:s,s:s,s:o}", "name", io->name, "datatype",
-                     rtx_kserve_dtype_name(io->dtype), "shape", shape);
+                     rtx__kserve_io_datatype(io), "shape", shape);
 }
 
 static json_t *duration_json(const struct rtx_stat_duration *d) {
@@ -224,6 +224,18 @@ static void post_infer(struct rtx_http *h, h2o_req_t *req, const char *name, int
         rtx__http_respond_err(req, &err);
         return;
     }
+    bool generative = rtx_model_generator(m) != NULL;
+    for (int i = 0; !generative && i < q->n_inputs; i++)
+        if (q->bytes[i].s) {
+            rtx__http_respond_errf(req, 400,
+                                   "input '%s': datatype BYTES, but model '%s' is a graph "
+                                   "model, whose inputs are numeric tensors (BYTES inputs are "
+                                   "for generative models)",
+                                   q->inputs[i].name, rtx_model_info(m)->name);
+            rtx_model_unref(m);
+            rtx__http_infer_free(q);
+            return;
+        }
     struct pending *p = rtx__http_pending_new(h, req, PENDING_INFER);
     if (!p) {
         rtx_model_unref(m);
@@ -235,6 +247,16 @@ static void post_infer(struct rtx_http *h, h2o_req_t *req, const char *name, int
     p->conn = rtx__http_conn_of(h, req);
     if (p->conn && !uv_is_active((uv_handle_t *)&h->watch_timer))
         uv_timer_start(&h->watch_timer, rtx__http_on_watch, WATCH_MS, WATCH_MS);
+    int64_t deadline_ns = q->timeout_us > 0 ? rtx_mono_ns() + q->timeout_us * 1000 : 0;
+    if (generative) {
+        if (rtx__http_infer_gen(p, m, deadline_ns, &err) != 0) {
+            rtx_model_unref(m);
+            rtx__http_pending_error(p, rtx__http_status_from_err(err.code),
+                                    err.msg[0] ? err.msg : rtx_strerror(err.code));
+            rtx__http_pending_finish(p);
+        }
+        return;
+    }
     struct rtx_infer_request r = {
         .model = m,
         .id = q->id,
@@ -242,7 +264,7 @@ static void post_infer(struct rtx_http *h, h2o_req_t *req, const char *name, int
         .inputs = q->inputs,
         .n_outputs = q->n_outputs,
         .outputs = q->output_names,
-        .deadline_ns = q->timeout_us > 0 ? rtx_mono_ns() + q->timeout_us * 1000 : 0,
+        .deadline_ns = deadline_ns,
         .priority = q->priority,
         .lane = q->lane,
         .cancel = &p->cancel,
@@ -494,8 +516,7 @@ static bool seg_is(const struct route *r, int i, const char *s) {
     return i < r->n && strcmp(r->seg[i], s) == 0;
 }
 
-/* Whether the method is `want`; else answers 405 and returns false. */
-static bool method_is(h2o_req_t *req, const char *want) {
+bool rtx__http_method_is(h2o_req_t *req, const char *want) {
     size_t n = strlen(want);
     if (req->method.len == n && memcmp(req->method.base, want, n) == 0) return true;
     if (strcmp(want, "GET") == 0 && h2o_memis(req->method.base, req->method.len,
@@ -535,19 +556,22 @@ static void route_model(struct rtx_http *h, h2o_req_t *req, const struct route *
         at = 5;
     }
     if (r->n == at) {
-        if (method_is(req, "GET")) get_model_metadata(h, req, name, version);
+        if (rtx__http_method_is(req, "GET")) get_model_metadata(h, req, name, version);
         return;
     }
     if (r->n != at + 1) return not_found(req);
     const char *action = r->seg[at];
     if (strcmp(action, "ready") == 0) {
-        if (method_is(req, "GET")) get_model_ready(h, req, name, version);
+        if (rtx__http_method_is(req, "GET")) get_model_ready(h, req, name, version);
     } else if (strcmp(action, "config") == 0) {
-        if (method_is(req, "GET")) get_model_config(h, req, name, version);
+        if (rtx__http_method_is(req, "GET")) get_model_config(h, req, name, version);
     } else if (strcmp(action, "stats") == 0) {
-        if (method_is(req, "GET")) get_model_stats(h, req, name, version);
+        if (rtx__http_method_is(req, "GET")) get_model_stats(h, req, name, version);
     } else if (strcmp(action, "infer") == 0) {
-        if (method_is(req, "POST")) post_infer(h, req, name, version);
+        if (rtx__http_method_is(req, "POST")) post_infer(h, req, name, version);
+    } else if (strcmp(action, "generate") == 0 || strcmp(action, "generate_stream") == 0) {
+        if (rtx__http_method_is(req, "POST"))
+            rtx__http_post_generate(h, req, name, version, strcmp(action, "generate") != 0);
     } else {
         not_found(req);
     }
@@ -555,17 +579,17 @@ static void route_model(struct rtx_http *h, h2o_req_t *req, const struct route *
 
 static void route_shm(struct rtx_http *h, h2o_req_t *req, const struct route *r) {
     if (r->n == 3 && seg_is(r, 2, "status")) {
-        if (method_is(req, "GET")) get_shm_status(h, req, NULL);
+        if (rtx__http_method_is(req, "GET")) get_shm_status(h, req, NULL);
     } else if (r->n == 3 && seg_is(r, 2, "unregister")) {
-        if (method_is(req, "POST")) post_shm_unregister(h, req, NULL);
+        if (rtx__http_method_is(req, "POST")) post_shm_unregister(h, req, NULL);
     } else if (r->n == 5 && seg_is(r, 2, "region")) {
         const char *region = r->seg[3];
         if (seg_is(r, 4, "status")) {
-            if (method_is(req, "GET")) get_shm_status(h, req, region);
+            if (rtx__http_method_is(req, "GET")) get_shm_status(h, req, region);
         } else if (seg_is(r, 4, "register")) {
-            if (method_is(req, "POST")) post_shm_register(h, req, region);
+            if (rtx__http_method_is(req, "POST")) post_shm_register(h, req, region);
         } else if (seg_is(r, 4, "unregister")) {
-            if (method_is(req, "POST")) post_shm_unregister(h, req, region);
+            if (rtx__http_method_is(req, "POST")) post_shm_unregister(h, req, region);
         } else {
             not_found(req);
         }
@@ -582,7 +606,14 @@ int rtx__http_on_req(h2o_handler_t *self, h2o_req_t *req) {
         return 0;
     }
     if (r.n == 1 && seg_is(&r, 0, "metrics")) {
-        if (method_is(req, "GET")) get_metrics(h, req);
+        if (rtx__http_method_is(req, "GET")) get_metrics(h, req);
+        return 0;
+    }
+    if (seg_is(&r, 0, "v1")) {
+        const char *seg[MAX_SEGMENTS];
+        for (int i = 1; i < r.n; i++)
+            seg[i - 1] = r.seg[i];
+        rtx__http_route_openai(h, req, r.n - 1, seg);
         return 0;
     }
     if (!seg_is(&r, 0, "v2")) {
@@ -590,11 +621,11 @@ int rtx__http_on_req(h2o_handler_t *self, h2o_req_t *req) {
         return 0;
     }
     if (r.n == 1) {
-        if (method_is(req, "GET")) get_server_metadata(req);
+        if (rtx__http_method_is(req, "GET")) get_server_metadata(req);
     } else if (r.n == 3 && seg_is(&r, 1, "health") && seg_is(&r, 2, "live")) {
-        if (method_is(req, "GET")) rtx__http_respond(req, 200, NULL, NULL, 0, -1);
+        if (rtx__http_method_is(req, "GET")) rtx__http_respond(req, 200, NULL, NULL, 0, -1);
     } else if (r.n == 3 && seg_is(&r, 1, "health") && seg_is(&r, 2, "ready")) {
-        if (!method_is(req, "GET")) return 0;
+        if (!rtx__http_method_is(req, "GET")) return 0;
         if (server_ready(h->d))
             rtx__http_respond(req, 200, NULL, NULL, 0, -1);
         else
@@ -604,14 +635,14 @@ int rtx__http_on_req(h2o_handler_t *self, h2o_req_t *req) {
                                         : "rtxd is not ready: a model loaded at start is not "
                                           "READY (see POST /v2/repository/index)");
     } else if (r.n == 3 && seg_is(&r, 1, "models") && seg_is(&r, 2, "stats")) {
-        if (method_is(req, "GET")) get_model_stats(h, req, NULL, 0);
+        if (rtx__http_method_is(req, "GET")) get_model_stats(h, req, NULL, 0);
     } else if (r.n >= 3 && seg_is(&r, 1, "models")) {
         route_model(h, req, &r);
     } else if (r.n == 3 && seg_is(&r, 1, "repository") && seg_is(&r, 2, "index")) {
-        if (method_is(req, "POST")) post_repository_index(h, req);
+        if (rtx__http_method_is(req, "POST")) post_repository_index(h, req);
     } else if (r.n == 5 && seg_is(&r, 1, "repository") && seg_is(&r, 2, "models") &&
                (seg_is(&r, 4, "load") || seg_is(&r, 4, "unload"))) {
-        if (method_is(req, "POST")) post_repository_model(h, req, r.seg[3], seg_is(&r, 4, "load"));
+        if (rtx__http_method_is(req, "POST")) post_repository_model(h, req, r.seg[3], seg_is(&r, 4, "load"));
     } else if (seg_is(&r, 1, "systemsharedmemory")) {
         route_shm(h, req, &r);
     } else if (seg_is(&r, 1, "cudasharedmemory")) {

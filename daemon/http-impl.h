@@ -23,9 +23,11 @@
 
 enum phase { PHASE_RUNNING, PHASE_DRAINING, PHASE_CLOSING, PHASE_DONE };
 
-enum pending_kind { PENDING_INFER, PENDING_LOAD, PENDING_UNLOAD };
+enum pending_kind { PENDING_INFER, PENDING_LOAD, PENDING_UNLOAD, PENDING_GEN };
 
 struct rtx_http;
+struct rtx__http_gen;     /* http-stream.c: a generation in flight */
+struct rtx_http_gen_req; /* http-gen-impl.h */
 
 /* Lives in the h2o request's pool; dispose runs when h2o frees the request. */
 struct req_link {
@@ -42,6 +44,10 @@ struct pending {
     struct conn *conn;           /* HTTP/1 inference: its connection, until that closes */
     volatile int cancel;
     struct rtx_http_infer *q; /* PENDING_INFER; freed by the completion */
+    struct rtx_kserve_gen *kgen; /* PENDING_INFER on a generative model (the caller's
+                                    reference): q is kept to the end */
+    const struct rtx_model_info *kgen_model; /* valid while kgen holds its model */
+    struct rtx__http_gen *gen; /* PENDING_GEN: answers itself (streamed or whole) */
     uv_work_t work;           /* PENDING_LOAD, PENDING_UNLOAD */
     char *model, *config_json;
     struct rtx_err err;
@@ -83,6 +89,7 @@ struct rtx_http {
     pthread_mutex_t mu; /* guards the fields up to finished */
     pthread_cond_t finished_cv;
     struct pending *done_head, *done_tail;
+    struct rtx__http_gen *gen_ready; /* generations with news for the loop (http-stream.c) */
     bool stop_requested;
     int grace_ms;
     bool wake_closed;
@@ -120,6 +127,9 @@ struct pending *rtx__http_pending_new(struct rtx_http *h, h2o_req_t *req, enum p
 void rtx__http_pending_finish(struct pending *p);
 /* Sets p's answer to an error. */
 void rtx__http_pending_error(struct pending *p, int status, const char *msg);
+/* Loop thread: raises p's cancel flag (its client went away, or shutdown is true: the server's
+ * grace ran out) and cancels a generation's engine requests at once. */
+void rtx__http_pending_cancel(struct pending *p, bool shutdown);
 /* The connection of an HTTP/1 request, by the peer address; NULL when not found. */
 struct conn *rtx__http_conn_of(struct rtx_http *h, h2o_req_t *req);
 /* The watch timer's callback: raises the cancel flag of HTTP/1 inferences whose client closed
@@ -128,12 +138,54 @@ void rtx__http_on_watch(uv_timer_t *t);
 /* The serving core's completion of an inference (a worker thread): renders the answer and
  * queues the pending for the loop. */
 void rtx__http_on_infer_done(void *ctx, const struct rtx_infer_result *res);
+/* Any thread: queues p, its answer set, for the loop to finish. */
+void rtx__http_pending_done(struct pending *p);
+/* Loop thread: the client of p went away (or, shutdown, the grace is over): raises its
+ * cancel flag and cancels its generation at once. */
+void rtx__http_pending_cancel(struct pending *p, bool shutdown);
+
+/* --- generative models (http-infer-gen.c) --- */
+
+/* Starts inference request p->q on generative model m: one answer with the whole text,
+ * rendered on the engine's thread when the generation ends. On 0 the generation took over
+ * the model reference and will complete p (rtx__http_pending_done); on error the caller
+ * keeps both and answers. Loop thread. */
+int rtx__http_infer_gen(struct pending *p, struct rtx_model *m, int64_t deadline_ns,
+                        struct rtx_err *err);
 /* Loop thread: moves the shutdown on when what it waits for is done. */
 void rtx__http_check_progress(struct rtx_http *h);
+
+/* --- generation (http-stream.c, http-openai.c) --- */
+
+/* Starts generating q (taken) on model m (the caller's reference, taken) for req: submits one
+ * engine request per prompt and answers when they end (a whole answer) or as they go (an
+ * event stream); an error before anything was sent is answered in q's API shape. lane: the
+ * x-rtx-lane header (NULL: none); q->lane, the body's, wins. Loop thread. */
+void rtx__http_gen_start(struct rtx_http *h, h2o_req_t *req, struct rtx_model *m,
+                         struct rtx_http_gen_req *q, const char *lane);
+/* Loop thread: cancels g's engine requests (the client went away, or shutdown: the error
+ * event then says that the server is shutting down) and has the loop look at g again. */
+void rtx__http_gen_cancel(struct rtx__http_gen *g, bool shutdown);
+/* Loop thread (on_wake): takes the generations with news and moves each on. */
+void rtx__http_gen_drain(struct rtx_http *h);
+/* Answers an error in api's shape (OpenAI's or Triton's generate). */
+void rtx__http_gen_respond_error(h2o_req_t *req, int api, int status, const char *msg,
+                                 const char *param);
 
 /* --- endpoints and routing (http-endpoints.c) --- */
 
 /* h2o's handler for every request: routes on the normalized path. */
 int rtx__http_on_req(h2o_handler_t *self, h2o_req_t *req);
+/* Whether the method is `want` (GET also takes HEAD); else answers 405 and returns false. */
+bool rtx__http_method_is(h2o_req_t *req, const char *want);
+
+/* --- OpenAI and Triton generate endpoints (http-openai.c) --- */
+
+/* /v1/...: completions, chat/completions, models, models/{id}. seg: the path's segments
+ * after "v1" (n of them). */
+void rtx__http_route_openai(struct rtx_http *h, h2o_req_t *req, int n, const char *const *seg);
+/* POST /v2/models/{m}[/versions/{v}]/generate or /generate_stream. */
+void rtx__http_post_generate(struct rtx_http *h, h2o_req_t *req, const char *name,
+                             int64_t version, bool stream);
 
 #endif /* RTX_DAEMON_HTTP_IMPL_H */

@@ -84,6 +84,9 @@ void rtx__http_infer_free(struct rtx_http_infer *q) {
         rtx_tensor_unref(q->inputs[i].tensor);
     }
     rtx_free(q->inputs);
+    for (int i = 0; q->bytes && i < q->n_inputs; i++)
+        rtx__http_bytes_free(&q->bytes[i]);
+    rtx_free(q->bytes);
     for (int i = 0; i < q->n_outputs; i++) {
         rtx_free(q->outputs[i].name);
         rtx_free(q->outputs[i].shm_region);
@@ -93,6 +96,7 @@ void rtx__http_infer_free(struct rtx_http_infer *q) {
     rtx_free(q->output_names);
     rtx_free(q->id);
     rtx_free(q->lane);
+    json_decref(q->params);
     rtx_free(q);
 }
 
@@ -258,10 +262,11 @@ static const char *dims_str(int ndim, const int64_t *dims, char *buf, size_t cap
     return buf;
 }
 
-/* Decodes inputs[idx]; *bin_at is the next unread byte of the binary part. */
+/* Decodes inputs[idx] (a BYTES one into *bout); *bin_at is the next unread byte of the
+ * binary part. */
 static int parse_input(json_t *in, int idx, const char *bin, size_t bin_len, size_t *bin_at,
                        bool have_binary, struct rtx_shm *shm, struct rtx_infer_input *out,
-                       struct rtx_err *err) {
+                       struct rtx_http_bytes *bout, struct rtx_err *err) {
     char what[160];
     if (!json_is_object(in))
         return rtx_err_set(err, RTX_EINVAL, "inputs[%d] must be an object", idx);
@@ -277,8 +282,9 @@ static int parse_input(json_t *in, int idx, const char *bin, size_t bin_len, siz
     json_t *jdt = json_object_get(in, "datatype");
     if (!json_is_string(jdt))
         return rtx_err_set(err, RTX_EINVAL, "%s: \"datatype\" must be a string", what);
-    enum rtx_dtype dt;
-    int rc = rtx_kserve_dtype_from_name(json_string_value(jdt), &dt, err);
+    enum rtx_dtype dt = RTX_U8; /* BYTES: elements counted as bytes until they are split */
+    bool is_bytes = strcmp(json_string_value(jdt), "BYTES") == 0;
+    int rc = is_bytes ? 0 : rtx_kserve_dtype_from_name(json_string_value(jdt), &dt, err);
     if (rc) return rtx_err_prefix(err, "%s", what);
 
     json_t *jshape = json_object_get(in, "shape");
@@ -329,16 +335,38 @@ static int parse_input(json_t *in, int idx, const char *bin, size_t bin_len, siz
                            what);
     char shape_s[160];
     dims_str(ndim, dims, shape_s, sizeof shape_s);
+    if (region && !shm)
+        return rtx_err_set(err, RTX_EUNSUPPORTED,
+                           "%s: shared memory is not available on this server", what);
+    if (region && !has_shm_size)
+        return rtx_err_set(err, RTX_EINVAL,
+                           "%s: parameters.shared_memory_byte_size is required with "
+                           "shared_memory_region",
+                           what);
+    if (is_bytes) {
+        bout->ndim = ndim;
+        memcpy(bout->dims, dims, sizeof dims[0] * (size_t)ndim);
+        if (data) return rtx__http_bytes_json(bout, data, numel, name, err);
+        if (region) {
+            void *addr = NULL;
+            struct rtx_shm_ref *ref = NULL;
+            if (rtx_shm_map(shm, region, shm_off, shm_size, &addr, &ref, err) != 0)
+                return shm_error(err, what);
+            rc = rtx__http_bytes_take(bout, addr, (size_t)shm_size, numel, name, err);
+            rtx_shm_ref_release(ref);
+            return rc;
+        }
+        if (!have_binary || bin_size > bin_len - *bin_at)
+            return rtx_err_set(err, RTX_EINVAL,
+                               "%s: binary_data_size %" PRIu64 " runs past the end of the body "
+                               "(%zu bytes of binary data left)",
+                               what, bin_size, have_binary ? bin_len - *bin_at : 0);
+        rc = rtx__http_bytes_take(bout, bin + *bin_at, (size_t)bin_size, numel, name, err);
+        *bin_at += (size_t)bin_size;
+        return rc;
+    }
 
     if (region) {
-        if (!shm)
-            return rtx_err_set(err, RTX_EUNSUPPORTED,
-                               "%s: shared memory is not available on this server", what);
-        if (!has_shm_size)
-            return rtx_err_set(err, RTX_EINVAL,
-                               "%s: parameters.shared_memory_byte_size is required with "
-                               "shared_memory_region",
-                               what);
         if (shm_size != bytes)
             return rtx_err_set(err, RTX_EINVAL,
                                "%s: shared_memory_byte_size is %" PRIu64 " bytes, but shape %s "
@@ -453,6 +481,7 @@ static int parse_root(json_t *root, const char *bin, size_t bin_len, bool have_b
     json_t *params;
     int rc;
     if ((rc = get_params(root, "request", &params, err))) return rc;
+    q->params = json_incref(params);
     int bin_out = -1;
     uint64_t prio = 0, timeout = 0;
     if ((rc = param_bool(params, "binary_data_output", "request", &bin_out, err)) ||
@@ -483,12 +512,13 @@ static int parse_root(json_t *root, const char *bin, size_t bin_len, bool have_b
         return rtx_err_set(err, RTX_EINVAL, "%zu inputs; a model has at most %d", n_in,
                            RTX_MODEL_MAX_IO);
     q->inputs = rtx_calloc(n_in, sizeof *q->inputs);
-    if (!q->inputs) return rtx_err_set(err, RTX_ENOMEM, "out of memory");
+    q->bytes = rtx_calloc(n_in, sizeof *q->bytes);
+    if (!q->inputs || !q->bytes) return rtx_err_set(err, RTX_ENOMEM, "out of memory");
     size_t bin_at = 0;
     for (size_t i = 0; i < n_in; i++) {
         q->n_inputs = (int)i + 1;
         rc = parse_input(json_array_get(inputs, i), (int)i, bin, bin_len, &bin_at, have_binary,
-                         shm, &q->inputs[i], err);
+                         shm, &q->inputs[i], &q->bytes[i], err);
         if (rc) return rc;
     }
     if (bin_at != bin_len)

@@ -27,6 +27,13 @@
  * those requests (each pending knows its connection, found by the peer address; a closing
  * connection clears that link).
  *
+ * Text generation (http-stream.c) is a pending too (PENDING_GEN) that answers itself: the
+ * engine's callbacks render on its thread and list the generation on the server's gen_ready
+ * (under the same mutex, woken by the same async), and the loop hands the rendered chunks to
+ * h2o as its flow control allows, or the whole answer at the end. Raising a generation's
+ * cancel flag (rtx__http_pending_cancel: client gone, connection closed, grace over) also
+ * cancels its engine requests at once.
+ *
  * Shutdown (rtx_http_shutdown, any thread) wakes the loop, which closes the listener, asks
  * h2o's HTTP/2 connections to send GOAWAY, and waits for the pendings: after grace_ms their
  * cancel flags are raised; they always complete (the core calls every callback once). Then
@@ -189,10 +196,17 @@ void rtx__http_respond_json(h2o_req_t *req, int status, json_t *j) {
 static void on_req_dispose(void *arg) {
     struct req_link *l = arg;
     if (!l->p) return;
-    l->p->req = NULL;
-    l->p->link = NULL;
-    l->p->cancel = 1;
+    struct pending *p = l->p;
+    p->req = NULL;
+    p->link = NULL;
     l->p = NULL;
+    rtx__http_pending_cancel(p, false);
+}
+
+void rtx__http_pending_cancel(struct pending *p, bool shutdown) {
+    p->cancel = 1;
+    if (p->kgen) rtx__kserve_gen_cancel(p->kgen);
+    if (p->gen) rtx__http_gen_cancel(p->gen, shutdown);
 }
 
 struct pending *rtx__http_pending_new(struct rtx_http *h, h2o_req_t *req, enum pending_kind kind) {
@@ -224,12 +238,13 @@ void rtx__http_pending_finish(struct pending *p) {
     if (p->next) p->next->prev = p->prev;
     h->n_inflight--;
     if (p->link) p->link->p = NULL;
-    if (p->req) {
+    if (p->req && p->kind != PENDING_GEN) { /* a generation answered itself */
         const char *ctype = p->header_len >= 0 ? "application/octet-stream" : "application/json";
         rtx__http_respond(p->req, p->status, p->status == 200 && p->len == 0 ? NULL : ctype,
                           p->body, p->len, p->header_len);
     }
     rtx__http_infer_free(p->q);
+    rtx__kserve_gen_unref(p->kgen);
     rtx_free(p->body);
     rtx_free(p->model);
     rtx_free(p->config_json);
@@ -271,8 +286,8 @@ void rtx__http_on_watch(uv_timer_t *t) {
         if (uv_fileno((uv_handle_t *)&p->conn->tcp, &fd) != 0) continue;
         struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
         if (poll(&pf, 1, 0) == 1 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-            p->cancel = 1;
             p->conn = NULL;
+            rtx__http_pending_cancel(p, false);
         }
     }
     if (!any) uv_timer_stop(t);
@@ -281,7 +296,6 @@ void rtx__http_on_watch(uv_timer_t *t) {
 /* A worker thread: render, queue for the loop. */
 void rtx__http_on_infer_done(void *ctx, const struct rtx_infer_result *res) {
     struct pending *p = ctx;
-    struct rtx_http *h = p->h;
     if (res->code != 0) {
         rtx__http_pending_error(p, rtx__http_status_from_err(res->code),
                                 res->msg[0] ? res->msg : rtx_strerror(res->code));
@@ -299,6 +313,11 @@ void rtx__http_on_infer_done(void *ctx, const struct rtx_infer_result *res) {
     }
     rtx__http_infer_free(p->q); /* releases the inputs and the shared-memory windows */
     p->q = NULL;
+    rtx__http_pending_done(p);
+}
+
+void rtx__http_pending_done(struct pending *p) {
+    struct rtx_http *h = p->h;
     pthread_mutex_lock(&h->mu);
     if (h->done_tail)
         h->done_tail->next_done = p;
@@ -325,6 +344,7 @@ static void on_wake(uv_async_t *a) {
         rtx__http_pending_finish(p);
         p = next;
     }
+    rtx__http_gen_drain(h);
     if (stop && h->phase == PHASE_RUNNING) begin_shutdown(h, grace);
     rtx__http_check_progress(h);
 }
@@ -338,7 +358,7 @@ static void on_conn_closed(uv_handle_t *hd) {
     for (struct pending *p = h->inflight; p; p = p->next)
         if (p->conn == c) {
             p->conn = NULL;
-            p->cancel = 1;
+            rtx__http_pending_cancel(p, false);
         }
     if (c->prev)
         c->prev->next = c->next;
@@ -407,7 +427,7 @@ static void shut_conns(struct rtx_http *h, int how) {
 static void on_grace(uv_timer_t *t) {
     struct rtx_http *h = t->data;
     for (struct pending *p = h->inflight; p; p = p->next)
-        p->cancel = 1;
+        rtx__http_pending_cancel(p, true);
 }
 
 static void on_linger(uv_timer_t *t) {

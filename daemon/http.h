@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/kserve.h"
 #include "daemon/shm.h"
 #include "serving/serving.h"
 #include "runtime/runtime.h"
@@ -85,11 +86,22 @@ struct rtx_http_output {
     struct rtx_shm_ref *shm_ref;
 };
 
+/* A BYTES input: its shape and elements, pointing into buf (owned; the elements in their
+ * binary form). */
+struct rtx_http_bytes {
+    int ndim;
+    int64_t dims[RTX_MAX_DIMS];
+    int64_t n;
+    struct rtx_kserve_str *s; /* n elements; NULL for an input that is not BYTES */
+    char *buf;
+};
+
 /* A decoded inference request. Everything is owned by it (rtx__http_infer_free). */
 struct rtx_http_infer {
     char *id;                      /* the request's "id"; NULL when absent */
     int n_inputs;
-    struct rtx_infer_input *inputs; /* names and tensors owned here */
+    struct rtx_infer_input *inputs; /* names and tensors owned here; tensor NULL for BYTES */
+    struct rtx_http_bytes *bytes;   /* n_inputs entries: bytes[i].s set for a BYTES input */
     int n_outputs;                 /* requested outputs; 0 = all of the model's */
     struct rtx_http_output *outputs;
     const char **output_names;     /* n_outputs names, for struct rtx_infer_request */
@@ -97,12 +109,15 @@ struct rtx_http_infer {
     int priority;                  /* parameter "priority"; 0 = default */
     char *lane;                    /* parameter "lane" (an SLA lane); NULL = default */
     int64_t timeout_us;            /* parameter "timeout", microseconds; 0 = none */
+    json_t *params;                /* the request's "parameters" object (a reference), or NULL */
 };
 
 /* Decodes a request body. header_len < 0: the whole body is JSON and no input may use
  * binary_data_size; else the first header_len bytes are JSON and the rest holds the binary
  * inputs in the order they are listed. Inputs come from JSON "data" (nested or flat, in
  * row-major order), the binary part, or a shared-memory region of shm (NULL: refused).
+ * BYTES inputs come as JSON strings or, in binary, as 4-byte little-endian lengths each
+ * followed by its element (into q->bytes; their element count is checked against "shape").
  * Each input's element count and byte size are checked against its "shape" and "datatype";
  * the model's own checks (names, datatypes, dims) are the serving core's. RTX_EFORMAT for
  * malformed JSON (with line and column), RTX_EINVAL for a request that is well-formed JSON
@@ -127,6 +142,24 @@ struct rtx_http_body {
  * RTX_EINVAL when an output does not fit its region (the message names both), RTX_ENOMEM. */
 int rtx__http_infer_render(const struct rtx_http_infer *q, const struct rtx_infer_result *res,
                            struct rtx_http_body *out, struct rtx_err *err);
+
+/* BYTES inputs (http-infer-bytes.c): b's elements from a copy of the binary form (data, len
+ * bytes), or from a JSON "data" array of strings; RTX_EINVAL naming input `name` for a bad
+ * length prefix, a count other than numel or a non-string. rtx__http_bytes_free(NULL) and of
+ * an unset b are no-ops. */
+int rtx__http_bytes_take(struct rtx_http_bytes *b, const void *data, size_t len, int64_t numel,
+                         const char *name, struct rtx_err *err);
+int rtx__http_bytes_json(struct rtx_http_bytes *b, json_t *data, int64_t numel, const char *name,
+                         struct rtx_err *err);
+void rtx__http_bytes_free(struct rtx_http_bytes *b);
+
+/* Renders the final output of a generation (text_output, BYTES [n]) for request q as
+ * rtx__http_infer_render does (JSON strings, or binary after the JSON when asked for), with
+ * finish_reason and token counts in the response's "parameters". RTX_EINVAL for text that
+ * JSON cannot hold (not UTF-8: ask for binary data), RTX_ENOMEM. */
+int rtx__http_infer_render_text(const struct rtx_http_infer *q, const struct rtx_model_info *model,
+                         const struct rtx_kserve_gen_output *o, struct rtx_http_body *out,
+                         struct rtx_err *err);
 
 /* {"error": msg} as an rtx_malloc'ed body; NULL when out of memory. */
 char *rtx__http_error_json(const char *msg, size_t *len);

@@ -138,6 +138,7 @@ struct call {
     int pending;              /* bidi: messages handed to the handler without a reply */
     bool read_done;           /* bidi: no more reads (half-close, error or ending) */
     bool counted;             /* async or bidi: counted in srv->live_calls */
+    struct rtx_server_watch *watches; /* async and bidi: run when the call ends early */
 };
 
 struct cq_thread {

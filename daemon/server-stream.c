@@ -321,16 +321,81 @@ int64_t rtx_server_async_deadline_ns(const struct rtx_server_async *a) {
     return a->call->deadline_ns;
 }
 
+/* A watch taken off its call's list points back at itself. */
+#define WATCH_TAKEN(w) ((w)->prev == (w))
+
 /* Completion of RECV_CLOSE_ON_SERVER of an async or bidi call. */
 void rtx__server_watched_on_close(struct call *c) {
     pthread_mutex_lock(&c->mu);
     c->closed = true;
-    /* over before its answer went out: cancelled by the client, the deadline or shutdown */
-    bool answered = rtx__server_call_has(c, METHOD_ASYNC) ? c->finished : c->status_started;
-    if (c->cancelled || !answered) c->cancel_flag = 1;
+    /* over before its answer went out: cancelled by the client, the deadline or shutdown
+     * (which ends a stream whose messages still wait for their replies) */
+    bool answered =
+        rtx__server_call_has(c, METHOD_ASYNC) ? c->finished : c->status_started && !c->pending;
+    struct rtx_server_watch *w = NULL;
+    if (c->cancelled || !answered) {
+        c->cancel_flag = 1;
+        w = c->watches; /* taken whole: their functions run below, outside the lock */
+        c->watches = NULL;
+        for (struct rtx_server_watch *k = w; k; k = k->next)
+            k->prev = k;
+    }
     rtx__server_drop_queue_locked(c);
     pthread_mutex_unlock(&c->mu);
+    while (w) {
+        struct rtx_server_watch *next = w->next; /* w may be gone once fn returns */
+        w->fn(w->ctx);
+        w = next;
+    }
     rtx__server_call_unref(c);
+}
+
+static bool watch_add(struct call *c, struct rtx_server_watch *w) {
+    pthread_mutex_lock(&c->mu);
+    bool over = c->closed || c->cancel_flag;
+    if (over) {
+        w->prev = w; /* never listed: a remove finds it taken */
+        w->next = NULL;
+    } else {
+        w->prev = NULL;
+        w->next = c->watches;
+        if (c->watches) c->watches->prev = w;
+        c->watches = w;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return !over;
+}
+
+static bool watch_remove(struct call *c, struct rtx_server_watch *w) {
+    pthread_mutex_lock(&c->mu);
+    bool listed = !WATCH_TAKEN(w);
+    if (listed) {
+        if (w->prev)
+            w->prev->next = w->next;
+        else
+            c->watches = w->next;
+        if (w->next) w->next->prev = w->prev;
+        w->prev = w; /* a second remove finds it taken */
+        w->next = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return listed;
+}
+
+bool rtx_server_async_watch(struct rtx_server_async *a, struct rtx_server_watch *w) {
+    return watch_add(a->call, w);
+}
+
+bool rtx_server_bidi_watch(struct rtx_server_bidi *st, struct rtx_server_watch *w) {
+    return watch_add(st->call, w);
+}
+
+bool rtx_server_async_unwatch(struct rtx_server_async *a, struct rtx_server_watch *w) {
+    return watch_remove(a->call, w);
+}
+
+bool rtx_server_bidi_unwatch(struct rtx_server_bidi *st, struct rtx_server_watch *w) {
+    return watch_remove(st->call, w);
 }
 
 /* --- bidirectional streams --------------------------------------------------------------- */
@@ -417,19 +482,32 @@ void rtx__server_bidi_on_read(struct call *c, bool ok) {
     rtx__server_call_unref(c); /* the read's */
 }
 
-void rtx_server_bidi_reply(struct rtx_server_bidi *st, void *data, size_t len) {
+/* Queues a reply to the message being answered; last: its last one (no longer pending). */
+static void bidi_queue(struct rtx_server_bidi *st, void *data, size_t len, bool last) {
     struct call *c = st->call;
     struct msg *m = data ? rtx_malloc(sizeof *m) : NULL;
     grpc_byte_buffer *bb = m ? rtx__server_byte_buffer_take(data, len) : NULL;
     if (data && !m) rtx_free(data);
     pthread_mutex_lock(&c->mu);
     assert(c->pending > 0);
-    c->pending--;
+    if (last) c->pending--;
     if (stream_queue_locked(c, m, bb, "out of memory queueing a reply")) stream_pump_locked(c);
+    if (!last) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
     bidi_maybe_end_locked(c);
     int left = --c->refs; /* the reply's */
     pthread_mutex_unlock(&c->mu);
     if (left == 0) rtx__server_call_free(c);
+}
+
+void rtx_server_bidi_reply(struct rtx_server_bidi *st, void *data, size_t len) {
+    bidi_queue(st, data, len, true);
+}
+
+void rtx_server_bidi_send(struct rtx_server_bidi *st, void *data, size_t len) {
+    bidi_queue(st, data, len, false);
 }
 
 const volatile int *rtx_server_bidi_cancel_flag(const struct rtx_server_bidi *st) {

@@ -147,10 +147,34 @@ typedef void (*rtx_server_bidi_fn)(struct rtx_daemon *d, const uint8_t *req, siz
 /* The reply to one message: data (rtx_malloc'ed, taken) and len. data NULL ends the stream
  * with INTERNAL "out of memory" (for a handler that could not build a reply). */
 void rtx_server_bidi_reply(struct rtx_server_bidi *st, void *data, size_t len);
+/* A reply to the message being answered that is not its last (a decoupled model's answers:
+ * many per request): queued like a reply, but the message still waits for its
+ * rtx_server_bidi_reply. Any thread; data as for rtx_server_bidi_reply. */
+void rtx_server_bidi_send(struct rtx_server_bidi *st, void *data, size_t len);
 /* As for async calls: set once the stream is over for the client; valid until the last reply
  * was given. */
 const volatile int *rtx_server_bidi_cancel_flag(const struct rtx_server_bidi *st);
 int64_t rtx_server_bidi_deadline_ns(const struct rtx_server_bidi *st);
+
+/* A watch on an async or bidi call: fn(ctx) runs once, on a completion-queue thread, when the
+ * call is over for the client before its answer (the client cancels or goes away, the
+ * deadline passes, the server shuts down), unless it was removed first. The cancel flag
+ * tells the same to code that polls; a watch is for work that must be stopped (a
+ * generation). The struct is the caller's and must stay valid until fn ran or the watch was
+ * removed; fn must not block. */
+struct rtx_server_watch {
+    void (*fn)(void *ctx);
+    void *ctx;
+    struct rtx_server_watch *prev, *next; /* the server's */
+};
+/* Adds w. Returns false, without adding it, when the call is already over (then the caller
+ * acts as fn would). Valid while the call's answer is still to come. */
+bool rtx_server_async_watch(struct rtx_server_async *call, struct rtx_server_watch *w);
+bool rtx_server_bidi_watch(struct rtx_server_bidi *st, struct rtx_server_watch *w);
+/* Removes w: true when it was removed (fn will never run), false when fn ran or is about to
+ * (it was taken before). Never blocks. Call it before the call's last answer. */
+bool rtx_server_async_unwatch(struct rtx_server_async *call, struct rtx_server_watch *w);
+bool rtx_server_bidi_unwatch(struct rtx_server_bidi *st, struct rtx_server_watch *w);
 
 /* The handlers (handlers-jobs.c, handlers-admin.c), one per method of the .proto files. */
 void rtx__daemon_jobs_submit(struct rtx_daemon *d, const uint8_t *req, size_t len,

@@ -1,9 +1,10 @@
 /*
  * formats.h - model file formats that rtxd reads, independent of serving: today safetensors
  * weight files (formats/safetensors.c: the header parsed and checked, the file mapped
- * read-only, tensors over the mapped bytes) and Hugging Face tokenizer.json tokenizers
- * (formats/tokenizer.c: byte-level BPE). ONNX import and Hugging Face checkpoints belong
- * here too. The serving core (serving/) loads a model version's weights through this header;
+ * read-only, tensors over the mapped bytes), Hugging Face tokenizer.json tokenizers
+ * (formats/tokenizer*.c: byte-level BPE and SentencePiece-style BPE with byte fallback) and
+ * chat templates (formats/chat-template*.c: the Jinja subset that tokenizer_config.json's
+ * chat_template uses). ONNX import and Hugging Face checkpoints belong here too. The serving core (serving/) loads a model version's weights through this header;
  * it includes only runtime/.
  */
 #ifndef RTX_FORMATS_H
@@ -69,8 +70,9 @@ int rtx_safetensors_tensor(struct rtx_safetensors *st, int i, struct rtx_tensor 
                            struct rtx_err *err);
 
 /* ------------------------------------------------------------------------------------------
- * Tokenizers (tokenizer.c): Hugging Face tokenizer.json, byte-level BPE (GPT-2, Llama 3,
- * Qwen2). docs/tokenizer.md lists what is supported and what is refused.
+ * Tokenizers (tokenizer*.c): Hugging Face tokenizer.json, byte-level BPE (GPT-2, Llama 3,
+ * Qwen2) and SentencePiece-style BPE with byte fallback (Llama 2, Mistral, TinyLlama).
+ * docs/tokenizer.md lists what is supported and what is refused.
  * ---------------------------------------------------------------------------------------- */
 
 /* A loaded tokenizer; immutable after loading, so one may be used from several threads. */
@@ -79,7 +81,7 @@ struct rtx_tokenizer;
 /* Parses a tokenizer.json held in memory (json, len bytes); `what` names the file in
  * messages. RTX_EFORMAT for malformed JSON or a malformed field, RTX_EUNSUPPORTED for a type or
  * option rtxd does not implement; either message names the JSON path, e.g.
- * "tokenizer.json: pre_tokenizer.pretokenizers[1].type 'Metaspace' is not supported".
+ * "tokenizer.json: pre_tokenizer.pretokenizers[0].type 'Digits' is not supported".
  * RTX_ENOMEM. *out is set on success only. */
 int rtx_tokenizer_parse(const char *json, size_t len, const char *what,
                         struct rtx_tokenizer **out, struct rtx_err *err);
@@ -92,33 +94,52 @@ size_t rtx_tokenizer_vocab_size(const struct rtx_tokenizer *tok);
 /* The id of a token as the vocabulary spells it (byte-level: "Ġthe") or of an added token's
  * content; -1 when there is none. */
 int32_t rtx_tokenizer_token_id(const struct rtx_tokenizer *tok, const char *token);
-/* The token of an id (NUL-terminated, owned by tok); NULL for an unknown id. */
+/* The token of an id (NUL-terminated, owned by tok; an added token whose normalized flag is
+ * set: its content through the normalizer, as Hugging Face decodes it); NULL for an unknown
+ * id. */
 const char *rtx_tokenizer_id_token(const struct rtx_tokenizer *tok, int32_t id);
 /* Whether id is an added token flagged special. */
 bool rtx_tokenizer_is_special(const struct rtx_tokenizer *tok, int32_t id);
 
 /* Encodes len bytes of UTF-8 text into ids, as Hugging Face's encode(text,
  * add_special_tokens=False) does: added tokens are found first (those with normalized false,
- * then, in the NFC-normalized rest when the file asks for NFC, the others; leftmost-longest),
- * the rest is pre-tokenized and merged. parse_special false
- * treats special added tokens as plain text (non-special added tokens are still found). The
- * post-processor's tokens (a BOS) are never added. RTX_EINVAL naming the byte offset when text
+ * then, in the normalized rest, the others; leftmost-longest, with their single_word, lstrip
+ * and rstrip rules), the rest is pre-tokenized and merged. parse_special false treats special
+ * added tokens as plain text (non-special added tokens are still found). The post-processor's
+ * tokens (a BOS) are never added: see rtx_tokenizer_special_prefix. RTX_EINVAL naming the byte offset when text
  * is not valid UTF-8; RTX_ENOMEM. *ids comes from rtx_malloc (rtx_free it; NULL when
  * *n_ids is 0). */
 int rtx_tokenizer_encode(const struct rtx_tokenizer *tok, const char *text, size_t len,
                          bool parse_special, int32_t **ids, size_t *n_ids, struct rtx_err *err);
 
-/* Decodes n ids into UTF-8 text as Hugging Face's decode does: byte-level tokens become their
- * bytes, added tokens their content; skip_special leaves special tokens out; byte sequences
- * that are not valid UTF-8 become U+FFFD (as Rust's from_utf8_lossy). RTX_EINVAL naming the
+/* The ids the post-processor (TemplateProcessing) puts before (prefix) and after (suffix) a
+ * single sequence, so that prefix + rtx_tokenizer_encode(...) + suffix is Hugging Face's
+ * encode(text, add_special_tokens=True): Llama 2 and Llama 3 put their BOS before. Returns the
+ * count (0 when the file has no such post-processor); *ids (when ids is not NULL) points into
+ * tok. */
+int rtx_tokenizer_special_prefix(const struct rtx_tokenizer *tok, const int32_t **ids);
+int rtx_tokenizer_special_suffix(const struct rtx_tokenizer *tok, const int32_t **ids);
+
+/* Decodes n ids into UTF-8 text as Hugging Face's decode does: each id becomes its token
+ * (special ones left out when skip_special) and the tokens go through the file's decoder
+ * steps (ByteLevel: byte-level characters back to bytes, invalid UTF-8 becoming U+FFFD as
+ * Rust's from_utf8_lossy does; ByteFallback: runs of "<0xNN>" tokens to their text, or one
+ * U+FFFD per byte when a run is not valid UTF-8; Replace, Fuse, Strip, Metaspace, which drop
+ * the leading "▁" of the first token). RTX_EINVAL naming the
  * first unknown id; RTX_ENOMEM. *text (rtx_malloc'ed, NUL-terminated, *len bytes before the
  * NUL) is rtx_free'd by the caller. */
 int rtx_tokenizer_decode(const struct rtx_tokenizer *tok, const int32_t *ids, size_t n,
                          bool skip_special, char **text, size_t *len, struct rtx_err *err);
 
 /* A streaming decoder: ids are fed one at a time and only complete UTF-8 characters come
- * out; a partial sequence at the end is held back until a later id completes it (bytes that
- * can never start or continue a character come out as U+FFFD at once). It refers to tok,
+ * out; the concatenation of everything it emits up to a flush is rtx_tokenizer_decode of the
+ * ids fed. A partial character at the end is held back until a later id completes it (bytes
+ * that can never start or continue a character come out as U+FFFD at once); a run of byte-
+ * fallback tokens is held until a token that is not a byte ends it (a later byte could still
+ * make the whole run invalid, which decodes to one U+FFFD per byte); a trailing run of what a
+ * decoder's Strip removes at the end is held until more text follows. The first token's
+ * leading space is dropped as decode drops it: to continue a text instead (a generated reply
+ * after its prompt), feed the prompt's ids first and ignore what they give. It refers to tok,
  * which must outlive it. NULL when out of memory. */
 struct rtx_tokenizer_stream *rtx_tokenizer_stream_new(const struct rtx_tokenizer *tok,
                                                       bool skip_special);
@@ -132,5 +153,45 @@ int rtx_tokenizer_stream_feed(struct rtx_tokenizer_stream *s, int32_t id, const 
 int rtx_tokenizer_stream_flush(struct rtx_tokenizer_stream *s, const char **text, size_t *len,
                                struct rtx_err *err);
 void rtx_tokenizer_stream_free(struct rtx_tokenizer_stream *s); /* NULL: no-op */
+
+/* ------------------------------------------------------------------------------------------
+ * Chat templates (chat-template*.c): the Jinja subset of tokenizer_config.json's
+ * "chat_template", rendered byte for byte as Hugging Face's apply_chat_template renders it
+ * with jinja2. docs/chat-templates.md lists the supported syntax and what is refused.
+ * ---------------------------------------------------------------------------------------- */
+
+/* A parsed template; immutable after parsing, so one may be rendered from several threads. */
+struct rtx_chat_template;
+
+/* Parses a template (src, len bytes of UTF-8); `what` names it in messages ("chat template"
+ * when NULL). RTX_EFORMAT for malformed syntax and RTX_EUNSUPPORTED for Jinja that rtxd does
+ * not implement (include, call blocks, an unknown filter, test, method or function, ...);
+ * either message names the line and the construct, e.g.
+ * "chat template: line 3: filter 'wordwrap' is not supported". A template that parses renders
+ * as jinja2 renders it, or fails at render; it is never rendered differently. RTX_EINVAL for
+ * text that is not UTF-8, RTX_ENOMEM. *out is set on success only. */
+int rtx_chat_template_new(const char *src, size_t len, const char *what,
+                          struct rtx_chat_template **out, struct rtx_err *err);
+void rtx_chat_template_free(struct rtx_chat_template *t); /* NULL: no-op */
+
+struct rtx_chat_message {
+    const char *role;    /* "system", "user", "assistant", ... (UTF-8, NUL-terminated) */
+    const char *content; /* UTF-8, NUL-terminated */
+};
+
+/* Renders the template over n messages (each a dict {role, content} to the template), with
+ * add_generation_prompt, bos_token and eos_token (NULL: undefined, as when the tokenizer has
+ * none) and tools and documents set to none, as transformers' apply_chat_template passes them.
+ * *out (rtx_malloc'ed, NUL-terminated, *out_len bytes before the NUL) is rtx_free'd by the
+ * caller. RTX_EINVAL with the template's message when it calls raise_exception, and for
+ * errors jinja2 raises too (an attribute of an undefined value, unsupported operand types,
+ * division by zero, ...), naming the line; RTX_ELIMIT when the render passes its bounds (16
+ * MiB of output, 256 MiB of values, 20 million evaluation steps, 200 nested macro calls);
+ * RTX_ENOMEM. */
+int rtx_chat_template_render(const struct rtx_chat_template *t,
+                             const struct rtx_chat_message *msgs, int n,
+                             bool add_generation_prompt, const char *bos_token,
+                             const char *eos_token, char **out, size_t *out_len,
+                             struct rtx_err *err);
 
 #endif /* RTX_FORMATS_H */

@@ -1,8 +1,9 @@
 /*
  * tokenizer-load.c - reading a Hugging Face tokenizer.json (formats/tokenizer.c has the design):
  * the model's vocabulary and merges, the pre-tokenizer steps (their patterns compiled with
- * PCRE2), the added tokens, the normalizer, and the checks that refuse what is not implemented,
- * naming the JSON path; the lookups of tokens and ids.
+ * PCRE2), the added tokens, and the checks that refuse what is not implemented, naming the
+ * JSON path (the normalizer, decoder and post-processor are read in tokenizer-steps.c); the
+ * lookups of tokens and ids.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -102,11 +103,6 @@ static int check_model(struct rtx_tokenizer *tok, json_t *model, const char *wha
     if (strcmp(type, "BPE"))
         return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: model.type '%.32s' is not supported", what,
                            type);
-    if (json_is_true(json_object_get(model, "byte_fallback")))
-        return rtx_err_set(err, RTX_EUNSUPPORTED,
-                           "%s: model.byte_fallback true (SentencePiece-style BPE) is not "
-                           "supported",
-                           what);
     json_t *d = json_object_get(model, "dropout");
     if (d && !json_is_null(d) && json_number_value(d) != 0)
         return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: model.dropout is not supported", what);
@@ -118,6 +114,8 @@ static int check_model(struct rtx_tokenizer *tok, json_t *model, const char *wha
                                affixes[i]);
     }
     tok->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
+    tok->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
+    tok->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
     return 0;
 }
 
@@ -158,8 +156,24 @@ static int load_pre(struct rtx_tokenizer *tok, json_t *pre, const char *path, co
     if (tok->n_steps == MAX_STEPS)
         return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: %s: more than %d pre-tokenizers", what,
                            path, MAX_STEPS);
+    if (tok->byte_level) /* its mapping to characters happens in the BPE step */
+        return rtx_err_set(err, RTX_EUNSUPPORTED,
+                           "%s: %s: a pre-tokenizer after ByteLevel is not supported", what, path);
     struct pre_step *st = &tok->steps[tok->n_steps];
+    if (!strcmp(type, "Metaspace")) {
+        st->type = PRE_METASPACE;
+        json_t *split = json_object_get(pre, "split");
+        st->split = !split || json_is_true(split);
+        if (!rtx__tok_one_char(json_object_get(pre, "replacement"), st->rep, &st->rep_len))
+            return rtx_err_set(err, RTX_EFORMAT, "%s: %s.replacement: expected one character",
+                               what, path);
+        int rc = rtx__tok_load_scheme(pre, path, what, &st->scheme, err);
+        if (!rc) tok->n_steps++;
+        return rc;
+    }
     if (!strcmp(type, "ByteLevel")) {
+        st->type = PRE_BYTE_LEVEL;
+        tok->byte_level = true; /* BPE over byte-level characters, not the text's own */
         json_t *aps = json_object_get(pre, "add_prefix_space"),
                *ur = json_object_get(pre, "use_regex");
         st->add_prefix_space = aps ? json_is_true(aps) : true;
@@ -185,6 +199,7 @@ static int load_pre(struct rtx_tokenizer *tok, json_t *pre, const char *path, co
                                "%s: %s.pattern: expected {\"Regex\": ...} or {\"String\": ...}",
                                what, path);
         snprintf(sub, sizeof sub, "%s.pattern.%s", path, p == re ? "Regex" : "String");
+        st->type = PRE_SPLIT;
         tok->n_steps++;
         return compile_re(st, json_string_value(p), json_string_length(p),
                           p == re ? 0 : PCRE2_LITERAL, what, sub, err);
@@ -193,31 +208,35 @@ static int load_pre(struct rtx_tokenizer *tok, json_t *pre, const char *path, co
                        type);
 }
 
-/* The byte-level steps: exactly one ByteLevel, and it is the last step (its bytes-to-
- * characters mapping happens in the BPE step; a split after it would see mapped text). */
-static int check_byte_level(const struct rtx_tokenizer *tok, json_t *pre, const char *what,
-                            struct rtx_err *err) {
-    int n_bl = 0;
-    const char *type = json_string_value(json_object_get(pre, "type"));
-    if (type && !strcmp(type, "ByteLevel")) return 0;
-    json_t *list = json_object_get(pre, "pretokenizers");
-    for (size_t i = 0; i < json_array_size(list); i++) {
-        const char *t = json_string_value(json_object_get(json_array_get(list, i), "type"));
-        if (t && !strcmp(t, "ByteLevel")) {
-            n_bl++;
-            if (i + 1 != json_array_size(list))
-                return rtx_err_set(err, RTX_EUNSUPPORTED,
-                                   "%s: pre_tokenizer.pretokenizers[%zu]: ByteLevel must be the "
-                                   "last pre-tokenizer",
-                                   what, i);
-        }
+/* What an added token is searched as: a normalized token's content goes through the normalizer
+ * first, as Hugging Face builds its matcher; single_word needs the word-character class (Rust
+ * regex's \w). */
+static int added_pattern(struct rtx_tokenizer *tok, struct added *ad, size_t i, const char *what,
+                         struct rtx_err *err) {
+    if (ad->single_word && !tok->word_re) {
+        static const char word[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]";
+        int code;
+        PCRE2_SIZE off;
+        tok->word_re = pcre2_compile((PCRE2_SPTR)word, sizeof word - 1, PCRE2_UTF | PCRE2_UCP,
+                                     &code, &off, NULL);
+        if (!tok->word_re) return RTX_ENOMEM; /* the pattern itself is fixed and valid */
     }
-    (void)tok;
-    if (n_bl != 1)
+    if (!ad->normalized || !tok->n_norms) return 0;
+    struct buf b = {0};
+    int rc = rtx__tok_normalize(tok, ad->content, ad->len, &b, err);
+    if (rc) {
+        rtx_free(b.p);
+        return rc == RTX_ENOMEM ? rc : rtx_err_prefix(err, "%s: added_tokens[%zu]", what, i);
+    }
+    if (!b.len) {
+        rtx_free(b.p);
         return rtx_err_set(err, RTX_EUNSUPPORTED,
-                           "%s: pre_tokenizer: no ByteLevel pre-tokenizer (only byte-level BPE "
-                           "is supported)",
-                           what);
+                           "%s: added_tokens[%zu]: the normalizer makes its content empty", what,
+                           i);
+    }
+    ad->norm = b.p;
+    ad->pat = b.p;
+    ad->pat_len = b.len;
     return 0;
 }
 
@@ -237,35 +256,35 @@ static int load_added(struct rtx_tokenizer *tok, json_t *list, const char *what,
             return rtx_err_set(err, RTX_EFORMAT,
                                "%s: added_tokens[%zu]: expected an id and a non-empty content",
                                what, i);
-        static const char *const flags[] = {"single_word", "lstrip", "rstrip"};
-        for (int f = 0; f < 3; f++)
-            if (json_is_true(json_object_get(a, flags[f])))
-                return rtx_err_set(err, RTX_EUNSUPPORTED,
-                                   "%s: added_tokens[%zu].%s true is not supported", what, i,
-                                   flags[f]);
         struct added *ad = &tok->added[tok->n_added++];
         ad->id = (int32_t)json_integer_value(id);
-        ad->content = json_string_value(c);
-        ad->len = json_string_length(c);
+        ad->content = ad->pat = json_string_value(c);
+        ad->len = ad->pat_len = json_string_length(c);
         ad->special = json_is_true(json_object_get(a, "special"));
+        ad->single_word = json_is_true(json_object_get(a, "single_word"));
+        ad->lstrip = json_is_true(json_object_get(a, "lstrip"));
+        ad->rstrip = json_is_true(json_object_get(a, "rstrip"));
         json_t *norm = json_object_get(a, "normalized");
         ad->normalized = norm ? json_is_true(norm) : !ad->special;
         if ((size_t)ad->id + 1 > tok->n_ids) tok->n_ids = (size_t)ad->id + 1;
         if (json_object_setn_new(tok->added_map, ad->content, ad->len, json_integer(ad->id)))
             return RTX_ENOMEM;
+        int rc = added_pattern(tok, ad, i, what, err);
+        if (rc) return rc;
     }
     return 0;
 }
 
 static int added_cmp(const void *pa, const void *pb) {
     const struct added *a = pa, *b = pb;
-    uint8_t ca = (uint8_t)a->content[0], cb = (uint8_t)b->content[0];
+    uint8_t ca = (uint8_t)a->pat[0], cb = (uint8_t)b->pat[0];
     if (ca != cb) return ca < cb ? -1 : 1;
-    return a->len > b->len ? -1 : a->len < b->len;
+    return a->pat_len > b->pat_len ? -1 : a->pat_len < b->pat_len;
 }
 
-/* The id tables, once vocab and added tokens are known. */
-static int build_ids(struct rtx_tokenizer *tok) {
+/* The id tables, once vocab and added tokens are known. An added token whose id the vocabulary
+ * gives to another token is refused: Hugging Face would quietly give it another id. */
+static int build_ids(struct rtx_tokenizer *tok, const char *what, struct rtx_err *err) {
     tok->id_tok = rtx_calloc(tok->n_ids ? tok->n_ids : 1, sizeof *tok->id_tok);
     tok->id_flags = rtx_calloc(tok->n_ids ? tok->n_ids : 1, 1);
     if (!tok->id_tok || !tok->id_flags) return RTX_ENOMEM;
@@ -277,54 +296,34 @@ static int build_ids(struct rtx_tokenizer *tok) {
     }
     for (size_t i = 0; i < tok->n_added; i++) {
         struct added *ad = &tok->added[i];
-        tok->id_tok[ad->id] = ad->content;
+        const char *v_tok = tok->id_tok[ad->id];
+        if (v_tok && !(tok->id_flags[ad->id] & ID_ADDED) && strcmp(v_tok, ad->content))
+            return rtx_err_set(err, RTX_EFORMAT,
+                               "%s: added_tokens[%zu]: id %d is the vocabulary's token '%.64s', "
+                               "not '%.64s'",
+                               what, i, (int)ad->id, v_tok, ad->content);
+        tok->id_tok[ad->id] = ad->pat; /* decoded in its normalized form, as Hugging Face */
         tok->id_flags[ad->id] = ID_ADDED | (ad->special ? ID_SPECIAL : 0);
     }
     qsort(tok->added, tok->n_added, sizeof *tok->added, added_cmp);
     size_t j = 0;
     for (int b = 0; b <= 256; b++) {
-        while (j < tok->n_added && (uint8_t)tok->added[j].content[0] < b)
+        while (j < tok->n_added && (uint8_t)tok->added[j].pat[0] < b)
             j++;
         tok->added_first[b] = b == 256 ? tok->n_added : j;
     }
     for (int b = 0; b < 256; b++) {
         char c[2];
         tok->byte_id[b] = vocab_id(tok, c, utf8_put(c, rtx__tok_byte_char[b]));
+        char hex[7];
+        snprintf(hex, sizeof hex, "<0x%02X>", b);
+        tok->fallback_id[b] = vocab_id(tok, hex, 6);
     }
     return 0;
 }
 
-/* The normalizer (null or NFC) and the parts of the file that only need checking: decoder,
- * post-processor, truncation, padding. */
-static int check_rest(struct rtx_tokenizer *tok, json_t *root, const char *what,
-                      struct rtx_err *err) {
-    json_t *norm = json_object_get(root, "normalizer");
-    if (norm && !json_is_null(norm)) {
-        const char *t = json_string_value(json_object_get(norm, "type"));
-        if (!t || strcmp(t, "NFC"))
-            return rtx_err_set(err, RTX_EUNSUPPORTED,
-                               "%s: normalizer.type '%.32s' is not supported (only NFC)", what,
-                               t ? t : "(missing)");
-        tok->nfc = true;
-    }
-    json_t *dec = json_object_get(root, "decoder");
-    const char *dt = json_string_value(json_object_get(dec, "type"));
-    if (!dt || strcmp(dt, "ByteLevel"))
-        return rtx_err_set(err, RTX_EUNSUPPORTED,
-                           "%s: decoder.type '%.32s' is not supported (only ByteLevel)", what,
-                           dt ? dt : "(missing)");
-    json_t *post = json_object_get(root, "post_processor");
-    if (post && !json_is_null(post)) {
-        const char *pt = json_string_value(json_object_get(post, "type"));
-        static const char *const ok[] = {"ByteLevel", "TemplateProcessing", "Sequence"};
-        bool known = false;
-        for (int i = 0; pt && i < 3; i++)
-            known |= !strcmp(pt, ok[i]);
-        if (!known)
-            return rtx_err_set(err, RTX_EUNSUPPORTED,
-                               "%s: post_processor.type '%.32s' is not supported", what,
-                               pt ? pt : "(missing)");
-    }
+/* The parts of the file that only need checking: truncation, padding. */
+static int check_rest(json_t *root, const char *what, struct rtx_err *err) {
     static const char *const off[] = {"truncation", "padding"};
     for (int i = 0; i < 2; i++) {
         json_t *v = json_object_get(root, off[i]);
@@ -358,8 +357,11 @@ int rtx_tokenizer_parse(const char *json, size_t len, const char *what, struct r
         rc = rtx_err_set(err, RTX_EFORMAT, "%s: expected a JSON object", what);
     } else if (!(rc = check_model(tok, model, what, err)) &&
                !(rc = load_vocab(tok, model, what, err)) &&
+               !(rc = rtx__tok_load_normalizer(tok, root, what, err)) &&
                !(rc = load_added(tok, json_object_get(root, "added_tokens"), what, err)) &&
-               !(rc = build_ids(tok)) && !(rc = check_rest(tok, root, what, err))) {
+               !(rc = build_ids(tok, what, err)) && !(rc = check_rest(root, what, err)) &&
+               !(rc = rtx__tok_load_decoder(tok, root, what, err)) &&
+               !(rc = rtx__tok_load_post(tok, root, what, err))) {
         json_t *merges = json_object_get(model, "merges");
         if (!json_is_array(merges))
             rc = rtx_err_set(err, RTX_EFORMAT, "%s: model.merges missing or not an array", what);
@@ -369,13 +371,7 @@ int rtx_tokenizer_parse(const char *json, size_t len, const char *what, struct r
         if (!rc && unk && (tok->unk = vocab_id(tok, unk, strlen(unk))) < 0)
             rc = rtx_err_set(err, RTX_EFORMAT, "%s: model.unk_token '%.64s' is not in the vocab",
                              what, unk);
-        if (!rc && pre && !json_is_null(pre) &&
-            !(rc = load_pre(tok, pre, "pre_tokenizer", what, err)))
-            rc = check_byte_level(tok, pre, what, err);
-        if (!rc && (!pre || json_is_null(pre)))
-            rc = rtx_err_set(err, RTX_EUNSUPPORTED,
-                             "%s: pre_tokenizer: null is not supported (only byte-level BPE)",
-                             what);
+        if (!rc && pre && !json_is_null(pre)) rc = load_pre(tok, pre, "pre_tokenizer", what, err);
     }
     if (rc == RTX_ENOMEM) rtx_err_set(err, RTX_ENOMEM, "%s: out of memory", what);
     if (rc) {
@@ -410,6 +406,9 @@ void rtx_tokenizer_free(struct rtx_tokenizer *tok) {
     if (!tok) return;
     for (int i = 0; i < tok->n_steps; i++)
         pcre2_code_free(tok->steps[i].re);
+    for (size_t i = 0; i < tok->n_added; i++)
+        rtx_free(tok->added[i].norm);
+    pcre2_code_free(tok->word_re);
     json_decref(tok->added_map);
     json_decref(tok->root);
     rtx_free(tok->id_tok);

@@ -1,23 +1,28 @@
 /*
- * tokenizer.c - Hugging Face tokenizer.json tokenizers: byte-level BPE (GPT-2, Llama 3, Qwen2);
- * encoding and decoding here, reading the file in tokenizer-load.c.
+ * tokenizer.c - Hugging Face tokenizer.json tokenizers: byte-level BPE (GPT-2, Llama 3, Qwen2)
+ * and SentencePiece-style BPE with byte fallback (Llama 2, Mistral, TinyLlama); encoding here,
+ * decoding in tokenizer-decode.c, reading the file in tokenizer-load.c and tokenizer-steps.c.
  *
  * DESIGN
  * Encoding follows the tokenizers crate step by step, because every id must match it:
- * 1. added tokens are cut out of the text first, leftmost-longest (those with normalized false
- *    in a first pass over the whole text, the others in a second pass over what is left);
- * 2. each remaining segment goes through the pre-tokenizer steps in order (Split: the matches
+ * 1. added tokens whose normalized flag is false are cut out of the raw text, leftmost-longest,
+ *    with their single_word, lstrip and rstrip rules (find_matches in the crate);
+ * 2. each stretch of text between them goes through the normalizer steps (NFC with utf8proc,
+ *    Prepend, Replace), and the normalized added tokens (whose patterns went through the same
+ *    normalizer at load) are cut out of the result the same way;
+ * 3. each remaining segment goes through the pre-tokenizer steps in order (Split: the matches
  *    of a PCRE2 pattern and the gaps between them, "Isolated"; ByteLevel: an optional prefix
- *    space, GPT-2's pattern when use_regex), pieces kept as spans of one byte arena per step;
- * 3. each piece is BPE-merged: bytes become the ids of GPT-2's bytes_to_unicode characters,
- *    then the adjacent pair of lowest merge rank is merged (the leftmost of equal ranks) until
- *    no pair has a rank; with ignore_merges a piece found whole in the vocabulary is one token.
+ *    space, GPT-2's pattern when use_regex; Metaspace: spaces become the replacement
+ *    character, which is prepended and split before), pieces kept as spans of one byte arena
+ *    per step; a piece remembers whether it starts the original text (Metaspace "first");
+ * 4. each piece is BPE-merged: its characters (with a ByteLevel pre-tokenizer, the characters
+ *    of GPT-2's bytes_to_unicode for its bytes) become vocabulary ids, a character missing from
+ *    the vocabulary becomes its "<0xNN>" byte tokens (byte_fallback) or the unknown token
+ *    (fused with its neighbours under fuse_unk); then the adjacent pair of lowest merge rank is
+ *    merged (the leftmost of equal ranks) until no pair has a rank; with ignore_merges a piece
+ *    found whole in the vocabulary is one token.
  * The vocabulary stays in the parsed JSON (jansson's object is the token -> id hash table);
- * merges are an open-addressing table keyed by the pair of ids. Decoding maps each byte-level
- * token back to bytes (added tokens are their content) and replaces invalid UTF-8 as Rust's
- * from_utf8_lossy does; the stream decoder holds back a valid but incomplete tail.
- * The NFC normalizer (Qwen2) is utf8proc's, applied to each segment between the non-normalized
- * added tokens, before the normalized ones are looked for, as Hugging Face orders it.
+ * merges are an open-addressing table keyed by the pair of ids.
  * What is not implemented is refused at load, naming the JSON path (docs/tokenizer.md).
  */
 #include <pthread.h>
@@ -27,23 +32,12 @@
 
 #include "formats/tokenizer-impl.h"
 
-struct rtx_tokenizer_stream {
-    const struct rtx_tokenizer *tok;
-    bool skip_special;
-    char pend[8]; /* held-back bytes of an incomplete character (at most 3) */
-    size_t n_pend;
-    char *out;
-    size_t out_len, out_cap;
-};
-
 /* ------------------------------------------------------------------------------------------
  * Bytes, UTF-8 and GPT-2's byte-level alphabet
  * ---------------------------------------------------------------------------------------- */
 
-/* The code point at s (n > 0 bytes) and its length in *len; -1 for an invalid sequence (*len:
- * its maximal invalid subpart, at least 1), -2 for a valid prefix cut short by the end (*len =
- * n). The ranges are Unicode's table of well-formed byte sequences. */
-static int32_t utf8_next(const uint8_t *s, size_t n, size_t *len) {
+/* The ranges are Unicode's table of well-formed byte sequences. */
+int32_t rtx__tok_utf8_next(const uint8_t *s, size_t n, size_t *len) {
     uint8_t c = s[0], lo = 0x80, hi = 0xBF;
     int need;
     int32_t cp;
@@ -81,22 +75,6 @@ static int32_t utf8_next(const uint8_t *s, size_t n, size_t *len) {
     return cp;
 }
 
-/* Appends n bytes, each invalid subpart replaced by U+FFFD. With keep_tail an incomplete last
- * character is not appended; the count of bytes consumed goes to *used. */
-static int buf_put_lossy(struct buf *b, const char *s, size_t n, bool keep_tail, size_t *used) {
-    size_t i = 0;
-    while (i < n) {
-        size_t l;
-        int32_t cp = utf8_next((const uint8_t *)s + i, n - i, &l);
-        if (cp == -2 && keep_tail) break;
-        int rc = cp < 0 ? buf_put(b, "\xEF\xBF\xBD", 3) : buf_put(b, s + i, l);
-        if (rc) return rc;
-        i += l;
-    }
-    if (used) *used = i;
-    return 0;
-}
-
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other bytes for
  * U+0100 onwards in byte order. rtx__tok_char_byte is the inverse (-1: not a byte-level
  * character). */
@@ -120,30 +98,29 @@ void rtx__tok_byte_table_init(void) {
     pthread_once(&once, byte_table_fill);
 }
 
-/* The bytes of one id appended to b (a byte-level token's bytes; an added token's content, or
- * nothing when it is special and skip_special). */
-static int token_bytes(const struct rtx_tokenizer *tok, int32_t id, bool skip_special,
-                       struct buf *b) {
-    const char *t = tok->id_tok[id];
-    size_t n = strlen(t);
-    if (tok->id_flags[id] & ID_ADDED) {
-        if (skip_special && (tok->id_flags[id] & ID_SPECIAL)) return 0;
-        return buf_put(b, t, n);
-    }
-    size_t start = b->len;
-    for (size_t i = 0; i < n;) {
-        size_t l;
-        int32_t cp = utf8_next((const uint8_t *)t + i, n - i, &l);
-        if (cp < 0 || cp >= 324 || rtx__tok_char_byte[cp] < 0) {
-            b->len = start; /* not byte-level: the token's own text, as Hugging Face does */
-            return buf_put(b, t, n);
-        }
-        uint8_t byte = (uint8_t)rtx__tok_char_byte[cp];
-        int rc = buf_put(b, &byte, 1);
-        if (rc) return rc;
-        i += l;
-    }
-    return 0;
+/* Unicode's White_Space property (Rust's char::is_whitespace, regex's \s). */
+static bool is_white_space(int32_t cp) {
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+           cp == 0x205F || cp == 0x3000;
+}
+
+/* Whether the one character at s (n bytes) is a word character (tok->word_re). */
+static bool is_word_char(const struct rtx_tokenizer *tok, const char *s, size_t n) {
+    pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+    if (!md) return false; /* out of memory: treated as not a word character */
+    int m = pcre2_match(tok->word_re, (PCRE2_SPTR)s, n, 0, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, md,
+                        NULL);
+    pcre2_match_data_free(md);
+    return m > 0;
+}
+
+/* The start of the character that ends at `end` (text valid UTF-8, end > 0). */
+static size_t char_before(const char *text, size_t end) {
+    size_t i = end - 1;
+    while (i > 0 && ((uint8_t)text[i] & 0xC0) == 0x80)
+        i--;
+    return i;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -157,12 +134,13 @@ static const struct merge *merge_find(const struct rtx_tokenizer *tok, int32_t a
 }
 
 /* ------------------------------------------------------------------------------------------
- * Encoding
+ * Spans and ids
  * ---------------------------------------------------------------------------------------- */
 
 struct span {
     size_t off, len; /* bytes */
     int32_t id;      /* an added token's id, or -1 for text */
+    bool first;      /* text that starts the original input (Metaspace's "first") */
 };
 
 struct spans {
@@ -178,7 +156,7 @@ static int spans_add(struct spans *s, size_t off, size_t len, int32_t id) {
         if (!v) return RTX_ENOMEM;
         s->v = v, s->cap = cap;
     }
-    s->v[s->n++] = (struct span){off, len, id};
+    s->v[s->n++] = (struct span){off, len, id, false};
     return 0;
 }
 
@@ -198,41 +176,180 @@ static int ids_add(struct ids *s, int32_t id) {
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------
+ * Added tokens
+ * ---------------------------------------------------------------------------------------- */
+
+/* The leftmost-longest added token of one pass at text[i..end), or NULL. */
+static const struct added *added_at(const struct rtx_tokenizer *tok, const char *text, size_t i,
+                                    size_t end, bool pass_norm, bool parse_special) {
+    uint8_t c = (uint8_t)text[i];
+    for (size_t j = tok->added_first[c]; j < tok->added_first[c + 1]; j++) {
+        const struct added *a = &tok->added[j];
+        if (a->normalized == pass_norm && (parse_special || !a->special) &&
+            a->pat_len <= end - i && !memcmp(text + i, a->pat, a->pat_len))
+            return a; /* sorted longest first */
+    }
+    return NULL;
+}
+
 /* Cuts the added tokens of one pass (normalized == pass_norm; special ones only when
- * parse_special) out of the text spans of in, leftmost-longest, into out. */
-static int split_added(const struct rtx_tokenizer *tok, const char *text, const struct spans *in,
-                       bool pass_norm, bool parse_special, struct spans *out) {
+ * parse_special) out of text[off, off + len) into out, as the crate's find_matches does: a
+ * match is taken leftmost-longest; a single_word token not standing alone is dropped (its
+ * bytes are not searched again); lstrip and rstrip take the whitespace around it into the
+ * token. The first text span keeps `first`. */
+static int split_added(const struct rtx_tokenizer *tok, const char *text, size_t off, size_t len,
+                       bool first, bool pass_norm, bool parse_special, struct spans *out) {
+    size_t from = off, end = off + len, i = off, n0 = out->n;
     int rc = 0;
-    for (size_t k = 0; !rc && k < in->n; k++) {
-        struct span sp = in->v[k];
-        if (sp.id >= 0) {
-            rc = spans_add(out, sp.off, sp.len, sp.id);
+    while (!rc && i < end) {
+        const struct added *hit = added_at(tok, text, i, end, pass_norm, parse_special);
+        if (!hit) {
+            i++;
             continue;
         }
-        size_t start = sp.off, end = sp.off + sp.len, i = start;
-        while (!rc && i < end) {
-            uint8_t c = (uint8_t)text[i];
-            const struct added *hit = NULL;
-            for (size_t j = tok->added_first[c]; j < tok->added_first[c + 1]; j++) {
-                const struct added *a = &tok->added[j];
-                if (a->normalized == pass_norm && (parse_special || !a->special) &&
-                    a->len <= end - i && !memcmp(text + i, a->content, a->len)) {
-                    hit = a; /* sorted longest first */
-                    break;
-                }
-            }
-            if (!hit) {
-                i++;
-                continue;
-            }
-            rc = spans_add(out, start, i - start, -1);
-            if (!rc) rc = spans_add(out, i, hit->len, hit->id);
-            i += hit->len;
-            start = i;
+        size_t start = i, stop = i + hit->pat_len;
+        i = stop;
+        if (hit->single_word) {
+            bool alone_l = start == off || !is_word_char(tok, text + char_before(text, start),
+                                                         start - char_before(text, start));
+            bool alone_r = stop == end || !is_word_char(tok, text + stop, utf8_len(text[stop]));
+            if (!alone_l || !alone_r) continue;
         }
-        if (!rc) rc = spans_add(out, start, end - start, -1);
+        if (hit->lstrip) {
+            size_t s = start, l;
+            while (s > off &&
+                   is_white_space(rtx__tok_utf8_next((const uint8_t *)text + char_before(text, s),
+                                                     s - char_before(text, s), &l)))
+                s = char_before(text, s);
+            start = s > from ? s : from;
+        }
+        if (hit->rstrip) {
+            size_t l;
+            while (stop < end && is_white_space(rtx__tok_utf8_next((const uint8_t *)text + stop,
+                                                                   end - stop, &l)))
+                stop += l;
+        }
+        if (from < start) rc = spans_add(out, from, start - from, -1);
+        if (!rc) rc = spans_add(out, start, stop - start, hit->id);
+        from = stop;
     }
+    if (!rc && from < end) rc = spans_add(out, from, end - from, -1);
+    if (!rc && first && out->n > n0 && out->v[n0].off == off) out->v[n0].first = true;
     return rc;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Normalizers
+ * ---------------------------------------------------------------------------------------- */
+
+static int norm_apply(const struct norm_step *st, const struct buf *in, struct buf *out,
+                      struct rtx_err *err) {
+    int rc = 0;
+    switch (st->type) {
+    case NORM_NFC: {
+        if (!in->len) return 0;
+        utf8proc_uint8_t *norm = NULL; /* malloc'ed by utf8proc */
+        utf8proc_ssize_t n =
+            utf8proc_map((const utf8proc_uint8_t *)in->p, (utf8proc_ssize_t)in->len, &norm,
+                         UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (n < 0)
+            return n == UTF8PROC_ERROR_NOMEM
+                       ? RTX_ENOMEM
+                       : rtx_err_set(err, RTX_EINVAL, "NFC: %s", utf8proc_errmsg(n));
+        rc = buf_put(out, norm, (size_t)n);
+        free(norm);
+        return rc;
+    }
+    case NORM_PREPEND:
+        if (in->len) rc = buf_put(out, st->content, st->content_len);
+        return rc ? rc : buf_put(out, in->p, in->len);
+    case NORM_REPLACE:
+        for (size_t i = 0; !rc && i < in->len;) {
+            if (st->pat_len <= in->len - i && !memcmp(in->p + i, st->pat, st->pat_len)) {
+                rc = buf_put(out, st->content, st->content_len);
+                i += st->pat_len;
+            } else {
+                rc = buf_put(out, in->p + i, 1);
+                i++;
+            }
+        }
+        return rc;
+    }
+    return 0;
+}
+
+int rtx__tok_normalize(const struct rtx_tokenizer *tok, const char *s, size_t n, struct buf *out,
+                       struct rtx_err *err) {
+    struct buf tmp = {0};
+    out->len = 0;
+    int rc = buf_put(out, s, n);
+    for (int i = 0; !rc && i < tok->n_norms; i++) {
+        struct buf t = *out;
+        *out = tmp;
+        out->len = 0;
+        rc = buf_put(out, "", 0);
+        if (!rc) rc = norm_apply(&tok->norms[i], &t, out, err);
+        tmp = t;
+    }
+    rtx_free(tmp.p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Pre-tokenizers
+ * ---------------------------------------------------------------------------------------- */
+
+/* Metaspace over one piece (p, n) into out_text at base: spaces become the replacement, which
+ * is prepended by the scheme, and the result is split before each replacement. */
+static int metaspace_apply(const struct pre_step *st, const char *p, size_t n, bool first,
+                           struct buf *out_text, struct spans *out) {
+    size_t base = out_text->len;
+    bool has = (n && p[0] == ' ') || (n >= st->rep_len && !memcmp(p, st->rep, st->rep_len));
+    int rc = 0;
+    if (!has && (st->scheme == PREPEND_ALWAYS || (st->scheme == PREPEND_FIRST && first)))
+        rc = buf_put(out_text, st->rep, st->rep_len);
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = p[i] == ' ' ? buf_put(out_text, st->rep, st->rep_len) : buf_put(out_text, p + i, 1);
+    if (rc) return rc;
+    size_t len = out_text->len - base;
+    if (!st->split) return spans_add(out, base, len, -1);
+    const char *s = out_text->p + base;
+    size_t from = 0;
+    for (size_t i = 1; !rc && i + st->rep_len <= len; i++) {
+        if (memcmp(s + i, st->rep, st->rep_len)) continue;
+        rc = spans_add(out, base + from, i - from, -1);
+        from = i;
+    }
+    return rc ? rc : spans_add(out, base + from, len - from, -1);
+}
+
+/* A PCRE2 split (Isolated) of the piece at out_text[base, base + len) into out. */
+static int regex_split(const pcre2_code *re, pcre2_match_data *md, const struct buf *out_text,
+                       size_t base, size_t len, struct spans *out, struct rtx_err *err) {
+    const char *s = out_text->p + base;
+    size_t pos = 0, gap = 0;
+    int rc = 0;
+    while (pos <= len) {
+        int m = pcre2_match(re, (PCRE2_SPTR)s, len, pos, PCRE2_NO_UTF_CHECK, md, NULL);
+        if (m == PCRE2_ERROR_NOMATCH) break;
+        if (m < 0) {
+            PCRE2_UCHAR msg[128];
+            pcre2_get_error_message(m, msg, sizeof msg);
+            return rtx_err_set(err, RTX_ELIMIT, "pre-tokenizer pattern: %s", (const char *)msg);
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        if (ov[1] == ov[0]) { /* an empty match: no piece; step one character */
+            if (ov[0] >= len) break;
+            pos = ov[0] + utf8_len((uint8_t)s[ov[0]]);
+            continue;
+        }
+        if ((rc = spans_add(out, base + gap, ov[0] - gap, -1)) ||
+            (rc = spans_add(out, base + ov[0], ov[1] - ov[0], -1)))
+            return rc;
+        gap = pos = ov[1];
+    }
+    return spans_add(out, base + gap, len - gap, -1);
 }
 
 /* One pre-tokenizer step over the pieces of `in` (spans of in_text) into out/out_text. */
@@ -243,49 +360,31 @@ static int pre_step_apply(const struct pre_step *st, const struct buf *in_text,
     if (st->re && !md) return RTX_ENOMEM;
     int rc = 0;
     for (size_t k = 0; !rc && k < in->n; k++) {
-        size_t base = out_text->len;
+        size_t base = out_text->len, n0 = out->n;
         const char *p = in_text->p + in->v[k].off;
-        if (st->add_prefix_space && p[0] != ' ') rc = buf_put(out_text, " ", 1);
-        if (!rc) rc = buf_put(out_text, p, in->v[k].len);
-        if (rc) break;
-        size_t len = out_text->len - base;
-        if (!st->re) {
-            rc = spans_add(out, base, len, -1);
-            continue;
+        if (st->type == PRE_METASPACE) {
+            rc = metaspace_apply(st, p, in->v[k].len, in->v[k].first, out_text, out);
+        } else {
+            if (st->add_prefix_space && p[0] != ' ') rc = buf_put(out_text, " ", 1);
+            if (!rc) rc = buf_put(out_text, p, in->v[k].len);
+            if (!rc && !st->re)
+                rc = spans_add(out, base, out_text->len - base, -1);
+            else if (!rc)
+                rc = regex_split(st->re, md, out_text, base, out_text->len - base, out, err);
         }
-        const char *s = out_text->p + base;
-        size_t pos = 0, gap = 0;
-        while (pos <= len) {
-            int m = pcre2_match(st->re, (PCRE2_SPTR)s, len, pos, PCRE2_NO_UTF_CHECK, md, NULL);
-            if (m == PCRE2_ERROR_NOMATCH) break;
-            if (m < 0) {
-                PCRE2_UCHAR msg[128];
-                pcre2_get_error_message(m, msg, sizeof msg);
-                rc = rtx_err_set(err, RTX_ELIMIT, "pre-tokenizer pattern: %s", (const char *)msg);
-                break;
-            }
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-            if (ov[1] == ov[0]) { /* an empty match: no piece; step one character */
-                if (ov[0] >= len) break;
-                size_t l;
-                utf8_next((const uint8_t *)s + ov[0], len - ov[0], &l);
-                pos = ov[0] + l;
-                continue;
-            }
-            if ((rc = spans_add(out, base + gap, ov[0] - gap, -1)) ||
-                (rc = spans_add(out, base + ov[0], ov[1] - ov[0], -1)))
-                break;
-            gap = pos = ov[1];
-        }
-        if (!rc) rc = spans_add(out, base + gap, len - gap, -1);
+        if (!rc && in->v[k].first && out->n > n0) out->v[n0].first = true;
     }
     pcre2_match_data_free(md);
     return rc;
 }
 
-/* Scratch for BPE over one pre-token of up to n bytes: the symbols as a doubly linked list
- * over their first byte's position, and a min-heap of candidate merges ordered by (rank,
- * position); an entry is stale when its pair has changed since it was pushed. */
+/* ------------------------------------------------------------------------------------------
+ * BPE
+ * ---------------------------------------------------------------------------------------- */
+
+/* Scratch for BPE over one pre-token of up to n symbols: the symbols as a doubly linked list
+ * over their position, and a min-heap of candidate merges ordered by (rank, position); an
+ * entry is stale when its pair has changed since it was pushed. */
 struct cand {
     int32_t rank, pos, left, right, id;
 };
@@ -294,6 +393,8 @@ struct bpe_work {
     int32_t *sym, *prev, *next; /* n each; sym -1: merged away */
     struct cand *heap;          /* 3n: n - 1 pairs, then at most two per merge */
     size_t n_heap;
+    int32_t m;   /* symbols */
+    int32_t unk; /* a pending unknown token, -1: none */
 };
 
 static bool cand_less(const struct cand *a, const struct cand *b) {
@@ -331,29 +432,67 @@ static void push_pair(const struct rtx_tokenizer *tok, struct bpe_work *w, int32
     if (m) heap_push(w, (struct cand){m->rank, a, w->sym[a], w->sym[b], m->id});
 }
 
+static void sym_add(struct bpe_work *w, int32_t id) {
+    int32_t i = w->m++;
+    w->sym[i] = id, w->prev[i] = i - 1, w->next[i] = -1;
+    if (i > 0) w->next[i - 1] = i;
+}
+
+/* One character c (n bytes) of a piece whose vocabulary id is id (-1: none) into symbols, as
+ * the crate's merge_word does: a known character first adds a pending unknown token; an
+ * unknown one becomes its byte tokens (byte_fallback, when all of them exist; the pending
+ * unknown token stays pending), or the unknown token, fused with a pending one under fuse_unk. */
+static void char_symbols(const struct rtx_tokenizer *tok, struct bpe_work *w, const char *c,
+                         size_t n, int32_t id) {
+    if (id >= 0) {
+        if (w->unk >= 0) sym_add(w, w->unk);
+        w->unk = -1;
+        sym_add(w, id);
+        return;
+    }
+    if (tok->byte_fallback) {
+        size_t i = 0;
+        while (i < n && tok->fallback_id[(uint8_t)c[i]] >= 0)
+            i++;
+        if (i == n) {
+            for (i = 0; i < n; i++)
+                sym_add(w, tok->fallback_id[(uint8_t)c[i]]);
+            return;
+        }
+    }
+    if (tok->unk < 0) return; /* dropped, as Hugging Face does */
+    if (w->unk >= 0 && !tok->fuse_unk) sym_add(w, w->unk);
+    w->unk = tok->unk;
+}
+
 /* BPE over one pre-token (bytes s, n) into ids: the pair of lowest rank merges first, the
  * leftmost of equal ranks, as Hugging Face's BPE does; O(n log n). */
 static int bpe_piece(const struct rtx_tokenizer *tok, const char *s, size_t n, struct bpe_work *w,
                      struct buf *mapped, struct ids *ids) {
-    if (tok->ignore_merges) {
+    const char *str = s;
+    size_t len = n;
+    if (tok->byte_level) {
         mapped->len = 0;
         for (size_t i = 0; i < n; i++) {
             char c[2];
             int rc = buf_put(mapped, c, utf8_put(c, rtx__tok_byte_char[(uint8_t)s[i]]));
             if (rc) return rc;
         }
-        int32_t id = vocab_id(tok, mapped->p, mapped->len);
+        str = mapped->p, len = mapped->len;
+    }
+    if (tok->ignore_merges) {
+        int32_t id = vocab_id(tok, str, len);
         if (id >= 0) return ids_add(ids, id);
     }
-    int32_t m = 0, last = -1;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = tok->byte_id[(uint8_t)s[i]];
-        if (id < 0) id = tok->unk; /* a byte missing from the vocabulary: unk, or dropped */
-        if (id < 0) continue;
-        w->sym[m] = id, w->prev[m] = last, w->next[m] = -1;
-        if (last >= 0) w->next[last] = m;
-        last = m++;
+    w->m = 0, w->unk = -1;
+    for (size_t i = 0, k = 0; i < len; k++) {
+        size_t l = utf8_len((uint8_t)str[i]);
+        int32_t id = tok->byte_level ? tok->byte_id[(uint8_t)s[k]] : vocab_id(tok, str + i, l);
+        char_symbols(tok, w, str + i, l, id);
+        i += l;
     }
+    if (w->unk >= 0) sym_add(w, w->unk);
+    int32_t m = w->m;
     w->n_heap = 0;
     for (int32_t i = 0; i + 1 < m; i++)
         push_pair(tok, w, i, i + 1);
@@ -375,14 +514,19 @@ static int bpe_piece(const struct rtx_tokenizer *tok, const char *s, size_t n, s
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------
+ * Encoding
+ * ---------------------------------------------------------------------------------------- */
+
 /* Pre-tokenizes and merges the text span [off, off + len). */
 static int encode_text(const struct rtx_tokenizer *tok, const char *text, size_t off, size_t len,
-                       struct ids *ids, struct rtx_err *err) {
+                       bool first, struct ids *ids, struct rtx_err *err) {
     struct buf t[2] = {{0}, {0}}, mapped = {0};
     struct spans sp[2] = {{0}, {0}};
     struct bpe_work w = {0};
     int rc = buf_put(&t[0], text + off, len);
     if (!rc) rc = spans_add(&sp[0], 0, len, -1);
+    if (!rc) sp[0].v[0].first = first;
     int cur = 0;
     for (int s = 0; !rc && s < tok->n_steps; s++) {
         t[!cur].len = 0, sp[!cur].n = 0;
@@ -392,7 +536,7 @@ static int encode_text(const struct rtx_tokenizer *tok, const char *text, size_t
     size_t longest = 0;
     for (size_t k = 0; k < sp[cur].n; k++)
         longest = sp[cur].v[k].len > longest ? sp[cur].v[k].len : longest;
-    longest = longest ? longest : 1;
+    longest = 2 * (longest ? longest : 1); /* a byte-level character may fall back to 2 bytes */
     if (!rc && (!(w.sym = rtx_malloc(3 * longest * sizeof *w.sym)) ||
                 !(w.heap = rtx_malloc(3 * longest * sizeof *w.heap))))
         rc = RTX_ENOMEM;
@@ -409,17 +553,19 @@ static int encode_text(const struct rtx_tokenizer *tok, const char *text, size_t
     return rc;
 }
 
-/* One segment between the non-normalized added tokens, already normalized: its normalized
- * added tokens, then pre-tokenization and BPE of the rest. */
-static int encode_segment(const struct rtx_tokenizer *tok, const char *seg, size_t len,
+/* One stretch of text between the non-normalized added tokens: normalized, its normalized
+ * added tokens cut out, the rest pre-tokenized and merged. */
+static int encode_segment(const struct rtx_tokenizer *tok, const char *seg, size_t len, bool first,
                           bool parse_special, struct ids *ids, struct rtx_err *err) {
-    struct spans a = {0}, c = {0};
-    int rc = spans_add(&a, 0, len, -1);
-    if (!rc) rc = split_added(tok, seg, &a, true, parse_special, &c);
+    struct buf norm = {0};
+    struct spans c = {0};
+    int rc = rtx__tok_normalize(tok, seg, len, &norm, err);
+    if (!rc) rc = split_added(tok, norm.p, 0, norm.len, first, true, parse_special, &c);
     for (size_t k = 0; !rc && k < c.n; k++)
-        rc = c.v[k].id >= 0 ? ids_add(ids, c.v[k].id)
-                            : encode_text(tok, seg, c.v[k].off, c.v[k].len, ids, err);
-    rtx_free(a.v);
+        rc = c.v[k].id >= 0
+                 ? ids_add(ids, c.v[k].id)
+                 : encode_text(tok, norm.p, c.v[k].off, c.v[k].len, c.v[k].first, ids, err);
+    rtx_free(norm.p);
     rtx_free(c.v);
     return rc;
 }
@@ -431,35 +577,17 @@ int rtx_tokenizer_encode(const struct rtx_tokenizer *tok, const char *text, size
         return rtx_err_set(err, RTX_EINVAL, "rtx_tokenizer_encode: NULL argument");
     for (size_t i = 0; i < len;) {
         size_t l;
-        if (utf8_next((const uint8_t *)text + i, len - i, &l) < 0)
+        if (rtx__tok_utf8_next((const uint8_t *)text + i, len - i, &l) < 0)
             return rtx_err_set(err, RTX_EINVAL, "text is not valid UTF-8 at byte %zu", i);
         i += l;
     }
-    struct spans a = {0}, b = {0};
+    struct spans b = {0};
     struct ids ids = {0};
-    int rc = spans_add(&a, 0, len, -1);
-    if (!rc) rc = split_added(tok, text, &a, false, parse_special, &b);
-    for (size_t k = 0; !rc && k < b.n; k++) {
-        const char *seg = text + b.v[k].off;
-        if (b.v[k].id >= 0) {
-            rc = ids_add(&ids, b.v[k].id);
-        } else if (!tok->nfc) {
-            rc = encode_segment(tok, seg, b.v[k].len, parse_special, &ids, err);
-        } else {
-            utf8proc_uint8_t *norm = NULL; /* malloc'ed by utf8proc */
-            utf8proc_ssize_t n =
-                utf8proc_map((const utf8proc_uint8_t *)seg, (utf8proc_ssize_t)b.v[k].len, &norm,
-                             UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-            if (n < 0)
-                rc = n == UTF8PROC_ERROR_NOMEM
-                         ? RTX_ENOMEM
-                         : rtx_err_set(err, RTX_EINVAL, "NFC: %s", utf8proc_errmsg(n));
-            else
-                rc = encode_segment(tok, (const char *)norm, (size_t)n, parse_special, &ids, err);
-            free(norm);
-        }
-    }
-    rtx_free(a.v);
+    int rc = split_added(tok, text, 0, len, true, false, parse_special, &b);
+    for (size_t k = 0; !rc && k < b.n; k++)
+        rc = b.v[k].id >= 0 ? ids_add(&ids, b.v[k].id)
+                            : encode_segment(tok, text + b.v[k].off, b.v[k].len, b.v[k].first,
+                                             parse_special, &ids, err);
     rtx_free(b.v);
     if (rc) {
         rtx_free(ids.v);
@@ -472,86 +600,12 @@ int rtx_tokenizer_encode(const struct rtx_tokenizer *tok, const char *text, size
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------------
- * Decoding
- * ---------------------------------------------------------------------------------------- */
-
-static int check_id(const struct rtx_tokenizer *tok, int32_t id, struct rtx_err *err) {
-    if (id < 0 || (size_t)id >= tok->n_ids || !tok->id_tok[id])
-        return rtx_err_set(err, RTX_EINVAL, "unknown token id %d (vocabulary size %zu)", (int)id,
-                           tok->n_ids);
-    return 0;
+int rtx_tokenizer_special_prefix(const struct rtx_tokenizer *tok, const int32_t **ids) {
+    if (ids) *ids = tok->prefix;
+    return tok->n_prefix;
 }
 
-int rtx_tokenizer_decode(const struct rtx_tokenizer *tok, const int32_t *ids, size_t n,
-                         bool skip_special, char **text, size_t *len, struct rtx_err *err) {
-    if (!tok || (!ids && n) || !text || !len)
-        return rtx_err_set(err, RTX_EINVAL, "rtx_tokenizer_decode: NULL argument");
-    for (size_t i = 0; i < n; i++) {
-        int rc = check_id(tok, ids[i], err);
-        if (rc) return rtx_err_prefix(err, "ids[%zu]", i);
-    }
-    struct buf raw = {0}, out = {0};
-    int rc = buf_put(&out, "", 0);
-    for (size_t i = 0; !rc && i < n; i++)
-        rc = token_bytes(tok, ids[i], skip_special, &raw);
-    if (!rc) rc = buf_put_lossy(&out, raw.p, raw.len, false, NULL);
-    rtx_free(raw.p);
-    if (rc) {
-        rtx_free(out.p);
-        return rtx_err_set(err, rc, "decode: out of memory");
-    }
-    *text = out.p;
-    *len = out.len;
-    return 0;
-}
-
-struct rtx_tokenizer_stream *rtx_tokenizer_stream_new(const struct rtx_tokenizer *tok,
-                                                      bool skip_special) {
-    struct rtx_tokenizer_stream *s = rtx_calloc(1, sizeof *s);
-    if (s) s->tok = tok, s->skip_special = skip_special;
-    return s;
-}
-
-/* Turns the held bytes plus b into complete text in s->out; keeps an incomplete tail. */
-static int stream_emit(struct rtx_tokenizer_stream *s, struct buf *b, bool final,
-                       const char **text, size_t *len) {
-    struct buf out = {s->out, 0, s->out_cap};
-    size_t used = 0;
-    int rc = buf_put(&out, "", 0);
-    if (!rc) rc = buf_put_lossy(&out, b->p, b->len, !final, &used);
-    s->out = out.p, s->out_cap = out.cap, s->out_len = out.len;
-    if (rc) return rc;
-    s->n_pend = b->len - used; /* at most 3: a valid prefix of one character */
-    memcpy(s->pend, b->p + used, s->n_pend);
-    *text = s->out;
-    *len = s->out_len;
-    return 0;
-}
-
-int rtx_tokenizer_stream_feed(struct rtx_tokenizer_stream *s, int32_t id, const char **text,
-                              size_t *len, struct rtx_err *err) {
-    int rc = check_id(s->tok, id, err);
-    if (rc) return rc;
-    struct buf b = {0};
-    rc = buf_put(&b, s->pend, s->n_pend);
-    if (!rc) rc = token_bytes(s->tok, id, s->skip_special, &b);
-    if (!rc) rc = stream_emit(s, &b, false, text, len);
-    rtx_free(b.p);
-    return rc ? rtx_err_set(err, rc, "decode: out of memory") : 0;
-}
-
-int rtx_tokenizer_stream_flush(struct rtx_tokenizer_stream *s, const char **text, size_t *len,
-                               struct rtx_err *err) {
-    struct buf b = {0};
-    int rc = buf_put(&b, s->pend, s->n_pend);
-    if (!rc) rc = stream_emit(s, &b, true, text, len);
-    rtx_free(b.p);
-    return rc ? rtx_err_set(err, rc, "decode: out of memory") : 0;
-}
-
-void rtx_tokenizer_stream_free(struct rtx_tokenizer_stream *s) {
-    if (!s) return;
-    rtx_free(s->out);
-    rtx_free(s);
+int rtx_tokenizer_special_suffix(const struct rtx_tokenizer *tok, const int32_t **ids) {
+    if (ids) *ids = tok->suffix;
+    return tok->n_suffix;
 }

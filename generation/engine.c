@@ -468,7 +468,8 @@ int rtx_gen_engine_start(struct rtx_gen_model *m, const struct rtx_gen_engine_op
         l->weight = lanes.lanes[i].weight > 0 ? lanes.lanes[i].weight : 1;
         l->max_queued = lanes.lanes[i].max_queued;
         l->on_timeout = lanes.lanes[i].on_timeout;
-        snprintf(e->stats.lanes[i].name, sizeof e->stats.lanes[i].name, "%s", l->name);
+        _Static_assert(sizeof e->stats.lanes[i].name >= sizeof l->name, "lane names fit");
+        memcpy(e->stats.lanes[i].name, l->name, sizeof l->name);
         if (opt->default_lane && strcmp(opt->default_lane, l->name) == 0) e->default_lane = i;
     }
     e->stats.n_lanes = e->n_lanes;

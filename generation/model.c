@@ -42,6 +42,8 @@ struct rtx_gen_model {
     struct rtx_gen_weights weights; /* in arch.dtype, views of the mapped files */
     struct rtx_tokenizer *tok;
     char *chat_template; /* Jinja source, NULL when none */
+    struct rtx_chat_template *tpl; /* chat_template parsed at load */
+    int32_t eos_text_id;           /* tokenizer_config.json's eos_token (the template's), -1 */
     bool add_bos;
     struct gen_defaults defaults;
 };
@@ -183,10 +185,27 @@ static int load_tokenizer_config(struct rtx_gen_model *m, const char *override,
     }
     if (bos >= 0) m->arch.bos_id = bos;
     if (eos >= 0 && (rc = add_eos(&m->arch, eos, what, err))) goto out;
-    /* Without add_bos_token, the convention of the architecture: Llama's tokenizers put BOS
-     * first (their post-processor), GPT-2's and Qwen2's do not. */
-    m->add_bos =
-        add && json_is_boolean(add) ? json_is_true(add) : m->arch.kind == RTX_GEN_ARCH_LLAMA;
+    m->eos_text_id = eos >= 0 ? eos : m->arch.n_eos > 0 ? m->arch.eos_ids[0] : -1;
+    /* Without add_bos_token: Llama tokenizer classes add BOS; otherwise what the tokenizer's
+     * post-processor prepends (Llama 3's TemplateProcessing puts BOS first; GPT-2's and
+     * Qwen2's add nothing). */
+    const int32_t *prefix;
+    int n_prefix = rtx_tokenizer_special_prefix(m->tok, &prefix);
+    json_t *cls = root ? json_object_get(root, "tokenizer_class") : NULL;
+    bool llama_class = json_is_string(cls) && (strcmp(json_string_value(cls), "LlamaTokenizer") == 0 ||
+                                               strcmp(json_string_value(cls), "LlamaTokenizerFast") == 0);
+    if (add && json_is_boolean(add)) {
+        m->add_bos = json_is_true(add);
+    } else if (llama_class || (!json_is_string(cls) && m->arch.kind == RTX_GEN_ARCH_LLAMA &&
+                               n_prefix == 0 && m->arch.bos_id >= 0)) {
+        /* transformers' Llama tokenizers default add_bos_token to true and install a BOS
+         * post-processor themselves; a Llama checkpoint without a tokenizer class follows
+         * that convention */
+        m->add_bos = true;
+    } else {
+        m->add_bos = n_prefix == 1;
+        if (n_prefix == 1 && m->arch.bos_id < 0) m->arch.bos_id = prefix[0];
+    }
     json_t *other = NULL;
     if (!override && !tpl) { /* newer checkpoints keep the template beside the config */
         char alt[4096];
@@ -203,8 +222,16 @@ static int load_tokenizer_config(struct rtx_gen_model *m, const char *override,
         }
     }
     const char *src = override ? override : tpl;
-    if (src && !(m->chat_template = rtx_strdup(src)))
+    if (src && !(m->chat_template = rtx_strdup(src))) {
         rc = rtx_err_set(err, RTX_ENOMEM, "out of memory");
+        goto out;
+    }
+    if (m->chat_template) { /* a template the interpreter cannot handle fails the load */
+        char tname[4200];
+        snprintf(tname, sizeof tname, "%s: chat template", override ? "config.json" : what);
+        rc = rtx_chat_template_new(m->chat_template, strlen(m->chat_template), tname, &m->tpl,
+                                   err);
+    }
 out:
     json_decref(other);
     json_decref(root);
@@ -352,6 +379,7 @@ void rtx_gen_model_unref(struct rtx_gen_model *m) {
     if (!m || atomic_fetch_sub(&m->refs, 1) != 1) return;
     rtx__gen_weights_clear(&m->weights);
     rtx_tokenizer_free(m->tok);
+    rtx_chat_template_free(m->tpl);
     rtx_free(m->chat_template);
     rtx_free(m->dir);
     rtx_free(m);
@@ -410,6 +438,34 @@ int rtx__gen_model_weights(const struct rtx_gen_model *m, enum rtx_dtype dtype,
                            rtx_dtype_name(dtype));
     }
     return rtx__gen_weights_convert(&m->weights, dtype, w, err);
+}
+
+/* The content of a special token for the template (NULL when the model has none). */
+static const char *token_text(const struct rtx_gen_model *m, int32_t id) {
+    return id >= 0 ? rtx_tokenizer_id_token(m->tok, id) : NULL;
+}
+
+int rtx_gen_model_render_chat(const struct rtx_gen_model *m,
+                              const struct rtx_gen_chat_message *msgs, int n_msgs,
+                              bool add_generation_prompt, char **text, struct rtx_err *err) {
+    *text = NULL;
+    if (!m->tpl)
+        return rtx_err_set(err, RTX_EUNSUPPORTED,
+                           "the model has no chat template (tokenizer_config.json has none and "
+                           "config.json's generation.chat_template is not set)");
+    if (n_msgs < 0 || (n_msgs > 0 && !msgs)) return rtx_err_set(err, RTX_EINVAL, "bad messages");
+    struct rtx_chat_message *cm = rtx_malloc((size_t)(n_msgs ? n_msgs : 1) * sizeof *cm);
+    if (!cm) return rtx_err_set(err, RTX_ENOMEM, "out of memory");
+    for (int i = 0; i < n_msgs; i++) {
+        cm[i].role = msgs[i].role ? msgs[i].role : "";
+        cm[i].content = msgs[i].content ? msgs[i].content : "";
+    }
+    size_t len;
+    int rc = rtx_chat_template_render(m->tpl, cm, n_msgs, add_generation_prompt,
+                                      token_text(m, m->arch.bos_id),
+                                      token_text(m, m->eos_text_id), text, &len, err);
+    rtx_free(cm);
+    return rc;
 }
 
 int rtx_gen_model_encode_prompt(const struct rtx_gen_model *m, const char *text, size_t len,

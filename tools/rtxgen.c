@@ -18,6 +18,8 @@
  *     --every-chunk          also a row for each prompt chunk before the last
  *     --seed S               the shuffle of the block ids (default 1)
  *     --threads N            CPU backend threads (default: one per CPU)
+ *     --device cpu|cuda:N    the backend (default cpu); on a GPU the pool and the weights are
+ *                            uploaded once and each step's inputs only
  *   FILE.npy gets f32 [rows, vocab]: per sequence in order, the logits of its last prompt
  *   token, then of each decode token.
  * Exit status 1 with the error on stderr when the model does not load or a step fails; 2 for
@@ -32,6 +34,8 @@
 #include "generation/arch-impl.h"
 #include "generation/generation.h"
 #include "kernels/cpu/backend-cpu.h"
+#include "kernels/cuda/backend-cuda.h"
+#include "runtime/backend.h"
 
 #define STEP_INPUTS 7
 
@@ -41,7 +45,8 @@ static void usage(void) {
             "       rtxgen DIR encode TEXT\n"
             "       rtxgen DIR logits (--ids A,B,.. [--decode C,..] | --batch \"A,B|C;D,E\")\n"
             "              [--dtype f32|bf16|f16] [--chunk N] [--block-size N] [--pad N]\n"
-            "              [--every-chunk] [--seed S] [--threads N] --out FILE.npy\n");
+            "              [--every-chunk] [--seed S] [--threads N] [--device cpu|cuda:N]\n"
+            "              --out FILE.npy\n");
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -125,6 +130,7 @@ struct seq {
 struct opts {
     enum rtx_dtype dtype;
     int chunk, block_size, pad, threads;
+    int cuda; /* -1: the CPU backend; else the CUDA device */
     bool every_chunk;
     uint64_t seed;
 };
@@ -210,6 +216,7 @@ static int assign_blocks(struct seq *seqs, int n, int bs, uint64_t seed) {
 struct runner {
     struct rtx_graph *g;
     struct rtx_backend *be;
+    bool device;            /* a CUDA backend: pool and weights live there */
     const struct rtx_gen_arch *a;
     int n_in;
     struct rtx_tensor **in; /* step inputs (replaced each step), pool, weights */
@@ -284,9 +291,23 @@ static int step(struct runner *r, struct seq *seqs, int n, const struct opts *o,
     struct rtx_plan *plan = NULL;
     struct rtx_tensor *logits = NULL;
     if ((rc = rtx_plan_new(r->g, (const struct rtx_tensor *const *)r->in, r->n_in, NULL, &plan,
-                           err)) ||
-        (rc = rtx_plan_execute(plan, r->be, r->in, r->n_in, &logits, 1, NULL, NULL, err)))
+                           err)))
         goto out;
+    if (!r->device) {
+        rc = rtx_plan_execute(plan, r->be, r->in, r->n_in, &logits, 1, NULL, NULL, err);
+    } else { /* step tensors up, pool and weights already there, logits down */
+        struct rtx_tensor *host[STEP_INPUTS], *dev_out = NULL;
+        memcpy(host, r->in, sizeof host);
+        for (int i = 0; i < STEP_INPUTS; i++) r->in[i] = NULL;
+        for (int i = 0; i < STEP_INPUTS && !rc; i++)
+            rc = rtx_backend_upload(r->be, host[i], &r->in[i], err);
+        for (int i = 0; i < STEP_INPUTS; i++) rtx_tensor_unref(host[i]);
+        if (!rc)
+            rc = rtx_plan_execute_device(plan, r->be, r->in, r->n_in, &dev_out, 1, NULL, NULL, err);
+        if (!rc) rc = rtx_backend_download(r->be, dev_out, &logits, err);
+        rtx_tensor_unref(dev_out);
+    }
+    if (rc) goto out;
     int vocab = r->a->vocab;
     const float *lg = rtx_tensor_data(logits);
     for (int i = 0; i < n; i++) {
@@ -335,8 +356,12 @@ static int run_logits(struct rtx_gen_model *m, struct seq *seqs, int n, const st
     if (pool < 0) return rtx_err_set(err, RTX_ENOMEM, "out of memory");
     if ((rc = rtx__gen_model_weights(m, o->dtype, &w, err)) ||
         (rc = rtx__gen_graph_build(a, &w, o->dtype, pool, o->block_size, &r.g, err)) ||
-        (rc = rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = o->threads}, &r.be, err)))
+        (rc = o->cuda >= 0
+                  ? rtx_backend_cuda_new(&(struct rtx_cuda_options){.device = o->cuda}, &r.be, err)
+                  : rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = o->threads}, &r.be,
+                                        err)))
         goto out;
+    r.device = !rtx_backend_is_host(r.be);
     r.n_in = STEP_INPUTS + 2 * a->n_layers + w.n;
     if (!(r.in = calloc((size_t)r.n_in, sizeof *r.in))) {
         rc = rtx_err_set(err, RTX_ENOMEM, "out of memory");
@@ -347,6 +372,13 @@ static int run_logits(struct rtx_gen_model *m, struct seq *seqs, int n, const st
         if ((rc = rtx_tensor_new(o->dtype, 4, dims, &r.in[STEP_INPUTS + i], err))) goto out;
     for (int i = 0; i < w.n; i++)
         r.in[STEP_INPUTS + 2 * a->n_layers + i] = rtx_tensor_ref(w.t[i]);
+    for (int i = STEP_INPUTS; r.device && i < r.n_in && !rc; i++) { /* uploaded once */
+        struct rtx_tensor *d;
+        if ((rc = rtx_backend_upload(r.be, r.in[i], &d, err))) break;
+        rtx_tensor_unref(r.in[i]);
+        r.in[i] = d;
+    }
+    if (rc) goto out;
     bool any = true;
     while (any && !rc)
         rc = step(&r, seqs, n, o, &any, err);
@@ -366,7 +398,7 @@ out:
  * ---------------------------------------------------------------------------------------- */
 
 static int logits_main(struct rtx_gen_model *m, int argc, char **argv) {
-    struct opts o = {.dtype = RTX_F32, .block_size = 16, .seed = 1};
+    struct opts o = {.dtype = RTX_F32, .block_size = 16, .seed = 1, .cuda = -1};
     const char *ids = NULL, *decode = NULL, *batch = NULL, *out = NULL;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -392,6 +424,10 @@ static int logits_main(struct rtx_gen_model *m, int argc, char **argv) {
         else if (!strcmp(f, "--pad") && (o.pad = atoi(v)) >= 0)
             ;
         else if (!strcmp(f, "--threads") && (o.threads = atoi(v)) >= 0)
+            ;
+        else if (!strcmp(f, "--device") && !strcmp(v, "cpu"))
+            o.cuda = -1;
+        else if (!strcmp(f, "--device") && !strncmp(v, "cuda:", 5) && (o.cuda = atoi(v + 5)) >= 0)
             ;
         else if (!strcmp(f, "--seed"))
             o.seed = strtoull(v, NULL, 10);

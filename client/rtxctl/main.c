@@ -2,8 +2,8 @@
  * rtxctl.c - the operator CLI of rtxd: status, devices, pools, lanes, generation, health,
  * config and drain of a daemon; listing, showing, waiting for and cancelling jobs; submitting
  * graph files with .npy or random inputs; writing job outputs as .npy files; listing, loading,
- * unloading and describing served models. Human tables by default, one JSON object or array
- * per command with --json.
+ * unloading and describing served models; streaming text from generative models. Human tables
+ * by default, one JSON object or array per command with --json.
  *
  * DESIGN
  * rtxctl talks to rtxd only through librtx (client/rtx.h). It also links rtxd's runtime
@@ -289,6 +289,31 @@ static const char synopsis_submit[] =
     "       [--lane L] [--label K=V]... [--deadline-ms N] [--idempotency-key K]\n"
     "       [--restart-policy rerun|fail] [--device D] [--wait] [--output-dir DIR]";
 
+static const char synopsis_generate[] =
+    "MODEL PROMPT [--max-tokens N] [--temperature T] [--top-p P] [--top-k K]\n"
+    "       [--seed S] [--stop STR]... [--lane L]";
+
+static const char help_generate[] =
+    "Generates text from PROMPT with a generative model (platform rtx_generate) and prints\n"
+    "it as it comes, followed by a newline; Ctrl-C cancels the generation (the daemon frees\n"
+    "its sequence). Options left out take the model's defaults (generation_config.json).\n"
+    "  --max-tokens N      generate at most N tokens\n"
+    "  --temperature T     0 decodes greedily; else sample with temperature T (<= 100)\n"
+    "  --top-p P           sample from the smallest set of tokens of probability >= P\n"
+    "  --top-k K           sample from the K most likely tokens\n"
+    "  --seed S            seed of the sampling (the same seed gives the same text)\n"
+    "  --stop STR          end the text before STR (repeatable, at most 8)\n"
+    "  --lane L            the SLA lane (default: the model's or the daemon's)\n"
+    "--timeout MS bounds the whole generation (default: no deadline).\n"
+    "With --json: one line {\"text\"} per chunk as it comes, then {\"done\": true,\n"
+    "\"finish_reason\" (stop or length), \"usage\" {prompt_tokens, completion_tokens,\n"
+    "cached_tokens}, \"chunks\", \"request_id\"}.\n";
+
+static const char exits_generate[] =
+    "Exit status: 0 the text is complete, 4 cancelled (Ctrl-C); 1 the daemon refused the\n"
+    "request (an unknown model, a bad option, a prompt past the model's context), 2 usage\n"
+    "error, 6 daemon unreachable or unavailable, 7 timeout.\n";
+
 static const char help_outputs[] =
     "Fetches the outputs of a succeeded job and writes each to DIR/NAME.npy (DIR is\n"
     "created; '/' and ':' in names become '_'; bf16 is written as float32). Prints the\n"
@@ -364,6 +389,9 @@ static const struct command commands[] = {
     {.name = "outputs", .synopsis = "JOB --dir DIR",
      .help = help_outputs, .exits = exit_help, .run = ctl_cmd_outputs,
      .summary = "write a succeeded job's outputs as .npy files"},
+    {.name = "generate", .synopsis = synopsis_generate,
+     .help = help_generate, .exits = exits_generate, .run = ctl_cmd_generate,
+     .summary = "stream text from a generative model"},
     {.name = "drain", .synopsis = "[--grace-ms N]",
      .help = help_drain, .exits = exit_help, .run = ctl_cmd_drain,
      .summary = "stop accepting jobs, finish running ones, exit"},

@@ -2,7 +2,8 @@
  * rtxctl-impl.h - what rtxctl's own files share: the invocation (struct ctl) and exit codes,
  * messages and allocation (main.c), argument helpers (args.c), the output module: tables,
  * human formats and JSON documents built with jansson (output.c), and the command functions
- * that main.c's command table lists (admin.c, generation.c, jobs.c, submit.c, models.c).
+ * that main.c's command table lists (admin.c, generation.c, jobs.c, submit.c, models.c,
+ * generate.c).
  *
  * DESIGN
  * rtxctl is a program, not a library: nothing here is exported, so the cross-file names carry
@@ -184,5 +185,6 @@ int ctl_cmd_models_load(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_models_unload(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv);
 int ctl_cmd_outputs(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_generate(struct ctl *ctl, int argc, char **argv);
 
 #endif

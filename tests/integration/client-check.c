@@ -10,6 +10,8 @@
  * the error codes for unknown job ids, invalid graphs and inputs, an unknown lane and an
  * unreachable daemon; calls Status, Devices, Health and Config; and runs calls from several
  * threads over one client. --drain finally drains the daemon (which then exits).
+ * --generate MODEL checks text generation with a generative model instead: streamed chunks,
+ * the result and its usage, cancellation by callback and by flag, bad requests.
  *
  * Prints one line per check ("ok - ..." or "FAIL - ... (file:line)") and then
  * "N passed, M failed"; exits 0 when nothing failed, 1 otherwise, 2 on a usage error.
@@ -818,23 +820,118 @@ static void check_drain(struct run *r) {
           d.running, d.queued, rc ? ": " : "", rc ? err.msg : "");
 }
 
+/* ------------------------------------------------------------------------------------------
+ * Text generation (--generate MODEL)
+ * ---------------------------------------------------------------------------------------- */
+
+struct chunks {
+    char text[8192];
+    size_t len;
+    int n;
+    int cancel_after; /* > 0: ask to cancel at this chunk */
+};
+
+static int collect(void *ctx, const char *text, size_t len) {
+    struct chunks *k = ctx;
+    if (k->len + len < sizeof k->text) {
+        memcpy(k->text + k->len, text, len);
+        k->len += len;
+        k->text[k->len] = '\0';
+    }
+    k->n++;
+    return k->cancel_after > 0 && k->n >= k->cancel_after;
+}
+
+/* Streams text from a generative model: the chunks add up to the result, greedy decoding
+ * repeats, the usage and finish reason come, a callback and a flag cancel, and bad requests
+ * get their codes. */
+static void check_generate(struct run *r, const char *model) {
+    struct rtx_client_err err;
+    struct rtx_client_generate_options o = {.max_tokens = 20};
+    struct chunks k = {.len = 0};
+    struct rtx_client_generate_result a, b;
+    int rc = rtx_client_generate(r->c, model, "The daemon", &o, collect, &k, &a, &err);
+    if (CHECK_OK(rc, err, "generate streams text greedily")) {
+        CHECK(a.len > 0 && a.len == strlen(a.text), "the result holds the text (%zu bytes)",
+              a.len);
+        CHECK(k.len == a.len && memcmp(k.text, a.text, a.len) == 0,
+              "the streamed chunks add up to the text");
+        CHECK(k.n == a.chunks && k.n >= 2, "one callback per chunk (%d chunks)", k.n);
+        CHECK(strcmp(a.finish_reason, "length") == 0 || strcmp(a.finish_reason, "stop") == 0,
+              "a finish reason is given (%s)", a.finish_reason);
+        CHECK(a.completion_tokens >= 1 && a.completion_tokens <= 20 && a.prompt_tokens > 0,
+              "the usage is given (%d prompt, %d completion tokens)", a.prompt_tokens,
+              a.completion_tokens);
+        CHECK(a.request_id[0] != '\0', "the request id is given");
+        printf("# text (hex): "); /* for the caller to compare with another client's */
+        for (size_t i = 0; i < a.len; i++)
+            printf("%02x", (unsigned char)a.text[i]);
+        printf("\n");
+    }
+    rc = rtx_client_generate(r->c, model, "The daemon", &o, NULL, NULL, &b, &err);
+    if (CHECK_OK(rc, err, "generate without a callback"))
+        CHECK(strcmp(a.text ? a.text : "", b.text) == 0, "greedy decoding repeats its text");
+    rtx_client_generate_result_clear(&a);
+    rtx_client_generate_result_clear(&b);
+
+    o = (struct rtx_client_generate_options){.max_tokens = 400, .temperature = 1,
+                                             .has_seed = true, .seed = 3};
+    k = (struct chunks){.cancel_after = 2};
+    rc = rtx_client_generate(r->c, model, "The daemon", &o, collect, &k, &a, &err);
+    CHECK_CODE(rc, err, RTX_CLIENT_ECANCELLED, "a callback that returns nonzero cancels");
+    CHECK(a.finish_reason[0] == '\0' && k.n == 2, "nothing comes after the cancel (%d chunks)",
+          k.n);
+    rtx_client_generate_result_clear(&a);
+
+    volatile int flag = 1; /* raised before the call: looked at before every wait */
+    o.cancel = &flag;
+    rc = rtx_client_generate(r->c, model, "The daemon", &o, NULL, NULL, NULL, &err);
+    CHECK_CODE(rc, err, RTX_CLIENT_ECANCELLED, "a raised cancel flag cancels");
+
+    o = (struct rtx_client_generate_options){.temperature = 500};
+    rc = rtx_client_generate(r->c, model, "The daemon", &o, NULL, NULL, NULL, &err);
+    CHECK_CODE(rc, err, RTX_CLIENT_EINVAL, "a temperature out of range");
+    CHECK(strstr(err.msg, "temperature") != NULL, "... named in the message: %s", err.msg);
+    o = (struct rtx_client_generate_options){.stop = (const char *const[]){""}, .n_stop = 1};
+    rc = rtx_client_generate(r->c, model, "The daemon", &o, NULL, NULL, NULL, &err);
+    CHECK_CODE(rc, err, RTX_CLIENT_EINVAL, "an empty stop string");
+    rc = rtx_client_generate(r->c, "no_such_model", "x", NULL, NULL, NULL, NULL, &err);
+    CHECK_CODE(rc, err, RTX_CLIENT_ENOTFOUND, "an unknown model");
+    rc = rtx_client_generate(r->c, model, NULL, NULL, NULL, NULL, NULL, &err);
+    CHECK_CODE(rc, err, RTX_CLIENT_EINVAL, "no prompt");
+}
+
 int main(int argc, char **argv) {
     struct run r = {.address = "127.0.0.1:8001"};
     bool drain = false;
+    const char *gen_model = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--drain") == 0) {
             drain = true;
+        } else if (strcmp(argv[i], "--generate") == 0 && i + 1 < argc) {
+            gen_model = argv[++i];
         } else if (argv[i][0] == '-') {
             bool help = strcmp(argv[i], "--help") == 0;
             fprintf(help ? stdout : stderr,
                     "usage: rtx-client-check [--drain] [HOST:PORT]\n"
+                    "       rtx-client-check --generate MODEL [HOST:PORT]\n"
                     "Checks librtx end to end against a running rtxd (default "
-                    "127.0.0.1:8001);\n--drain finally drains the daemon. Exit 0 when every "
-                    "check passed.\n");
+                    "127.0.0.1:8001);\n--drain finally drains the daemon; --generate checks "
+                    "text generation with\nMODEL only. Exit 0 when every check passed.\n");
             return help ? 0 : 2;
         } else {
             r.address = argv[i];
         }
+    }
+    if (gen_model) {
+        struct rtx_client_err err;
+        int rc = rtx_client_connect(r.address, 15000, &r.c, &err);
+        if (CHECK_OK(rc, err, "connect")) {
+            check_generate(&r, gen_model);
+            rtx_client_close(r.c);
+        }
+        printf("%d passed, %d failed\n", n_passed, n_failed);
+        return n_failed ? 1 : 0;
     }
     snprintf(r.id, sizeof r.id, "%lx-%lld", (long)getpid(), (long long)now_ms());
     printf("rtx-client-check: rtxd at %s, run %s\n", r.address, r.id);

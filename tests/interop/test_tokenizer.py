@@ -1,9 +1,15 @@
 """
-tokenizer.json through rtxtok (formats/tokenizer.c) against Hugging Face `tokenizers`: tiny
-byte-level BPE tokenizers are trained here with `tokenizers` itself (GPT-2 style: ByteLevel
-pre-tokenizer; Llama 3 / Qwen2 style: Split(their pattern, Isolated) then ByteLevel without
-its regex; special and added tokens), saved as tokenizer.json, and rtxtok's ids and text must
-equal `tokenizers`' on a few hundred varied strings.
+tokenizer.json through rtxtok (formats/tokenizer*.c) against Hugging Face `tokenizers`: tiny
+tokenizers are trained here with `tokenizers` itself and saved as tokenizer.json, and rtxtok's
+ids and text must equal `tokenizers`' on a few hundred varied strings and on random ones:
+- byte-level BPE: GPT-2 style (ByteLevel pre-tokenizer), Llama 3 / Qwen2 style (Split(their
+  pattern, Isolated) then ByteLevel without its regex), special and added tokens, the BOS the
+  post-processor adds;
+- SentencePiece-style BPE with byte fallback (Llama 2, Mistral, TinyLlama): the normalizer
+  Prepend("▁") + Replace(" " -> "▁") or a Metaspace pre-tokenizer, "<0xNN>" byte tokens for
+  the characters the trainer left out (its alphabet is limited so that this happens), the
+  decoder Replace + ByteFallback + Fuse + Strip or Metaspace, added tokens with lstrip, rstrip,
+  single_word and normalized.
 """
 
 import json
@@ -13,7 +19,7 @@ import subprocess
 
 import pytest
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
-                        pre_tokenizers, trainers)
+                        pre_tokenizers, processors, trainers)
 
 import rtxgraph
 
@@ -58,7 +64,7 @@ def rtxtok(path, mode, lines, *flags, check=True):
     return [json.loads(x) for x in out]
 
 
-def train(tmp_path, name, pre, ignore_merges, merges_as_strings=False, nfc=False):
+def train(tmp_path, name, pre, ignore_merges, merges_as_strings=False, nfc=False, bos=False):
     tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
     if nfc:
         tok.normalizer = normalizers.NFC()
@@ -69,6 +75,12 @@ def train(tmp_path, name, pre, ignore_merges, merges_as_strings=False, nfc=False
     tok.train_from_iterator(CORPUS, trainer)
     tok.add_tokens([AddedToken("[TOOL]", special=False, normalized=False),
                     AddedToken("fox jumps", special=False, normalized=True)])
+    if bos:  # Llama 3's post-processor: ByteLevel, then a template that puts the BOS first
+        bos_id = tok.token_to_id("<|begin_of_text|>")
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                          special_tokens=[("<|begin_of_text|>", bos_id)])])
     path = tmp_path / f"{name}.json"
     tok.save(str(path))
     if merges_as_strings:  # the older form of merges: "a b" strings
@@ -122,13 +134,16 @@ def test_encode_decode_match_hf(tmp_path, style):
         "qwen2": (pre_split(QWEN2_PATTERN), False, False, False),
         "qwen2_nfc": (pre_split(QWEN2_PATTERN), False, False, True),  # Qwen2's own files
     }[style]
-    tok, path = train(tmp_path, style, pre, ignore, strs, nfc)
+    tok, path = train(tmp_path, style, pre, ignore, strs, nfc, bos=style == "llama3")
     ts = texts()
     want = [tok.encode(t, add_special_tokens=False).ids for t in ts]
     got = rtxtok(path, "encode", ts)
     for t, w, g in zip(ts, want, got):
         assert g == w, f"encode {t!r}"
     assert sum(len(w) for w in want) > 1000
+    with_bos = [tok.encode(t).ids for t in ts[:50]]
+    assert rtxtok(path, "encode", ts[:50], "--add-special") == with_bos
+    assert style != "llama3" or with_bos[0][0] == tok.token_to_id("<|begin_of_text|>")
 
     got_text = rtxtok(path, "decode", want)
     got_skip = rtxtok(path, "decode", want, "--skip-special")
@@ -190,15 +205,218 @@ def test_unsupported_file_is_refused_by_name(tmp_path):
     tok, path = train(tmp_path, "gpt2", PRE_GPT2, False)
     doc = json.loads(path.read_text())
     doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-        {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
-        {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}]}
+        {"type": "Digits", "individual_digits": True},
+        {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}]}
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
     r = subprocess.run([str(rtxtok_path()), str(bad), "encode"], input=b'"x"\n',
                        capture_output=True, timeout=60)
     assert r.returncode == 2
-    assert ("pre_tokenizer.pretokenizers[1].type 'Metaspace' is not supported"
+    assert ("pre_tokenizer.pretokenizers[0].type 'Digits' is not supported"
             in r.stderr.decode())
+
+
+# ------------------------------------------------------------------------------------------
+# SentencePiece-style BPE with byte fallback (Llama 2, Mistral, TinyLlama)
+# ------------------------------------------------------------------------------------------
+
+SP = "\u2581"  # "▁", SentencePiece's space
+SP_ADDED = [  # added tokens with each of the flags the crate implements
+    AddedToken("<tool>", special=False, lstrip=True, rstrip=True, normalized=False),
+    AddedToken("[MASK]", special=True, single_word=True, lstrip=True, normalized=False),
+    AddedToken("word", special=False, single_word=True, normalized=False),
+    AddedToken("fox jumps", special=False, normalized=True),
+    AddedToken("brown", special=False, rstrip=True, normalized=True),
+    AddedToken("<|im_start|>", special=True, normalized=False),
+    AddedToken("<|im_end|>", special=True, normalized=False, rstrip=True),
+]
+SP_LEGACY_DECODER = decoders.Sequence([decoders.Replace(SP, " "), decoders.ByteFallback(),
+                                       decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+
+
+def sp_config(tok, variant):
+    """The normalizer, pre-tokenizer and decoder of one SentencePiece-style layout."""
+    if variant == "llama2":  # Llama 2, Mistral 7B v0.1, TinyLlama: the "legacy" layout
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend(SP),
+                                               normalizers.Replace(" ", SP)])
+        tok.pre_tokenizer = None
+        tok.decoder = SP_LEGACY_DECODER
+    elif variant == "replace_only":  # a Replace normalizer alone: no prefix space
+        tok.normalizer = normalizers.Replace(" ", SP)
+        tok.pre_tokenizer = None
+        tok.decoder = SP_LEGACY_DECODER
+    elif variant == "metaspace_first":  # newer conversions (legacy=False)
+        tok.normalizer = None
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SP, prepend_scheme="first",
+                                                     split=False)
+        tok.decoder = SP_LEGACY_DECODER
+    elif variant == "metaspace_always":
+        tok.normalizer = None
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SP, prepend_scheme="always",
+                                                     split=True)
+        tok.decoder = decoders.Sequence([decoders.ByteFallback(),
+                                         decoders.Metaspace(replacement=SP,
+                                                            prepend_scheme="always")])
+    elif variant == "metaspace_never":
+        tok.normalizer = None
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SP, prepend_scheme="never",
+                                                     split=True)
+        tok.decoder = decoders.Sequence([decoders.ByteFallback(),
+                                         decoders.Metaspace(replacement=SP,
+                                                            prepend_scheme="never")])
+    else:
+        raise AssertionError(variant)
+
+
+def train_sp(tmp_path, variant, fuse_unk=True, all_bytes=True):
+    """A Llama-2-like tokenizer: <unk> <s> </s> first, BPE trained over Metaspace words with a
+    limited alphabet (the rarer characters of the corpus stay out), "<0xNN>" byte tokens added
+    to the vocabulary (all 256, or all but a few so that <unk> happens too), BOS added by the
+    post-processor."""
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=fuse_unk))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SP, prepend_scheme="always")
+    trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=["<unk>", "<s>", "</s>"],
+                                  limit_alphabet=70, show_progress=False)
+    tok.train_from_iterator(CORPUS + [t for t in texts() if t.isascii()], trainer)
+    sp_config(tok, variant)
+    path = tmp_path / f"sp_{variant}.json"
+    tok.save(str(path))
+    doc = json.loads(path.read_text())
+    vocab = doc["model"]["vocab"]
+    next_id = max(vocab.values()) + 1
+    for b in range(256):  # the byte tokens go into the vocabulary before the added tokens
+        if not all_bytes and b in (0xF0, 0x80, 0x9F):
+            continue
+        vocab[f"<0x{b:02X}>"] = next_id
+        next_id += 1
+    path.write_text(json.dumps(doc, ensure_ascii=False))
+    tok = Tokenizer.from_file(str(path))
+    tok.add_tokens(SP_ADDED)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", 1)])
+    tok.save(str(path))
+    return tok, path
+
+
+def sp_texts():
+    """texts() plus what SentencePiece layouts and the added tokens' flags make interesting."""
+    extra = [
+        " leading", "  two leading", "\tx", "\n\nnewlines first", "trailing ", "a  b   c",
+        "x\u0301\u0327y", "\u0915\u094d\u0937", "a <tool> b", "a<tool>b", "a \t<tool>\n b",
+        "<tool><tool>", " <tool>", "[MASK]", "a [MASK] b", "a[MASK]b", "x [MASK]", "\u3000[MASK]",
+        "word", "a word.", "words", "sword", "word_x", "wordé", "(word)", "the fox jumps",
+        "fox jumps", "a fox  jumps", "brown  fox", "brown", "<|im_start|>user\nhi<|im_end|>\n",
+        "<|im_end|>  x", "\u2581already", "x\u2581y", "\U0001F600\U0001F600 \u4e2d\u6587",
+        "\u0000nul", "\ufeffbom",
+    ]
+    return texts() + extra
+
+
+SP_VARIANTS = ["llama2", "replace_only", "metaspace_first", "metaspace_always",
+               "metaspace_never"]
+
+
+@pytest.mark.parametrize("variant", SP_VARIANTS)
+def test_sentencepiece_encode_decode_match_hf(tmp_path, variant):
+    tok, path = train_sp(tmp_path, variant)
+    ts = sp_texts()
+    want = [tok.encode(t, add_special_tokens=False).ids for t in ts]
+    got = rtxtok(path, "encode", ts)
+    for t, w, g in zip(ts, want, got):
+        assert g == w, f"encode {t!r}: {tok.encode(t, add_special_tokens=False).tokens}"
+    byte_ids = {tok.token_to_id(f"<0x{b:02X}>") for b in range(256)}
+    assert sum(i in byte_ids for w in want for i in w) > 200, "byte fallback did not happen"
+    with_bos = [tok.encode(t).ids for t in ts]
+    assert rtxtok(path, "encode", ts, "--add-special") == with_bos
+    assert all(w[0] == 1 for w in with_bos)
+    tok.encode_special_tokens = True
+    assert (rtxtok(path, "encode", ts, "--no-special") ==
+            [tok.encode(t, add_special_tokens=False).ids for t in ts])
+    tok.encode_special_tokens = False
+
+    for skip in (False, True):
+        flags = ["--skip-special"] if skip else []
+        seqs = want + with_bos
+        got_text = rtxtok(path, "decode", seqs, *flags)
+        streamed = rtxtok(path, "stream", seqs, *flags)
+        for w, g, pieces in zip(seqs, got_text, streamed):
+            ref = tok.decode(w, skip_special_tokens=skip)
+            assert g == ref, f"decode {w}"
+            assert "".join(pieces) == ref, f"stream {w}: {pieces}"
+            assert all("\ufffd" not in p for p in pieces), "a stream piece split a character"
+
+
+def test_sentencepiece_unknown_and_fuse_unk_match_hf(tmp_path):
+    """Some byte tokens missing: a character that cannot fall back becomes <unk> (fused with
+    its neighbours or not), ordered among the byte tokens as the crate orders them."""
+    for fuse in (True, False):
+        tok, path = train_sp(tmp_path, "llama2", fuse_unk=fuse, all_bytes=False)
+        ts = sp_texts() + ["\U0001F600\U0001F601x\u4e2d\U0001F602\u4e2d", "\u0080\u07ff"]
+        want = [tok.encode(t, add_special_tokens=False).ids for t in ts]
+        assert any(0 in w for w in want)
+        assert rtxtok(path, "encode", ts) == want
+        got = rtxtok(path, "decode", want)
+        assert got == [tok.decode(w, skip_special_tokens=False) for w in want]
+
+
+def test_sentencepiece_random_text_matches_hf(tmp_path):
+    """Random strings from a pool of characters and pieces the corpus and added tokens make
+    interesting."""
+    rnd = random.Random(2024)
+    pool = (list("abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789.,;!?'\"-_()[]{}<>|/\\") +
+            [" ", "  ", "\n", "\t", "\r\n", "\u00a0", "\u3000", "é", "e\u0301", "ñ", "ß", "Ω",
+             "中", "文", "日本", "한", "😀", "👍🏽", "👨‍👩‍👧", "🇫🇷", "\u0301", "\u200d", SP,
+             "<tool>", "[MASK]", "word", "fox jumps", "brown", "<|im_start|>", "<|im_end|>",
+             "<s>", "</s>", "<0x41>", "the", " the", "quick"])
+    ts = ["".join(rnd.choice(pool) for _ in range(rnd.randint(0, 25))) for _ in range(600)]
+    for variant in ("llama2", "metaspace_first", "metaspace_always"):
+        tok, path = train_sp(tmp_path, variant)
+        want = [tok.encode(t, add_special_tokens=False).ids for t in ts]
+        assert rtxtok(path, "encode", ts) == want, variant
+        dec = rtxtok(path, "decode", want)
+        assert dec == [tok.decode(w, skip_special_tokens=False) for w in want], variant
+
+
+def test_sentencepiece_random_ids_decode_like_hf(tmp_path):
+    """Random ids, byte tokens among them in runs that are often not valid UTF-8 (one U+FFFD
+    per byte of such a run): decode equals the crate's, the stream's pieces concatenate to it
+    and never end inside a character."""
+    rnd = random.Random(11)
+    for variant in ("llama2", "metaspace_always", "metaspace_never"):
+        tok, path = train_sp(tmp_path, variant)
+        n = tok.get_vocab_size(with_added_tokens=True)
+        byte_ids = [tok.token_to_id(f"<0x{b:02X}>") for b in range(256)]
+        utf8_runs = [[byte_ids[b] for b in c.encode()] for c in "é中😀👍🏽"]
+        seqs = []
+        for _ in range(400):
+            seq = []
+            for _ in range(rnd.randint(0, 14)):
+                r = rnd.random()
+                seq += ([rnd.randrange(n)] if r < 0.4 else [rnd.choice(byte_ids)] if r < 0.7
+                        else rnd.choice(utf8_runs))
+            seqs.append(seq)
+        for skip in (False, True):
+            flags = ["--skip-special"] if skip else []
+            got = rtxtok(path, "decode", seqs, *flags)
+            streamed = rtxtok(path, "stream", seqs, *flags)
+            for seq, g, pieces in zip(seqs, got, streamed):
+                ref = tok.decode(seq, skip_special_tokens=skip)
+                assert g == ref, f"{variant} decode {seq}"
+                assert "".join(pieces) == ref, f"{variant} stream {seq}: {pieces}"
+
+
+def test_sentencepiece_stream_holds_byte_runs(tmp_path):
+    """"中" falls back to three byte tokens: nothing comes out until the run ends; the leading
+    space of the first token is dropped, a later one kept."""
+    tok, path = train_sp(tmp_path, "llama2")
+    ids = tok.encode("\u4e2d x \u4e2d").ids[1:]  # without the BOS
+    toks = [tok.id_to_token(i) for i in ids]
+    assert toks[:4] == [SP, "<0xE4>", "<0xB8>", "<0xAD>"], toks
+    pieces = rtxtok(path, "stream", [ids])[0]
+    assert pieces[:4] == ["", "", "", ""]
+    assert pieces[4] == tok.decode(ids[:5])  # the run ends when the next token comes
+    assert pieces[4].startswith("\u4e2d ")
+    assert "".join(pieces) == tok.decode(ids) == "\u4e2d x \u4e2d"
 
 
 def _mutate(node, rnd):

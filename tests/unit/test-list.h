@@ -48,4 +48,7 @@
     X(gen_kv_blocks)                                                                            \
     X(gen_sampler)                                                                              \
     X(gen_arch)                                                                                 \
+    X(tokenizer_sp)                                                                             \
+    X(kserve)                                                                                   \
+    X(http_gen)                                                                                 \
     X(gen_stats)
