@@ -13,6 +13,7 @@ tiny-chat is a generative model (a random-weight Llama checkpoint) beside graph 
   graph model (INVALID_ARGUMENT naming it, exit 1), usage errors (exit 2).
 """
 
+import concurrent.futures as cf
 import json
 import math
 import threading
@@ -22,6 +23,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import gen_util as gu
 import harness as h
 import http_util as hu
 import serving_harness as sh
@@ -342,6 +344,74 @@ def test_watch_rates(d):
     assert text.count(f"{MODEL}  version 1") == 2, text
     assert "tok/s generated" in text, "the second sample shows rates"
     wait_idle(d)
+
+
+def test_cancel_counts_and_frees_blocks(d):
+    """Streams closed by their clients while generating: held blocks and running sequences
+    per lane while they run; then counted as canceled, and every block back."""
+    before = wait_idle(d)
+    socks = []
+    try:
+        for i, lane in enumerate(["realtime", "batch", "batch"]):
+            s, _ = gu.open_stream(d, "/v1/completions", {
+                "model": MODEL, "prompt": "Once upon a time", "max_tokens": 480,
+                "stream": True, "ignore_eos": True, "seed": i, "lane": lane})
+            socks.append(s)
+        mid = tiny(d)
+    finally:
+        for s in socks:
+            s.close()
+    lanes = {x["lane"]: x for x in mid["lanes"]}
+    assert lanes["realtime"]["running"] + lanes["realtime"]["waiting"] == 1, mid["lanes"]
+    assert lanes["batch"]["running"] + lanes["batch"]["waiting"] == 2, mid["lanes"]
+    assert lanes["interactive"]["running"] + lanes["interactive"]["waiting"] == 0
+    assert mid["kv_blocks_used"] >= 3, mid
+    assert 0 < mid["kv_usage"] == pytest.approx(mid["kv_blocks_used"] / mid["kv_blocks_total"])
+    gu.wait_for(lambda: tiny(d)["requests_canceled"] >= before["requests_canceled"] + 3,
+                "three canceled requests in rtxctl generation")
+    after = wait_idle(d)
+    assert delta(after, before, "requests_canceled") == 3, (before, after)
+    assert delta(after, before, "requests_finished") == 0
+    assert after["kv_blocks_used"] == 0
+    check_against_metrics(d, after)
+
+
+OVERLOAD_INI = """
+[lane.tiny]
+max_queued = 1
+"""
+
+
+def test_refusals_counted_per_lane(make_server, tmp_path):
+    """Requests its lane cannot take are refused (429) and counted on that lane."""
+    ini = tmp_path / "rtxd.ini"
+    ini.write_text(OVERLOAD_INI)
+    s = make_server("overload", repository=sh.copy_repository(tmp_path / "models",
+                                                              models=(MODEL,)), config=ini)
+    s.start()
+    hu.wait_http(s)
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 300,
+            "ignore_eos": True, "lane": "tiny"}
+
+    def one(i):
+        return hu.post(s, "/v1/completions", {**body, "seed": i},
+                       headers={"Content-Type": "application/json"})
+
+    with cf.ThreadPoolExecutor(32) as ex:
+        results = list(ex.map(one, range(32)))
+    ok = sum(r.status == 200 for r in results)
+    refused = sum(r.status == 429 for r in results)
+    assert ok + refused == len(results), [r for r in results if r.status not in (200, 429)][:3]
+    assert ok and refused, f"{ok} answered, {refused} refused"
+    m = wait_idle(s)
+    lanes = {x["lane"]: x for x in m["lanes"]}
+    assert list(lanes) == LANES + ["tiny"], list(lanes)
+    assert lanes["tiny"]["refused"] == refused, (lanes, refused)
+    assert all(lanes[x]["refused"] == 0 for x in LANES), lanes
+    assert m["requests_finished"] == ok, (m, ok)
+    text = ctl(s, "generation", check_rc=0).out
+    row = next(x.split() for x in text.splitlines() if x.split()[:1] == ["tiny"])
+    assert row == ["tiny", "0", "0", "0", str(refused)], (row, text)
 
 
 # ------------------------------------------------------------------------------------------
