@@ -295,13 +295,7 @@ static int run_paged_attention(struct rtx_cpu *cpu, const struct rtx_node_args *
         rtx__paged_fault_why(&j.g, fault, why, sizeof why);
         return rtx__backend_node_err(err, a, RTX_EINVAL, "%s", why);
     }
-    pa_write_cache(a, &j.g);
     const struct rtx__paged_geom *g = &j.g;
-    size_t row = (size_t)(g->H * g->D) * rtx_dtype_size(j.dt);
-    char *y = rtx_tensor_data(a->out[0]);
-    int64_t lo = j.qs[0], hi = j.qs[g->S];
-    memset(y, 0, (size_t)lo * row); /* rows outside every sequence */
-    memset(y + (size_t)hi * row, 0, (size_t)(g->T - hi) * row);
     int64_t per_row = g->G * (g->D > 0 ? g->D : 1);
     j.rows = RTX__CPU_SMALL_GEMM_MACS / (PA_MIN_KEYS * per_row);
     j.rows = j.rows < 1 ? 1 : j.rows > PA_MAX_ROWS ? PA_MAX_ROWS : j.rows;
@@ -310,10 +304,15 @@ static int run_paged_attention(struct rtx_cpu *cpu, const struct rtx_node_args *
     j.q = rtx_tensor_data(a->in[PA_Q]);
     j.kc = rtx_tensor_data(a->in[PA_KC]);
     j.vc = rtx_tensor_data(a->in[PA_VC]);
-    j.y = y;
+    j.y = rtx_tensor_data(a->out[0]);
     struct pa_task *tasks;
-    int64_t n = pa_tasks(&j, &tasks);
+    int64_t n = pa_tasks(&j, &tasks); /* before the writes: a failure here writes nothing */
     if (n < 0) return rtx__backend_node_err(err, a, RTX_ENOMEM, "task list");
+    pa_write_cache(a, g);
+    size_t row = (size_t)(g->H * g->D) * rtx_dtype_size(j.dt);
+    int64_t lo = j.qs[0], hi = j.qs[g->S];
+    memset(j.y, 0, (size_t)lo * row); /* rows outside every sequence */
+    memset((char *)j.y + (size_t)hi * row, 0, (size_t)(g->T - hi) * row);
     j.tasks = tasks;
     atomic_init(&j.failed, 0);
     rtx__cpu_parallel_for(cpu, n, 1, pa_chunk, &j);

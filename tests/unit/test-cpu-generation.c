@@ -395,6 +395,34 @@ START_TEST(paged_padding_rows_are_zero) {
 }
 END_TEST
 
+START_TEST(paged_survives_allocation_failures) {
+    /* the Nth allocation fails, for every N up to the first run that succeeds: each failure
+     * is RTX_ENOMEM, leaks nothing (the sanitizer build checks), and the run that succeeds
+     * gives the reference (the writes of runs that failed are the same bytes again) */
+    struct pa p;
+    make_ragged(&p, RTX_F32, 4, 2, 8, 65);
+    double *kc, *vc;
+    double *want = pa_reference(&p, 1.0 / sqrt(8.0), &kc, &vc);
+    struct rtx_tensor *out[1] = {NULL};
+    int rc = RTX_ENOMEM, n = 0;
+    while (rc == RTX_ENOMEM && n < 10000) {
+        struct rtx_err err = {0};
+        rtx_alloc_fail_after(++n);
+        rc = pa_run(&p, "", out, &err);
+        rtx_alloc_fail_after(0);
+        ck_assert_msg(rc == 0 || rc == RTX_ENOMEM, "allocation %d: %d (%s)", n, rc, err.msg);
+    }
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_gt(n, 1);
+    assert_near(out[0], want, tol_of(RTX_F32), "after allocation failures");
+    free(want);
+    free(kc);
+    free(vc);
+    rtx_tensor_unref(out[0]);
+    pa_free(&p);
+}
+END_TEST
+
 /* p with one metadata entry changed must fail naming the node and `want`, and leave the
  * caches as they were. */
 static void pa_fails(struct pa *p, int input, int64_t index, double value, const char *want) {
@@ -749,6 +777,7 @@ Suite *rtx_cpu_generation_suite(void) {
     tcase_add_test(tc, paged_prefill_equals_causal_attention);
     tcase_add_test(tc, paged_ragged_batch_matches_reference);
     tcase_add_test(tc, paged_padding_rows_are_zero);
+    tcase_add_test(tc, paged_survives_allocation_failures);
     tcase_add_test(tc, paged_rejects_bad_metadata);
     tcase_add_test(tc, paged_rejects_bad_shapes_and_dtypes);
     suite_add_tcase(s, tc);
