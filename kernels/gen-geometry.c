@@ -20,19 +20,31 @@ static bool shape_is(const struct rtx_tensor *t, int nd, const int64_t *want) {
     return true;
 }
 
+/* x (rope's x, paged_attention's q) is a float [T, H, D] and y has its dtype and shape:
+ * dims[0..2] get T, H, D; otherwise RTX_EINVAL with `what` in why. */
+static int read_thd(const struct rtx_tensor *x, const struct rtx_tensor *y, int64_t *dims,
+                    const char *what, char *why, size_t why_len) {
+    if (!is_float(x->dtype) || x->ndim != 3 || y->dtype != x->dtype ||
+        !shape_is(y, 3, x->dims)) {
+        snprintf(why, why_len, "%s", what);
+        return RTX_EINVAL;
+    }
+    for (int d = 0; d < 3; d++) dims[d] = x->dims[d];
+    return 0;
+}
+
 int rtx__rope_geometry(const struct rtx_node *node, const struct rtx_tensor *x,
                        const struct rtx_tensor *pos, const struct rtx_tensor *inv_freq,
                        const struct rtx_tensor *y, struct rtx__rope_geom *g, char *why,
                        size_t why_len) {
+    int64_t thd[3];
     *g = (struct rtx__rope_geom){0};
-    if (!is_float(x->dtype) || x->ndim != 3 || y->dtype != x->dtype ||
-        !shape_is(y, 3, x->dims)) {
-        snprintf(why, why_len, "x must be a float [T, H, D] and the output like it");
+    if (read_thd(x, y, thd, "x must be a float [T, H, D] and the output like it", why,
+                 why_len))
         return RTX_EINVAL;
-    }
-    g->T = x->dims[0];
-    g->H = x->dims[1];
-    g->D = x->dims[2];
+    g->T = thd[0];
+    g->H = thd[1];
+    g->D = thd[2];
     if ((pos->dtype != RTX_I32 && pos->dtype != RTX_I64) || !shape_is(pos, 1, &g->T)) {
         snprintf(why, why_len, "positions must be i32 or i64 [%lld]", (long long)g->T);
         return RTX_EINVAL;
@@ -70,14 +82,15 @@ int rtx__paged_attention_geometry(const struct rtx_node *node, const struct rtx_
     }
     const struct rtx_tensor *q = in[PA_Q], *k = in[PA_K];
     enum rtx_dtype dt = q->dtype;
-    if (!is_float(dt) || q->ndim != 3 || k->ndim != 3 || y->dtype != dt ||
-        !shape_is(y, 3, q->dims)) {
-        snprintf(why, why_len, "q must be a float [T, H, D], k [T, Hkv, D], the output like q");
+    static const char shapes[] = "q must be a float [T, H, D], k [T, Hkv, D], the output like q";
+    int64_t thd[3];
+    if (read_thd(q, y, thd, shapes, why, why_len) || k->ndim != 3) {
+        snprintf(why, why_len, "%s", shapes);
         return RTX_EINVAL;
     }
-    g->T = q->dims[0];
-    g->H = q->dims[1];
-    g->D = q->dims[2];
+    g->T = thd[0];
+    g->H = thd[1];
+    g->D = thd[2];
     g->Hkv = k->dims[1];
     if (g->Hkv < 1 || g->H % g->Hkv != 0) {
         snprintf(why, why_len, "q has %lld heads, not a multiple of the %lld KV heads",

@@ -48,34 +48,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Within tol (NaN meets NaN); the first mismatch in why. */
-static bool close_to(const struct rtx_tensor *ref, const struct rtx_tensor *got, double tol,
-                     char *why, size_t len) {
-    if (!ref || !got || ref->dtype != got->dtype ||
-        rtx_tensor_numel(ref) != rtx_tensor_numel(got)) {
-        snprintf(why, len, "missing, or dtype or size differs");
-        return false;
-    }
-    int64_t n = rtx_tensor_numel(ref), bad = 0, first = -1;
-    for (int64_t i = 0; i < n; i++) {
-        double a = rtx_tensor_get(ref, i), b = rtx_tensor_get(got, i);
-        bool ok = isnan(a) || isnan(b) ? isnan(a) && isnan(b)
-                                       : fabs(a - b) <= tol * fmax(1.0, fabs(a));
-        if (!ok && first < 0) first = i;
-        bad += !ok;
-    }
-    if (bad == 0) return true;
-    snprintf(why, len, "%lld of %lld differ; first at %lld: cpu %.9g gpu %.9g", (long long)bad,
-             (long long)n, (long long)first, rtx_tensor_get(ref, first),
-             rtx_tensor_get(got, first));
-    return false;
-}
-
-static bool same_bits(const struct rtx_tensor *a, const struct rtx_tensor *b) {
-    return a && b && rtx_tensor_nbytes(a) == rtx_tensor_nbytes(b) &&
-           memcmp(rtx_tensor_data(a), rtx_tensor_data(b), rtx_tensor_nbytes(a)) == 0;
-}
-
 /* A host copy of t (NULL when out of memory). */
 static struct rtx_tensor *clone(const struct rtx_tensor *t) {
     struct rtx_tensor *c = NULL;
@@ -236,9 +208,9 @@ static void paged_case(const struct pcase *c, bool time_it) {
         rc = run_graph(dev_be, g, b, &yb, &err);
         if (gpu_check(rc == 0, "paged_attention %s: cuda%s%s", c->what, rc ? ": " : "",
                       err.msg)) {
-            gpu_check(close_to(ya, yb, tol_of(c->dt), why, sizeof why),
+            gpu_check(gpu_close_to(ya, yb, tol_of(c->dt), why, sizeof why),
                       "paged_attention %s: output%s%s", c->what, why[0] ? ": " : "", why);
-            gpu_check(same_bits(a[KC], b[KC]) && same_bits(a[VC], b[VC]),
+            gpu_check(gpu_same_bits(a[KC], b[KC]) && gpu_same_bits(a[VC], b[VC]),
                       "paged_attention %s: the caches hold the same bits", c->what);
         }
     }
@@ -347,7 +319,7 @@ static void bad_case(int input, int64_t index, int32_t value, const char *what) 
                   strstr(eg.msg, "node 0 'attn' (paged_attention)"),
               "bad %s fails alike: cpu '%s', cuda '%s'", what, ec.msg, eg.msg);
     rc = rtx_backend_download(dev_be, dev[KC], &kc, &eg);
-    gpu_check(rc == 0 && same_bits(kc, in[KC]), "bad %s: the device's k_cache is untouched",
+    gpu_check(rc == 0 && gpu_same_bits(kc, in[KC]), "bad %s: the device's k_cache is untouched",
               what);
 out:
     rtx_tensor_unref(kc);
@@ -427,7 +399,7 @@ static void device_steps(void) {
             gpu_check(st.mode == RTX_EXEC_PLAIN && rtx_plan_capture_note(pg)[0] == '\0',
                       "device steps: step %d ran node by node, never captured (mode %s)", step,
                       rtx_exec_mode_name(st.mode));
-            gpu_check(close_to(ya, hy, tol_of(dt), why, sizeof why),
+            gpu_check(gpu_close_to(ya, hy, tol_of(dt), why, sizeof why),
                       "device steps: step %d output%s%s", step, why[0] ? ": " : "", why);
         }
         rtx_tensor_unref(hy);
@@ -442,8 +414,8 @@ static void device_steps(void) {
     if (rc == 0) rc = rtx_backend_download(dev_be, dkc, &gk, &err);
     if (rc == 0) rc = rtx_backend_download(dev_be, dvc, &gv, &err);
     if (gpu_check(rc == 0, "device steps: caches downloaded%s%s", rc ? ": " : "", err.msg))
-        gpu_check(close_to(hkc, gk, tol_of(dt), why, sizeof why) && same_bits(hvc, gv) &&
-                      !same_bits(k0, gk),
+        gpu_check(gpu_close_to(hkc, gk, tol_of(dt), why, sizeof why) && gpu_same_bits(hvc, gv) &&
+                      !gpu_same_bits(k0, gk),
                   "device steps: the device caches were updated in place like the host's%s%s",
                   why[0] ? ": " : "", why);
     struct rtx_tensor *t[8] = {hkc, hvc, dkc, dvc, inv, gk, gv, k0};
@@ -484,7 +456,7 @@ static void rope_case(enum rtx_dtype dt, enum rtx_dtype pdt, int64_t T, int64_t 
     if (rc == 0) rc = run_graph(ref_be, g, in, &ya, &err);
     if (rc == 0) rc = run_graph(dev_be, g, in, &yb, &err);
     if (gpu_check(rc == 0, "%s: runs%s%s", what, rc ? ": " : "", err.msg))
-        gpu_check(close_to(ya, yb, tol_of(dt), why, sizeof why), "%s%s%s", what,
+        gpu_check(gpu_close_to(ya, yb, tol_of(dt), why, sizeof why), "%s%s%s", what,
                   why[0] ? ": " : "", why);
     rtx_tensor_unref(ya);
     rtx_tensor_unref(yb);

@@ -601,33 +601,52 @@ static struct rtx_tensor *run_step(struct rtx_graph *g, struct rtx_backend *cpu,
     return out[0];
 }
 
+/* What the plan tests share: a CPU backend, the step graph, random q, k, v of `rows` rows. */
+struct step_fx {
+    struct rtx_backend *cpu;
+    struct rtx_graph *g;
+    struct rtx_tensor *qkv[3];
+};
+
+static void step_fx_init(struct step_fx *fx, int64_t rows, int64_t H, int64_t Hkv, int64_t D,
+                         int64_t NB, int64_t BS, bool dead, unsigned seed) {
+    int64_t qd[3] = {rows, H, D}, kd[3] = {rows, Hkv, D};
+    struct rtx_err err = {0};
+    fx->qkv[0] = tu_tensor_random(RTX_F32, 3, qd, -1, 1, seed);
+    fx->qkv[1] = tu_tensor_random(RTX_F32, 3, kd, -1, 1, seed + 1);
+    fx->qkv[2] = tu_tensor_random(RTX_F32, 3, kd, -1, 1, seed + 2);
+    fx->g = step_graph(H, Hkv, D, NB, BS, dead);
+    ck_assert_int_eq(rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 2}, &fx->cpu,
+                                         &err), 0);
+}
+
+static void step_fx_close(struct step_fx *fx) {
+    unref_all(fx->qkv, 3);
+    rtx_backend_free(fx->cpu);
+    rtx_graph_free(fx->g);
+}
+
 START_TEST(plan_steps_write_the_callers_caches) {
     const int64_t H = 4, Hkv = 2, D = 8, NB = 6, BS = 4, B = 2, L = 7;
     const double blocks[2] = {3, 1};
-    int64_t qd[3] = {L, H, D}, kd[3] = {L, Hkv, D}, cd[4] = {NB, BS, Hkv, D};
-    struct rtx_tensor *qkv[3] = {tu_tensor_random(RTX_F32, 3, qd, -1, 1, 80),
-                                 tu_tensor_random(RTX_F32, 3, kd, -1, 1, 81),
-                                 tu_tensor_random(RTX_F32, 3, kd, -1, 1, 82)};
+    int64_t cd[4] = {NB, BS, Hkv, D};
+    struct step_fx fx;
+    step_fx_init(&fx, L, H, Hkv, D, NB, BS, false, 80);
     /* the engine's way: a prefill of 6, then one decode step, on the caller's caches */
     struct rtx_tensor *kc = tu_tensor_random(RTX_F32, 4, cd, -1, 1, 83);
     struct rtx_tensor *vc = tu_tensor_random(RTX_F32, 4, cd, -1, 1, 84);
     /* the reference: one prefill of all 7 on fresh caches */
-    struct rtx_tensor *kc_ref = tu_tensor(RTX_F32, 4, cd, NULL), *vc_ref = tu_tensor(RTX_F32, 4,
-                                                                                      cd, NULL);
-    struct rtx_graph *g = step_graph(H, Hkv, D, NB, BS, false);
-    struct rtx_backend *cpu;
-    struct rtx_err err = {0};
-    ck_assert_int_eq(rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 2}, &cpu, &err),
-                     0);
+    struct rtx_tensor *kc_ref = tu_tensor(RTX_F32, 4, cd, NULL);
+    struct rtx_tensor *vc_ref = tu_tensor(RTX_F32, 4, cd, NULL);
     struct rtx_tensor *in[STEP_IN];
-    step_inputs(in, qkv, 0, 6, blocks, B, kc, vc);
-    struct rtx_tensor *y1 = run_step(g, cpu, in);
+    step_inputs(in, fx.qkv, 0, 6, blocks, B, kc, vc);
+    struct rtx_tensor *y1 = run_step(fx.g, fx.cpu, in);
     unref_all(in, STEP_IN);
-    step_inputs(in, qkv, 6, 1, blocks, B, kc, vc);
-    struct rtx_tensor *y2 = run_step(g, cpu, in);
+    step_inputs(in, fx.qkv, 6, 1, blocks, B, kc, vc);
+    struct rtx_tensor *y2 = run_step(fx.g, fx.cpu, in);
     unref_all(in, STEP_IN);
-    step_inputs(in, qkv, 0, L, blocks, B, kc_ref, vc_ref);
-    struct rtx_tensor *yr = run_step(g, cpu, in);
+    step_inputs(in, fx.qkv, 0, L, blocks, B, kc_ref, vc_ref);
+    struct rtx_tensor *yr = run_step(fx.g, fx.cpu, in);
     unref_all(in, STEP_IN);
     /* the caller's caches hold the rotated keys and the values of all 7 positions */
     int64_t row = Hkv * D;
@@ -637,7 +656,7 @@ START_TEST(plan_steps_write_the_callers_caches) {
                              (float *)rtx_tensor_data(kc_ref) + slot * row,
                              (size_t)row * sizeof(float)) == 0 &&
                           memcmp((float *)rtx_tensor_data(vc) + slot * row,
-                                 (float *)rtx_tensor_data(qkv[2]) + p * row,
+                                 (float *)rtx_tensor_data(fx.qkv[2]) + p * row,
                                  (size_t)row * sizeof(float)) == 0,
                       "position %lld is not in the caller's caches", (long long)p);
     }
@@ -649,75 +668,56 @@ START_TEST(plan_steps_write_the_callers_caches) {
     assert_near(y1, want, 2e-5, "prefill step");
     assert_near(y2, want + 6 * hd, 2e-5, "decode step");
     free(want);
-    unref_all(qkv, 3);
     struct rtx_tensor *t[7] = {kc, vc, kc_ref, vc_ref, y1, y2, yr};
     unref_all(t, 7);
-    rtx_backend_free(cpu);
-    rtx_graph_free(g);
+    step_fx_close(&fx);
 }
 END_TEST
 
 START_TEST(plan_keeps_a_writer_nothing_reads) {
-    const int64_t H = 2, Hkv = 1, D = 4, NB = 2, BS = 4, B = 1;
+    const int64_t Hkv = 1, D = 4, cd[4] = {2, 4, Hkv, D};
     const double blocks[1] = {1};
-    int64_t qd[3] = {2, H, D}, kd[3] = {2, Hkv, D}, cd[4] = {NB, BS, Hkv, D};
-    struct rtx_tensor *qkv[3] = {tu_tensor_random(RTX_F32, 3, qd, -1, 1, 90),
-                                 tu_tensor_random(RTX_F32, 3, kd, -1, 1, 91),
-                                 tu_tensor_random(RTX_F32, 3, kd, -1, 1, 92)};
+    struct step_fx fx;
+    step_fx_init(&fx, 2, 2, Hkv, D, 2, 4, true, 90);
     struct rtx_tensor *kc = tu_tensor(RTX_F32, 4, cd, NULL), *vc = tu_tensor(RTX_F32, 4, cd, NULL);
-    struct rtx_graph *g = step_graph(H, Hkv, D, NB, BS, true);
-    struct rtx_backend *cpu;
-    struct rtx_err err = {0};
-    ck_assert_int_eq(rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 1}, &cpu, &err),
-                     0);
     struct rtx_tensor *in[STEP_IN];
-    step_inputs(in, qkv, 0, 2, blocks, B, kc, vc);
-    struct rtx_tensor *y = run_step(g, cpu, in); /* three nodes ran: the writer too */
-    ck_assert_msg(memcmp((float *)rtx_tensor_data(vc) + 4 * Hkv * D, rtx_tensor_data(qkv[2]),
+    step_inputs(in, fx.qkv, 0, 2, blocks, 1, kc, vc);
+    struct rtx_tensor *y = run_step(fx.g, fx.cpu, in); /* three nodes ran: the writer too */
+    ck_assert_msg(memcmp((float *)rtx_tensor_data(vc) + 4 * Hkv * D, rtx_tensor_data(fx.qkv[2]),
                          (size_t)(2 * Hkv * D) * sizeof(float)) == 0,
                   "v was not written to block 1");
     rtx_tensor_unref(y);
     unref_all(in, STEP_IN);
-    unref_all(qkv, 3);
     rtx_tensor_unref(kc);
     rtx_tensor_unref(vc);
-    rtx_backend_free(cpu);
-    rtx_graph_free(g);
+    step_fx_close(&fx);
 }
 END_TEST
 
 START_TEST(plan_rejects_a_strided_cache) {
-    const int64_t H = 2, Hkv = 2, D = 4, NB = 2, BS = 4, B = 1;
+    const int64_t Hkv = 2, D = 4, cd[4] = {2, 4, Hkv, D}, sd[4] = {2, 4, D, Hkv};
     const double blocks[1] = {0};
-    int64_t qd[3] = {1, H, D}, kd[3] = {1, Hkv, D}, cd[4] = {NB, BS, Hkv, D};
-    int64_t sd[4] = {NB, BS, D, Hkv};
-    struct rtx_tensor *qkv[3] = {tu_tensor(RTX_F32, 3, qd, NULL), tu_tensor(RTX_F32, 3, kd, NULL),
-                                 tu_tensor(RTX_F32, 3, kd, NULL)};
-    struct rtx_tensor *base = tu_tensor(RTX_F32, 4, sd, NULL), *kc, *vc = tu_tensor(RTX_F32, 4,
-                                                                                     cd, NULL);
+    struct step_fx fx;
+    step_fx_init(&fx, 1, 2, Hkv, D, 2, 4, false, 95);
+    struct rtx_tensor *base = tu_tensor(RTX_F32, 4, sd, NULL), *kc;
+    struct rtx_tensor *vc = tu_tensor(RTX_F32, 4, cd, NULL);
     struct rtx_err err = {0};
     const int perm[4] = {0, 1, 3, 2};
     ck_assert_int_eq(rtx_tensor_permute(base, perm, &kc, &err), 0);
-    struct rtx_graph *g = step_graph(H, Hkv, D, NB, BS, false);
-    struct rtx_backend *cpu;
-    ck_assert_int_eq(rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 1}, &cpu, &err),
-                     0);
     struct rtx_tensor *in[STEP_IN], *out[1] = {NULL};
-    step_inputs(in, qkv, 0, 1, blocks, B, kc, vc);
+    step_inputs(in, fx.qkv, 0, 1, blocks, 1, kc, vc);
     struct rtx_plan *plan;
-    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)in, STEP_IN, NULL, &plan,
-                                  &err), 0);
-    ck_assert_int_eq(rtx_plan_execute(plan, cpu, in, STEP_IN, out, 1, NULL, NULL, &err),
+    ck_assert_int_eq(rtx_plan_new(fx.g, (const struct rtx_tensor *const *)in, STEP_IN, NULL,
+                                  &plan, &err), 0);
+    ck_assert_int_eq(rtx_plan_execute(plan, fx.cpu, in, STEP_IN, out, 1, NULL, NULL, &err),
                      RTX_EINVAL);
     ck_assert_msg(strstr(err.msg, "input 'kc' is written in place by the graph, so it must be "
                                   "contiguous"), "%s", err.msg);
     rtx_plan_free(plan);
     unref_all(in, STEP_IN);
-    unref_all(qkv, 3);
     struct rtx_tensor *t[3] = {base, kc, vc};
     unref_all(t, 3);
-    rtx_backend_free(cpu);
-    rtx_graph_free(g);
+    step_fx_close(&fx);
 }
 END_TEST
 
