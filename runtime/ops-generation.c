@@ -109,7 +109,8 @@ int rtx__infer_paged_attention(const struct rtx_node *n, const shape_t *const *i
         [PA_CTX] = {"context_lens", 1, DT(I32)},
     };
     int rc = check_inputs(in, n_in, rules, err);
-    for (int i = PA_K; i <= PA_VC && !rc; i++) rc = check_same_dtype(in, i, rules, err);
+    for (int i = PA_K; i <= PA_VC && !rc; i++)
+        rc = check_same_dtype(in, i, rules, err);
     if (rc) return rc;
     const shape_t *q = in[PA_Q], *k = in[PA_K];
     int64_t T = q->dims[0], H = q->dims[1], D = q->dims[2], Hkv = k->dims[1];

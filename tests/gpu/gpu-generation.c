@@ -70,14 +70,15 @@ static void unref_all(struct rtx_tensor **t, int n) {
     }
 }
 
-/* A graph of one paged_attention node over inputs in[0..8] (docs/ops.md's order); with rope, q and k pass
- * through rope first (inputs "pos" and "inv_freq" follow the nine). */
+/* A graph of one paged_attention node over inputs in[0..8] (docs/ops.md's order); with rope, q and
+ * k pass through rope first (inputs "pos" and "inv_freq" follow the nine). */
 static int paged_graph(const struct rtx_tensor *const *in, bool rope, struct rtx_graph **out,
                        struct rtx_err *err) {
     struct rtx_graph *g = NULL;
     int rc = rtx_graph_new("paged", &g, err);
-    const char *names[N_PA + 2] = {"q", "k", "v", "k_cache", "v_cache", "slots", "tables",
-                                   "query_start", "context_lens", "pos", "inv_freq"};
+    const char *names[N_PA + 2] = {"q",       "k",      "v",           "k_cache",      "v_cache",
+                                   "slots",   "tables", "query_start", "context_lens", "pos",
+                                   "inv_freq"};
     for (int i = 0; i < N_PA + (rope ? 2 : 0) && rc >= 0; i++)
         rc = rtx_graph_add_input(g, names[i], in[i]->dtype, in[i]->ndim, in[i]->dims, err);
     const char *rq[] = {"q", "pos", "inv_freq"}, *rk[] = {"k", "pos", "inv_freq"};
@@ -102,8 +103,7 @@ static int paged_graph(const struct rtx_tensor *const *in, bool rope, struct rtx
 static int run_graph(struct rtx_backend *be, const struct rtx_graph *g, struct rtx_tensor **in,
                      struct rtx_tensor **out, struct rtx_err *err) {
     struct rtx_plan *plan = NULL;
-    int rc = rtx_plan_new(g, (const struct rtx_tensor *const *)in, g->n_inputs, NULL, &plan,
-                          err);
+    int rc = rtx_plan_new(g, (const struct rtx_tensor *const *)in, g->n_inputs, NULL, &plan, err);
     if (rc == 0) rc = rtx_plan_execute(plan, be, in, g->n_inputs, out, 1, NULL, NULL, err);
     rtx_plan_free(plan);
     return rc;
@@ -139,11 +139,12 @@ static int make_batch(const struct pcase *c, struct rtx_tensor **in) {
         B = nb > B ? nb : B;
     }
     int64_t NB = need + 3, S = c->S;
-    int32_t *perm = malloc(sizeof *perm * (size_t)NB), *tables = malloc(sizeof *tables *
-                                                                        (size_t)(S * B));
+    int32_t *perm = malloc(sizeof *perm * (size_t)NB),
+            *tables = malloc(sizeof *tables * (size_t)(S * B));
     int32_t *slots = malloc(sizeof *slots * (size_t)(T + 1)), qs[MAX_SEQS + 1], ctx[MAX_SEQS];
     int rc = perm && tables && slots ? 0 : -1;
-    for (int64_t i = 0; i < NB && rc == 0; i++) perm[i] = (int32_t)i;
+    for (int64_t i = 0; i < NB && rc == 0; i++)
+        perm[i] = (int32_t)i;
     for (int64_t i = NB - 1; i > 0 && rc == 0; i--) {
         int64_t j = (int64_t)(rtx_rng_next(&rng) % (uint64_t)(i + 1));
         int32_t x = perm[i];
@@ -151,7 +152,8 @@ static int make_batch(const struct pcase *c, struct rtx_tensor **in) {
         perm[j] = x;
     }
     int64_t next = 0, t = c->pad_front;
-    for (int64_t r = 0; r < T && rc == 0; r++) slots[r] = -1;
+    for (int64_t r = 0; r < T && rc == 0; r++)
+        slots[r] = -1;
     qs[0] = (int32_t)c->pad_front;
     for (int s = 0; s < S && rc == 0; s++) {
         const struct seq *q = &c->seqs[s];
@@ -174,7 +176,8 @@ static int make_batch(const struct pcase *c, struct rtx_tensor **in) {
         in[TABLES] = i32_tensor(2, td, tables);
         in[QSTART] = i32_tensor(1, &s1, qs);
         in[CTX] = i32_tensor(1, &S, ctx);
-        for (int i = 0; i < N_PA; i++) rc |= in[i] ? 0 : -1;
+        for (int i = 0; i < N_PA; i++)
+            rc |= in[i] ? 0 : -1;
     }
     free(perm);
     free(tables);
@@ -190,8 +193,8 @@ static void paged_case(const struct pcase *c, bool time_it) {
     struct rtx_graph *g = NULL;
     struct rtx_err err = {0};
     char why[256];
-    if (!gpu_check(make_batch(c, in) == 0 && paged_graph((const struct rtx_tensor *const *)in,
-                                                          false, &g, &err) == 0,
+    if (!gpu_check(make_batch(c, in) == 0 &&
+                       paged_graph((const struct rtx_tensor *const *)in, false, &g, &err) == 0,
                    "paged_attention %s: inputs and graph%s%s", c->what, err.msg[0] ? ": " : "",
                    err.msg)) {
         unref_all(in, N_PA);
@@ -206,8 +209,7 @@ static void paged_case(const struct pcase *c, bool time_it) {
     int rc = run_graph(ref_be, g, a, &ya, &err);
     if (gpu_check(rc == 0, "paged_attention %s: cpu%s%s", c->what, rc ? ": " : "", err.msg)) {
         rc = run_graph(dev_be, g, b, &yb, &err);
-        if (gpu_check(rc == 0, "paged_attention %s: cuda%s%s", c->what, rc ? ": " : "",
-                      err.msg)) {
+        if (gpu_check(rc == 0, "paged_attention %s: cuda%s%s", c->what, rc ? ": " : "", err.msg)) {
             gpu_check(gpu_close_to(ya, yb, tol_of(c->dt), why, sizeof why),
                       "paged_attention %s: output%s%s", c->what, why[0] ? ": " : "", why);
             gpu_check(gpu_same_bits(a[KC], b[KC]) && gpu_same_bits(a[VC], b[VC]),
@@ -218,10 +220,10 @@ static void paged_case(const struct pcase *c, bool time_it) {
         struct rtx_tensor *dev[N_PA] = {NULL}, *y = NULL;
         struct rtx_plan *plan = NULL;
         int runs = 20;
-        for (int i = 0; i < N_PA && rc == 0; i++) rc = rtx_backend_upload(dev_be, b[i], &dev[i],
-                                                                           &err);
-        if (rc == 0) rc = rtx_plan_new(g, (const struct rtx_tensor *const *)dev, N_PA, NULL,
-                                       &plan, &err);
+        for (int i = 0; i < N_PA && rc == 0; i++)
+            rc = rtx_backend_upload(dev_be, b[i], &dev[i], &err);
+        if (rc == 0)
+            rc = rtx_plan_new(g, (const struct rtx_tensor *const *)dev, N_PA, NULL, &plan, &err);
         double t0 = 0;
         for (int r = -2; r < runs && rc == 0; r++) { /* two warm-up runs */
             if (r == 0) t0 = now_s();
@@ -230,13 +232,15 @@ static void paged_case(const struct pcase *c, bool time_it) {
         }
         double ms = (now_s() - t0) * 1e3 / runs;
         int64_t keys = 0;
-        for (int s = 0; s < c->S; s++) keys += c->seqs[s].ctx;
-        double gb = (double)keys * (double)(c->Hkv * c->D * 2) *
-                    (double)rtx_dtype_size(c->dt) / 1e9;
+        for (int s = 0; s < c->S; s++)
+            keys += c->seqs[s].ctx;
+        double gb =
+            (double)keys * (double)(c->Hkv * c->D * 2) * (double)rtx_dtype_size(c->dt) / 1e9;
         if (gpu_check(rc == 0, "paged_attention %s: timed runs%s%s", c->what, rc ? ": " : "",
                       err.msg))
             gpu_note("paged_attention %s: %.3f ms per node (check, write, attention), "
-                     "%.0f GB/s of keys and values", c->what, ms, gb / (ms * 1e-3));
+                     "%.0f GB/s of keys and values",
+                     c->what, ms, gb / (ms * 1e-3));
         rtx_plan_free(plan);
         unref_all(dev, N_PA);
     }
@@ -250,12 +254,19 @@ static void paged_case(const struct pcase *c, bool time_it) {
 
 /* The ragged batch of the file comment, with head geometry (H, Hkv, D). */
 static struct pcase ragged(enum rtx_dtype dt, int64_t H, int64_t Hkv, int64_t D, int64_t BS) {
-    struct pcase c = {.dt = dt, .H = H, .Hkv = Hkv, .D = D, .BS = BS, .S = 4, .pad_front = 1,
-                      .pad_back = 2,
-                      .seqs = {{.ctx = 40, .n = 1}, {.ctx = 33, .n = 17}, {.ctx = 20, .n = 20},
-                               {.ctx = 0, .n = 0}}};
-    snprintf(c.what, sizeof c.what, "ragged %s H %lld Hkv %lld D %lld BS %lld",
-             rtx_dtype_name(dt), (long long)H, (long long)Hkv, (long long)D, (long long)BS);
+    struct pcase c = {
+        .dt = dt,
+        .H = H,
+        .Hkv = Hkv,
+        .D = D,
+        .BS = BS,
+        .S = 4,
+        .pad_front = 1,
+        .pad_back = 2,
+        .seqs = {
+            {.ctx = 40, .n = 1}, {.ctx = 33, .n = 17}, {.ctx = 20, .n = 20}, {.ctx = 0, .n = 0}}};
+    snprintf(c.what, sizeof c.what, "ragged %s H %lld Hkv %lld D %lld BS %lld", rtx_dtype_name(dt),
+             (long long)H, (long long)Hkv, (long long)D, (long long)BS);
     return c;
 }
 
@@ -271,11 +282,21 @@ static void paged_tests(void) {
     paged_case(&c, false);
     c = ragged(RTX_F32, 16, 1, 512, 16); /* shared memory past 48 KiB: the opt-in limit */
     paged_case(&c, false);
-    c = (struct pcase){.dt = RTX_BF16, .H = 8, .Hkv = 2, .D = 128, .BS = 16, .S = 1,
+    c = (struct pcase){.dt = RTX_BF16,
+                       .H = 8,
+                       .Hkv = 2,
+                       .D = 128,
+                       .BS = 16,
+                       .S = 1,
                        .seqs = {{.ctx = 300, .n = 300}}};
     snprintf(c.what, sizeof c.what, "prefill of 300 bf16");
     paged_case(&c, false);
-    c = (struct pcase){.dt = RTX_F16, .H = 16, .Hkv = 4, .D = 128, .BS = 32, .S = 3,
+    c = (struct pcase){.dt = RTX_F16,
+                       .H = 16,
+                       .Hkv = 4,
+                       .D = 128,
+                       .BS = 32,
+                       .S = 3,
                        .seqs = {{.ctx = 3000, .n = 1}, {.ctx = 4100, .n = 3}, {.ctx = 7, .n = 1}}};
     snprintf(c.what, sizeof c.what, "long contexts, few rows (key partitions) f16");
     paged_case(&c, false);
@@ -309,11 +330,11 @@ static void bad_case(int input, int64_t index, int32_t value, const char *what) 
     int rc_cpu = run_graph(ref_be, g, a, &y, &ec);
     rtx_tensor_unref(a[KC]);
     rtx_tensor_unref(a[VC]);
-    for (int i = 0; i < N_PA && rc == 0; i++) rc = rtx_backend_upload(dev_be, in[i], &dev[i], &eg);
-    if (rc == 0) rc = rtx_plan_new(g, (const struct rtx_tensor *const *)dev, N_PA, NULL, &plan,
-                                   &eg);
-    if (!gpu_check(rc == 0, "bad %s: upload and plan%s%s", what, rc ? ": " : "", eg.msg))
-        goto out;
+    for (int i = 0; i < N_PA && rc == 0; i++)
+        rc = rtx_backend_upload(dev_be, in[i], &dev[i], &eg);
+    if (rc == 0)
+        rc = rtx_plan_new(g, (const struct rtx_tensor *const *)dev, N_PA, NULL, &plan, &eg);
+    if (!gpu_check(rc == 0, "bad %s: upload and plan%s%s", what, rc ? ": " : "", eg.msg)) goto out;
     rc = rtx_plan_execute_device(plan, dev_be, dev, N_PA, &y, 1, NULL, NULL, &eg);
     gpu_check(rc_cpu == RTX_EINVAL && rc == RTX_EINVAL && strcmp(ec.msg, eg.msg) == 0 &&
                   strstr(eg.msg, "node 0 'attn' (paged_attention)"),
@@ -360,7 +381,8 @@ static void device_steps(void) {
     const int64_t H = 8, Hkv = 2, D = 64, BS = 16, B = 5, NB = 24, half = D / 2;
     const int64_t ctx0[4] = {50, 17, 64, 5}, cd[4] = {NB, BS, Hkv, D};
     int32_t tables[4 * 5];
-    for (int i = 0; i < 20; i++) tables[i] = (int32_t)((i * 7 + 3) % NB); /* distinct blocks */
+    for (int i = 0; i < 20; i++)
+        tables[i] = (int32_t)((i * 7 + 3) % NB); /* distinct blocks */
     struct rtx_tensor *hkc = NULL, *hvc = NULL, *dkc = NULL, *dvc = NULL, *inv = NULL, *k0;
     struct rtx_tensor *in[N_PA + 2] = {NULL}, *dev[N_PA + 2] = {NULL}, *ya = NULL, *yb = NULL;
     struct rtx_graph *g = NULL;
@@ -471,8 +493,8 @@ static void rope_tests(void) {
             rope_case(dts[k], RTX_I32, 37, 5, 64, 32, il, 4096);
             rope_case(dts[k], RTX_I64, 19, 3, 80, 16, il, 100000);
         }
-    rope_case(RTX_BF16, RTX_I32, 2048, 14, 64, 32, 0, 2047);   /* a prefill's worth */
-    rope_case(RTX_F32, RTX_I64, 3, 2, 1040, 520, 1, 1000);     /* pairs past one chunk */
+    rope_case(RTX_BF16, RTX_I32, 2048, 14, 64, 32, 0, 2047); /* a prefill's worth */
+    rope_case(RTX_F32, RTX_I64, 3, 2, 1040, 520, 1, 1000);   /* pairs past one chunk */
 }
 
 void gpu_generation_run(struct rtx_backend *ref, struct rtx_backend *dev) {
