@@ -894,6 +894,13 @@ def op_paged_attention(op, ins, at):
     paged_check(qs.a, ctx.a, tables.a, slots.a, T, NB, BS)
     y = ref_paged_attention(f64(q), f64(k), f64(v), f64(kc), f64(vc), slots.a, tables.a, qs.a,
                             ctx.a, at.get("scale"))
+    # the op writes its cache inputs: so does the reference, into the arrays it was fed (a
+    # later evaluation, a next step, sees them), as the runtime writes the caller's tensors
+    w = slots.a >= 0
+    for c, new in ((kc, k), (vc, v)):
+        if not c.a.flags.c_contiguous or not c.a.flags.writeable:
+            raise GraphError("paged_attention: the caches must be contiguous and writable")
+        c.a.reshape(NB * BS, Hkv, D)[slots.a[w]] = new.a[w]
     return [V(round_to(y, dt), dt)]
 
 
