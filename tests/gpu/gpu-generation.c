@@ -9,10 +9,11 @@
  * decode batch of 64 sequences with 1000 to 1100 tokens of context in bf16 (timed: a note,
  * unless RTX_GPU_LIGHT=1); two long contexts in a small batch, which splits the keys into
  * partitions; a head size whose rows do not move in 16-byte units; head geometries whose
- * shared memory needs a smaller key tile or the device's opt-in limit. The caches a run leaves must be the CPU's, bit for bit.
- * Bad metadata fails on the GPU with the CPU's message, leaving the device caches unchanged. A
- * plan of rope + paged_attention runs twice through rtx_plan_execute_device on device caches:
- * never captured, the caches updated in place between the steps.
+ * shared memory needs a smaller key tile or the device's opt-in limit. The caches a run leaves
+ * must be the CPU's, bit for bit. Bad metadata fails on the GPU with the CPU's message, leaving
+ * the device caches unchanged. A plan of rope + paged_attention runs twice through
+ * rtx_plan_execute_device on device caches: never captured, the caches updated in place between
+ * the steps.
  *
  * DESIGN
  * Part of rtx-gpu-tests (called per healthy device). gpu_generation_run takes the two
@@ -239,7 +240,7 @@ static void paged_case(const struct pcase *c, bool time_it) {
         if (gpu_check(rc == 0, "paged_attention %s: timed runs%s%s", c->what, rc ? ": " : "",
                       err.msg))
             gpu_note("paged_attention %s: %.3f ms per node (check, write, attention), "
-                     "%.0f GB/s of keys and values",
+                     "%.1f GB/s of keys and values",
                      c->what, ms, gb / (ms * 1e-3));
         rtx_plan_free(plan);
         unref_all(dev, N_PA);
@@ -252,21 +253,24 @@ static void paged_case(const struct pcase *c, bool time_it) {
     rtx_graph_free(g);
 }
 
-/* The ragged batch of the file comment, with head geometry (H, Hkv, D). */
+/* A batch of the head geometry and block size given, in what (printf) with the geometry;
+ * its sequences, S, and padding rows are the caller's to set. */
+static struct pcase geometry(enum rtx_dtype dt, int64_t H, int64_t Hkv, int64_t D, int64_t BS,
+                             const char *what) {
+    struct pcase c = {.dt = dt, .H = H, .Hkv = Hkv, .D = D, .BS = BS};
+    snprintf(c.what, sizeof c.what, "%s %s H %lld Hkv %lld D %lld BS %lld", what,
+             rtx_dtype_name(dt), (long long)H, (long long)Hkv, (long long)D, (long long)BS);
+    return c;
+}
+
+/* The ragged batch of the file comment. */
 static struct pcase ragged(enum rtx_dtype dt, int64_t H, int64_t Hkv, int64_t D, int64_t BS) {
-    struct pcase c = {
-        .dt = dt,
-        .H = H,
-        .Hkv = Hkv,
-        .D = D,
-        .BS = BS,
-        .S = 4,
-        .pad_front = 1,
-        .pad_back = 2,
-        .seqs = {
-            {.ctx = 40, .n = 1}, {.ctx = 33, .n = 17}, {.ctx = 20, .n = 20}, {.ctx = 0, .n = 0}}};
-    snprintf(c.what, sizeof c.what, "ragged %s H %lld Hkv %lld D %lld BS %lld", rtx_dtype_name(dt),
-             (long long)H, (long long)Hkv, (long long)D, (long long)BS);
+    struct pcase c = geometry(dt, H, Hkv, D, BS, "ragged");
+    const struct seq seqs[4] = {{40, 1}, {33, 17}, {20, 20}, {0, 0}};
+    c.S = 4;
+    memcpy(c.seqs, seqs, sizeof seqs);
+    c.pad_front = 1;
+    c.pad_back = 2;
     return c;
 }
 
@@ -282,28 +286,20 @@ static void paged_tests(void) {
     paged_case(&c, false);
     c = ragged(RTX_F32, 16, 1, 512, 16); /* shared memory past 48 KiB: the opt-in limit */
     paged_case(&c, false);
-    c = (struct pcase){.dt = RTX_BF16,
-                       .H = 8,
-                       .Hkv = 2,
-                       .D = 128,
-                       .BS = 16,
-                       .S = 1,
-                       .seqs = {{.ctx = 300, .n = 300}}};
-    snprintf(c.what, sizeof c.what, "prefill of 300 bf16");
+    c = geometry(RTX_BF16, 8, 2, 128, 16, "prefill of 300");
+    c.S = 1;
+    c.seqs[0] = (struct seq){300, 300};
     paged_case(&c, false);
-    c = (struct pcase){.dt = RTX_F16,
-                       .H = 16,
-                       .Hkv = 4,
-                       .D = 128,
-                       .BS = 32,
-                       .S = 3,
-                       .seqs = {{.ctx = 3000, .n = 1}, {.ctx = 4100, .n = 3}, {.ctx = 7, .n = 1}}};
-    snprintf(c.what, sizeof c.what, "long contexts, few rows (key partitions) f16");
+    c = geometry(RTX_F16, 16, 4, 128, 32, "long contexts, few rows (key partitions)");
+    c.S = 3;
+    c.seqs[0] = (struct seq){3000, 1};
+    c.seqs[1] = (struct seq){4100, 3};
+    c.seqs[2] = (struct seq){7, 1};
     paged_case(&c, false);
-    c = (struct pcase){.dt = RTX_BF16, .H = 32, .Hkv = 8, .D = 128, .BS = 16, .S = MAX_SEQS};
+    c = geometry(RTX_BF16, 32, 8, 128, 16, "decode of 64 sequences, 1000-1100 keys,");
+    c.S = MAX_SEQS;
     for (int s = 0; s < MAX_SEQS; s++)
-        c.seqs[s] = (struct seq){.ctx = 1000 + (int64_t)(rtx_rng_next(&rng) % 101), .n = 1};
-    snprintf(c.what, sizeof c.what, "decode of 64 sequences, 1000-1100 keys, bf16");
+        c.seqs[s] = (struct seq){1000 + (int64_t)(rtx_rng_next(&rng) % 101), 1};
     const char *light = getenv("RTX_GPU_LIGHT"); /* as gpu-exec.c: no timing under sanitizers */
     paged_case(&c, !(light && strcmp(light, "1") == 0));
 }
