@@ -156,7 +156,7 @@ static void rope_fails(enum rtx_dtype xdt, int xnd, enum rtx_dtype pdt, int64_t 
 START_TEST(rope_rejects_bad_inputs) {
     rope_fails(RTX_F32, 3, RTX_I32, 5, "", "10 rotated dims exceed the head size 8");
     rope_fails(RTX_F32, 3, RTX_F32, 4, "", "positions must be i32 or i64, not f32");
-    rope_fails(RTX_I32, 3, RTX_I32, 4, "", "x must be f32 or f16 or bf16, not i32");
+    rope_fails(RTX_I32, 3, RTX_I32, 4, "", "x must be f32, f16 or bf16, not i32");
     rope_fails(RTX_F32, 2, RTX_I32, 4, "", "x must have rank 3, not 2");
     rope_fails(RTX_F32, 3, RTX_I32, 4, "interleaved=i:2", "'interleaved' must be 0 or 1, not 2");
 }
@@ -517,7 +517,7 @@ START_TEST(paged_rejects_bad_shapes_and_dtypes) {
     pa_shape_fails(dts, nds, dims, "v dimension 0 is 4, must be as in k (5)");
     dims[V][0] = 5;
     dts[Q] = dts[K] = dts[V] = dts[KC] = dts[VC] = RTX_I32;
-    pa_shape_fails(dts, nds, dims, "q must be f32 or f16 or bf16, not i32");
+    pa_shape_fails(dts, nds, dims, "q must be f32, f16 or bf16, not i32");
 }
 END_TEST
 
