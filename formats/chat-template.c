@@ -75,7 +75,7 @@ static struct ct_val lookup(const struct ct_frame *f, const char *name) {
  * ---------------------------------------------------------------------------------------- */
 
 static bool is_num(struct ct_val v) { return v.t == CT_INT || v.t == CT_FLOAT || v.t == CT_BOOL; }
-static int64_t as_int(struct ct_val v) { return v.t == CT_INT ? v.i : v.b; }
+static int64_t as_int(struct ct_val v) { return v.t == CT_INT ? v.i : v.t == CT_BOOL ? v.b : 0; }
 static double as_float(struct ct_val v) { return v.t == CT_FLOAT ? v.f : (double)as_int(v); }
 
 static int overflow(struct ct_ctx *c) {
@@ -500,41 +500,55 @@ static int eval(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n, s
  * Statements
  * ---------------------------------------------------------------------------------------- */
 
-/* Binds the targets of a for or set to v (unpacking a sequence into several names). */
-static int bind(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n, struct ct_val v) {
-    if (n->n_names == 1) return set_var(c, f, n->names[0], v);
-    struct ct_list *l;
-    int rc = rtx__ct_iter(c, v, &l);
-    if (rc) return rc;
-    if (l->n != (size_t)n->n_names)
-        return rtx__ct_fail(c, RTX_EINVAL, "%s values to unpack (expected %d, got %zu)",
-                            l->n > (size_t)n->n_names ? "too many" : "not enough", n->n_names,
-                            l->n);
-    for (int i = 0; !rc && i < n->n_names; i++)
-        rc = set_var(c, f, n->names[i], l->v[i]);
+/* Binds the targets of a for or set (names, or keys: their names as string values) to v,
+ * unpacking a sequence into several names. */
+static int bind(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n,
+                const struct ct_val *keys, struct ct_val v) {
+    struct ct_list *l = NULL;
+    int rc = 0;
+    if (n->n_names > 1) {
+        if ((rc = rtx__ct_iter(c, v, &l))) return rc;
+        if (l->n != (size_t)n->n_names)
+            return rtx__ct_fail(c, RTX_EINVAL, "%s values to unpack (expected %d, got %zu)",
+                                l->n > (size_t)n->n_names ? "too many" : "not enough",
+                                n->n_names, l->n);
+    }
+    for (int i = 0; !rc && i < n->n_names; i++) {
+        struct ct_val x = l ? l->v[i] : v;
+        rc = keys ? rtx__ct_dict_set(c, &f->vars, keys[i], x) : set_var(c, f, n->names[i], x);
+    }
     return rc;
 }
 
+/* A for loop. As in jinja2, one loop object serves every iteration, and each iteration starts
+ * from an empty scope of its own (here one frame, emptied, so that a long loop allocates
+ * nothing per iteration). */
 static int exec_for(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n) {
-    static const char *const keys[] = {"index", "index0", "revindex", "revindex0", "first",
-                                       "last",  "length", "previtem", "nextitem"};
-    struct ct_val seq, k[9];
+    static const char *const names[] = {"index", "index0", "revindex", "revindex0", "first",
+                                        "last",  "length", "previtem", "nextitem", "loop"};
+    struct ct_val seq, k[10], *tk = rtx__ct_alloc(&c->arena, (size_t)n->n_names * sizeof *tk);
     struct ct_list *items;
+    struct ct_frame *it = rtx__ct_alloc(&c->arena, sizeof *it);
+    struct ct_dict *loop = rtx__ct_dict_new(c);
+    if (!tk || !it || !loop) return rtx__ct_oom(c);
+    it->up = f;
     int rc = eval(c, f, n->a, &seq);
     if (!rc) rc = rtx__ct_iter(c, seq, &items);
+    for (int i = 0; !rc && i < 10; i++)
+        rc = rtx__ct_str(c, names[i], strlen(names[i]), &k[i]) ? 0 : RTX_ENOMEM;
+    for (int i = 0; !rc && i < n->n_names; i++)
+        rc = rtx__ct_str(c, n->names[i], strlen(n->names[i]), &tk[i]) ? 0 : RTX_ENOMEM;
     for (int i = 0; !rc && i < 9; i++)
-        if (!rtx__ct_str(c, keys[i], strlen(keys[i]), &k[i])) rc = RTX_ENOMEM;
+        rc = rtx__ct_dict_set(c, loop, k[i], ct_none());
     if (rc) return rc;
     if (n->b) { /* {% for x in y if cond %}: the items for which cond holds, counted alone */
         struct ct_list *kept = rtx__ct_list_new(c, items->n);
         if (!kept) return RTX_ENOMEM;
         kept->n = 0;
         for (size_t i = 0; !rc && i < items->n; i++) {
-            struct ct_frame *it = rtx__ct_alloc(&c->arena, sizeof *it);
             struct ct_val cond;
-            if (!it) return rtx__ct_oom(c);
-            it->up = f;
-            if (!(rc = bind(c, it, n, items->v[i])) && !(rc = eval(c, it, n->b, &cond)) &&
+            it->vars.n = 0;
+            if (!(rc = bind(c, it, n, tk, items->v[i])) && !(rc = eval(c, it, n->b, &cond)) &&
                 rtx__ct_truthy(cond))
                 kept->v[kept->n++] = items->v[i];
         }
@@ -542,19 +556,17 @@ static int exec_for(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *
     }
     size_t len = items->n;
     for (size_t i = 0; !rc && i < len; i++) {
-        struct ct_frame *it = rtx__ct_alloc(&c->arena, sizeof *it);
-        struct ct_dict *loop = rtx__ct_dict_new(c);
-        if (!it || !loop) return rtx__ct_oom(c);
-        it->up = f;
+        if (++c->steps > CT_MAX_STEPS)
+            return rtx__ct_fail(c, RTX_ELIMIT, "more than %ld evaluation steps", CT_MAX_STEPS);
         struct ct_val v[9] = {
             ct_int((int64_t)i + 1), ct_int((int64_t)i), ct_int((int64_t)(len - i)),
             ct_int((int64_t)(len - i - 1)), ct_bool(i == 0), ct_bool(i + 1 == len),
             ct_int((int64_t)len), i ? items->v[i - 1] : ct_undef("previtem"),
             i + 1 < len ? items->v[i + 1] : ct_undef("nextitem")};
-        for (int j = 0; !rc && j < 9; j++)
-            rc = rtx__ct_dict_set(c, loop, k[j], v[j]);
-        if (!rc) rc = set_var(c, it, "loop", (struct ct_val){.t = CT_DICT, .d = loop});
-        if (!rc) rc = bind(c, it, n, items->v[i]);
+        memcpy(loop->v, v, sizeof v); /* the keys were set in this order */
+        it->vars.n = 0;
+        rc = rtx__ct_dict_set(c, &it->vars, k[9], (struct ct_val){.t = CT_DICT, .d = loop});
+        if (!rc) rc = bind(c, it, n, tk, items->v[i]);
         if (!rc) rc = exec(c, it, n->c);
         if (rc == CT_CONTINUE) rc = 0;
         if (rc == CT_BREAK) return 0;
@@ -603,7 +615,7 @@ static int exec(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n) {
             if (!rtx__ct_str(c, n->names[1], strlen(n->names[1]), &k)) return RTX_ENOMEM;
             return rtx__ct_dict_set(c, ns.d, k, v);
         }
-        return bind(c, f, n, v);
+        return bind(c, f, n, NULL, v);
     case K_SET_BLOCK:
         if ((rc = capture(c, f, n->c, &v))) return rc;
         return set_var(c, f, n->names[0], v);
@@ -719,7 +731,10 @@ int rtx_chat_template_render(const struct rtx_chat_template *t, const struct rtx
     if (!rc) rc = bind_inputs(&c, msgs, n, add_generation_prompt, bos_token, eos_token);
     if (!rc) rc = exec(&c, c.root, t->body);
     if (!rc && !c.out.p) rc = rtx__ct_buf_put(&c.out, "", 0, 0);
-    if (rc == RTX_ENOMEM) rtx_err_set(err, rc, "%s: out of memory", t->what);
+    if (rc == RTX_ENOMEM && c.arena.over) /* an allocation refused for the bound */
+        rc = rtx__ct_oom(&c);
+    else if (rc == RTX_ENOMEM)
+        rtx_err_set(err, rc, "%s: out of memory", t->what);
     rtx__ct_arena_free(&c.arena);
     if (rc) {
         rtx_free(c.out.p);

@@ -224,6 +224,7 @@ SNIPPETS = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore:invalid escape sequence:DeprecationWarning")
 def test_snippets_render_like_jinja2(tmp_path):
     """Small templates, one construct family each, rendered over no messages."""
     for i, src in enumerate(SNIPPETS):

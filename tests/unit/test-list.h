@@ -43,4 +43,5 @@
     X(shm)                                                                                      \
     X(http)                                                                                     \
     X(tokenizer)                                                                                \
-    X(tokenizer_sp)
+    X(tokenizer_sp)                                                                             \
+    X(chat_template)
