@@ -178,7 +178,9 @@ static int lex_string(struct lexer *lx) {
     return 0;
 }
 
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+static bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
 /* Digits with single underscores between them from *i; false if none. */
 static bool digits(const struct lexer *lx, size_t *i, char *out, size_t *o) {
@@ -268,9 +270,9 @@ static int lex_tag(struct lexer *lx, bool block, bool *line_starting) {
             rc = lex_number(lx);
         } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_') {
             size_t j = lx->pos;
-            while (j < lx->n && ((lx->s[j] >= 'a' && lx->s[j] <= 'z') ||
-                                 (lx->s[j] >= 'A' && lx->s[j] <= 'Z') || is_digit(lx->s[j]) ||
-                                 lx->s[j] == '_'))
+            while (j < lx->n &&
+                   ((lx->s[j] >= 'a' && lx->s[j] <= 'z') || (lx->s[j] >= 'A' && lx->s[j] <= 'Z') ||
+                    is_digit(lx->s[j]) || lx->s[j] == '_'))
                 j++;
             struct ct_tok *t = emit(lx, T_NAME);
             if (!t) return RTX_ENOMEM;

@@ -70,13 +70,15 @@ START_TEST(chat_template_renders) {
                    "{% for i in range(9) %}{% if i is odd %}{% continue %}{% endif %}"
                    "{% if i > 5 %}{% break %}{% endif %}{{ i }}{% endfor %}",
                    false, "(1?)(23)024");
-    assert_renders("{{ undefined_var }}|{{ undefined_var | default('d') }}|{{ none }}|{{ eos_token }}",
-                   false, "|d|None|</s>");
+    assert_renders(
+        "{{ undefined_var }}|{{ undefined_var | default('d') }}|{{ none }}|{{ eos_token }}", false,
+        "|d|None|</s>");
 }
 END_TEST
 
 START_TEST(chat_template_refuses_malformed) {
-    assert_fails("line one\n{% if x %}\n{% endfor %}", RTX_EFORMAT, "tpl: line 3: unexpected 'endfor'");
+    assert_fails("line one\n{% if x %}\n{% endfor %}", RTX_EFORMAT,
+                 "tpl: line 3: unexpected 'endfor'");
     assert_fails("\n\n{% for x in y %}", RTX_EFORMAT,
                  "line 3: unexpected end of template, expected 'endfor'");
     assert_fails("{{ 1 + }}", RTX_EFORMAT, "line 1: unexpected end of print statement");
@@ -92,13 +94,16 @@ START_TEST(chat_template_refuses_malformed) {
 END_TEST
 
 START_TEST(chat_template_refuses_unsupported) {
-    assert_fails("a\n{% include 'x' %}", RTX_EUNSUPPORTED, "tpl: line 2: {% include %} is not supported");
+    assert_fails("a\n{% include 'x' %}", RTX_EUNSUPPORTED,
+                 "tpl: line 2: {% include %} is not supported");
     assert_fails("{% extends 'base' %}", RTX_EUNSUPPORTED, "{% extends %} is not supported");
     assert_fails("{% call m() %}{% endcall %}", RTX_EUNSUPPORTED, "{% call %} is not supported");
-    assert_fails("{{ x | wordwrap }}", RTX_EUNSUPPORTED, "line 1: filter 'wordwrap' is not supported");
+    assert_fails("{{ x | wordwrap }}", RTX_EUNSUPPORTED,
+                 "line 1: filter 'wordwrap' is not supported");
     assert_fails("{{ x is prime }}", RTX_EUNSUPPORTED, "test 'prime' is not supported");
     assert_fails("{{ 'a'.format(1) }}", RTX_EUNSUPPORTED, "method 'format' is not supported");
-    assert_fails("\n\n{{ cycler(1) }}", RTX_EUNSUPPORTED, "line 3: function 'cycler' is not supported");
+    assert_fails("\n\n{{ cycler(1) }}", RTX_EUNSUPPORTED,
+                 "line 3: function 'cycler' is not supported");
     assert_fails("{% raw %}{{ x }}{% endraw %}", RTX_EUNSUPPORTED, "{% raw %} is not supported");
     assert_fails("{% for x in y recursive %}{% endfor %}", RTX_EUNSUPPORTED, "recursive loops");
     assert_fails("{{ f(*args) }}", RTX_EUNSUPPORTED, "*args and **kwargs");
@@ -112,7 +117,8 @@ START_TEST(chat_template_runtime_errors) {
                  "messages, please') }}{% endif %}",
                  RTX_EINVAL, "tpl: line 2: raise_exception: No system messages, please");
     assert_fails("{{ x.y }}", RTX_EINVAL, "'x' is undefined");
-    assert_fails("{{ 1 + 'a' }}", RTX_EINVAL, "unsupported operand type(s) for +: 'int' and 'str'");
+    assert_fails("{{ 1 + 'a' }}", RTX_EINVAL,
+                 "unsupported operand type(s) for +: 'int' and 'str'");
     assert_fails("{{ 1 // 0 }}", RTX_EINVAL, "division by zero");
     assert_fails("{{ [1] < 'a' }}", RTX_EINVAL, "'<' not supported");
     assert_fails("{{ messages | selectattr('role') | length }}", RTX_EINVAL, "has no len()");
@@ -162,7 +168,8 @@ START_TEST(chat_template_bad_arguments) {
                      RTX_EINVAL);
     ck_assert_int_eq(rtx_chat_template_render(t, conv, -1, false, NULL, NULL, &out, &len, &err),
                      RTX_EINVAL);
-    const struct rtx_chat_message bad[] = {{"user", "ok"}, {"user", "\xc3"}}, null[] = {{NULL, "x"}};
+    const struct rtx_chat_message bad[] = {{"user", "ok"}, {"user", "\xc3"}},
+                                  null[] = {{NULL, "x"}};
     ck_assert_int_eq(rtx_chat_template_render(t, bad, 2, false, NULL, NULL, &out, &len, &err),
                      RTX_EINVAL);
     ck_assert_msg(strstr(err.msg, "messages[1].content: not valid UTF-8"), "%s", err.msg);
@@ -234,7 +241,8 @@ START_TEST(chat_template_renders_from_several_threads) {
     ck_assert_int_eq(rtx_chat_template_new(chatml, strlen(chatml), NULL, &t, NULL), 0);
     char *want;
     size_t len;
-    ck_assert_int_eq(rtx_chat_template_render(t, conv, 4, true, "<s>", "</s>", &want, &len, NULL), 0);
+    ck_assert_int_eq(rtx_chat_template_render(t, conv, 4, true, "<s>", "</s>", &want, &len, NULL),
+                     0);
     pthread_t th[4];
     struct render_job jobs[4];
     for (int i = 0; i < 4; i++) {
