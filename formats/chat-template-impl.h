@@ -124,7 +124,11 @@ struct ct_ctx {
     struct ct_frame *root; /* the template's variables */
 };
 
-/* Sets ctx->err: "<what>: line N: <message>"; returns code. */
+/* Sets err: "<what>: line N: <message>"; returns code. */
+int rtx__ct_errv(struct rtx_err *err, int code, const char *what, int line, const char *fmt,
+                 va_list ap);
+/* Sets ctx->err: "<what>: line N: <message>" (the line of the node being evaluated); returns
+ * code. */
 int rtx__ct_fail(struct ct_ctx *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* RTX_ENOMEM or RTX_ELIMIT after a failed arena allocation, with the message set. */

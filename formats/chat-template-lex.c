@@ -37,12 +37,11 @@ static int fail(struct lexer *lx, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int fail(struct lexer *lx, int code, const char *fmt, ...) {
-    char msg[200];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = rtx__ct_errv(lx->err, code, lx->what, lx->line, fmt, ap);
     va_end(ap);
-    return rtx_err_set(lx->err, code, "%s: line %d: %s", lx->what, lx->line, msg);
+    return rc;
 }
 
 static struct ct_tok *emit(struct lexer *lx, int type) {

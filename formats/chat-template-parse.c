@@ -29,12 +29,11 @@ static int fail(struct parser *p, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int fail(struct parser *p, int code, const char *fmt, ...) {
-    char msg[200];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = rtx__ct_errv(p->err, code, p->t->what, p->tok[p->i].line, fmt, ap);
     va_end(ap);
-    return rtx_err_set(p->err, code, "%s: line %d: %s", p->t->what, p->tok[p->i].line, msg);
+    return rc;
 }
 
 static const struct ct_tok *cur(const struct parser *p) {

@@ -75,6 +75,13 @@ int rtx__ct_buf_put(struct ct_buf *b, const char *s, size_t n, size_t limit) {
     return 0;
 }
 
+int rtx__ct_errv(struct rtx_err *err, int code, const char *what, int line, const char *fmt,
+                 va_list ap) {
+    char msg[220];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return rtx_err_set(err, code, "%s: line %d: %s", what, line, msg);
+}
+
 int rtx__ct_oom(struct ct_ctx *c) {
     if (c->arena.over)
         return rtx__ct_fail(c, RTX_ELIMIT, "the render allocated more than %zu MiB",

@@ -32,12 +32,11 @@ struct ct_frame {
 enum { CT_BREAK = 1, CT_CONTINUE = 2 };
 
 int rtx__ct_fail(struct ct_ctx *c, int code, const char *fmt, ...) {
-    char msg[220];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = rtx__ct_errv(c->err, code, c->what, c->line, fmt, ap);
     va_end(ap);
-    return rtx_err_set(c->err, code, "%s: line %d: %s", c->what, c->line, msg);
+    return rc;
 }
 
 static int exec(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n);
