@@ -50,4 +50,5 @@
     X(gen_arch)                                                                                 \
     X(tokenizer_sp)                                                                             \
     X(kserve)                                                                                   \
-    X(http_gen)
+    X(http_gen)                                                                                 \
+    X(chat_template)
