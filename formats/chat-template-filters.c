@@ -1,8 +1,7 @@
 /*
- * chat-template-filters.c - the chat template's built-ins, with jinja2's semantics (and
- * Python's, for the string and dict methods it exposes): filters, tests, methods, the global
- * functions of Hugging Face's environment (raise_exception, strftime_now) and jinja2's
- * (namespace, range, dict), and attribute / item access and iteration as the sandbox does them.
+ * chat-template-filters.c - the chat template's filters and tests with jinja2's semantics, and
+ * attribute / item access and iteration as jinja2's sandbox does them (methods, string work and
+ * global functions are in chat-template-strings.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -15,33 +14,84 @@
 #include "formats/chat-template-impl.h"
 
 enum {
-    F_TRIM, F_LENGTH, F_COUNT, F_TOJSON, F_UPPER, F_LOWER, F_CAPITALIZE, F_TITLE, F_DEFAULT,
-    F_D, F_FIRST, F_LAST, F_JOIN, F_REPLACE, F_STRING, F_INT, F_FLOAT, F_LIST, F_ITEMS,
-    F_SELECTATTR, F_REJECTATTR, F_SELECT, F_REJECT, F_MAP, F_SAFE, F_REVERSE, F_ABS, F_COUNT_
+    F_TRIM,
+    F_LENGTH,
+    F_COUNT,
+    F_TOJSON,
+    F_UPPER,
+    F_LOWER,
+    F_CAPITALIZE,
+    F_TITLE,
+    F_DEFAULT,
+    F_D,
+    F_FIRST,
+    F_LAST,
+    F_JOIN,
+    F_REPLACE,
+    F_STRING,
+    F_INT,
+    F_FLOAT,
+    F_LIST,
+    F_ITEMS,
+    F_SELECTATTR,
+    F_REJECTATTR,
+    F_SELECT,
+    F_REJECT,
+    F_MAP,
+    F_SAFE,
+    F_REVERSE,
+    F_ABS,
+    F_COUNT_
 };
 static const char *const filter_names[F_COUNT_] = {
-    "trim", "length", "count", "tojson", "upper", "lower", "capitalize", "title", "default",
-    "d", "first", "last", "join", "replace", "string", "int", "float", "list", "items",
-    "selectattr", "rejectattr", "select", "reject", "map", "safe", "reverse", "abs"};
+    "trim",   "length",  "count", "tojson", "upper",   "lower",      "capitalize",
+    "title",  "default", "d",     "first",  "last",    "join",       "replace",
+    "string", "int",     "float", "list",   "items",   "selectattr", "rejectattr",
+    "select", "reject",  "map",   "safe",   "reverse", "abs"};
 
 enum {
-    T_DEFINED, T_UNDEFINED, T_NONE, T_STRING_, T_MAPPING, T_ITERABLE, T_SEQUENCE, T_NUMBER,
-    T_INTEGER, T_FLOAT_, T_BOOLEAN, T_TRUE, T_FALSE, T_EQUALTO, T_EQ, T_NE, T_SAMEAS, T_IN,
-    T_ODD, T_EVEN, T_DIVISIBLEBY, T_LOWER, T_UPPER, T_GT, T_GE, T_LT, T_LE, T_GREATERTHAN,
-    T_LESSTHAN, T_CALLABLE, T_COUNT_
+    T_DEFINED,
+    T_UNDEFINED,
+    T_NONE,
+    T_STRING_,
+    T_MAPPING,
+    T_ITERABLE,
+    T_SEQUENCE,
+    T_NUMBER,
+    T_INTEGER,
+    T_FLOAT_,
+    T_BOOLEAN,
+    T_TRUE,
+    T_FALSE,
+    T_EQUALTO,
+    T_EQ,
+    T_NE,
+    T_SAMEAS,
+    T_IN,
+    T_ODD,
+    T_EVEN,
+    T_DIVISIBLEBY,
+    T_LOWER,
+    T_UPPER,
+    T_GT,
+    T_GE,
+    T_LT,
+    T_LE,
+    T_GREATERTHAN,
+    T_LESSTHAN,
+    T_CALLABLE,
+    T_COUNT_
 };
 static const char *const test_names[T_COUNT_] = {
-    "defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number",
-    "integer", "float", "boolean", "true", "false", "equalto", "eq", "ne", "sameas", "in",
-    "odd", "even", "divisibleby", "lower", "upper", "gt", "ge", "lt", "le", "greaterthan",
-    "lessthan", "callable"};
+    "defined",  "undefined", "none",        "string",      "mapping",  "iterable",
+    "sequence", "number",    "integer",     "float",       "boolean",  "true",
+    "false",    "equalto",   "eq",          "ne",          "sameas",   "in",
+    "odd",      "even",      "divisibleby", "lower",       "upper",    "gt",
+    "ge",       "lt",        "le",          "greaterthan", "lessthan", "callable"};
 
 static const char *const method_names[] = {
-    "strip", "lstrip", "rstrip", "startswith", "endswith", "split", "upper", "lower", "title",
-    "capitalize", "replace", "get", "items", "keys", "values", NULL};
-
-static const char *const func_names[FN_COUNT] = {"raise_exception", "namespace", "strftime_now",
-                                                 "range", "dict"};
+    "strip", "lstrip",     "rstrip",  "startswith", "endswith", "split", "upper",  "lower",
+    "title", "capitalize", "replace", "get",        "items",    "keys",  "values", NULL};
 
 static int find(const char *const *names, int n, const char *name) {
     for (int i = 0; i < n && names[i]; i++)
@@ -49,224 +99,14 @@ static int find(const char *const *names, int n, const char *name) {
     return -1;
 }
 
-int rtx__ct_filter_id(const char *name) { return find(filter_names, F_COUNT_, name); }
-int rtx__ct_test_id(const char *name) { return find(test_names, T_COUNT_, name); }
-bool rtx__ct_is_method(const char *name) { return find(method_names, 100, name) >= 0; }
-int rtx__ct_func_id(const char *name) { return find(func_names, FN_COUNT, name); }
-
-/* ------------------------------------------------------------------------------------------
- * Arguments
- * ---------------------------------------------------------------------------------------- */
-
-struct args {
-    const struct ct_val *v;
-    int n;
-    const char *const *kwn;
-    const struct ct_val *kw;
-    int n_kw;
-};
-
-/* The argument at position pos or named name, or NULL. */
-static const struct ct_val *arg(const struct args *a, int pos, const char *name) {
-    for (int i = 0; name && i < a->n_kw; i++)
-        if (!strcmp(a->kwn[i], name)) return &a->kw[i];
-    return pos >= 0 && pos < a->n ? &a->v[pos] : NULL;
+int rtx__ct_filter_id(const char *name) {
+    return find(filter_names, F_COUNT_, name);
 }
-
-static int type_error(struct ct_ctx *c, const char *what, struct ct_val v) {
-    return rtx__ct_fail(c, RTX_EINVAL, "%s: unsupported type '%s'", what, rtx__ct_type_name(v));
+int rtx__ct_test_id(const char *name) {
+    return find(test_names, T_COUNT_, name);
 }
-
-static int need_str(struct ct_ctx *c, const char *what, const struct ct_val *v) {
-    return v && v->t == CT_STR ? 0 : type_error(c, what, v ? *v : ct_none());
-}
-
-/* ------------------------------------------------------------------------------------------
- * String helpers
- * ---------------------------------------------------------------------------------------- */
-
-/* Python's full case mappings where they are not one character to one (Unicode's
- * SpecialCasing.txt, unconditional part): lower, upper, title. */
-static const struct special_case {
-    uint32_t cp;
-    const char *lower, *upper, *title;
-} special_cases[] = {
-    {0x00DF, NULL, "SS", "Ss"},
-    {0x0130, "i\xcc\x87", NULL, NULL},
-    {0x0149, NULL, "\xca\xbcN", "\xca\xbcN"},
-    {0x01F0, NULL, "J\xcc\x8c", "J\xcc\x8c"},
-    {0x0390, NULL, "\xce\x99\xcc\x88\xcc\x81", "\xce\x99\xcc\x88\xcc\x81"},
-    {0x03B0, NULL, "\xce\xa5\xcc\x88\xcc\x81", "\xce\xa5\xcc\x88\xcc\x81"},
-    {0x0587, NULL, "\xd4\xb5\xd5\x92", "\xd4\xb5\xd6\x82"},
-    {0x1E96, NULL, "H\xcc\xb1", "H\xcc\xb1"},
-    {0x1E97, NULL, "T\xcc\x88", "T\xcc\x88"},
-    {0x1E98, NULL, "W\xcc\x8a", "W\xcc\x8a"},
-    {0x1E99, NULL, "Y\xcc\x8a", "Y\xcc\x8a"},
-    {0x1E9A, NULL, "A\xca\xbe", "A\xca\xbe"},
-    {0xFB00, NULL, "FF", "Ff"},
-    {0xFB01, NULL, "FI", "Fi"},
-    {0xFB02, NULL, "FL", "Fl"},
-    {0xFB03, NULL, "FFI", "Ffi"},
-    {0xFB04, NULL, "FFL", "Ffl"},
-    {0xFB05, NULL, "ST", "St"},
-    {0xFB06, NULL, "ST", "St"},
-};
-
-static bool is_cased(uint32_t cp) {
-    utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)cp);
-    return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL ||
-           cat == UTF8PROC_CATEGORY_LT;
-}
-
-/* One character case-mapped (how: 'L' lower, 'U' upper, 'T' title) into out; its length. */
-static size_t case_char(uint32_t cp, int how, char *out) {
-    for (size_t i = 0; i < sizeof special_cases / sizeof *special_cases; i++) {
-        const struct special_case *sc = &special_cases[i];
-        const char *m = how == 'L' ? sc->lower : how == 'U' ? sc->upper : sc->title;
-        if (sc->cp == cp && m) {
-            memcpy(out, m, strlen(m));
-            return strlen(m);
-        }
-    }
-    utf8proc_int32_t x = (utf8proc_int32_t)cp;
-    x = how == 'L' ? utf8proc_tolower(x) : how == 'U' ? utf8proc_toupper(x) : utf8proc_totitle(x);
-    return rtx__ct_utf8_put(out, (uint32_t)x);
-}
-
-/* Python's upper ('U'), lower ('L'), title ('T': str.title), capitalize ('C'), and jinja2's
- * title filter ('J': each run after "-", whitespace, "(", "{", "[" or "<" starts upper-case,
- * the rest lower-case), with the full mappings above and lower()'s final sigma. */
-static int map_case(struct ct_ctx *c, const struct ct_str *s, int mode, struct ct_val *out) {
-    char *buf = rtx__ct_alloc(&c->arena, 3 * s->len + 1);
-    if (!buf) return rtx__ct_oom(c);
-    size_t o = 0;
-    bool prev_cased = false, start = true;
-    for (size_t i = 0, l; i < s->len; i += l) {
-        uint32_t cp = rtx__ct_utf8_next(s->p + i, &l);
-        int how = mode == 'U' || mode == 'L' ? mode
-                  : mode == 'T'               ? (prev_cased ? 'L' : 'T')
-                  : mode == 'C'               ? (i ? 'L' : 'T')
-                                              : (start ? 'U' : 'L');
-        if (mode == 'J') {
-            bool sep = rtx__ct_is_space(cp) || (cp < 0x80 && strchr("-({[<", (int)cp));
-            if (sep) how = 0;
-            start = sep;
-        }
-        size_t nl;
-        if (how == 'L' && cp == 0x3A3 && prev_cased &&
-            !(i + l < s->len && is_cased(rtx__ct_utf8_next(s->p + i + l, &nl)))) {
-            memcpy(buf + o, "\xcf\x82", 2); /* final sigma */
-            o += 2;
-        } else if (how) {
-            o += case_char(cp, how, buf + o);
-        } else {
-            memcpy(buf + o, s->p + i, l);
-            o += l;
-        }
-        prev_cased = is_cased(cp);
-    }
-    return rtx__ct_str(c, buf, o, out) ? 0 : RTX_ENOMEM;
-}
-
-static bool in_chars(uint32_t cp, const struct ct_str *chars) {
-    if (!chars) return rtx__ct_is_space(cp);
-    for (size_t i = 0, l; i < chars->len; i += l)
-        if (rtx__ct_utf8_next(chars->p + i, &l) == cp) return true;
-    return false;
-}
-
-/* str.strip / lstrip / rstrip (which: 'b', 'l', 'r') of whitespace or of chars. */
-static int strip(struct ct_ctx *c, const struct ct_str *s, const struct ct_str *chars, int which,
-                 struct ct_val *out) {
-    size_t a = 0, z = s->len, l;
-    while (which != 'r' && a < z && in_chars(rtx__ct_utf8_next(s->p + a, &l), chars))
-        a += l;
-    while (which != 'l' && z > a) {
-        size_t k = z - 1;
-        while (k > a && ((uint8_t)s->p[k] & 0xC0) == 0x80)
-            k--;
-        if (!in_chars(rtx__ct_utf8_next(s->p + k, &l), chars)) break;
-        z = k;
-    }
-    return rtx__ct_str(c, s->p + a, z - a, out) ? 0 : RTX_ENOMEM;
-}
-
-static int replace(struct ct_ctx *c, const struct ct_str *s, const struct ct_str *old,
-                   const struct ct_str *new, int64_t count, struct ct_val *out) {
-    struct ct_buf b = {0};
-    int rc = rtx__ct_buf_put(&b, "", 0, 0);
-    size_t i = 0;
-    for (int64_t k = 0; !rc && i <= s->len && (count < 0 || k < count);) {
-        if (!old->len) { /* Python inserts new before every character and at the end */
-            rc = rtx__ct_buf_put(&b, new->p, new->len, CT_MAX_MEMORY);
-            k++;
-            if (i == s->len) {
-                i++;
-                break;
-            }
-            size_t l;
-            rtx__ct_utf8_next(s->p + i, &l);
-            if (!rc) rc = rtx__ct_buf_put(&b, s->p + i, l, CT_MAX_MEMORY);
-            i += l;
-            continue;
-        }
-        const char *hit = NULL;
-        for (size_t j = i; !hit && j + old->len <= s->len; j++)
-            if (!memcmp(s->p + j, old->p, old->len)) hit = s->p + j;
-        if (!hit) break;
-        rc = rtx__ct_buf_put(&b, s->p + i, (size_t)(hit - s->p) - i, CT_MAX_MEMORY);
-        if (!rc) rc = rtx__ct_buf_put(&b, new->p, new->len, CT_MAX_MEMORY);
-        i = (size_t)(hit - s->p) + old->len;
-        k++;
-    }
-    if (!rc && i < s->len) rc = rtx__ct_buf_put(&b, s->p + i, s->len - i, CT_MAX_MEMORY);
-    if (!rc && !rtx__ct_str(c, b.p, b.len, out)) rc = RTX_ENOMEM;
-    else if (rc) rc = rc == RTX_ELIMIT ? rtx__ct_oom(c) : rtx__ct_fail(c, rc, "out of memory");
-    rtx_free(b.p);
-    return rc;
-}
-
-/* str.split(sep=None, maxsplit=-1). */
-static int split(struct ct_ctx *c, const struct ct_str *s, const struct ct_str *sep,
-                 int64_t maxsplit, struct ct_val *out) {
-    struct ct_list *l = rtx__ct_list_new(c, 0);
-    if (!l) return RTX_ENOMEM;
-    size_t cap = 0, i = 0;
-    for (;;) {
-        size_t a = i, z, next, k;
-        if (!sep) {
-            while (a < s->len && rtx__ct_is_space(rtx__ct_utf8_next(s->p + a, &k)))
-                a += k;
-            if (a == s->len) break;
-            z = a;
-            if (maxsplit >= 0 && (int64_t)l->n == maxsplit) {
-                z = s->len; /* the rest, as it is */
-            } else {
-                while (z < s->len && !rtx__ct_is_space(rtx__ct_utf8_next(s->p + z, &k)))
-                    z += k;
-            }
-            next = z;
-        } else {
-            const char *hit = NULL;
-            if (maxsplit < 0 || (int64_t)l->n < maxsplit)
-                for (size_t j = a; !hit && j + sep->len <= s->len; j++)
-                    if (!memcmp(s->p + j, sep->p, sep->len)) hit = s->p + j;
-            z = hit ? (size_t)(hit - s->p) : s->len;
-            next = hit ? z + sep->len : s->len + 1;
-        }
-        if (l->n == cap) {
-            cap = cap ? 2 * cap : 8;
-            struct ct_val *v = rtx__ct_alloc(&c->arena, cap * sizeof *v);
-            if (!v) return rtx__ct_oom(c);
-            if (l->n) memcpy(v, l->v, l->n * sizeof *v);
-            l->v = v;
-        }
-        if (!rtx__ct_str(c, s->p + a, z - a, &l->v[l->n++])) return RTX_ENOMEM;
-        if (next > s->len) break;
-        i = next;
-    }
-    *out = (struct ct_val){.t = CT_LIST, .l = l};
-    return 0;
+bool rtx__ct_is_method(const char *name) {
+    return find(method_names, 100, name) >= 0;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -277,8 +117,8 @@ int rtx__ct_getattr(struct ct_ctx *c, struct ct_val a, const char *name, struct 
     if (a.t == CT_UNDEF)
         return rtx__ct_fail(c, RTX_EINVAL, "'%s' is undefined (reading its attribute '%s')",
                             a.name ? a.name : "value", name);
-    struct ct_val *v = a.t == CT_DICT || a.t == CT_NS ? rtx__ct_dict_get(a.d, name, strlen(name))
-                                                      : NULL;
+    struct ct_val *v =
+        a.t == CT_DICT || a.t == CT_NS ? rtx__ct_dict_get(a.d, name, strlen(name)) : NULL;
     *out = v ? *v : ct_undef(name);
     return 0;
 }
@@ -287,8 +127,10 @@ int rtx__ct_getattr(struct ct_ctx *c, struct ct_val a, const char *name, struct 
 static size_t cp_offset(const struct ct_str *s, int64_t k) {
     size_t i = 0;
     for (int64_t j = 0; j < k && i < s->len; j++)
-        i += ((uint8_t)s->p[i] < 0x80) ? 1 : ((uint8_t)s->p[i] < 0xE0) ? 2
-                                           : ((uint8_t)s->p[i] < 0xF0) ? 3 : 4;
+        i += ((uint8_t)s->p[i] < 0x80)   ? 1
+             : ((uint8_t)s->p[i] < 0xE0) ? 2
+             : ((uint8_t)s->p[i] < 0xF0) ? 3
+                                         : 4;
     return i;
 }
 
@@ -303,7 +145,7 @@ int rtx__ct_getitem(struct ct_ctx *c, struct ct_val a, struct ct_val k, struct c
         return 0;
     }
     if (k.t != CT_INT && k.t != CT_BOOL) return 0;
-    int64_t i = k.t == CT_INT ? k.i : k.b;
+    int64_t i = rtx__ct_int_of(k);
     if (a.t == CT_LIST && !a.l->gen) {
         if (i < 0) i += (int64_t)a.l->n;
         if (i >= 0 && i < (int64_t)a.l->n) *out = a.l->v[i];
@@ -353,8 +195,6 @@ int rtx__ct_iter(struct ct_ctx *c, struct ct_val v, struct ct_list **out) {
  * Tests
  * ---------------------------------------------------------------------------------------- */
 
-static bool is_int(struct ct_val v) { return v.t == CT_INT || v.t == CT_BOOL; }
-
 int rtx__ct_test(struct ct_ctx *c, int id, struct ct_val v, const struct ct_val *args, int n,
                  bool *res) {
     const struct ct_val *a = n > 0 ? &args[0] : NULL;
@@ -369,19 +209,25 @@ int rtx__ct_test(struct ct_ctx *c, int id, struct ct_val v, const struct ct_val 
     case T_NONE: *res = v.t == CT_NONE; break;
     case T_STRING_: *res = v.t == CT_STR; break;
     case T_MAPPING: *res = v.t == CT_DICT; break;
-    case T_ITERABLE: *res = v.t == CT_STR || v.t == CT_LIST || v.t == CT_DICT || v.t == CT_UNDEF; break;
-    case T_SEQUENCE: *res = v.t == CT_STR || (v.t == CT_LIST && !v.l->gen) || v.t == CT_DICT || v.t == CT_UNDEF; break;
+    case T_ITERABLE:
+        *res = v.t == CT_STR || v.t == CT_LIST || v.t == CT_DICT || v.t == CT_UNDEF;
+        break;
+    case T_SEQUENCE:
+        *res = v.t == CT_STR || (v.t == CT_LIST && !v.l->gen) || v.t == CT_DICT || v.t == CT_UNDEF;
+        break;
     case T_NUMBER: *res = v.t == CT_INT || v.t == CT_FLOAT || v.t == CT_BOOL; break;
     case T_INTEGER: *res = v.t == CT_INT; break;
     case T_FLOAT_: *res = v.t == CT_FLOAT; break;
     case T_BOOLEAN: *res = v.t == CT_BOOL; break;
     case T_TRUE: *res = v.t == CT_BOOL && v.b; break;
     case T_FALSE: *res = v.t == CT_BOOL && !v.b; break;
-    case T_EQUALTO: case T_EQ: *res = rtx__ct_equal(v, *a); break;
+    case T_EQUALTO:
+    case T_EQ: *res = rtx__ct_equal(v, *a); break;
     case T_NE: *res = !rtx__ct_equal(v, *a); break;
     case T_SAMEAS:
-        *res = v.t == a->t && (v.t == CT_NONE || v.t == CT_UNDEF || (v.t == CT_BOOL && v.b == a->b) ||
-                               ((v.t == CT_LIST || v.t == CT_DICT || v.t == CT_NS) && v.l == a->l));
+        *res =
+            v.t == a->t && (v.t == CT_NONE || v.t == CT_UNDEF || (v.t == CT_BOOL && v.b == a->b) ||
+                            ((v.t == CT_LIST || v.t == CT_DICT || v.t == CT_NS) && v.l == a->l));
         break;
     case T_IN: {
         struct ct_list *l;
@@ -398,24 +244,30 @@ int rtx__ct_test(struct ct_ctx *c, int id, struct ct_val v, const struct ct_val 
         }
         break;
     }
-    case T_ODD: case T_EVEN: case T_DIVISIBLEBY:
-        if (!is_int(v) || (id == T_DIVISIBLEBY && !is_int(*a)))
-            return type_error(c, test_names[id], v);
+    case T_ODD:
+    case T_EVEN:
+    case T_DIVISIBLEBY:
+        if (!rtx__ct_is_int(v) || (id == T_DIVISIBLEBY && !rtx__ct_is_int(*a)))
+            return rtx__ct_type_error(c, test_names[id], v);
         {
-            int64_t x = v.t == CT_INT ? v.i : v.b, d = id == T_DIVISIBLEBY ? (a->t == CT_INT ? a->i : a->b) : 2;
+            int64_t x = rtx__ct_int_of(v), d = id == T_DIVISIBLEBY ? (rtx__ct_int_of(*a)) : 2;
             if (!d) return rtx__ct_fail(c, RTX_EINVAL, "integer modulo by zero");
             *res = id == T_ODD ? x % 2 != 0 : x % d == 0;
         }
         break;
-    case T_LOWER: case T_UPPER: {
+    case T_LOWER:
+    case T_UPPER: {
         struct ct_val s, m;
-        if ((rc = rtx__ct_stringify(c, v, &s)) || (rc = map_case(c, s.s, id == T_LOWER ? 'L' : 'U', &m)))
+        if ((rc = rtx__ct_stringify(c, v, &s)) ||
+            (rc = rtx__ct_map_case(c, s.s, id == T_LOWER ? 'L' : 'U', &m)))
             return rc;
         *res = rtx__ct_equal(s, m);
         break;
     }
-    case T_GT: case T_GREATERTHAN: rc = rtx__ct_less(c, *a, v, res); break;
-    case T_LT: case T_LESSTHAN: rc = rtx__ct_less(c, v, *a, res); break;
+    case T_GT:
+    case T_GREATERTHAN: rc = rtx__ct_less(c, *a, v, res); break;
+    case T_LT:
+    case T_LESSTHAN: rc = rtx__ct_less(c, v, *a, res); break;
     case T_GE: rc = rtx__ct_less(c, v, *a, &lt), *res = !lt; break;
     case T_LE: rc = rtx__ct_less(c, *a, v, &lt), *res = !lt; break;
     case T_CALLABLE: *res = v.t == CT_MACRO || v.t == CT_FUNC; break;
@@ -471,9 +323,9 @@ static int to_int(struct ct_ctx *c, struct ct_val v, const struct ct_val *def,
     double f;
     *out = def ? *def : ct_int(0);
     if (v.t == CT_INT || v.t == CT_BOOL) {
-        *out = ct_int(v.t == CT_INT ? v.i : v.b);
-    } else if (v.t == CT_FLOAT || (v.t == CT_STR && !parse_int(v.s, &out->i) &&
-                                   parse_float(v.s, &f))) {
+        *out = ct_int(rtx__ct_int_of(v));
+    } else if (v.t == CT_FLOAT ||
+               (v.t == CT_STR && !parse_int(v.s, &out->i) && parse_float(v.s, &f))) {
         f = v.t == CT_FLOAT ? v.f : f;
         if (!isfinite(f) || fabs(f) >= 9.2e18)
             return rtx__ct_fail(c, RTX_EINVAL, "cannot convert float %g to integer", f);
@@ -485,13 +337,15 @@ static int to_int(struct ct_ctx *c, struct ct_val v, const struct ct_val *def,
 }
 
 /* select / reject / selectattr / rejectattr: the items whose (attribute's) test holds. */
-static int select_items(struct ct_ctx *c, struct ct_val seq, const struct args *a, bool attr,
+static int select_items(struct ct_ctx *c, struct ct_val seq, const struct ct_args *a, bool attr,
                         bool keep, struct ct_val *out) {
     struct ct_list *in, *res;
     int rc = rtx__ct_iter(c, seq, &in);
     if (rc || !(res = rtx__ct_list_new(c, in->n))) return rc ? rc : RTX_ENOMEM;
-    const struct ct_val *an = attr ? arg(a, 0, NULL) : NULL, *tn = arg(a, attr ? 1 : 0, NULL);
-    if ((attr && (rc = need_str(c, "selectattr", an))) || (tn && (rc = need_str(c, "select", tn))))
+    const struct ct_val *an = attr ? rtx__ct_arg(a, 0, NULL) : NULL,
+                        *tn = rtx__ct_arg(a, attr ? 1 : 0, NULL);
+    if ((attr && (rc = rtx__ct_need_str(c, "selectattr", an))) ||
+        (tn && (rc = rtx__ct_need_str(c, "select", tn))))
         return rc;
     int test = tn ? rtx__ct_test_id(tn->s->p) : -1;
     if (tn && test < 0)
@@ -512,20 +366,20 @@ static int select_items(struct ct_ctx *c, struct ct_val seq, const struct args *
     return 0;
 }
 
-static int map_items(struct ct_ctx *c, struct ct_val seq, const struct args *a,
+static int map_items(struct ct_ctx *c, struct ct_val seq, const struct ct_args *a,
                      struct ct_val *out) {
     struct ct_list *in, *res;
     int rc = rtx__ct_iter(c, seq, &in);
     if (rc || !(res = rtx__ct_list_new(c, in->n))) return rc ? rc : RTX_ENOMEM;
     res->gen = true;
-    const struct ct_val *attr = arg(a, -1, "attribute"), *def = arg(a, -1, "default"),
-                        *fname = arg(a, 0, NULL);
+    const struct ct_val *attr = rtx__ct_arg(a, -1, "attribute"),
+                        *def = rtx__ct_arg(a, -1, "default"), *fname = rtx__ct_arg(a, 0, NULL);
     int f = fname && fname->t == CT_STR ? rtx__ct_filter_id(fname->s->p) : -1;
     if (!attr && f < 0)
         return rtx__ct_fail(c, RTX_EUNSUPPORTED, "map: needs attribute= or a supported filter");
     for (size_t i = 0; i < in->n && !rc; i++) {
         if (attr) {
-            if ((rc = need_str(c, "map", attr)) ||
+            if ((rc = rtx__ct_need_str(c, "map", attr)) ||
                 (rc = rtx__ct_getattr(c, in->v[i], attr->s->p, &res->v[i])))
                 return rc;
             if (def && res->v[i].t == CT_UNDEF) res->v[i] = *def;
@@ -538,11 +392,13 @@ static int map_items(struct ct_ctx *c, struct ct_val seq, const struct args *a,
     return rc;
 }
 
-static int tojson(struct ct_ctx *c, struct ct_val v, const struct args *a, struct ct_val *out) {
-    struct ct_json_opts o = {.item_sep = ", ", .key_sep = ": ", .item_sep_len = 2,
-                             .key_sep_len = 2};
-    const struct ct_val *ind = arg(a, 1, "indent"), *ea = arg(a, 0, "ensure_ascii"),
-                        *sep = arg(a, 2, "separators"), *sk = arg(a, 3, "sort_keys");
+static int tojson(struct ct_ctx *c, struct ct_val v, const struct ct_args *a, struct ct_val *out) {
+    struct ct_json_opts o = {
+        .item_sep = ", ", .key_sep = ": ", .item_sep_len = 2, .key_sep_len = 2};
+    const struct ct_val *ind = rtx__ct_arg(a, 1, "indent"),
+                        *ea = rtx__ct_arg(a, 0, "ensure_ascii"),
+                        *sep = rtx__ct_arg(a, 2, "separators"),
+                        *sk = rtx__ct_arg(a, 3, "sort_keys");
     char spaces[64];
     o.ensure_ascii = ea && rtx__ct_truthy(*ea);
     o.sort_keys = sk && rtx__ct_truthy(*sk);
@@ -553,7 +409,7 @@ static int tojson(struct ct_ctx *c, struct ct_val v, const struct args *a, struc
     } else if (ind && ind->t == CT_STR) {
         o.indent = ind->s->p, o.indent_len = ind->s->len;
     } else if (ind && ind->t != CT_NONE) {
-        return type_error(c, "tojson indent", *ind);
+        return rtx__ct_type_error(c, "tojson indent", *ind);
     }
     if (o.indent) o.item_sep = ",", o.item_sep_len = 1;
     if (sep && sep->t == CT_LIST && sep->l->n == 2 && sep->l->v[0].t == CT_STR &&
@@ -561,7 +417,7 @@ static int tojson(struct ct_ctx *c, struct ct_val v, const struct args *a, struc
         o.item_sep = sep->l->v[0].s->p, o.item_sep_len = sep->l->v[0].s->len;
         o.key_sep = sep->l->v[1].s->p, o.key_sep_len = sep->l->v[1].s->len;
     } else if (sep && sep->t != CT_NONE) {
-        return type_error(c, "tojson separators", *sep);
+        return rtx__ct_type_error(c, "tojson separators", *sep);
     }
     struct ct_buf b = {0};
     int rc = rtx__ct_to_json(c, v, &o, &b, 0);
@@ -570,15 +426,16 @@ static int tojson(struct ct_ctx *c, struct ct_val v, const struct args *a, struc
     return rc;
 }
 
-static int join(struct ct_ctx *c, struct ct_val v, const struct args *a, struct ct_val *out) {
+static int join(struct ct_ctx *c, struct ct_val v, const struct ct_args *a, struct ct_val *out) {
     struct ct_list *l;
-    const struct ct_val *d = arg(a, 0, "d"), *attr = arg(a, 1, "attribute");
+    const struct ct_val *d = rtx__ct_arg(a, 0, "d"), *attr = rtx__ct_arg(a, 1, "attribute");
     int rc = rtx__ct_iter(c, v, &l);
-    if (!rc && d && (rc = need_str(c, "join", d))) return rc;
+    if (!rc && d && (rc = rtx__ct_need_str(c, "join", d))) return rc;
     struct ct_buf b = {0};
     for (size_t i = 0; !rc && i < l->n; i++) {
         struct ct_val x = l->v[i];
-        if (i && d) rc = rtx__ct_buf_put(&b, d->s->p, d->s->len, CT_MAX_MEMORY) ? rtx__ct_oom(c) : 0;
+        if (i && d)
+            rc = rtx__ct_buf_put(&b, d->s->p, d->s->len, CT_MAX_MEMORY) ? rtx__ct_oom(c) : 0;
         if (!rc && attr && attr->t == CT_STR) rc = rtx__ct_getattr(c, x, attr->s->p, &x);
         if (!rc) rc = rtx__ct_to_str(c, x, &b);
     }
@@ -608,44 +465,52 @@ static int reverse(struct ct_ctx *c, struct ct_val v, struct ct_val *out) {
 }
 
 int rtx__ct_filter(struct ct_ctx *c, int id, struct ct_val v, const struct ct_val *args, int n,
-                   const char *const *kwn, const struct ct_val *kw, int n_kw,
-                   struct ct_val *out) {
-    const struct args a = {args, n, kwn, kw, n_kw};
+                   const char *const *kwn, const struct ct_val *kw, int n_kw, struct ct_val *out) {
+    const struct ct_args a = {args, n, kwn, kw, n_kw};
     struct ct_val s;
     struct ct_list *l;
     int rc = 0;
     switch (id) {
     case F_TRIM: {
-        const struct ct_val *chars = arg(&a, 0, "chars");
-        if (chars && chars->t != CT_NONE && (rc = need_str(c, "trim", chars))) return rc;
+        const struct ct_val *chars = rtx__ct_arg(&a, 0, "chars");
+        if (chars && chars->t != CT_NONE && (rc = rtx__ct_need_str(c, "trim", chars))) return rc;
         if ((rc = rtx__ct_stringify(c, v, &s))) return rc;
-        return strip(c, s.s, chars && chars->t == CT_STR ? chars->s : NULL, 'b', out);
+        return rtx__ct_strip(c, s.s, chars && chars->t == CT_STR ? chars->s : NULL, 'b', out);
     }
     case F_LENGTH:
     case F_COUNT:
-        if (v.t == CT_STR) *out = ct_int((int64_t)rtx__ct_utf8_count(v.s->p, v.s->len));
-        else if (v.t == CT_LIST && !v.l->gen) *out = ct_int((int64_t)v.l->n);
-        else if (v.t == CT_DICT || v.t == CT_NS) *out = ct_int((int64_t)v.d->n);
-        else if (v.t == CT_UNDEF) *out = ct_int(0);
-        else return rtx__ct_fail(c, RTX_EINVAL, "object of type '%s' has no len()", rtx__ct_type_name(v));
+        if (v.t == CT_STR)
+            *out = ct_int((int64_t)rtx__ct_utf8_count(v.s->p, v.s->len));
+        else if (v.t == CT_LIST && !v.l->gen)
+            *out = ct_int((int64_t)v.l->n);
+        else if (v.t == CT_DICT || v.t == CT_NS)
+            *out = ct_int((int64_t)v.d->n);
+        else if (v.t == CT_UNDEF)
+            *out = ct_int(0);
+        else
+            return rtx__ct_fail(c, RTX_EINVAL, "object of type '%s' has no len()",
+                                rtx__ct_type_name(v));
         return 0;
-    case F_TOJSON:
-        return tojson(c, v, &a, out);
+    case F_TOJSON: return tojson(c, v, &a, out);
     case F_UPPER:
     case F_LOWER:
     case F_CAPITALIZE:
         if ((rc = rtx__ct_stringify(c, v, &s))) return rc;
-        return map_case(c, s.s, id == F_UPPER ? 'U' : id == F_LOWER ? 'L' : 'C', out);
+        return rtx__ct_map_case(c, s.s, id == F_UPPER ? 'U' : id == F_LOWER ? 'L' : 'C', out);
     case F_TITLE:
         if ((rc = rtx__ct_stringify(c, v, &s))) return rc;
-        return map_case(c, s.s, 'J', out);
+        return rtx__ct_map_case(c, s.s, 'J', out);
     case F_DEFAULT:
     case F_D: {
-        const struct ct_val *def = arg(&a, 0, "default_value"), *b = arg(&a, 1, "boolean");
+        const struct ct_val *def = rtx__ct_arg(&a, 0, "default_value"),
+                            *b = rtx__ct_arg(&a, 1, "boolean");
         bool use = v.t == CT_UNDEF || (b && rtx__ct_truthy(*b) && !rtx__ct_truthy(v));
-        if (!use) *out = v;
-        else if (def) *out = *def;
-        else return rtx__ct_str(c, "", 0, out) ? 0 : RTX_ENOMEM;
+        if (!use)
+            *out = v;
+        else if (def)
+            *out = *def;
+        else
+            return rtx__ct_str(c, "", 0, out) ? 0 : RTX_ENOMEM;
         return 0;
     }
     case F_FIRST:
@@ -653,25 +518,24 @@ int rtx__ct_filter(struct ct_ctx *c, int id, struct ct_val v, const struct ct_va
         if ((rc = rtx__ct_iter(c, v, &l))) return rc;
         *out = l->n ? l->v[id == F_FIRST ? 0 : l->n - 1] : ct_undef(NULL);
         return 0;
-    case F_JOIN:
-        return join(c, v, &a, out);
+    case F_JOIN: return join(c, v, &a, out);
     case F_REPLACE: {
-        const struct ct_val *old = arg(&a, 0, "old"), *new = arg(&a, 1, "new"),
-                            *cnt = arg(&a, 2, "count");
+        const struct ct_val *old = rtx__ct_arg(&a, 0, "old"), *new = rtx__ct_arg(&a, 1, "new"),
+                            *cnt = rtx__ct_arg(&a, 2, "count");
         struct ct_val so, sn;
         if (!old || !new) return rtx__ct_fail(c, RTX_EINVAL, "replace: needs old and new");
         if ((rc = rtx__ct_stringify(c, v, &s)) || (rc = rtx__ct_stringify(c, *old, &so)) ||
             (rc = rtx__ct_stringify(c, *new, &sn)))
             return rc;
-        if (cnt && cnt->t != CT_NONE && !is_int(*cnt)) return type_error(c, "replace", *cnt);
-        return replace(c, s.s, so.s, sn.s, cnt && is_int(*cnt) ? (cnt->t == CT_INT ? cnt->i : cnt->b) : -1, out);
+        if (cnt && cnt->t != CT_NONE && !rtx__ct_is_int(*cnt))
+            return rtx__ct_type_error(c, "replace", *cnt);
+        return rtx__ct_replace(c, s.s, so.s, sn.s,
+                               cnt && rtx__ct_is_int(*cnt) ? (rtx__ct_int_of(*cnt)) : -1, out);
     }
-    case F_STRING:
-        return rtx__ct_stringify(c, v, out);
-    case F_INT:
-        return to_int(c, v, arg(&a, 0, "default"), out);
+    case F_STRING: return rtx__ct_stringify(c, v, out);
+    case F_INT: return to_int(c, v, rtx__ct_arg(&a, 0, "default"), out);
     case F_FLOAT: {
-        const struct ct_val *def = arg(&a, 0, "default");
+        const struct ct_val *def = rtx__ct_arg(&a, 0, "default");
         double f;
         if (v.t == CT_INT || v.t == CT_BOOL || v.t == CT_FLOAT)
             *out = ct_float(v.t == CT_FLOAT ? v.f : v.t == CT_INT ? (double)v.i : v.b);
@@ -683,8 +547,10 @@ int rtx__ct_filter(struct ct_ctx *c, int id, struct ct_val v, const struct ct_va
     }
     case F_LIST:
     case F_ITEMS:
-        if (id == F_ITEMS && v.t != CT_DICT && v.t != CT_UNDEF) return type_error(c, "items", v);
-        if (id == F_ITEMS && v.t == CT_DICT) return rtx__ct_method(c, v, "items", NULL, 0, NULL, NULL, 0, out);
+        if (id == F_ITEMS && v.t != CT_DICT && v.t != CT_UNDEF)
+            return rtx__ct_type_error(c, "items", v);
+        if (id == F_ITEMS && v.t == CT_DICT)
+            return rtx__ct_method(c, v, "items", NULL, 0, NULL, NULL, 0, out);
         if ((rc = rtx__ct_iter(c, v, &l))) return rc;
         {
             struct ct_list *r = rtx__ct_list_new(c, l->n);
@@ -699,171 +565,17 @@ int rtx__ct_filter(struct ct_ctx *c, int id, struct ct_val v, const struct ct_va
     case F_REJECT:
         return select_items(c, v, &a, id == F_SELECTATTR || id == F_REJECTATTR,
                             id == F_SELECTATTR || id == F_SELECT, out);
-    case F_MAP:
-        return map_items(c, v, &a, out);
-    case F_SAFE:
-        *out = v;
-        return 0;
-    case F_REVERSE:
-        return reverse(c, v, out);
+    case F_MAP: return map_items(c, v, &a, out);
+    case F_SAFE: *out = v; return 0;
+    case F_REVERSE: return reverse(c, v, out);
     case F_ABS:
-        if (v.t == CT_INT || v.t == CT_BOOL) *out = ct_int(llabs(v.t == CT_INT ? v.i : v.b));
-        else if (v.t == CT_FLOAT) *out = ct_float(fabs(v.f));
-        else return type_error(c, "abs", v);
+        if (v.t == CT_INT || v.t == CT_BOOL)
+            *out = ct_int(llabs(rtx__ct_int_of(v)));
+        else if (v.t == CT_FLOAT)
+            *out = ct_float(fabs(v.f));
+        else
+            return rtx__ct_type_error(c, "abs", v);
         return 0;
-    default:
-        return rtx__ct_fail(c, RTX_EINVAL, "unknown filter");
-    }
-}
-
-/* ------------------------------------------------------------------------------------------
- * Methods and global functions
- * ---------------------------------------------------------------------------------------- */
-
-static int dict_view(struct ct_ctx *c, const struct ct_dict *d, int which, struct ct_val *out) {
-    struct ct_list *l = rtx__ct_list_new(c, d->n);
-    if (!l) return RTX_ENOMEM;
-    for (size_t i = 0; i < d->n; i++) {
-        if (which == 'k') {
-            l->v[i] = d->k[i];
-        } else if (which == 'v') {
-            l->v[i] = d->v[i];
-        } else {
-            struct ct_list *pair = rtx__ct_list_new(c, 2);
-            if (!pair) return RTX_ENOMEM;
-            pair->tuple = true;
-            pair->v[0] = d->k[i], pair->v[1] = d->v[i];
-            l->v[i] = (struct ct_val){.t = CT_LIST, .l = pair};
-        }
-    }
-    *out = (struct ct_val){.t = CT_LIST, .l = l};
-    return 0;
-}
-
-/* startswith / endswith with a string or a tuple of strings. */
-static int affix(struct ct_ctx *c, const struct ct_str *s, const struct ct_val *x, bool start,
-                 struct ct_val *out) {
-    const struct ct_val *cands = x;
-    size_t n = 1;
-    if (x && x->t == CT_LIST && x->l->tuple) cands = x->l->v, n = x->l->n;
-    for (size_t i = 0; i < n; i++) {
-        int rc = need_str(c, start ? "startswith" : "endswith", &cands[i]);
-        if (rc) return rc;
-        const struct ct_str *p = cands[i].s;
-        if (p->len <= s->len && !memcmp(s->p + (start ? 0 : s->len - p->len), p->p, p->len)) {
-            *out = ct_bool(true);
-            return 0;
-        }
-    }
-    *out = ct_bool(false);
-    return 0;
-}
-
-int rtx__ct_method(struct ct_ctx *c, struct ct_val v, const char *name, const struct ct_val *args,
-                   int n, const char *const *kwn, const struct ct_val *kw, int n_kw,
-                   struct ct_val *out) {
-    const struct args a = {args, n, kwn, kw, n_kw};
-    if (v.t == CT_UNDEF)
-        return rtx__ct_fail(c, RTX_EINVAL, "'%s' is undefined (calling its method '%s')",
-                            v.name ? v.name : "value", name);
-    if (v.t == CT_DICT) {
-        if (!strcmp(name, "get")) {
-            const struct ct_val *k = arg(&a, 0, NULL), *def = arg(&a, 1, NULL);
-            if (!k) return rtx__ct_fail(c, RTX_EINVAL, "get: needs a key");
-            struct ct_val *x = rtx__ct_dict_find(v.d, *k);
-            *out = x ? *x : def ? *def : ct_none();
-            return 0;
-        }
-        if (!strcmp(name, "items") || !strcmp(name, "keys") || !strcmp(name, "values"))
-            return dict_view(c, v.d, name[0] == 'i' ? 'i' : name[0], out);
-    } else if (v.t == CT_STR) {
-        const struct ct_val *x = arg(&a, 0, NULL);
-        int rc = 0;
-        if (!strcmp(name, "strip") || !strcmp(name, "lstrip") || !strcmp(name, "rstrip")) {
-            if (x && x->t != CT_NONE && (rc = need_str(c, name, x))) return rc;
-            return strip(c, v.s, x && x->t == CT_STR ? x->s : NULL, name[0] == 's' ? 'b' : name[0], out);
-        }
-        if (!strcmp(name, "startswith") || !strcmp(name, "endswith"))
-            return affix(c, v.s, x, name[0] == 's', out);
-        if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "title") ||
-            !strcmp(name, "capitalize"))
-            return map_case(c, v.s, name[0] == 'u' ? 'U' : name[0] == 'l' ? 'L' : name[0] == 't' ? 'T' : 'C', out);
-        if (!strcmp(name, "split")) {
-            const struct ct_val *sep = arg(&a, 0, "sep"), *max = arg(&a, 1, "maxsplit");
-            if (sep && sep->t != CT_NONE && ((rc = need_str(c, "split", sep)) || !sep->s->len))
-                return rc ? rc : rtx__ct_fail(c, RTX_EINVAL, "split: empty separator");
-            if (max && !is_int(*max)) return type_error(c, "split", *max);
-            return split(c, v.s, sep && sep->t == CT_STR ? sep->s : NULL, max ? (max->t == CT_INT ? max->i : max->b) : -1, out);
-        }
-        if (!strcmp(name, "replace")) {
-            const struct ct_val *new = arg(&a, 1, NULL), *cnt = arg(&a, 2, NULL);
-            if ((rc = need_str(c, "replace", x)) || (rc = need_str(c, "replace", new))) return rc;
-            if (cnt && !is_int(*cnt)) return type_error(c, "replace", *cnt);
-            return replace(c, v.s, x->s, new->s, cnt ? (cnt->t == CT_INT ? cnt->i : cnt->b) : -1, out);
-        }
-    }
-    return rtx__ct_fail(c, RTX_EINVAL, "'%s' object has no attribute '%s'", rtx__ct_type_name(v),
-                        name);
-}
-
-int rtx__ct_call_func(struct ct_ctx *c, int fn, const struct ct_val *args, int n,
-                      const char *const *kwn, const struct ct_val *kw, int n_kw,
-                      struct ct_val *out) {
-    const struct args a = {args, n, kwn, kw, n_kw};
-    int rc = 0;
-    switch (fn) {
-    case FN_RAISE: {
-        struct ct_val msg = ct_undef(NULL);
-        if (n && (rc = rtx__ct_stringify(c, args[0], &msg))) return rc;
-        return rtx__ct_fail(c, RTX_EINVAL, "raise_exception: %s", n ? msg.s->p : "");
-    }
-    case FN_NAMESPACE:
-    case FN_DICT: {
-        struct ct_dict *d = rtx__ct_dict_new(c);
-        if (!d) return RTX_ENOMEM;
-        if (n > 1 || (n == 1 && args[0].t != CT_DICT))
-            return rtx__ct_fail(c, RTX_EINVAL, "%s: expected keyword arguments", func_names[fn]);
-        for (size_t i = 0; n == 1 && !rc && i < args[0].d->n; i++)
-            rc = rtx__ct_dict_set(c, d, args[0].d->k[i], args[0].d->v[i]);
-        for (int i = 0; !rc && i < n_kw; i++) {
-            struct ct_val k;
-            if (!rtx__ct_str(c, kwn[i], strlen(kwn[i]), &k)) return RTX_ENOMEM;
-            rc = rtx__ct_dict_set(c, d, k, kw[i]);
-        }
-        *out = (struct ct_val){.t = fn == FN_DICT ? CT_DICT : CT_NS, .d = d};
-        return rc;
-    }
-    case FN_STRFTIME: {
-        const struct ct_val *f = arg(&a, 0, NULL);
-        if ((rc = need_str(c, "strftime_now", f))) return rc;
-        time_t now = time(NULL);
-        struct tm tm;
-        char buf[512];
-        localtime_r(&now, &tm);
-        size_t len = strftime(buf, sizeof buf, f->s->p, &tm);
-        if (!len && f->s->len) return rtx__ct_fail(c, RTX_EINVAL, "strftime_now: bad format");
-        return rtx__ct_str(c, buf, len, out) ? 0 : RTX_ENOMEM;
-    }
-    case FN_RANGE: {
-        int64_t v[3] = {0, 0, 1};
-        if (n < 1 || n > 3 || n_kw) return rtx__ct_fail(c, RTX_EINVAL, "range: expected 1 to 3 integers");
-        for (int i = 0; i < n; i++) {
-            if (!is_int(args[i])) return type_error(c, "range", args[i]);
-            v[n == 1 ? 1 : i] = args[i].t == CT_INT ? args[i].i : args[i].b;
-        }
-        if (!v[2]) return rtx__ct_fail(c, RTX_EINVAL, "range() arg 3 must not be zero");
-        int64_t count = v[2] > 0 ? (v[1] > v[0] ? (v[1] - v[0] + v[2] - 1) / v[2] : 0)
-                                 : (v[0] > v[1] ? (v[0] - v[1] - v[2] - 1) / -v[2] : 0);
-        if (count > CT_MAX_RANGE)
-            return rtx__ct_fail(c, RTX_ELIMIT, "range too big (more than %d items)", CT_MAX_RANGE);
-        struct ct_list *l = rtx__ct_list_new(c, (size_t)count);
-        if (!l) return RTX_ENOMEM;
-        for (int64_t i = 0; i < count; i++)
-            l->v[i] = ct_int(v[0] + i * v[2]);
-        *out = (struct ct_val){.t = CT_LIST, .l = l};
-        return 0;
-    }
-    default:
-        return rtx__ct_fail(c, RTX_EINVAL, "unknown function");
+    default: return rtx__ct_fail(c, RTX_EINVAL, "unknown filter");
     }
 }

@@ -10,14 +10,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "formats/formats.h"
 
-#define CT_MAX_DEPTH 200             /* nesting of syntax, and of evaluation (macro calls) */
+#define CT_MAX_DEPTH 200                  /* nesting of syntax, and of evaluation (macro calls) */
 #define CT_MAX_OUTPUT ((size_t)16 << 20)  /* bytes a render may produce */
 #define CT_MAX_MEMORY ((size_t)256 << 20) /* bytes of values a render may allocate */
-#define CT_MAX_STEPS 20000000L       /* statements and expressions a render may evaluate */
-#define CT_MAX_RANGE 100000          /* elements of range(), as jinja2's sandbox */
+#define CT_MAX_STEPS 20000000L            /* statements and expressions a render may evaluate */
+#define CT_MAX_RANGE 100000               /* elements of range(), as jinja2's sandbox */
 
 /* ------------------------------------------------------------------------------------------
  * Arena: every value of a render (and every node of a template) comes from one, freed whole
@@ -45,11 +46,11 @@ enum ct_type {
     CT_INT,
     CT_FLOAT,
     CT_STR,
-    CT_LIST,  /* also tuples and generators (flags) */
+    CT_LIST, /* also tuples and generators (flags) */
     CT_DICT,
-    CT_NS,    /* namespace(): a dict whose attributes may be set */
+    CT_NS, /* namespace(): a dict whose attributes may be set */
     CT_MACRO,
-    CT_FUNC,  /* a built-in global function */
+    CT_FUNC, /* a built-in global function */
 };
 
 struct ct_str {
@@ -88,10 +89,18 @@ enum ct_func { FN_RAISE, FN_NAMESPACE, FN_STRFTIME, FN_RANGE, FN_DICT, FN_COUNT 
 static inline struct ct_val ct_undef(const char *name) {
     return (struct ct_val){.t = CT_UNDEF, .name = name};
 }
-static inline struct ct_val ct_none(void) { return (struct ct_val){.t = CT_NONE}; }
-static inline struct ct_val ct_bool(bool b) { return (struct ct_val){.t = CT_BOOL, .b = b}; }
-static inline struct ct_val ct_int(int64_t i) { return (struct ct_val){.t = CT_INT, .i = i}; }
-static inline struct ct_val ct_float(double f) { return (struct ct_val){.t = CT_FLOAT, .f = f}; }
+static inline struct ct_val ct_none(void) {
+    return (struct ct_val){.t = CT_NONE};
+}
+static inline struct ct_val ct_bool(bool b) {
+    return (struct ct_val){.t = CT_BOOL, .b = b};
+}
+static inline struct ct_val ct_int(int64_t i) {
+    return (struct ct_val){.t = CT_INT, .i = i};
+}
+static inline struct ct_val ct_float(double f) {
+    return (struct ct_val){.t = CT_FLOAT, .f = f};
+}
 
 /* ------------------------------------------------------------------------------------------
  * The render context (chat-template.c) and errors
@@ -115,7 +124,11 @@ struct ct_ctx {
     struct ct_frame *root; /* the template's variables */
 };
 
-/* Sets ctx->err: "<what>: line N: <message>"; returns code. */
+/* Sets err: "<what>: line N: <message>"; returns code. */
+int rtx__ct_errv(struct rtx_err *err, int code, const char *what, int line, const char *fmt,
+                 va_list ap);
+/* Sets ctx->err: "<what>: line N: <message>" (the line of the node being evaluated); returns
+ * code. */
 int rtx__ct_fail(struct ct_ctx *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* RTX_ENOMEM or RTX_ELIMIT after a failed arena allocation, with the message set. */
@@ -172,37 +185,37 @@ bool rtx__ct_is_space(uint32_t cp);                 /* Python's str.isspace */
 
 enum ct_kind {
     /* statements */
-    K_BODY,     /* v[n] */
-    K_TEXT,     /* lit */
-    K_OUT,      /* a */
-    K_IF,       /* a cond, b then, c else (NULL or a K_BODY or a K_IF for elif) */
-    K_FOR,      /* names[n_names] targets, a iterable, b filter (NULL), c body, d else */
-    K_SET,      /* names[0] (and names[1]: attribute of a namespace) or names[]: tuple; a value */
+    K_BODY,      /* v[n] */
+    K_TEXT,      /* lit */
+    K_OUT,       /* a */
+    K_IF,        /* a cond, b then, c else (NULL or a K_BODY or a K_IF for elif) */
+    K_FOR,       /* names[n_names] targets, a iterable, b filter (NULL), c body, d else */
+    K_SET,       /* names[0] (and names[1]: attribute of a namespace) or names[]: tuple; a value */
     K_SET_BLOCK, /* names[0] = the rendering of c */
-    K_MACRO,    /* name; names[] parameters, v[] their defaults (NULL: none); c body */
+    K_MACRO,     /* name; names[] parameters, v[] their defaults (NULL: none); c body */
     K_BREAK,
     K_CONTINUE,
-    K_BLOCK,    /* c: a block rendered as is ({% generation %}) */
+    K_BLOCK, /* c: a block rendered as is ({% generation %}) */
     /* expressions */
-    K_LIT,      /* lit */
-    K_NAME,     /* name */
-    K_ATTR,     /* a.name */
-    K_ITEM,     /* a[b] */
-    K_SLICE,    /* a[v[0]:v[1]:v[2]] (each may be NULL) */
-    K_CALL,     /* a(v..., kwn=kw...) */
-    K_FILTER,   /* op: the filter; a | name(v..., kw...) */
-    K_TEST,     /* op: the test; a is name(v...) */
-    K_BIN,      /* op: '+', '-', '*', '/', 'F' (//), '%', 'P' (**), '~' */
+    K_LIT,    /* lit */
+    K_NAME,   /* name */
+    K_ATTR,   /* a.name */
+    K_ITEM,   /* a[b] */
+    K_SLICE,  /* a[v[0]:v[1]:v[2]] (each may be NULL) */
+    K_CALL,   /* a(v..., kwn=kw...) */
+    K_FILTER, /* op: the filter; a | name(v..., kw...) */
+    K_TEST,   /* op: the test; a is name(v...) */
+    K_BIN,    /* op: '+', '-', '*', '/', 'F' (//), '%', 'P' (**), '~' */
     K_NEG,
     K_POS,
     K_NOT,
     K_AND,
     K_OR,
-    K_CMP,      /* a, then ops[i] v[i]...: chained comparisons */
-    K_COND,     /* b if a else c */
-    K_LIST,     /* v[n] */
-    K_TUPLE,    /* v[n] */
-    K_DICT,     /* v[2n]: key, value, ... */
+    K_CMP,   /* a, then ops[i] v[i]...: chained comparisons */
+    K_COND,  /* b if a else c */
+    K_LIST,  /* v[n] */
+    K_TUPLE, /* v[n] */
+    K_DICT,  /* v[2n]: key, value, ... */
 };
 
 struct ct_node {
@@ -278,8 +291,7 @@ int rtx__ct_func_id(const char *name);
 
 /* Applies filter id to v with arguments (already evaluated). */
 int rtx__ct_filter(struct ct_ctx *c, int id, struct ct_val v, const struct ct_val *args, int n,
-                   const char *const *kwn, const struct ct_val *kw, int n_kw,
-                   struct ct_val *out);
+                   const char *const *kwn, const struct ct_val *kw, int n_kw, struct ct_val *out);
 /* Applies test id to v; *res its result. */
 int rtx__ct_test(struct ct_ctx *c, int id, struct ct_val v, const struct ct_val *args, int n,
                  bool *res);
@@ -298,6 +310,50 @@ int rtx__ct_getitem(struct ct_ctx *c, struct ct_val a, struct ct_val k, struct c
 /* Iterates v as jinja2's for does: a list's elements, a dict's keys, a string's characters,
  * nothing for Undefined; an error for other types. */
 int rtx__ct_iter(struct ct_ctx *c, struct ct_val v, struct ct_list **out);
+
+/* Arguments of a filter, method or function: positional, then keyword. */
+struct ct_args {
+    const struct ct_val *v;
+    int n;
+    const char *const *kwn;
+    const struct ct_val *kw;
+    int n_kw;
+};
+
+/* The argument at position pos (-1: none) or named name (NULL: none), or NULL. */
+static inline const struct ct_val *rtx__ct_arg(const struct ct_args *a, int pos,
+                                               const char *name) {
+    for (int i = 0; name && i < a->n_kw; i++)
+        if (!strcmp(a->kwn[i], name)) return &a->kw[i];
+    return pos >= 0 && pos < a->n ? &a->v[pos] : NULL;
+}
+
+static inline int rtx__ct_type_error(struct ct_ctx *c, const char *what, struct ct_val v) {
+    return rtx__ct_fail(c, RTX_EINVAL, "%s: unsupported type '%s'", what, rtx__ct_type_name(v));
+}
+
+static inline int rtx__ct_need_str(struct ct_ctx *c, const char *what, const struct ct_val *v) {
+    return v && v->t == CT_STR ? 0 : rtx__ct_type_error(c, what, v ? *v : ct_none());
+}
+
+/* An int or a bool (Python's bool is an int), and its value. */
+static inline bool rtx__ct_is_int(struct ct_val v) {
+    return v.t == CT_INT || v.t == CT_BOOL;
+}
+static inline int64_t rtx__ct_int_of(struct ct_val v) {
+    return v.t == CT_INT ? v.i : v.t == CT_BOOL ? v.b : 0;
+}
+
+/* chat-template-strings.c: Python's upper ('U'), lower ('L'), str.title ('T'), capitalize
+ * ('C') and jinja2's title filter ('J'); strip ('b' both ends, 'l', 'r') of whitespace or of
+ * the characters of chars; replace (count < 0: all); split (sep NULL: whitespace runs). */
+int rtx__ct_map_case(struct ct_ctx *c, const struct ct_str *s, int mode, struct ct_val *out);
+int rtx__ct_strip(struct ct_ctx *c, const struct ct_str *s, const struct ct_str *chars, int which,
+                  struct ct_val *out);
+int rtx__ct_replace(struct ct_ctx *c, const struct ct_str *s, const struct ct_str *old,
+                    const struct ct_str *new_, int64_t count, struct ct_val *out);
+int rtx__ct_split(struct ct_ctx *c, const struct ct_str *s, const struct ct_str *sep,
+                  int64_t maxsplit, struct ct_val *out);
 
 /* UTF-8 validation, shared with the tokenizer (formats/tokenizer.c): the code point at s and
  * its length, negative for an invalid or cut sequence. */

@@ -37,12 +37,11 @@ static int fail(struct lexer *lx, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int fail(struct lexer *lx, int code, const char *fmt, ...) {
-    char msg[200];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = rtx__ct_errv(lx->err, code, lx->what, lx->line, fmt, ap);
     va_end(ap);
-    return rtx_err_set(lx->err, code, "%s: line %d: %s", lx->what, lx->line, msg);
+    return rc;
 }
 
 static struct ct_tok *emit(struct lexer *lx, int type) {
@@ -178,7 +177,9 @@ static int lex_string(struct lexer *lx) {
     return 0;
 }
 
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+static bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
 /* Digits with single underscores between them from *i; false if none. */
 static bool digits(const struct lexer *lx, size_t *i, char *out, size_t *o) {
@@ -268,9 +269,9 @@ static int lex_tag(struct lexer *lx, bool block, bool *line_starting) {
             rc = lex_number(lx);
         } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_') {
             size_t j = lx->pos;
-            while (j < lx->n && ((lx->s[j] >= 'a' && lx->s[j] <= 'z') ||
-                                 (lx->s[j] >= 'A' && lx->s[j] <= 'Z') || is_digit(lx->s[j]) ||
-                                 lx->s[j] == '_'))
+            while (j < lx->n &&
+                   ((lx->s[j] >= 'a' && lx->s[j] <= 'z') || (lx->s[j] >= 'A' && lx->s[j] <= 'Z') ||
+                    is_digit(lx->s[j]) || lx->s[j] == '_'))
                 j++;
             struct ct_tok *t = emit(lx, T_NAME);
             if (!t) return RTX_ENOMEM;

@@ -19,7 +19,7 @@ struct parser {
     int depth;
     int loops; /* for loops around the statement being parsed (break / continue need one) */
     const char **called; /* names called as functions, checked at the end */
-    void **called_line; /* intptr_t line of each */
+    void **called_line;  /* intptr_t line of each */
     int n_called, cap_called;
     const char **macros;
     int n_macros, cap_macros;
@@ -29,15 +29,16 @@ static int fail(struct parser *p, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int fail(struct parser *p, int code, const char *fmt, ...) {
-    char msg[200];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = rtx__ct_errv(p->err, code, p->t->what, p->tok[p->i].line, fmt, ap);
     va_end(ap);
-    return rtx_err_set(p->err, code, "%s: line %d: %s", p->t->what, p->tok[p->i].line, msg);
+    return rc;
 }
 
-static const struct ct_tok *cur(const struct parser *p) { return &p->tok[p->i]; }
+static const struct ct_tok *cur(const struct parser *p) {
+    return &p->tok[p->i];
+}
 
 static bool is_op(const struct parser *p, const char *op) {
     return cur(p)->type == T_OP && !strcmp(cur(p)->op, op);
@@ -55,25 +56,15 @@ static bool is_name_at(const struct parser *p, size_t k, const char *name) {
 
 static const char *describe(const struct ct_tok *t, char buf[64]) {
     switch (t->type) {
-    case T_NAME:
-        snprintf(buf, 64, "'%.*s'", (int)(t->len < 40 ? t->len : 40), t->p);
-        return buf;
-    case T_OP:
-        snprintf(buf, 64, "'%s'", t->op);
-        return buf;
-    case T_STRING:
-        return "a string";
+    case T_NAME: snprintf(buf, 64, "'%.*s'", (int)(t->len < 40 ? t->len : 40), t->p); return buf;
+    case T_OP: snprintf(buf, 64, "'%s'", t->op); return buf;
+    case T_STRING: return "a string";
     case T_INT:
-    case T_FLOAT:
-        return "a number";
-    case T_BLOCK_END:
-        return "end of statement block";
-    case T_VAR_END:
-        return "end of print statement";
-    case T_EOF:
-        return "end of template";
-    default:
-        return "template data";
+    case T_FLOAT: return "a number";
+    case T_BLOCK_END: return "end of statement block";
+    case T_VAR_END: return "end of print statement";
+    case T_EOF: return "end of template";
+    default: return "template data";
     }
 }
 
@@ -143,8 +134,7 @@ static int parse_args(struct parser *p, struct ct_node *n) {
             char *name = name_dup(p, cur(p));
             p->i += 2;
             if (!name) return RTX_ENOMEM;
-            if (!(rc = parse_expr(p, true, &v)) &&
-                !(rc = PUSH(p, n->kwn, n->n_kw, name))) {
+            if (!(rc = parse_expr(p, true, &v)) && !(rc = PUSH(p, n->kwn, n->n_kw, name))) {
                 n->n_kw--;
                 rc = PUSH(p, n->kw, n->n_kw, v);
             }
@@ -503,8 +493,8 @@ static int parse_tuple(struct parser *p, bool condexpr, bool parens, struct ct_n
             if (!(t = node(p, K_TUPLE))) return RTX_ENOMEM;
             rc = PUSH(p, t->v, t->n, x);
         }
-        if (rc || (parens ? is_op(p, ")") : cur(p)->type == T_BLOCK_END ||
-                                                cur(p)->type == T_VAR_END))
+        if (rc ||
+            (parens ? is_op(p, ")") : cur(p)->type == T_BLOCK_END || cur(p)->type == T_VAR_END))
             break;
         if (!(rc = parse_expr(p, condexpr, &x))) rc = PUSH(p, t->v, t->n, x);
     }
@@ -588,7 +578,8 @@ static int parse_for(struct parser *p, struct ct_node **out) {
         p->i++;
         if ((rc = parse_expr(p, true, &n->b))) return rc;
     }
-    if (is_name(p, "recursive")) return fail(p, RTX_EUNSUPPORTED, "recursive loops are not supported");
+    if (is_name(p, "recursive"))
+        return fail(p, RTX_EUNSUPPORTED, "recursive loops are not supported");
     p->loops++;
     if ((rc = block_end(p)) || (rc = parse_body(p, ends, &n->c))) return rc;
     p->loops--;
@@ -608,8 +599,7 @@ static int parse_set(struct parser *p, struct ct_node **out) {
         if ((rc = parse_tuple(p, true, false, &n->a))) return rc;
         return block_end(p);
     }
-    if (n->n_names != 1 || n->op == '.')
-        return unexpected(p, "'='");
+    if (n->n_names != 1 || n->op == '.') return unexpected(p, "'='");
     if (is_op(p, "|")) return fail(p, RTX_EUNSUPPORTED, "filtered block set is not supported");
     static const char *const end[] = {"endset", NULL};
     n->kind = K_SET_BLOCK;

@@ -75,6 +75,13 @@ int rtx__ct_buf_put(struct ct_buf *b, const char *s, size_t n, size_t limit) {
     return 0;
 }
 
+int rtx__ct_errv(struct rtx_err *err, int code, const char *what, int line, const char *fmt,
+                 va_list ap) {
+    char msg[220];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return rtx_err_set(err, code, "%s: line %d: %s", what, line, msg);
+}
+
 int rtx__ct_oom(struct ct_ctx *c) {
     if (c->arena.over)
         return rtx__ct_fail(c, RTX_ELIMIT, "the render allocated more than %zu MiB",
@@ -99,8 +106,8 @@ uint32_t rtx__ct_utf8_next(const char *s, size_t *len) {
     if (u[0] < 0x80) return *len = 1, u[0];
     if (u[0] < 0xE0) return *len = 2, (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F);
     if (u[0] < 0xF0)
-        return *len = 3, (uint32_t)(u[0] & 0x0F) << 12 | (uint32_t)(u[1] & 0x3F) << 6 |
-                             (u[2] & 0x3F);
+        return *len = 3,
+               (uint32_t)(u[0] & 0x0F) << 12 | (uint32_t)(u[1] & 0x3F) << 6 | (u[2] & 0x3F);
     return *len = 4, (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3F) << 12 |
                          (uint32_t)(u[2] & 0x3F) << 6 | (u[3] & 0x3F);
 }
@@ -117,9 +124,9 @@ size_t rtx__ct_utf8_count(const char *s, size_t n) {
 }
 
 bool rtx__ct_is_space(uint32_t cp) {
-    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 ||
-           cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -191,22 +198,14 @@ int rtx__ct_dict_set(struct ct_ctx *c, struct ct_dict *d, struct ct_val k, struc
 bool rtx__ct_truthy(struct ct_val v) {
     switch (v.t) {
     case CT_UNDEF:
-    case CT_NONE:
-        return false;
-    case CT_BOOL:
-        return v.b;
-    case CT_INT:
-        return v.i != 0;
-    case CT_FLOAT:
-        return v.f != 0;
-    case CT_STR:
-        return v.s->len != 0;
-    case CT_LIST:
-        return v.l->gen || v.l->n; /* a generator object is always true */
-    case CT_DICT:
-        return v.d->n != 0;
-    default:
-        return true;
+    case CT_NONE: return false;
+    case CT_BOOL: return v.b;
+    case CT_INT: return v.i != 0;
+    case CT_FLOAT: return v.f != 0;
+    case CT_STR: return v.s->len != 0;
+    case CT_LIST: return v.l->gen || v.l->n; /* a generator object is always true */
+    case CT_DICT: return v.d->n != 0;
+    default: return true;
     }
 }
 
@@ -220,17 +219,14 @@ static double num(struct ct_val v) {
 
 bool rtx__ct_equal(struct ct_val a, struct ct_val b) {
     if (is_num(a) && is_num(b)) {
-        if (a.t != CT_FLOAT && b.t != CT_FLOAT)
-            return (a.t == CT_INT ? a.i : a.b) == (b.t == CT_INT ? b.i : b.b);
+        if (a.t != CT_FLOAT && b.t != CT_FLOAT) return rtx__ct_int_of(a) == rtx__ct_int_of(b);
         return num(a) == num(b);
     }
     if (a.t != b.t) return false;
     switch (a.t) {
     case CT_UNDEF:
-    case CT_NONE:
-        return true;
-    case CT_STR:
-        return a.s->len == b.s->len && !memcmp(a.s->p, b.s->p, a.s->len);
+    case CT_NONE: return true;
+    case CT_STR: return a.s->len == b.s->len && !memcmp(a.s->p, b.s->p, a.s->len);
     case CT_LIST:
         if (a.l->tuple != b.l->tuple || a.l->n != b.l->n || a.l->gen || b.l->gen)
             return a.l == b.l;
@@ -244,20 +240,16 @@ bool rtx__ct_equal(struct ct_val a, struct ct_val b) {
             if (!o || !rtx__ct_equal(a.d->v[i], *o)) return false;
         }
         return true;
-    case CT_NS:
-        return a.d == b.d;
-    case CT_MACRO:
-        return a.m == b.m;
-    case CT_FUNC:
-        return a.fn == b.fn;
-    default:
-        return false;
+    case CT_NS: return a.d == b.d;
+    case CT_MACRO: return a.m == b.m;
+    case CT_FUNC: return a.fn == b.fn;
+    default: return false;
     }
 }
 
 const char *rtx__ct_type_name(struct ct_val v) {
-    static const char *const names[] = {"Undefined", "NoneType", "bool",      "int",
-                                        "float",     "str",      "list",      "dict",
+    static const char *const names[] = {"Undefined", "NoneType", "bool",    "int",
+                                        "float",     "str",      "list",    "dict",
                                         "Namespace", "Macro",    "function"};
     if (v.t == CT_LIST && v.l->tuple) return "tuple";
     if (v.t == CT_LIST && v.l->gen) return "generator";
@@ -267,7 +259,7 @@ const char *rtx__ct_type_name(struct ct_val v) {
 int rtx__ct_less(struct ct_ctx *c, struct ct_val a, struct ct_val b, bool *lt) {
     if (is_num(a) && is_num(b)) {
         if (a.t != CT_FLOAT && b.t != CT_FLOAT)
-            *lt = (a.t == CT_INT ? a.i : a.b) < (b.t == CT_INT ? b.i : b.b);
+            *lt = rtx__ct_int_of(a) < rtx__ct_int_of(b);
         else
             *lt = num(a) < num(b);
         return 0;
@@ -278,8 +270,7 @@ int rtx__ct_less(struct ct_ctx *c, struct ct_val a, struct ct_val b, bool *lt) {
         *lt = d < 0 || (d == 0 && a.s->len < b.s->len);
         return 0;
     }
-    if (a.t == CT_LIST && b.t == CT_LIST && !a.l->gen && !b.l->gen &&
-        a.l->tuple == b.l->tuple) {
+    if (a.t == CT_LIST && b.t == CT_LIST && !a.l->gen && !b.l->gen && a.l->tuple == b.l->tuple) {
         for (size_t i = 0; i < a.l->n && i < b.l->n; i++) {
             if (rtx__ct_equal(a.l->v[i], b.l->v[i])) continue;
             return rtx__ct_less(c, a.l->v[i], b.l->v[i], lt);
@@ -367,10 +358,8 @@ static bool printable(uint32_t cp) {
     case UTF8PROC_CATEGORY_CN:
     case UTF8PROC_CATEGORY_ZL:
     case UTF8PROC_CATEGORY_ZP:
-    case UTF8PROC_CATEGORY_ZS:
-        return false;
-    default:
-        return true;
+    case UTF8PROC_CATEGORY_ZS: return false;
+    default: return true;
     }
 }
 
@@ -387,8 +376,10 @@ static int str_repr(struct ct_ctx *c, const struct ct_str *s, struct ct_buf *b) 
             e[0] = '\\', e[1] = cp == '\n' ? 'n' : cp == '\r' ? 'r' : 't';
             rc = put(c, b, e, 2);
         } else if (!printable(cp)) {
-            int n = snprintf(e, sizeof e, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x"
-                                                                                : "\\U%08x",
+            int n = snprintf(e, sizeof e,
+                             cp < 0x100     ? "\\x%02x"
+                             : cp < 0x10000 ? "\\u%04x"
+                                            : "\\U%08x",
                              cp);
             rc = put(c, b, e, (size_t)n);
         } else {
@@ -401,10 +392,8 @@ static int str_repr(struct ct_ctx *c, const struct ct_str *s, struct ct_buf *b) 
 int rtx__ct_repr(struct ct_ctx *c, struct ct_val v, struct ct_buf *b) {
     int rc = 0;
     switch (v.t) {
-    case CT_STR:
-        return str_repr(c, v.s, b);
-    case CT_UNDEF:
-        return put(c, b, "Undefined", 9);
+    case CT_STR: return str_repr(c, v.s, b);
+    case CT_UNDEF: return put(c, b, "Undefined", 9);
     case CT_LIST:
         if (v.l->gen) return rtx__ct_fail(c, RTX_EINVAL, "cannot print a generator object");
         rc = put(c, b, v.l->tuple ? "(" : "[", 1);
@@ -426,33 +415,23 @@ int rtx__ct_repr(struct ct_ctx *c, struct ct_val v, struct ct_buf *b) {
         }
         if (!rc) rc = put(c, b, "}", 1);
         return rc || v.t != CT_NS ? rc : put(c, b, ">", 1);
-    default:
-        return rtx__ct_to_str(c, v, b);
+    default: return rtx__ct_to_str(c, v, b);
     }
 }
 
 int rtx__ct_to_str(struct ct_ctx *c, struct ct_val v, struct ct_buf *b) {
     char tmp[40];
     switch (v.t) {
-    case CT_UNDEF:
-        return 0;
-    case CT_NONE:
-        return put(c, b, "None", 4);
-    case CT_BOOL:
-        return v.b ? put(c, b, "True", 4) : put(c, b, "False", 5);
-    case CT_INT:
-        return put(c, b, tmp, (size_t)snprintf(tmp, sizeof tmp, "%lld", (long long)v.i));
-    case CT_FLOAT:
-        float_repr(v.f, tmp);
-        return put(c, b, tmp, strlen(tmp));
-    case CT_STR:
-        return put(c, b, v.s->p, v.s->len);
+    case CT_UNDEF: return 0;
+    case CT_NONE: return put(c, b, "None", 4);
+    case CT_BOOL: return v.b ? put(c, b, "True", 4) : put(c, b, "False", 5);
+    case CT_INT: return put(c, b, tmp, (size_t)snprintf(tmp, sizeof tmp, "%lld", (long long)v.i));
+    case CT_FLOAT: float_repr(v.f, tmp); return put(c, b, tmp, strlen(tmp));
+    case CT_STR: return put(c, b, v.s->p, v.s->len);
     case CT_LIST:
     case CT_DICT:
-    case CT_NS:
-        return rtx__ct_repr(c, v, b);
-    default:
-        return rtx__ct_fail(c, RTX_EINVAL, "cannot print a %s", rtx__ct_type_name(v));
+    case CT_NS: return rtx__ct_repr(c, v, b);
+    default: return rtx__ct_fail(c, RTX_EINVAL, "cannot print a %s", rtx__ct_type_name(v));
     }
 }
 
@@ -514,8 +493,9 @@ static int json_key(struct ct_ctx *c, struct ct_val k, const struct ct_json_opts
     struct ct_buf t = {0};
     int rc = k.t == CT_NONE || k.t == CT_BOOL || k.t == CT_INT || k.t == CT_FLOAT
                  ? rtx__ct_to_json(c, k, o, &t, 0)
-                 : rtx__ct_fail(c, RTX_EINVAL, "keys must be str, int, float, bool or None, "
-                                               "not %s",
+                 : rtx__ct_fail(c, RTX_EINVAL,
+                                "keys must be str, int, float, bool or None, "
+                                "not %s",
                                 rtx__ct_type_name(k));
     if (!rc) rc = json_str(c, t.p, t.len, o->ensure_ascii, b);
     rtx_free(t.p);
@@ -529,19 +509,15 @@ int rtx__ct_to_json(struct ct_ctx *c, struct ct_val v, const struct ct_json_opts
     char tmp[40];
     int rc = 0;
     switch (v.t) {
-    case CT_NONE:
-        return put(c, b, "null", 4);
-    case CT_BOOL:
-        return v.b ? put(c, b, "true", 4) : put(c, b, "false", 5);
-    case CT_INT:
-        return rtx__ct_to_str(c, v, b);
+    case CT_NONE: return put(c, b, "null", 4);
+    case CT_BOOL: return v.b ? put(c, b, "true", 4) : put(c, b, "false", 5);
+    case CT_INT: return rtx__ct_to_str(c, v, b);
     case CT_FLOAT:
         if (isnan(v.f)) return put(c, b, "NaN", 3);
         if (isinf(v.f)) return v.f < 0 ? put(c, b, "-Infinity", 9) : put(c, b, "Infinity", 8);
         float_repr(v.f, tmp);
         return put(c, b, tmp, strlen(tmp));
-    case CT_STR:
-        return json_str(c, v.s->p, v.s->len, o->ensure_ascii, b);
+    case CT_STR: return json_str(c, v.s->p, v.s->len, o->ensure_ascii, b);
     case CT_LIST:
         if (v.l->gen) break;
         if (!v.l->n) return put(c, b, "[]", 2);
@@ -579,8 +555,7 @@ int rtx__ct_to_json(struct ct_ctx *c, struct ct_val v, const struct ct_json_opts
         if (!rc && o->indent) rc = json_newline(c, o, b, depth);
         return rc ? rc : put(c, b, "}", 1);
     }
-    default:
-        break;
+    default: break;
     }
     return rtx__ct_fail(c, RTX_EINVAL, "tojson: Object of type %s is not JSON serializable",
                         rtx__ct_type_name(v));

@@ -32,12 +32,11 @@ struct ct_frame {
 enum { CT_BREAK = 1, CT_CONTINUE = 2 };
 
 int rtx__ct_fail(struct ct_ctx *c, int code, const char *fmt, ...) {
-    char msg[220];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = rtx__ct_errv(c->err, code, c->what, c->line, fmt, ap);
     va_end(ap);
-    return rtx_err_set(c->err, code, "%s: line %d: %s", c->what, c->line, msg);
+    return rc;
 }
 
 static int exec(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n);
@@ -74,9 +73,12 @@ static struct ct_val lookup(const struct ct_frame *f, const char *name) {
  * Operators
  * ---------------------------------------------------------------------------------------- */
 
-static bool is_num(struct ct_val v) { return v.t == CT_INT || v.t == CT_FLOAT || v.t == CT_BOOL; }
-static int64_t as_int(struct ct_val v) { return v.t == CT_INT ? v.i : v.b; }
-static double as_float(struct ct_val v) { return v.t == CT_FLOAT ? v.f : (double)as_int(v); }
+static bool is_num(struct ct_val v) {
+    return v.t == CT_INT || v.t == CT_FLOAT || v.t == CT_BOOL;
+}
+static double as_float(struct ct_val v) {
+    return v.t == CT_FLOAT ? v.f : (double)rtx__ct_int_of(v);
+}
 
 static int overflow(struct ct_ctx *c) {
     return rtx__ct_fail(c, RTX_ELIMIT, "integer overflow (past 64 bits)");
@@ -112,8 +114,10 @@ static int arith(struct ct_ctx *c, int op, struct ct_val a, struct ct_val b, str
         struct ct_buf buf = {0};
         int rc = rtx__ct_buf_put(&buf, a.s->p, a.s->len, CT_MAX_MEMORY);
         if (!rc) rc = rtx__ct_buf_put(&buf, b.s->p, b.s->len, CT_MAX_MEMORY);
-        if (!rc && !rtx__ct_str(c, buf.p, buf.len, out)) rc = RTX_ENOMEM;
-        else if (rc) rc = rtx__ct_oom(c);
+        if (!rc && !rtx__ct_str(c, buf.p, buf.len, out))
+            rc = RTX_ENOMEM;
+        else if (rc)
+            rc = rtx__ct_oom(c);
         rtx_free(buf.p);
         return rc;
     }
@@ -127,10 +131,12 @@ static int arith(struct ct_ctx *c, int op, struct ct_val a, struct ct_val b, str
         *out = (struct ct_val){.t = CT_LIST, .l = l};
         return 0;
     }
-    if (op == '*' && (a.t == CT_STR || (a.t == CT_LIST && !a.l->gen)) && (b.t == CT_INT || b.t == CT_BOOL))
-        return repeat(c, a, as_int(b), out);
-    if (op == '*' && (b.t == CT_STR || (b.t == CT_LIST && !b.l->gen)) && (a.t == CT_INT || a.t == CT_BOOL))
-        return repeat(c, b, as_int(a), out);
+    if (op == '*' && (a.t == CT_STR || (a.t == CT_LIST && !a.l->gen)) &&
+        (b.t == CT_INT || b.t == CT_BOOL))
+        return repeat(c, a, rtx__ct_int_of(b), out);
+    if (op == '*' && (b.t == CT_STR || (b.t == CT_LIST && !b.l->gen)) &&
+        (a.t == CT_INT || a.t == CT_BOOL))
+        return repeat(c, b, rtx__ct_int_of(a), out);
     if (!is_num(a) || !is_num(b)) {
         static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**"};
         const char *ops = "+-*/F%P";
@@ -139,7 +145,7 @@ static int arith(struct ct_ctx *c, int op, struct ct_val a, struct ct_val b, str
                             rtx__ct_type_name(b));
     }
     bool ints = a.t != CT_FLOAT && b.t != CT_FLOAT;
-    int64_t x = as_int(a), y = as_int(b), r;
+    int64_t x = rtx__ct_int_of(a), y = rtx__ct_int_of(b), r;
     double p = as_float(a), q = as_float(b);
     if ((op == '/' || op == 'F' || op == '%') && (ints ? y == 0 : q == 0))
         return rtx__ct_fail(c, RTX_EINVAL, "division by zero");
@@ -156,8 +162,7 @@ static int arith(struct ct_ctx *c, int op, struct ct_val a, struct ct_val b, str
         if (!ints) return *out = ct_float(p * q), 0;
         if (__builtin_mul_overflow(x, y, &r)) return overflow(c);
         return *out = ct_int(r), 0;
-    case '/':
-        return *out = ct_float(p / q), 0;
+    case '/': return *out = ct_float(p / q), 0;
     case 'F':
         if (!ints) return *out = ct_float(floor(p / q)), 0;
         if (x == INT64_MIN && y == -1) return overflow(c);
@@ -176,7 +181,8 @@ static int arith(struct ct_ctx *c, int op, struct ct_val a, struct ct_val b, str
         return *out = ct_int(r), 0;
     default: /* 'P' */
         if (!ints || y < 0) {
-            if (p == 0 && q < 0) return rtx__ct_fail(c, RTX_EINVAL, "0.0 cannot be raised to a negative power");
+            if (p == 0 && q < 0)
+                return rtx__ct_fail(c, RTX_EINVAL, "0.0 cannot be raised to a negative power");
             return *out = ct_float(pow(p, q)), 0;
         }
         if (x == 0 || x == 1) return *out = ct_int(y == 0 ? 1 : x), 0;
@@ -200,8 +206,10 @@ static int concat(struct ct_ctx *c, struct ct_val a, struct ct_val b, struct ct_
 static int contains(struct ct_ctx *c, struct ct_val x, struct ct_val seq, bool *res) {
     if (seq.t == CT_STR) {
         if (x.t != CT_STR)
-            return rtx__ct_fail(c, RTX_EINVAL, "'in <string>' requires string as left operand, "
-                                               "not %s", rtx__ct_type_name(x));
+            return rtx__ct_fail(c, RTX_EINVAL,
+                                "'in <string>' requires string as left operand, "
+                                "not %s",
+                                rtx__ct_type_name(x));
         *res = !x.s->len;
         for (size_t i = 0; !*res && i + x.s->len <= seq.s->len; i++)
             *res = !memcmp(seq.s->p + i, x.s->p, x.s->len);
@@ -237,7 +245,9 @@ static int compare(struct ct_ctx *c, int op, struct ct_val a, struct ct_val b, b
     if (!rc && (a.t == CT_UNDEF || b.t == CT_UNDEF) && op != '=' && op != '!' && op != 'i' &&
         op != 'n')
         return rtx__ct_fail(c, RTX_EINVAL, "'%s' is undefined",
-                            a.t == CT_UNDEF && a.name ? a.name : b.name ? b.name : "value");
+                            a.t == CT_UNDEF && a.name ? a.name
+                            : b.name                  ? b.name
+                                                      : "value");
     return rc;
 }
 
@@ -271,8 +281,8 @@ static int capture(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *b
     return rc;
 }
 
-static int call_macro(struct ct_ctx *c, const struct ct_node *m, const struct ct_val *args,
-                      int n, const char *const *kwn, const struct ct_val *kw, int n_kw,
+static int call_macro(struct ct_ctx *c, const struct ct_node *m, const struct ct_val *args, int n,
+                      const char *const *kwn, const struct ct_val *kw, int n_kw,
                       struct ct_val *out) {
     if (n > m->n_names)
         return rtx__ct_fail(c, RTX_EINVAL, "macro '%s' takes not more than %d argument(s)",
@@ -317,10 +327,10 @@ static int eval_call(struct ct_ctx *c, struct ct_frame *f, const struct ct_node 
         return rtx__ct_method(c, callee, fn->name, args, n->n, n->kwn, kw, n->n_kw, out);
     if (callee.t == CT_FUNC)
         return rtx__ct_call_func(c, callee.fn, args, n->n, n->kwn, kw, n->n_kw, out);
-    if (callee.t == CT_MACRO)
-        return call_macro(c, callee.m, args, n->n, n->kwn, kw, n->n_kw, out);
+    if (callee.t == CT_MACRO) return call_macro(c, callee.m, args, n->n, n->kwn, kw, n->n_kw, out);
     if (callee.t == CT_UNDEF)
-        return rtx__ct_fail(c, RTX_EINVAL, "'%s' is undefined", callee.name ? callee.name : "value");
+        return rtx__ct_fail(c, RTX_EINVAL, "'%s' is undefined",
+                            callee.name ? callee.name : "value");
     return rtx__ct_fail(c, RTX_EINVAL, "'%s' object is not callable", rtx__ct_type_name(callee));
 }
 
@@ -335,7 +345,8 @@ static int eval_slice(struct ct_ctx *c, struct ct_frame *f, const struct ct_node
             rc = rtx__ct_fail(c, RTX_EINVAL, "slice indices must be integers or None");
     }
     if (rc) return rc;
-    if (a.t == CT_UNDEF) return rtx__ct_fail(c, RTX_EINVAL, "'%s' is undefined", a.name ? a.name : "value");
+    if (a.t == CT_UNDEF)
+        return rtx__ct_fail(c, RTX_EINVAL, "'%s' is undefined", a.name ? a.name : "value");
     bool str = a.t == CT_STR;
     if (!str && (a.t != CT_LIST || a.l->gen)) {
         *out = ct_undef(NULL);
@@ -344,7 +355,7 @@ static int eval_slice(struct ct_ctx *c, struct ct_frame *f, const struct ct_node
     struct ct_list *chars = NULL;
     if (str && (rc = rtx__ct_iter(c, a, &chars))) return rc;
     const struct ct_list *src = str ? chars : a.l;
-    int64_t len = (int64_t)src->n, step = b[2].t == CT_NONE ? 1 : as_int(b[2]);
+    int64_t len = (int64_t)src->n, step = b[2].t == CT_NONE ? 1 : rtx__ct_int_of(b[2]);
     if (!step) return rtx__ct_fail(c, RTX_EINVAL, "slice step cannot be zero");
     int64_t lo = step > 0 ? 0 : -1, hi = step > 0 ? len : len - 1, idx[2];
     for (int i = 0; i < 2; i++) { /* Python's PySlice_AdjustIndices */
@@ -352,7 +363,7 @@ static int eval_slice(struct ct_ctx *c, struct ct_frame *f, const struct ct_node
             idx[i] = step > 0 ? (i ? len : 0) : (i ? -1 : len - 1);
             continue;
         }
-        int64_t v = as_int(b[i]);
+        int64_t v = rtx__ct_int_of(b[i]);
         if (v < 0) v += len;
         idx[i] = v < lo ? lo : v > hi ? hi : v;
     }
@@ -372,8 +383,10 @@ static int eval_slice(struct ct_ctx *c, struct ct_frame *f, const struct ct_node
     struct ct_buf buf = {0};
     for (size_t i = 0; !rc && i < l->n; i++)
         rc = rtx__ct_buf_put(&buf, l->v[i].s->p, l->v[i].s->len, 0);
-    if (!rc && !rtx__ct_str(c, buf.p ? buf.p : "", buf.len, out)) rc = RTX_ENOMEM;
-    else if (rc) rc = rtx__ct_fail(c, rc, "out of memory");
+    if (!rc && !rtx__ct_str(c, buf.p ? buf.p : "", buf.len, out))
+        rc = RTX_ENOMEM;
+    else if (rc)
+        rc = rtx__ct_fail(c, rc, "out of memory");
     rtx_free(buf.p);
     return rc;
 }
@@ -388,7 +401,8 @@ static bool hashable(struct ct_val v) {
     return v.t != CT_DICT && v.t != CT_NS;
 }
 
-static int eval(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n, struct ct_val *out) {
+static int eval(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n,
+                struct ct_val *out) {
     if (++c->steps > CT_MAX_STEPS)
         return rtx__ct_fail(c, RTX_ELIMIT, "more than %ld evaluation steps", CT_MAX_STEPS);
     c->line = n->line;
@@ -396,12 +410,8 @@ static int eval(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n, s
     int rc = 0;
     bool r;
     switch (n->kind) {
-    case K_LIT:
-        *out = n->lit;
-        return 0;
-    case K_NAME:
-        *out = lookup(f, n->name);
-        return 0;
+    case K_LIT: *out = n->lit; return 0;
+    case K_NAME: *out = lookup(f, n->name); return 0;
     case K_ATTR:
         if ((rc = eval(c, f, n->a, &a))) return rc;
         c->line = n->line;
@@ -410,10 +420,8 @@ static int eval(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n, s
         if ((rc = eval(c, f, n->a, &a)) || (rc = eval(c, f, n->b, &b))) return rc;
         c->line = n->line;
         return rtx__ct_getitem(c, a, b, out);
-    case K_SLICE:
-        return eval_slice(c, f, n, out);
-    case K_CALL:
-        return eval_call(c, f, n, out);
+    case K_SLICE: return eval_slice(c, f, n, out);
+    case K_CALL: return eval_call(c, f, n, out);
     case K_FILTER:
     case K_TEST: {
         struct ct_val *args, *kw;
@@ -435,10 +443,14 @@ static int eval(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n, s
         if (!is_num(a))
             return rtx__ct_fail(c, RTX_EINVAL, "bad operand type for unary %c: '%s'",
                                 n->kind == K_NEG ? '-' : '+', rtx__ct_type_name(a));
-        if (n->kind == K_POS) *out = a.t == CT_BOOL ? ct_int(a.b) : a;
-        else if (a.t == CT_FLOAT) *out = ct_float(-a.f);
-        else if (as_int(a) == INT64_MIN) return overflow(c);
-        else *out = ct_int(-as_int(a));
+        if (n->kind == K_POS)
+            *out = a.t == CT_BOOL ? ct_int(a.b) : a;
+        else if (a.t == CT_FLOAT)
+            *out = ct_float(-a.f);
+        else if (rtx__ct_int_of(a) == INT64_MIN)
+            return overflow(c);
+        else
+            *out = ct_int(-rtx__ct_int_of(a));
         return 0;
     case K_NOT:
         if ((rc = eval(c, f, n->a, &a))) return rc;
@@ -491,8 +503,7 @@ static int eval(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n, s
         *out = (struct ct_val){.t = CT_DICT, .d = d};
         return rc;
     }
-    default:
-        return rtx__ct_fail(c, RTX_EINVAL, "not an expression");
+    default: return rtx__ct_fail(c, RTX_EINVAL, "not an expression");
     }
 }
 
@@ -500,41 +511,55 @@ static int eval(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n, s
  * Statements
  * ---------------------------------------------------------------------------------------- */
 
-/* Binds the targets of a for or set to v (unpacking a sequence into several names). */
-static int bind(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n, struct ct_val v) {
-    if (n->n_names == 1) return set_var(c, f, n->names[0], v);
-    struct ct_list *l;
-    int rc = rtx__ct_iter(c, v, &l);
-    if (rc) return rc;
-    if (l->n != (size_t)n->n_names)
-        return rtx__ct_fail(c, RTX_EINVAL, "%s values to unpack (expected %d, got %zu)",
-                            l->n > (size_t)n->n_names ? "too many" : "not enough", n->n_names,
-                            l->n);
-    for (int i = 0; !rc && i < n->n_names; i++)
-        rc = set_var(c, f, n->names[i], l->v[i]);
+/* Binds the targets of a for or set (names, or keys: their names as string values) to v,
+ * unpacking a sequence into several names. */
+static int bind(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n,
+                const struct ct_val *keys, struct ct_val v) {
+    struct ct_list *l = NULL;
+    int rc = 0;
+    if (n->n_names > 1) {
+        if ((rc = rtx__ct_iter(c, v, &l))) return rc;
+        if (l->n != (size_t)n->n_names)
+            return rtx__ct_fail(c, RTX_EINVAL, "%s values to unpack (expected %d, got %zu)",
+                                l->n > (size_t)n->n_names ? "too many" : "not enough", n->n_names,
+                                l->n);
+    }
+    for (int i = 0; !rc && i < n->n_names; i++) {
+        struct ct_val x = l ? l->v[i] : v;
+        rc = keys ? rtx__ct_dict_set(c, &f->vars, keys[i], x) : set_var(c, f, n->names[i], x);
+    }
     return rc;
 }
 
+/* A for loop. As in jinja2, one loop object serves every iteration, and each iteration starts
+ * from an empty scope of its own (here one frame, emptied, so that a long loop allocates
+ * nothing per iteration). */
 static int exec_for(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n) {
-    static const char *const keys[] = {"index", "index0", "revindex", "revindex0", "first",
-                                       "last",  "length", "previtem", "nextitem"};
-    struct ct_val seq, k[9];
+    static const char *const names[] = {"index", "index0", "revindex", "revindex0", "first",
+                                        "last",  "length", "previtem", "nextitem",  "loop"};
+    struct ct_val seq, k[10], *tk = rtx__ct_alloc(&c->arena, (size_t)n->n_names * sizeof *tk);
     struct ct_list *items;
+    struct ct_frame *it = rtx__ct_alloc(&c->arena, sizeof *it);
+    struct ct_dict *loop = rtx__ct_dict_new(c);
+    if (!tk || !it || !loop) return rtx__ct_oom(c);
+    it->up = f;
     int rc = eval(c, f, n->a, &seq);
     if (!rc) rc = rtx__ct_iter(c, seq, &items);
+    for (int i = 0; !rc && i < 10; i++)
+        rc = rtx__ct_str(c, names[i], strlen(names[i]), &k[i]) ? 0 : RTX_ENOMEM;
+    for (int i = 0; !rc && i < n->n_names; i++)
+        rc = rtx__ct_str(c, n->names[i], strlen(n->names[i]), &tk[i]) ? 0 : RTX_ENOMEM;
     for (int i = 0; !rc && i < 9; i++)
-        if (!rtx__ct_str(c, keys[i], strlen(keys[i]), &k[i])) rc = RTX_ENOMEM;
+        rc = rtx__ct_dict_set(c, loop, k[i], ct_none());
     if (rc) return rc;
     if (n->b) { /* {% for x in y if cond %}: the items for which cond holds, counted alone */
         struct ct_list *kept = rtx__ct_list_new(c, items->n);
         if (!kept) return RTX_ENOMEM;
         kept->n = 0;
         for (size_t i = 0; !rc && i < items->n; i++) {
-            struct ct_frame *it = rtx__ct_alloc(&c->arena, sizeof *it);
             struct ct_val cond;
-            if (!it) return rtx__ct_oom(c);
-            it->up = f;
-            if (!(rc = bind(c, it, n, items->v[i])) && !(rc = eval(c, it, n->b, &cond)) &&
+            it->vars.n = 0;
+            if (!(rc = bind(c, it, n, tk, items->v[i])) && !(rc = eval(c, it, n->b, &cond)) &&
                 rtx__ct_truthy(cond))
                 kept->v[kept->n++] = items->v[i];
         }
@@ -542,19 +567,21 @@ static int exec_for(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *
     }
     size_t len = items->n;
     for (size_t i = 0; !rc && i < len; i++) {
-        struct ct_frame *it = rtx__ct_alloc(&c->arena, sizeof *it);
-        struct ct_dict *loop = rtx__ct_dict_new(c);
-        if (!it || !loop) return rtx__ct_oom(c);
-        it->up = f;
-        struct ct_val v[9] = {
-            ct_int((int64_t)i + 1), ct_int((int64_t)i), ct_int((int64_t)(len - i)),
-            ct_int((int64_t)(len - i - 1)), ct_bool(i == 0), ct_bool(i + 1 == len),
-            ct_int((int64_t)len), i ? items->v[i - 1] : ct_undef("previtem"),
-            i + 1 < len ? items->v[i + 1] : ct_undef("nextitem")};
-        for (int j = 0; !rc && j < 9; j++)
-            rc = rtx__ct_dict_set(c, loop, k[j], v[j]);
-        if (!rc) rc = set_var(c, it, "loop", (struct ct_val){.t = CT_DICT, .d = loop});
-        if (!rc) rc = bind(c, it, n, items->v[i]);
+        if (++c->steps > CT_MAX_STEPS)
+            return rtx__ct_fail(c, RTX_ELIMIT, "more than %ld evaluation steps", CT_MAX_STEPS);
+        struct ct_val v[9] = {ct_int((int64_t)i + 1),
+                              ct_int((int64_t)i),
+                              ct_int((int64_t)(len - i)),
+                              ct_int((int64_t)(len - i - 1)),
+                              ct_bool(i == 0),
+                              ct_bool(i + 1 == len),
+                              ct_int((int64_t)len),
+                              i ? items->v[i - 1] : ct_undef("previtem"),
+                              i + 1 < len ? items->v[i + 1] : ct_undef("nextitem")};
+        memcpy(loop->v, v, sizeof v); /* the keys were set in this order */
+        it->vars.n = 0;
+        rc = rtx__ct_dict_set(c, &it->vars, k[9], (struct ct_val){.t = CT_DICT, .d = loop});
+        if (!rc) rc = bind(c, it, n, tk, items->v[i]);
         if (!rc) rc = exec(c, it, n->c);
         if (rc == CT_CONTINUE) rc = 0;
         if (rc == CT_BREAK) return 0;
@@ -574,8 +601,7 @@ static int exec(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n) {
         for (int i = 0; !rc && i < n->n; i++)
             rc = exec(c, f, n->v[i]);
         return rc;
-    case K_TEXT:
-        return emit(c, n->lit.s->p, n->lit.s->len);
+    case K_TEXT: return emit(c, n->lit.s->p, n->lit.s->len);
     case K_OUT: {
         if ((rc = eval(c, f, n->a, &v))) return rc;
         if (v.t == CT_STR) return emit(c, v.s->p, v.s->len);
@@ -590,33 +616,29 @@ static int exec(struct ct_ctx *c, struct ct_frame *f, const struct ct_node *n) {
         if ((rc = eval(c, f, n->a, &v))) return rc;
         if (rtx__ct_truthy(v)) return exec(c, f, n->b);
         return n->c ? exec(c, f, n->c) : 0;
-    case K_FOR:
-        return exec_for(c, f, n);
+    case K_FOR: return exec_for(c, f, n);
     case K_SET:
         if ((rc = eval(c, f, n->a, &v))) return rc;
         if (n->op == '.') {
             struct ct_val ns = lookup(f, n->names[0]), k;
             c->line = n->line;
             if (ns.t != CT_NS)
-                return rtx__ct_fail(c, RTX_EINVAL, "cannot assign attribute on non-namespace "
-                                                   "object '%s'", n->names[0]);
+                return rtx__ct_fail(c, RTX_EINVAL,
+                                    "cannot assign attribute on non-namespace "
+                                    "object '%s'",
+                                    n->names[0]);
             if (!rtx__ct_str(c, n->names[1], strlen(n->names[1]), &k)) return RTX_ENOMEM;
             return rtx__ct_dict_set(c, ns.d, k, v);
         }
-        return bind(c, f, n, v);
+        return bind(c, f, n, NULL, v);
     case K_SET_BLOCK:
         if ((rc = capture(c, f, n->c, &v))) return rc;
         return set_var(c, f, n->names[0], v);
-    case K_MACRO:
-        return set_var(c, f, n->name, (struct ct_val){.t = CT_MACRO, .m = n});
-    case K_BREAK:
-        return CT_BREAK;
-    case K_CONTINUE:
-        return CT_CONTINUE;
-    case K_BLOCK:
-        return exec(c, f, n->c);
-    default:
-        return rtx__ct_fail(c, RTX_EINVAL, "not a statement");
+    case K_MACRO: return set_var(c, f, n->name, (struct ct_val){.t = CT_MACRO, .m = n});
+    case K_BREAK: return CT_BREAK;
+    case K_CONTINUE: return CT_CONTINUE;
+    case K_BLOCK: return exec(c, f, n->c);
+    default: return rtx__ct_fail(c, RTX_EINVAL, "not a statement");
     }
 }
 
@@ -682,8 +704,10 @@ static int bind_inputs(struct ct_ctx *c, const struct rtx_chat_message *msgs, in
             if (!fields[k])
                 return rtx_err_set(c->err, RTX_EINVAL, "messages[%d].%s is NULL", i, names[k]);
             if (!valid_utf8(fields[k], strlen(fields[k]), &bad))
-                return rtx_err_set(c->err, RTX_EINVAL, "messages[%d].%s: not valid UTF-8 at "
-                                                       "byte %zu", i, names[k], bad);
+                return rtx_err_set(c->err, RTX_EINVAL,
+                                   "messages[%d].%s: not valid UTF-8 at "
+                                   "byte %zu",
+                                   i, names[k], bad);
             if (!rtx__ct_str(c, names[k], 4 + 3 * k, &key) ||
                 !rtx__ct_str(c, fields[k], strlen(fields[k]), &v))
                 return RTX_ENOMEM;
@@ -707,8 +731,9 @@ static int bind_inputs(struct ct_ctx *c, const struct rtx_chat_message *msgs, in
     return rc;
 }
 
-int rtx_chat_template_render(const struct rtx_chat_template *t, const struct rtx_chat_message *msgs,
-                             int n, bool add_generation_prompt, const char *bos_token,
+int rtx_chat_template_render(const struct rtx_chat_template *t,
+                             const struct rtx_chat_message *msgs, int n,
+                             bool add_generation_prompt, const char *bos_token,
                              const char *eos_token, char **out, size_t *out_len,
                              struct rtx_err *err) {
     if (!t || (!msgs && n) || n < 0 || !out || !out_len)
@@ -719,7 +744,10 @@ int rtx_chat_template_render(const struct rtx_chat_template *t, const struct rtx
     if (!rc) rc = bind_inputs(&c, msgs, n, add_generation_prompt, bos_token, eos_token);
     if (!rc) rc = exec(&c, c.root, t->body);
     if (!rc && !c.out.p) rc = rtx__ct_buf_put(&c.out, "", 0, 0);
-    if (rc == RTX_ENOMEM) rtx_err_set(err, rc, "%s: out of memory", t->what);
+    if (rc == RTX_ENOMEM && c.arena.over) /* an allocation refused for the bound */
+        rc = rtx__ct_oom(&c);
+    else if (rc == RTX_ENOMEM)
+        rtx_err_set(err, rc, "%s: out of memory", t->what);
     rtx__ct_arena_free(&c.arena);
     if (rc) {
         rtx_free(c.out.p);

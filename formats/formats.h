@@ -4,8 +4,8 @@
  * read-only, tensors over the mapped bytes), Hugging Face tokenizer.json tokenizers
  * (formats/tokenizer*.c: byte-level BPE and SentencePiece-style BPE with byte fallback) and
  * chat templates (formats/chat-template*.c: the Jinja subset that tokenizer_config.json's
- * chat_template uses). ONNX import and Hugging Face checkpoints belong here too. The serving core (serving/) loads a model version's weights through this header;
- * it includes only runtime/.
+ * chat_template uses). ONNX import and Hugging Face checkpoints belong here too. The serving core
+ * (serving/) loads a model version's weights through this header; it includes only runtime/.
  */
 #ifndef RTX_FORMATS_H
 #define RTX_FORMATS_H
@@ -36,10 +36,10 @@ struct rtx_safetensors_entry {
 struct rtx_safetensors {
     atomic_int refs;
     char *path;
-    void *map;             /* the whole file; NULL for an empty mapping */
-    size_t map_bytes;      /* bytes */
-    const uint8_t *data;   /* the data section (after the 8-byte length and the header) */
-    uint64_t data_bytes;   /* bytes */
+    void *map;           /* the whole file; NULL for an empty mapping */
+    size_t map_bytes;    /* bytes */
+    const uint8_t *data; /* the data section (after the 8-byte length and the header) */
+    uint64_t data_bytes; /* bytes */
     int n;
     struct rtx_safetensors_entry *entries; /* sorted by begin offset */
 };
@@ -83,8 +83,8 @@ struct rtx_tokenizer;
  * option rtxd does not implement; either message names the JSON path, e.g.
  * "tokenizer.json: pre_tokenizer.pretokenizers[0].type 'Digits' is not supported".
  * RTX_ENOMEM. *out is set on success only. */
-int rtx_tokenizer_parse(const char *json, size_t len, const char *what,
-                        struct rtx_tokenizer **out, struct rtx_err *err);
+int rtx_tokenizer_parse(const char *json, size_t len, const char *what, struct rtx_tokenizer **out,
+                        struct rtx_err *err);
 /* Reads and parses the file at path (rtx_tokenizer_parse); RTX_EIO naming it when unreadable. */
 int rtx_tokenizer_load(const char *path, struct rtx_tokenizer **out, struct rtx_err *err);
 void rtx_tokenizer_free(struct rtx_tokenizer *tok); /* NULL: no-op */
@@ -106,9 +106,9 @@ bool rtx_tokenizer_is_special(const struct rtx_tokenizer *tok, int32_t id);
  * then, in the normalized rest, the others; leftmost-longest, with their single_word, lstrip
  * and rstrip rules), the rest is pre-tokenized and merged. parse_special false treats special
  * added tokens as plain text (non-special added tokens are still found). The post-processor's
- * tokens (a BOS) are never added: see rtx_tokenizer_special_prefix. RTX_EINVAL naming the byte offset when text
- * is not valid UTF-8; RTX_ENOMEM. *ids comes from rtx_malloc (rtx_free it; NULL when
- * *n_ids is 0). */
+ * tokens (a BOS) are never added: see rtx_tokenizer_special_prefix. RTX_EINVAL naming the byte
+ * offset when text is not valid UTF-8; RTX_ENOMEM. *ids comes from rtx_malloc (rtx_free it; NULL
+ * when *n_ids is 0). */
 int rtx_tokenizer_encode(const struct rtx_tokenizer *tok, const char *text, size_t len,
                          bool parse_special, int32_t **ids, size_t *n_ids, struct rtx_err *err);
 

@@ -35,9 +35,9 @@ extern "C" {
 /* A rope node: x [T, H, D] rotated in its first 2 * half dims of every head. */
 struct rtx__rope_geom {
     int64_t T, H, D;
-    int64_t half;           /* pairs per head: inv_freq's length, R / 2 */
-    int32_t interleaved;    /* pairs (2i, 2i + 1) instead of (i, i + half) */
-    int32_t pos64;          /* positions are i64 (else i32) */
+    int64_t half;        /* pairs per head: inv_freq's length, R / 2 */
+    int32_t interleaved; /* pairs (2i, 2i + 1) instead of (i, i + half) */
+    int32_t pos64;       /* positions are i64 (else i32) */
 };
 /* Checks x (float), positions (i32 or i64, [T]), inv_freq (f32, [half], 2 * half <= D), y
  * (x's dtype and shape) and the attribute; RTX_EINVAL with the reason in why. */
@@ -48,10 +48,10 @@ int rtx__rope_geometry(const struct rtx_node *node, const struct rtx_tensor *x,
 
 /* A paged_attention node (inputs in docs/ops.md's order). */
 struct rtx__paged_geom {
-    int64_t T, H, Hkv, D;   /* q [T, H, D], k and v [T, Hkv, D] */
-    int64_t G;              /* query heads per KV head: H / Hkv */
-    int64_t NB, BS;         /* caches [NB, BS, Hkv, D]: blocks, tokens per block */
-    int64_t S, B;           /* sequences, block-table entries per sequence */
+    int64_t T, H, Hkv, D; /* q [T, H, D], k and v [T, Hkv, D] */
+    int64_t G;            /* query heads per KV head: H / Hkv */
+    int64_t NB, BS;       /* caches [NB, BS, Hkv, D]: blocks, tokens per block */
+    int64_t S, B;         /* sequences, block-table entries per sequence */
     float scale;
 };
 /* Most rows, sequences + 1 or block-table entries a node may have: what a fault key holds. */
@@ -60,8 +60,8 @@ struct rtx__paged_geom {
  * dimensions of the nine inputs and y, and reads the scale (default 1 / sqrt(D)). RTX_EINVAL
  * with the reason in why; RTX_ELIMIT past RTX__PAGED_MAX_INDEX. */
 int rtx__paged_attention_geometry(const struct rtx_node *node, const struct rtx_tensor *const *in,
-                                  const struct rtx_tensor *y, struct rtx__paged_geom *g,
-                                  char *why, size_t why_len);
+                                  const struct rtx_tensor *y, struct rtx__paged_geom *g, char *why,
+                                  size_t why_len);
 
 /* Fault kinds, in the order they are looked for. */
 enum rtx__paged_fault {

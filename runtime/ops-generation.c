@@ -27,12 +27,17 @@ struct input_rule {
 
 static int check_input(const shape_t *s, const struct input_rule *r, struct rtx_err *err) {
     if (!(r->dtypes & (1u << s->dtype))) {
-        char allowed[64] = "";
+        char allowed[64] = ""; /* "f32, f16 or bf16" */
         size_t len = 0;
+        int left = __builtin_popcount(r->dtypes);
         for (int d = 0; d < RTX_DTYPE_COUNT; d++) {
             if (!(r->dtypes & (1u << d))) continue;
-            int w = snprintf(allowed + len, sizeof allowed - len, "%s%s", len ? " or " : "",
-                             rtx_dtype_name((enum rtx_dtype)d));
+            left--;
+            int w = snprintf(allowed + len, sizeof allowed - len, "%s%s",
+                             rtx_dtype_name((enum rtx_dtype)d),
+                             left > 1    ? ", "
+                             : left == 1 ? " or "
+                                         : "");
             if (w > 0 && (size_t)w < sizeof allowed - len) len += (size_t)w;
         }
         return rtx_err_set(err, RTX_EGRAPH, "%s must be %s, not %s", r->name, allowed,
@@ -109,7 +114,8 @@ int rtx__infer_paged_attention(const struct rtx_node *n, const shape_t *const *i
         [PA_CTX] = {"context_lens", 1, DT(I32)},
     };
     int rc = check_inputs(in, n_in, rules, err);
-    for (int i = PA_K; i <= PA_VC && !rc; i++) rc = check_same_dtype(in, i, rules, err);
+    for (int i = PA_K; i <= PA_VC && !rc; i++)
+        rc = check_same_dtype(in, i, rules, err);
     if (rc) return rc;
     const shape_t *q = in[PA_Q], *k = in[PA_K];
     int64_t T = q->dims[0], H = q->dims[1], D = q->dims[2], Hkv = k->dims[1];

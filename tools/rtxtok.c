@@ -198,7 +198,8 @@ static int chat_main(int argc, char **argv) {
     }
     char *text;
     size_t text_len;
-    if (!msgs || rtx_chat_template_render(t, msgs, (int)n, agp, bos, eos, &text, &text_len, &err)) {
+    if (!msgs ||
+        rtx_chat_template_render(t, msgs, (int)n, agp, bos, eos, &text, &text_len, &err)) {
         fprintf(stderr, "rtxtok: %s\n", msgs ? err.msg : "out of memory");
         status = 1;
         goto out;

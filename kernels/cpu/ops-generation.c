@@ -26,10 +26,10 @@
 #include "kernels/cpu/cpu-impl.h"
 #include "kernels/gen-geometry.h"
 
-#define ROPE_GRAIN 8     /* tokens per chunk, at least */
-#define PA_MAX_ROWS 16   /* query rows per attention task, at most */
-#define PA_MIN_KEYS 16   /* keys per chunk, at least */
-#define PA_MAX_KEYS 512  /* keys per chunk, at most */
+#define ROPE_GRAIN 8    /* tokens per chunk, at least */
+#define PA_MAX_ROWS 16  /* query rows per attention task, at most */
+#define PA_MIN_KEYS 16  /* keys per chunk, at least */
+#define PA_MAX_KEYS 512 /* keys per chunk, at most */
 
 /* ------------------------------------------------------------------------------------------
  * rope
@@ -41,7 +41,7 @@ struct rope_job {
     const void *x, *pos;
     const float *inv_freq;
     void *y;
-    atomic_int failed;       /* a chunk could not allocate its angle table */
+    atomic_int failed; /* a chunk could not allocate its angle table */
 };
 
 static void rope_chunk(void *ctx, int64_t begin, int64_t end) {
@@ -56,8 +56,8 @@ static void rope_chunk(void *ctx, int64_t begin, int64_t end) {
     }
     float *sn = cs + half;
     for (int64_t t = begin; t < end; t++) {
-        float p = g->pos64 ? (float)((const int64_t *)j->pos)[t]
-                           : (float)((const int32_t *)j->pos)[t];
+        float p =
+            g->pos64 ? (float)((const int64_t *)j->pos)[t] : (float)((const int32_t *)j->pos)[t];
         for (int64_t i = 0; i < half; i++) {
             float th = p * j->inv_freq[i];
             cs[i] = cosf(th);
@@ -81,8 +81,10 @@ static void rope_chunk(void *ctx, int64_t begin, int64_t end) {
 }
 
 static int run_rope(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
-    struct rope_job j = {.x = rtx_tensor_data(a->in[0]), .pos = rtx_tensor_data(a->in[1]),
-                         .inv_freq = rtx_tensor_data(a->in[2]), .y = rtx_tensor_data(a->out[0]),
+    struct rope_job j = {.x = rtx_tensor_data(a->in[0]),
+                         .pos = rtx_tensor_data(a->in[1]),
+                         .inv_freq = rtx_tensor_data(a->in[2]),
+                         .y = rtx_tensor_data(a->out[0]),
                          .dt = a->in[0]->dtype};
     char why[160];
     int rc = rtx__rope_geometry(a->node, a->in[0], a->in[1], a->in[2], a->out[0], &j.g, why,
@@ -90,8 +92,7 @@ static int run_rope(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
     if (rc) return rtx__backend_node_err(err, a, rc, "%s", why);
     atomic_init(&j.failed, 0);
     rtx__cpu_parallel_for(cpu, j.g.T, ROPE_GRAIN, rope_chunk, &j);
-    if (atomic_load(&j.failed))
-        return rtx__backend_node_err(err, a, RTX_ENOMEM, "angle scratch");
+    if (atomic_load(&j.failed)) return rtx__backend_node_err(err, a, RTX_ENOMEM, "angle scratch");
     return 0;
 }
 
@@ -113,18 +114,18 @@ struct pa_job {
     void *y;
     const int32_t *tables, *qs, *ctx;
     const struct pa_task *tasks;
-    int64_t rows, keys;      /* query rows per task, keys per chunk, at most */
-    atomic_int failed;       /* a chunk could not allocate its scratch */
+    int64_t rows, keys; /* query rows per task, keys per chunk, at most */
+    atomic_int failed;  /* a chunk could not allocate its scratch */
 };
 
 /* The f32 scratch of one pool chunk; sizes from the job's rows and keys. */
 struct pa_scratch {
-    float *qm;               /* [rows * G, D]: the task's scaled queries */
-    float *kf, *vf;          /* [keys, D]: a chunk of keys and values */
-    float *sc;               /* [rows * G, keys]: scores, then probabilities */
-    float *acc;              /* [rows * G, D]: sum of p . v */
-    float *mx, *sum;         /* [rows * G]: running maximum and sum */
-    bool *nan;               /* [rows * G]: the row met a NaN or +inf score */
+    float *qm;       /* [rows * G, D]: the task's scaled queries */
+    float *kf, *vf;  /* [keys, D]: a chunk of keys and values */
+    float *sc;       /* [rows * G, keys]: scores, then probabilities */
+    float *acc;      /* [rows * G, D]: sum of p . v */
+    float *mx, *sum; /* [rows * G]: running maximum and sum */
+    bool *nan;       /* [rows * G]: the row met a NaN or +inf score */
 };
 
 /* dst[0 .. n) = elements off .. off + n - 1 of src (a float dtype) as f32; the dtype is
@@ -155,8 +156,8 @@ static void pa_gather(const struct pa_job *j, const struct pa_task *tk, int64_t 
 /* The online softmax step of one query row over a chunk's scores s[0 .. nk): keys from
  * `allowed` on are past the row's position. Leaves probabilities (relative to the new
  * maximum) in s and rescales the row's accumulator. */
-static void pa_softmax_row(struct pa_scratch *w, int64_t ri, float *s, int64_t nk,
-                           int64_t allowed, int64_t D) {
+static void pa_softmax_row(struct pa_scratch *w, int64_t ri, float *s, int64_t nk, int64_t allowed,
+                           int64_t D) {
     int64_t nv = allowed < nk ? (allowed > 0 ? allowed : 0) : nk;
     float mx = -INFINITY;
     bool bad = w->nan[ri];
@@ -176,19 +177,21 @@ static void pa_softmax_row(struct pa_scratch *w, int64_t ri, float *s, int64_t n
     w->sum[ri] = w->sum[ri] * corr + sum;
     w->mx[ri] = m_new;
     if (corr != 1.0f)
-        for (int64_t d = 0; d < D; d++) w->acc[ri * D + d] *= corr;
+        for (int64_t d = 0; d < D; d++)
+            w->acc[ri * D + d] *= corr;
 }
 
 static void pa_task_run(const struct pa_job *j, const struct pa_task *tk, struct pa_scratch *w) {
     const struct rtx__paged_geom *g = &j->g;
     int64_t G = g->G, D = g->D, rows = tk->m * G;
-    int64_t first = j->qs[tk->s] + tk->r0;                           /* the task's first row */
+    int64_t first = j->qs[tk->s] + tk->r0; /* the task's first row */
     int64_t pos0 = j->ctx[tk->s] - (j->qs[tk->s + 1] - j->qs[tk->s]) + tk->r0; /* its position */
     for (int64_t r = 0; r < tk->m; r++)
         for (int64_t h = 0; h < G; h++) {
             int64_t src = ((first + r) * g->H + tk->hk * G + h) * D, ri = r * G + h;
             widen_row(w->qm + ri * D, j->q, j->dt, src, D);
-            for (int64_t d = 0; d < D; d++) w->qm[ri * D + d] *= g->scale;
+            for (int64_t d = 0; d < D; d++)
+                w->qm[ri * D + d] *= g->scale;
             w->mx[ri] = -INFINITY;
             w->sum[ri] = 0.0f;
             w->nan[ri] = false;
@@ -199,8 +202,8 @@ static void pa_task_run(const struct pa_job *j, const struct pa_task *tk, struct
         int64_t nk = n_keys - c0 < j->keys ? n_keys - c0 : j->keys;
         pa_gather(j, tk, c0, nk, w);
         if (D > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)nk, (int)D,
-                        1.0f, w->qm, (int)D, w->kf, (int)D, 0.0f, w->sc, (int)nk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)nk, (int)D, 1.0f,
+                        w->qm, (int)D, w->kf, (int)D, 0.0f, w->sc, (int)nk);
         else
             memset(w->sc, 0, (size_t)(rows * nk) * sizeof *w->sc);
         for (int64_t ri = 0; ri < rows; ri++)
@@ -237,7 +240,8 @@ static void pa_chunk(void *ctx, int64_t begin, int64_t end) {
     w.sc = w.vf + j->keys * D;
     w.mx = w.sc + rg * j->keys;
     w.sum = w.mx + rg;
-    for (int64_t t = begin; t < end; t++) pa_task_run(j, &j->tasks[t], &w);
+    for (int64_t t = begin; t < end; t++)
+        pa_task_run(j, &j->tasks[t], &w);
     rtx_free(w.qm);
     rtx_free(w.nan);
 }
@@ -289,19 +293,13 @@ static int run_paged_attention(struct rtx_cpu *cpu, const struct rtx_node_args *
     j.tables = rtx_tensor_data(a->in[PA_TABLES]);
     j.qs = rtx_tensor_data(a->in[PA_QSTART]);
     j.ctx = rtx_tensor_data(a->in[PA_CTX]);
-    uint64_t fault = rtx__paged_check(&j.g, rtx_tensor_data(a->in[PA_SLOTS]), j.tables, j.qs,
-                                      j.ctx);
+    uint64_t fault =
+        rtx__paged_check(&j.g, rtx_tensor_data(a->in[PA_SLOTS]), j.tables, j.qs, j.ctx);
     if (fault != RTX__PAGED_NO_FAULT) {
         rtx__paged_fault_why(&j.g, fault, why, sizeof why);
         return rtx__backend_node_err(err, a, RTX_EINVAL, "%s", why);
     }
-    pa_write_cache(a, &j.g);
     const struct rtx__paged_geom *g = &j.g;
-    size_t row = (size_t)(g->H * g->D) * rtx_dtype_size(j.dt);
-    char *y = rtx_tensor_data(a->out[0]);
-    int64_t lo = j.qs[0], hi = j.qs[g->S];
-    memset(y, 0, (size_t)lo * row); /* rows outside every sequence */
-    memset(y + (size_t)hi * row, 0, (size_t)(g->T - hi) * row);
     int64_t per_row = g->G * (g->D > 0 ? g->D : 1);
     j.rows = RTX__CPU_SMALL_GEMM_MACS / (PA_MIN_KEYS * per_row);
     j.rows = j.rows < 1 ? 1 : j.rows > PA_MAX_ROWS ? PA_MAX_ROWS : j.rows;
@@ -310,10 +308,15 @@ static int run_paged_attention(struct rtx_cpu *cpu, const struct rtx_node_args *
     j.q = rtx_tensor_data(a->in[PA_Q]);
     j.kc = rtx_tensor_data(a->in[PA_KC]);
     j.vc = rtx_tensor_data(a->in[PA_VC]);
-    j.y = y;
+    j.y = rtx_tensor_data(a->out[0]);
     struct pa_task *tasks;
-    int64_t n = pa_tasks(&j, &tasks);
+    int64_t n = pa_tasks(&j, &tasks); /* before the writes: a failure here writes nothing */
     if (n < 0) return rtx__backend_node_err(err, a, RTX_ENOMEM, "task list");
+    pa_write_cache(a, g);
+    size_t row = (size_t)(g->H * g->D) * rtx_dtype_size(j.dt);
+    int64_t lo = j.qs[0], hi = j.qs[g->S];
+    memset(j.y, 0, (size_t)lo * row); /* rows outside every sequence */
+    memset((char *)j.y + (size_t)hi * row, 0, (size_t)(g->T - hi) * row);
     j.tasks = tasks;
     atomic_init(&j.failed, 0);
     rtx__cpu_parallel_for(cpu, n, 1, pa_chunk, &j);
@@ -323,8 +326,7 @@ static int run_paged_attention(struct rtx_cpu *cpu, const struct rtx_node_args *
     return 0;
 }
 
-int rtx__cpu_generation(struct rtx_cpu *cpu, const struct rtx_node_args *a,
-                        struct rtx_err *err) {
+int rtx__cpu_generation(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
     switch (a->node->op) {
     case RTX_OP_ROPE:
         if (a->n_in != 3) return rtx__backend_node_err(err, a, RTX_EINTERNAL, "needs 3 inputs");

@@ -20,10 +20,10 @@ extern "C" {
 
 struct rtx_cuda_rope {
     struct rtx__rope_geom g;
-    int32_t dt;                   /* enum rtx_dtype of x and y: f32, f16 or bf16 */
-    const void *x, *pos;          /* device */
-    const float *inv_freq;        /* device, g.half entries */
-    void *y;                      /* device, like x */
+    int32_t dt;            /* enum rtx_dtype of x and y: f32, f16 or bf16 */
+    const void *x, *pos;   /* device */
+    const float *inv_freq; /* device, g.half entries */
+    void *y;               /* device, like x */
 };
 
 /* Queues y = rope(x) (docs/ops.md). */
@@ -34,20 +34,20 @@ cudaError_t rtx__cuda_rope_launch(const struct rtx_cuda_rope *p, cudaStream_t st
 
 struct rtx_cuda_paged {
     struct rtx__paged_geom g;
-    int32_t dt;                   /* enum rtx_dtype of q, k, v, the caches and y */
-    const void *q, *k, *v;        /* device, contiguous */
-    void *kc, *vc;                /* device caches, written by rtx__cuda_paged_write_launch */
+    int32_t dt;            /* enum rtx_dtype of q, k, v, the caches and y */
+    const void *q, *k, *v; /* device, contiguous */
+    void *kc, *vc;         /* device caches, written by rtx__cuda_paged_write_launch */
     const int32_t *slots, *tables, *qs, *ctx;
     void *y;
-    unsigned long long *fault;    /* device word: the smallest fault key (gen-geometry.h);
-                                   * the caller sets it to all ones first */
-    int32_t tile;                 /* keys per shared-memory tile */
-    int32_t vec16;                /* cache rows move in 16-byte units (D * esize % 16 == 0 and
-                                   * the caches 16-byte aligned) */
-    int32_t parts;                /* key partitions per query row, >= 1 */
-    int64_t part_keys;            /* keys per partition, a multiple of tile */
-    float *part_acc;              /* parts > 1: [T, H, parts, D] unnormalized sums */
-    float *part_ml;               /* parts > 1: [T, H, parts, 2] running max and sum */
+    unsigned long long *fault; /* device word: the smallest fault key (gen-geometry.h);
+                                * the caller sets it to all ones first */
+    int32_t tile;              /* keys per shared-memory tile */
+    int32_t vec16;             /* cache rows move in 16-byte units (D * esize % 16 == 0 and
+                                * the caches 16-byte aligned) */
+    int32_t parts;             /* key partitions per query row, >= 1 */
+    int64_t part_keys;         /* keys per partition, a multiple of tile */
+    float *part_acc;           /* parts > 1: [T, H, parts, D] unnormalized sums */
+    float *part_ml;            /* parts > 1: [T, H, parts, 2] running max and sum */
 };
 
 /* Lowers *p->fault to the smallest key of the metadata's faults (none: unchanged). */

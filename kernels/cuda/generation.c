@@ -41,7 +41,8 @@ static bool is_float(enum rtx_dtype dt) {
 
 static int run_rope(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
     if (a->n_in != 3) return rtx__backend_node_err(err, a, RTX_EINTERNAL, "needs 3 inputs");
-    struct rtx_cuda_rope p = {.dt = (int32_t)a->in[0]->dtype, .x = rtx_tensor_data(a->in[0]),
+    struct rtx_cuda_rope p = {.dt = (int32_t)a->in[0]->dtype,
+                              .x = rtx_tensor_data(a->in[0]),
                               .pos = rtx_tensor_data(a->in[1]),
                               .inv_freq = rtx_tensor_data(a->in[2]),
                               .y = rtx_tensor_data(a->out[0])};
@@ -69,8 +70,8 @@ static int check_metadata(struct rtx_cuda *cu, const struct rtx_node_args *a,
     rc = RTX_CUDA_CHECK(err, cudaMemsetAsync(word, 0xff, sizeof fault, cu->stream));
     if (rc == 0) rc = RTX_CUDA_CHECK(err, rtx__cuda_paged_check_launch(p, cu->stream));
     if (rc == 0)
-        rc = RTX_CUDA_CHECK(err, cudaMemcpyAsync(&fault, word, sizeof fault,
-                                                 cudaMemcpyDeviceToHost, cu->stream));
+        rc = RTX_CUDA_CHECK(
+            err, cudaMemcpyAsync(&fault, word, sizeof fault, cudaMemcpyDeviceToHost, cu->stream));
     if (rc == 0) rc = RTX_CUDA_CHECK(err, cudaStreamSynchronize(cu->stream));
     rtx__cuda_scratch_release(cu, word);
     p->fault = NULL;
@@ -92,9 +93,9 @@ static int plan_launch(struct rtx_cuda *cu, const struct rtx_node_args *a,
     *smem = rtx__cuda_paged_smem(g, esize, p->tile);
     if (*smem > DEFAULT_SMEM) {
         int optin = 0;
-        int rc = RTX_CUDA_CHECK(err, cudaDeviceGetAttribute(
-                                         &optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                         cu->device));
+        int rc = RTX_CUDA_CHECK(
+            err,
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, cu->device));
         if (rc) return rtx__cuda_node_fail(a, rc, err);
         if (*smem > (size_t)optin)
             return rtx__backend_node_err(err, a, RTX_EUNSUPPORTED,
@@ -121,19 +122,25 @@ static int run_paged_attention(struct rtx_cuda *cu, const struct rtx_node_args *
                                struct rtx_err *err) {
     if (a->n_in != PA_N) return rtx__backend_node_err(err, a, RTX_EINTERNAL, "needs 9 inputs");
     const struct rtx_tensor *const *in = (const struct rtx_tensor *const *)a->in;
-    struct rtx_cuda_paged p = {
-        .dt = (int32_t)in[PA_Q]->dtype, .q = rtx_tensor_data(in[PA_Q]),
-        .k = rtx_tensor_data(in[PA_K]), .v = rtx_tensor_data(in[PA_V]),
-        .kc = rtx_tensor_data(in[PA_KC]), .vc = rtx_tensor_data(in[PA_VC]),
-        .slots = rtx_tensor_data(in[PA_SLOTS]), .tables = rtx_tensor_data(in[PA_TABLES]),
-        .qs = rtx_tensor_data(in[PA_QSTART]), .ctx = rtx_tensor_data(in[PA_CTX]),
-        .y = rtx_tensor_data(a->out[0])};
+    struct rtx_cuda_paged p = {.dt = (int32_t)in[PA_Q]->dtype,
+                               .q = rtx_tensor_data(in[PA_Q]),
+                               .k = rtx_tensor_data(in[PA_K]),
+                               .v = rtx_tensor_data(in[PA_V]),
+                               .kc = rtx_tensor_data(in[PA_KC]),
+                               .vc = rtx_tensor_data(in[PA_VC]),
+                               .slots = rtx_tensor_data(in[PA_SLOTS]),
+                               .tables = rtx_tensor_data(in[PA_TABLES]),
+                               .qs = rtx_tensor_data(in[PA_QSTART]),
+                               .ctx = rtx_tensor_data(in[PA_CTX]),
+                               .y = rtx_tensor_data(a->out[0])};
     char why[256];
     int rc = rtx__paged_attention_geometry(a->node, in, a->out[0], &p.g, why, sizeof why);
     if (rc) return rtx__backend_node_err(err, a, rc, "%s", why);
     if (p.g.T > INT_MAX || p.g.Hkv > 65535 || p.g.H > 65535)
-        return rtx__backend_node_err(err, a, RTX_ELIMIT, "%lld rows of %lld heads: over the "
-                                     "grid's limits", (long long)p.g.T, (long long)p.g.H);
+        return rtx__backend_node_err(err, a, RTX_ELIMIT,
+                                     "%lld rows of %lld heads: over the "
+                                     "grid's limits",
+                                     (long long)p.g.T, (long long)p.g.H);
     if ((rc = check_metadata(cu, a, &p, err))) return rc;
     rc = RTX_CUDA_CHECK(err, rtx__cuda_paged_write_launch(&p, cu->stream));
     if (rc) return rtx__cuda_node_fail(a, rc, err);
@@ -143,8 +150,8 @@ static int run_paged_attention(struct rtx_cuda *cu, const struct rtx_node_args *
     void *scratch = NULL;
     if (p.parts > 1) {
         size_t rows = (size_t)(p.g.T * p.g.H * p.parts);
-        if ((rc = rtx__cuda_scratch(cu, rows * (size_t)(p.g.D + 2) * sizeof(float), &scratch,
-                                    err)))
+        if ((rc =
+                 rtx__cuda_scratch(cu, rows * (size_t)(p.g.D + 2) * sizeof(float), &scratch, err)))
             return rtx__cuda_node_fail(a, rc, err);
         p.part_acc = scratch;
         p.part_ml = p.part_acc + rows * (size_t)p.g.D;
@@ -158,8 +165,7 @@ static int run_paged_attention(struct rtx_cuda *cu, const struct rtx_node_args *
  * Dispatch
  * ---------------------------------------------------------------------------------------- */
 
-int rtx__cuda_generation(struct rtx_cuda *cu, const struct rtx_node_args *a,
-                         struct rtx_err *err) {
+int rtx__cuda_generation(struct rtx_cuda *cu, const struct rtx_node_args *a, struct rtx_err *err) {
     if (a->n_out < 1 || !a->out[0])
         return rtx__backend_node_err(err, a, RTX_EINTERNAL, "missing output tensor");
     for (int i = 0; i < a->n_in; i++)

@@ -35,8 +35,8 @@
 #include "kernels/cuda/generation-kernels.h"
 
 #define ROPE_THREADS 256
-#define ROPE_CHUNK 256      /* frequencies per shared-memory chunk: one per thread */
-#define PA_THREADS 128      /* 4 warps */
+#define ROPE_CHUNK 256 /* frequencies per shared-memory chunk: one per thread */
+#define PA_THREADS 128 /* 4 warps */
 #define PA_WARPS (PA_THREADS / 32)
 #define CHECK_THREADS 256
 #define MAX_BLOCKS (1 << 20) /* grid-stride beyond this */
@@ -59,13 +59,13 @@ template <typename T> __global__ static void rope_kernel(const struct rtx_cuda_r
     T *y = (T *)p.y;
     int64_t pass = g.D - 2 * g.half;
     for (int64_t t = blockIdx.x; t < g.T; t += gridDim.x) {
-        float pos = g.pos64 ? (float)((const int64_t *)p.pos)[t]
-                            : (float)((const int32_t *)p.pos)[t];
+        float pos =
+            g.pos64 ? (float)((const int64_t *)p.pos)[t] : (float)((const int32_t *)p.pos)[t];
         for (int64_t c0 = 0; c0 < g.half; c0 += ROPE_CHUNK) {
             int64_t nc = g.half - c0 < ROPE_CHUNK ? g.half - c0 : ROPE_CHUNK;
             __syncthreads(); /* the previous chunk is done with cs and sn */
-            if (threadIdx.x < nc) sincosf(pos * p.inv_freq[c0 + threadIdx.x], &sn[threadIdx.x],
-                                          &cs[threadIdx.x]);
+            if (threadIdx.x < nc)
+                sincosf(pos * p.inv_freq[c0 + threadIdx.x], &sn[threadIdx.x], &cs[threadIdx.x]);
             __syncthreads();
             for (int64_t i = threadIdx.x; i < g.H * nc; i += blockDim.x) {
                 int64_t h = i / nc, c = i % nc, pair = c0 + c, base = (t * g.H + h) * g.D;
@@ -189,8 +189,10 @@ __device__ static int64_t row_sequence(const int32_t *qs, int64_t S, int64_t t) 
     int64_t lo = 0, hi = S + 1; /* upper bound: the first index with qs[i] > t */
     while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
-        if (qs[mid] <= t) lo = mid + 1;
-        else hi = mid;
+        if (qs[mid] <= t)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo - 1 >= 0 && lo - 1 < S ? lo - 1 : -1;
 }
@@ -224,14 +226,14 @@ template <typename T> __global__ static void attention_kernel(const struct rtx_c
     const struct rtx__paged_geom &g = p.g;
     const int64_t G = g.G, D = g.D, tile = p.tile, t = blockIdx.x, hk = blockIdx.y;
     const int part = blockIdx.z, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float *sq = (float *)smem4;  /* [G, D] scaled queries */
-    float *acc = sq + G * D;     /* [G, D] sum of p . v */
-    float *ss = acc + G * D;     /* [G, tile] scores, then probabilities */
-    float *sm = ss + G * tile;   /* [G] running max */
-    float *sl = sm + G;          /* [G] running sum */
-    float *sc = sl + G;          /* [G] the tile's rescaling of acc */
+    float *sq = (float *)smem4; /* [G, D] scaled queries */
+    float *acc = sq + G * D;    /* [G, D] sum of p . v */
+    float *ss = acc + G * D;    /* [G, tile] scores, then probabilities */
+    float *sm = ss + G * tile;  /* [G] running max */
+    float *sl = sm + G;         /* [G] running sum */
+    float *sc = sl + G;         /* [G] the tile's rescaling of acc */
     T *sk = (T *)((float *)smem4 + f32_floats(G, D, tile)); /* [tile, D] */
-    T *sv = sk + tile * D;                                   /* [tile, D] */
+    T *sv = sk + tile * D;                                  /* [tile, D] */
 
     int64_t s = row_sequence(p.qs, g.S, t), k1 = 0, k0 = (int64_t)part * p.part_keys;
     if (s >= 0) {
@@ -256,14 +258,16 @@ template <typename T> __global__ static void attention_kernel(const struct rtx_c
         for (int64_t j = warp; j < nk; j += PA_WARPS)
             for (int64_t h = 0; h < G; h++) {
                 float a = 0.0f;
-                for (int64_t d = lane; d < D; d += 32) a += sq[h * D + d] * to_f32(sk[j * D + d]);
+                for (int64_t d = lane; d < D; d += 32)
+                    a += sq[h * D + d] * to_f32(sk[j * D + d]);
                 a = warp_sum(a);
                 if (lane == 0) ss[h * tile + j] = a;
             }
         __syncthreads();
         for (int64_t h = warp; h < G; h += PA_WARPS) {
             float mx = -INFINITY, sum = 0.0f;
-            for (int64_t j = lane; j < nk; j += 32) mx = nan_max(mx, ss[h * tile + j]);
+            for (int64_t j = lane; j < nk; j += 32)
+                mx = nan_max(mx, ss[h * tile + j]);
             mx = warp_max(mx);
             float m_new = nan_max(sm[h], mx);
             float base = m_new == -INFINITY ? 0.0f : m_new; /* every score -inf: adds nothing */
@@ -285,7 +289,8 @@ template <typename T> __global__ static void attention_kernel(const struct rtx_c
             int64_t h = i / D, d = i % D;
             const float *pr = ss + h * tile;
             float a = acc[i] * sc[h];
-            for (int64_t j = 0; j < nk; j++) a += pr[j] * to_f32(sv[j * D + d]);
+            for (int64_t j = 0; j < nk; j++)
+                a += pr[j] * to_f32(sv[j * D + d]);
             acc[i] = a;
         }
         __syncthreads();
@@ -332,9 +337,8 @@ template <typename T>
 static cudaError_t attention_launch(const struct rtx_cuda_paged *p, size_t smem,
                                     cudaStream_t stream) {
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(attention_kernel<T>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(
+            attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
     dim3 grid((unsigned)p->g.T, (unsigned)p->g.Hkv, (unsigned)p->parts);
@@ -342,8 +346,8 @@ static cudaError_t attention_launch(const struct rtx_cuda_paged *p, size_t smem,
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || p->parts == 1) return e;
     dim3 rows((unsigned)p->g.T, (unsigned)p->g.H);
-    combine_kernel<T><<<rows, p->g.D < 128 ? 32 * (unsigned)((p->g.D + 31) / 32) : 128, 0,
-                        stream>>>(*p);
+    unsigned threads = p->g.D < 128 ? 32 * (unsigned)((p->g.D + 31) / 32) : 128;
+    combine_kernel<T><<<rows, threads, 0, stream>>>(*p);
     return cudaGetLastError();
 }
 

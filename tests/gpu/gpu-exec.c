@@ -45,34 +45,6 @@ static double tol_of(enum rtx_dtype dt) {
     return dt == RTX_F32 ? 1e-5 : dt == RTX_F16 ? 1e-3 : dt == RTX_BF16 ? 8e-3 : 0.0;
 }
 
-/* Within tol (NaN meets NaN); describes the first mismatch in why. */
-static bool close_to(const struct rtx_tensor *ref, const struct rtx_tensor *got, double tol,
-                     char *why, size_t len) {
-    if (ref->dtype != got->dtype || rtx_tensor_numel(ref) != rtx_tensor_numel(got)) {
-        snprintf(why, len, "dtype or size differs");
-        return false;
-    }
-    int64_t n = rtx_tensor_numel(ref), bad = 0, first = -1;
-    for (int64_t i = 0; i < n; i++) {
-        double a = rtx_tensor_get(ref, i), b = rtx_tensor_get(got, i);
-        bool ok = isnan(a) || isnan(b) ? isnan(a) && isnan(b)
-                                       : fabs(a - b) <= tol * fmax(1.0, fabs(a));
-        if (!ok && first < 0) first = i;
-        bad += !ok;
-    }
-    if (bad == 0) return true;
-    snprintf(why, len, "%lld of %lld differ; first at %lld: cpu %.9g gpu %.9g", (long long)bad,
-             (long long)n, (long long)first, rtx_tensor_get(ref, first),
-             rtx_tensor_get(got, first));
-    return false;
-}
-
-/* The same bytes. */
-static bool same_bits(const struct rtx_tensor *a, const struct rtx_tensor *b) {
-    return a && b && a->dtype == b->dtype && rtx_tensor_nbytes(a) == rtx_tensor_nbytes(b) &&
-           memcmp(rtx_tensor_data(a), rtx_tensor_data(b), rtx_tensor_nbytes(a)) == 0;
-}
-
 /* One execution of a fresh plan of g. */
 static int run_once(struct rtx_backend *be, const struct rtx_graph *g, struct rtx_tensor **in,
                     struct rtx_tensor **out, struct rtx_err *err) {
@@ -127,7 +99,7 @@ static void conv_parity(const struct conv_case *c, enum rtx_dtype dt) {
     if (rc == 0 && (rc = run_once(cpu_be, g, in, &ref, &err))) rtx_err_prefix(&err, "cpu");
     if (rc == 0 && (rc = run_once(plain_be, g, in, &got, &err))) rtx_err_prefix(&err, "gpu");
     char why[200] = "";
-    bool ok = rc == 0 && close_to(ref, got, tol_of(dt), why, sizeof why);
+    bool ok = rc == 0 && gpu_close_to(ref, got, tol_of(dt), why, sizeof why);
     gpu_check(ok, "conv2d %s x[%lld,%lld,%lld,%lld] w[%lld,%lld,%lld,%lld] s%lld,%lld "
               "p%lld,%lld,%lld,%lld d%lld,%lld g%lld%s%s%s%s", rtx_dtype_name(dt),
               (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W,
@@ -173,7 +145,7 @@ static void pool_parity(const struct pool_case *c, enum rtx_dtype dt) {
     if (rc == 0 && (rc = run_once(cpu_be, g, &x, &ref, &err))) rtx_err_prefix(&err, "cpu");
     if (rc == 0 && (rc = run_once(plain_be, g, &x, &got, &err))) rtx_err_prefix(&err, "gpu");
     char why[200] = "";
-    bool ok = rc == 0 && close_to(ref, got, tol_of(dt), why, sizeof why);
+    bool ok = rc == 0 && gpu_close_to(ref, got, tol_of(dt), why, sizeof why);
     gpu_check(ok, "%s %s x[%lld,%lld,%lld,%lld] k%lld,%lld s%lld,%lld p%lld,%lld,%lld,%lld "
               "d%lld,%lld ceil %d incl_pad %d%s%s%s", c->op, rtx_dtype_name(dt),
               (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W,
@@ -294,7 +266,7 @@ static void fused_parity(enum rtx_dtype dt, bool bias_first, bool row_bias, doub
         rtx_err_prefix(&err, "cpu f32");
     if (rc == 0 && (rc = run_once(gpu_be, g, in, &got, &err))) rtx_err_prefix(&err, "gpu");
     char why[200] = "";
-    bool ok = rc == 0 && close_to(ref, got, tol, why, sizeof why);
+    bool ok = rc == 0 && gpu_close_to(ref, got, tol, why, sizeof why);
     double e_gpu = rc == 0 ? max_diff(got, truth) : 0, e_cpu = rc == 0 ? max_diff(ref, truth) : 0;
     double unit = dt == RTX_F32 ? 1e-6 : dt == RTX_F16 ? 1.0 / 1024 : 1.0 / 128;
     bool closer = rc == 0 && e_gpu <= 1.25 * e_cpu + unit;
@@ -357,7 +329,7 @@ static bool replay_runs(const char *what, struct rtx_plan *plan, const struct rt
         mode = st.mode;
         if (rc || (want && r < 3 && st.mode != want[r])) bad = r;
         for (int o = 0; o < g->n_outputs && bad < 0; o++)
-            if (!same_bits(ref[set][o], out[o])) bad = r;
+            if (!gpu_same_bits(ref[set][o], out[o])) bad = r;
         unref_all(out, g->n_outputs);
     }
     return gpu_check(bad < 0, "%s: %d runs replay the plain results bit for bit%s%s%s (run %d, "
@@ -452,7 +424,7 @@ static void replay_cancel_and_device(const char *name, const struct rtx_graph *g
     cancel = 0;
     rc = rtx_plan_execute(plan, gpu_be, in[1], g->n_inputs, out, g->n_outputs, &cancel, NULL,
                           &err);
-    gpu_check(rc == 0 && same_bits(ref[1][0], out[0]), "%s: replays again after the cancel%s%s",
+    gpu_check(rc == 0 && gpu_same_bits(ref[1][0], out[0]), "%s: replays again after the cancel%s%s",
               name, rc ? ": " : "", rc ? err.msg : "");
     unref_all(out, g->n_outputs);
 
@@ -466,7 +438,7 @@ static void replay_cancel_and_device(const char *name, const struct rtx_graph *g
                                      &st, &err);
     }
     if (rc == 0) rc = rtx_backend_download(gpu_be, out[0], &host, &err);
-    gpu_check(rc == 0 && st.mode == RTX_EXEC_REPLAYED && same_bits(ref[1][0], host),
+    gpu_check(rc == 0 && st.mode == RTX_EXEC_REPLAYED && gpu_same_bits(ref[1][0], host),
               "%s: device-resident execution replays with the plain result%s%s", name,
               rc ? ": " : "", rc ? err.msg : "");
     rtx_tensor_unref(host);
@@ -646,7 +618,7 @@ static void copy_tests(void) {
         if (rc == 0) rc = rtx_backend_copy_into(gpu_be, h2, d, &err);
         if (rc == 0) rc = rtx_backend_copy_into(gpu_be, d, d2, &err);
         if (rc == 0) rc = rtx_backend_download(gpu_be, d2, &back, &err);
-        gpu_check(rc == 0 && same_bits(h2, back), "copies of %lld bytes (upload, copy_into from "
+        gpu_check(rc == 0 && gpu_same_bits(h2, back), "copies of %lld bytes (upload, copy_into from "
                   "host and device, download) keep every bit%s%s",
                   (long long)(sizes[k] * 4), rc ? ": " : "", err.msg);
         rtx_tensor_unref(h);
@@ -667,7 +639,7 @@ static void copy_tests(void) {
         if (rc == 0) rc = rtx_backend_download(be, dev, &out, &err);
         rtx_tensor_unref(dev);
         rtx_backend_free(be); /* out still holds a pinned block: the backend waits for it */
-        gpu_check(rc == 0 && same_bits(src, out), "a downloaded tensor outlives its backend%s%s",
+        gpu_check(rc == 0 && gpu_same_bits(src, out), "a downloaded tensor outlives its backend%s%s",
                   rc ? ": " : "", err.msg);
         rtx_tensor_unref(out); /* destroys the backend */
         rtx_tensor_unref(src);

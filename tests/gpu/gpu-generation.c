@@ -6,13 +6,14 @@
  * i32 and i64 positions up to 100000. paged_attention: ragged batches (padding rows, a padding
  * sequence, a decoding sequence, a chunk that starts mid-context, a prefill; shuffled block
  * tables; stale data in every cache slot) in every float dtype; a prefill of 300 tokens; a
- * decode batch of 64 sequences with 1000 to 1100 tokens of context in bf16 (timed: a note);
- * two long contexts in a small batch, which splits the keys into partitions; a head size whose
- * rows do not move in 16-byte units; head geometries whose shared memory needs a smaller key
- * tile or the device's opt-in limit. The caches a run leaves must be the CPU's, bit for bit.
- * Bad metadata fails on the GPU with the CPU's message, leaving the device caches unchanged. A
- * plan of rope + paged_attention runs twice through rtx_plan_execute_device on device caches:
- * never captured, the caches updated in place between the steps.
+ * decode batch of 64 sequences with 1000 to 1100 tokens of context in bf16 (timed: a note,
+ * unless RTX_GPU_LIGHT=1); two long contexts in a small batch, which splits the keys into
+ * partitions; a head size whose rows do not move in 16-byte units; head geometries whose
+ * shared memory needs a smaller key tile or the device's opt-in limit. The caches a run leaves
+ * must be the CPU's, bit for bit. Bad metadata fails on the GPU with the CPU's message, leaving
+ * the device caches unchanged. A plan of rope + paged_attention runs twice through
+ * rtx_plan_execute_device on device caches: never captured, the caches updated in place between
+ * the steps.
  *
  * DESIGN
  * Part of rtx-gpu-tests (called per healthy device). gpu_generation_run takes the two
@@ -48,34 +49,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Within tol (NaN meets NaN); the first mismatch in why. */
-static bool close_to(const struct rtx_tensor *ref, const struct rtx_tensor *got, double tol,
-                     char *why, size_t len) {
-    if (!ref || !got || ref->dtype != got->dtype ||
-        rtx_tensor_numel(ref) != rtx_tensor_numel(got)) {
-        snprintf(why, len, "missing, or dtype or size differs");
-        return false;
-    }
-    int64_t n = rtx_tensor_numel(ref), bad = 0, first = -1;
-    for (int64_t i = 0; i < n; i++) {
-        double a = rtx_tensor_get(ref, i), b = rtx_tensor_get(got, i);
-        bool ok = isnan(a) || isnan(b) ? isnan(a) && isnan(b)
-                                       : fabs(a - b) <= tol * fmax(1.0, fabs(a));
-        if (!ok && first < 0) first = i;
-        bad += !ok;
-    }
-    if (bad == 0) return true;
-    snprintf(why, len, "%lld of %lld differ; first at %lld: cpu %.9g gpu %.9g", (long long)bad,
-             (long long)n, (long long)first, rtx_tensor_get(ref, first),
-             rtx_tensor_get(got, first));
-    return false;
-}
-
-static bool same_bits(const struct rtx_tensor *a, const struct rtx_tensor *b) {
-    return a && b && rtx_tensor_nbytes(a) == rtx_tensor_nbytes(b) &&
-           memcmp(rtx_tensor_data(a), rtx_tensor_data(b), rtx_tensor_nbytes(a)) == 0;
-}
-
 /* A host copy of t (NULL when out of memory). */
 static struct rtx_tensor *clone(const struct rtx_tensor *t) {
     struct rtx_tensor *c = NULL;
@@ -98,14 +71,15 @@ static void unref_all(struct rtx_tensor **t, int n) {
     }
 }
 
-/* A graph of one paged_attention node over inputs in[0..8] (docs/ops.md's order); with rope, q and k pass
- * through rope first (inputs "pos" and "inv_freq" follow the nine). */
+/* A graph of one paged_attention node over inputs in[0..8] (docs/ops.md's order); with rope, q and
+ * k pass through rope first (inputs "pos" and "inv_freq" follow the nine). */
 static int paged_graph(const struct rtx_tensor *const *in, bool rope, struct rtx_graph **out,
                        struct rtx_err *err) {
     struct rtx_graph *g = NULL;
     int rc = rtx_graph_new("paged", &g, err);
-    const char *names[N_PA + 2] = {"q", "k", "v", "k_cache", "v_cache", "slots", "tables",
-                                   "query_start", "context_lens", "pos", "inv_freq"};
+    const char *names[N_PA + 2] = {"q",       "k",      "v",           "k_cache",      "v_cache",
+                                   "slots",   "tables", "query_start", "context_lens", "pos",
+                                   "inv_freq"};
     for (int i = 0; i < N_PA + (rope ? 2 : 0) && rc >= 0; i++)
         rc = rtx_graph_add_input(g, names[i], in[i]->dtype, in[i]->ndim, in[i]->dims, err);
     const char *rq[] = {"q", "pos", "inv_freq"}, *rk[] = {"k", "pos", "inv_freq"};
@@ -130,8 +104,7 @@ static int paged_graph(const struct rtx_tensor *const *in, bool rope, struct rtx
 static int run_graph(struct rtx_backend *be, const struct rtx_graph *g, struct rtx_tensor **in,
                      struct rtx_tensor **out, struct rtx_err *err) {
     struct rtx_plan *plan = NULL;
-    int rc = rtx_plan_new(g, (const struct rtx_tensor *const *)in, g->n_inputs, NULL, &plan,
-                          err);
+    int rc = rtx_plan_new(g, (const struct rtx_tensor *const *)in, g->n_inputs, NULL, &plan, err);
     if (rc == 0) rc = rtx_plan_execute(plan, be, in, g->n_inputs, out, 1, NULL, NULL, err);
     rtx_plan_free(plan);
     return rc;
@@ -167,11 +140,12 @@ static int make_batch(const struct pcase *c, struct rtx_tensor **in) {
         B = nb > B ? nb : B;
     }
     int64_t NB = need + 3, S = c->S;
-    int32_t *perm = malloc(sizeof *perm * (size_t)NB), *tables = malloc(sizeof *tables *
-                                                                        (size_t)(S * B));
+    int32_t *perm = malloc(sizeof *perm * (size_t)NB),
+            *tables = malloc(sizeof *tables * (size_t)(S * B));
     int32_t *slots = malloc(sizeof *slots * (size_t)(T + 1)), qs[MAX_SEQS + 1], ctx[MAX_SEQS];
     int rc = perm && tables && slots ? 0 : -1;
-    for (int64_t i = 0; i < NB && rc == 0; i++) perm[i] = (int32_t)i;
+    for (int64_t i = 0; i < NB && rc == 0; i++)
+        perm[i] = (int32_t)i;
     for (int64_t i = NB - 1; i > 0 && rc == 0; i--) {
         int64_t j = (int64_t)(rtx_rng_next(&rng) % (uint64_t)(i + 1));
         int32_t x = perm[i];
@@ -179,7 +153,8 @@ static int make_batch(const struct pcase *c, struct rtx_tensor **in) {
         perm[j] = x;
     }
     int64_t next = 0, t = c->pad_front;
-    for (int64_t r = 0; r < T && rc == 0; r++) slots[r] = -1;
+    for (int64_t r = 0; r < T && rc == 0; r++)
+        slots[r] = -1;
     qs[0] = (int32_t)c->pad_front;
     for (int s = 0; s < S && rc == 0; s++) {
         const struct seq *q = &c->seqs[s];
@@ -202,7 +177,8 @@ static int make_batch(const struct pcase *c, struct rtx_tensor **in) {
         in[TABLES] = i32_tensor(2, td, tables);
         in[QSTART] = i32_tensor(1, &s1, qs);
         in[CTX] = i32_tensor(1, &S, ctx);
-        for (int i = 0; i < N_PA; i++) rc |= in[i] ? 0 : -1;
+        for (int i = 0; i < N_PA; i++)
+            rc |= in[i] ? 0 : -1;
     }
     free(perm);
     free(tables);
@@ -218,8 +194,8 @@ static void paged_case(const struct pcase *c, bool time_it) {
     struct rtx_graph *g = NULL;
     struct rtx_err err = {0};
     char why[256];
-    if (!gpu_check(make_batch(c, in) == 0 && paged_graph((const struct rtx_tensor *const *)in,
-                                                          false, &g, &err) == 0,
+    if (!gpu_check(make_batch(c, in) == 0 &&
+                       paged_graph((const struct rtx_tensor *const *)in, false, &g, &err) == 0,
                    "paged_attention %s: inputs and graph%s%s", c->what, err.msg[0] ? ": " : "",
                    err.msg)) {
         unref_all(in, N_PA);
@@ -234,11 +210,10 @@ static void paged_case(const struct pcase *c, bool time_it) {
     int rc = run_graph(ref_be, g, a, &ya, &err);
     if (gpu_check(rc == 0, "paged_attention %s: cpu%s%s", c->what, rc ? ": " : "", err.msg)) {
         rc = run_graph(dev_be, g, b, &yb, &err);
-        if (gpu_check(rc == 0, "paged_attention %s: cuda%s%s", c->what, rc ? ": " : "",
-                      err.msg)) {
-            gpu_check(close_to(ya, yb, tol_of(c->dt), why, sizeof why),
+        if (gpu_check(rc == 0, "paged_attention %s: cuda%s%s", c->what, rc ? ": " : "", err.msg)) {
+            gpu_check(gpu_close_to(ya, yb, tol_of(c->dt), why, sizeof why),
                       "paged_attention %s: output%s%s", c->what, why[0] ? ": " : "", why);
-            gpu_check(same_bits(a[KC], b[KC]) && same_bits(a[VC], b[VC]),
+            gpu_check(gpu_same_bits(a[KC], b[KC]) && gpu_same_bits(a[VC], b[VC]),
                       "paged_attention %s: the caches hold the same bits", c->what);
         }
     }
@@ -246,10 +221,10 @@ static void paged_case(const struct pcase *c, bool time_it) {
         struct rtx_tensor *dev[N_PA] = {NULL}, *y = NULL;
         struct rtx_plan *plan = NULL;
         int runs = 20;
-        for (int i = 0; i < N_PA && rc == 0; i++) rc = rtx_backend_upload(dev_be, b[i], &dev[i],
-                                                                           &err);
-        if (rc == 0) rc = rtx_plan_new(g, (const struct rtx_tensor *const *)dev, N_PA, NULL,
-                                       &plan, &err);
+        for (int i = 0; i < N_PA && rc == 0; i++)
+            rc = rtx_backend_upload(dev_be, b[i], &dev[i], &err);
+        if (rc == 0)
+            rc = rtx_plan_new(g, (const struct rtx_tensor *const *)dev, N_PA, NULL, &plan, &err);
         double t0 = 0;
         for (int r = -2; r < runs && rc == 0; r++) { /* two warm-up runs */
             if (r == 0) t0 = now_s();
@@ -258,13 +233,15 @@ static void paged_case(const struct pcase *c, bool time_it) {
         }
         double ms = (now_s() - t0) * 1e3 / runs;
         int64_t keys = 0;
-        for (int s = 0; s < c->S; s++) keys += c->seqs[s].ctx;
-        double gb = (double)keys * (double)(c->Hkv * c->D * 2) *
-                    (double)rtx_dtype_size(c->dt) / 1e9;
+        for (int s = 0; s < c->S; s++)
+            keys += c->seqs[s].ctx;
+        double gb =
+            (double)keys * (double)(c->Hkv * c->D * 2) * (double)rtx_dtype_size(c->dt) / 1e9;
         if (gpu_check(rc == 0, "paged_attention %s: timed runs%s%s", c->what, rc ? ": " : "",
                       err.msg))
             gpu_note("paged_attention %s: %.3f ms per node (check, write, attention), "
-                     "%.0f GB/s of keys and values", c->what, ms, gb / (ms * 1e-3));
+                     "%.1f GB/s of keys and values",
+                     c->what, ms, gb / (ms * 1e-3));
         rtx_plan_free(plan);
         unref_all(dev, N_PA);
     }
@@ -276,14 +253,24 @@ static void paged_case(const struct pcase *c, bool time_it) {
     rtx_graph_free(g);
 }
 
-/* The ragged batch of the file comment, with head geometry (H, Hkv, D). */
-static struct pcase ragged(enum rtx_dtype dt, int64_t H, int64_t Hkv, int64_t D, int64_t BS) {
-    struct pcase c = {.dt = dt, .H = H, .Hkv = Hkv, .D = D, .BS = BS, .S = 4, .pad_front = 1,
-                      .pad_back = 2,
-                      .seqs = {{.ctx = 40, .n = 1}, {.ctx = 33, .n = 17}, {.ctx = 20, .n = 20},
-                               {.ctx = 0, .n = 0}}};
-    snprintf(c.what, sizeof c.what, "ragged %s H %lld Hkv %lld D %lld BS %lld",
+/* A batch of the head geometry and block size given, in what (printf) with the geometry;
+ * its sequences, S, and padding rows are the caller's to set. */
+static struct pcase geometry(enum rtx_dtype dt, int64_t H, int64_t Hkv, int64_t D, int64_t BS,
+                             const char *what) {
+    struct pcase c = {.dt = dt, .H = H, .Hkv = Hkv, .D = D, .BS = BS};
+    snprintf(c.what, sizeof c.what, "%s %s H %lld Hkv %lld D %lld BS %lld", what,
              rtx_dtype_name(dt), (long long)H, (long long)Hkv, (long long)D, (long long)BS);
+    return c;
+}
+
+/* The ragged batch of the file comment. */
+static struct pcase ragged(enum rtx_dtype dt, int64_t H, int64_t Hkv, int64_t D, int64_t BS) {
+    struct pcase c = geometry(dt, H, Hkv, D, BS, "ragged");
+    const struct seq seqs[4] = {{40, 1}, {33, 17}, {20, 20}, {0, 0}};
+    c.S = 4;
+    memcpy(c.seqs, seqs, sizeof seqs);
+    c.pad_front = 1;
+    c.pad_back = 2;
     return c;
 }
 
@@ -299,19 +286,22 @@ static void paged_tests(void) {
     paged_case(&c, false);
     c = ragged(RTX_F32, 16, 1, 512, 16); /* shared memory past 48 KiB: the opt-in limit */
     paged_case(&c, false);
-    c = (struct pcase){.dt = RTX_BF16, .H = 8, .Hkv = 2, .D = 128, .BS = 16, .S = 1,
-                       .seqs = {{.ctx = 300, .n = 300}}};
-    snprintf(c.what, sizeof c.what, "prefill of 300 bf16");
+    c = geometry(RTX_BF16, 8, 2, 128, 16, "prefill of 300");
+    c.S = 1;
+    c.seqs[0] = (struct seq){300, 300};
     paged_case(&c, false);
-    c = (struct pcase){.dt = RTX_F16, .H = 16, .Hkv = 4, .D = 128, .BS = 32, .S = 3,
-                       .seqs = {{.ctx = 3000, .n = 1}, {.ctx = 4100, .n = 3}, {.ctx = 7, .n = 1}}};
-    snprintf(c.what, sizeof c.what, "long contexts, few rows (key partitions) f16");
+    c = geometry(RTX_F16, 16, 4, 128, 32, "long contexts, few rows (key partitions)");
+    c.S = 3;
+    c.seqs[0] = (struct seq){3000, 1};
+    c.seqs[1] = (struct seq){4100, 3};
+    c.seqs[2] = (struct seq){7, 1};
     paged_case(&c, false);
-    c = (struct pcase){.dt = RTX_BF16, .H = 32, .Hkv = 8, .D = 128, .BS = 16, .S = MAX_SEQS};
+    c = geometry(RTX_BF16, 32, 8, 128, 16, "decode of 64 sequences, 1000-1100 keys,");
+    c.S = MAX_SEQS;
     for (int s = 0; s < MAX_SEQS; s++)
-        c.seqs[s] = (struct seq){.ctx = 1000 + (int64_t)(rtx_rng_next(&rng) % 101), .n = 1};
-    snprintf(c.what, sizeof c.what, "decode of 64 sequences, 1000-1100 keys, bf16");
-    paged_case(&c, true);
+        c.seqs[s] = (struct seq){1000 + (int64_t)(rtx_rng_next(&rng) % 101), 1};
+    const char *light = getenv("RTX_GPU_LIGHT"); /* as gpu-exec.c: no timing under sanitizers */
+    paged_case(&c, !(light && strcmp(light, "1") == 0));
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -337,17 +327,17 @@ static void bad_case(int input, int64_t index, int32_t value, const char *what) 
     int rc_cpu = run_graph(ref_be, g, a, &y, &ec);
     rtx_tensor_unref(a[KC]);
     rtx_tensor_unref(a[VC]);
-    for (int i = 0; i < N_PA && rc == 0; i++) rc = rtx_backend_upload(dev_be, in[i], &dev[i], &eg);
-    if (rc == 0) rc = rtx_plan_new(g, (const struct rtx_tensor *const *)dev, N_PA, NULL, &plan,
-                                   &eg);
-    if (!gpu_check(rc == 0, "bad %s: upload and plan%s%s", what, rc ? ": " : "", eg.msg))
-        goto out;
+    for (int i = 0; i < N_PA && rc == 0; i++)
+        rc = rtx_backend_upload(dev_be, in[i], &dev[i], &eg);
+    if (rc == 0)
+        rc = rtx_plan_new(g, (const struct rtx_tensor *const *)dev, N_PA, NULL, &plan, &eg);
+    if (!gpu_check(rc == 0, "bad %s: upload and plan%s%s", what, rc ? ": " : "", eg.msg)) goto out;
     rc = rtx_plan_execute_device(plan, dev_be, dev, N_PA, &y, 1, NULL, NULL, &eg);
     gpu_check(rc_cpu == RTX_EINVAL && rc == RTX_EINVAL && strcmp(ec.msg, eg.msg) == 0 &&
                   strstr(eg.msg, "node 0 'attn' (paged_attention)"),
               "bad %s fails alike: cpu '%s', cuda '%s'", what, ec.msg, eg.msg);
     rc = rtx_backend_download(dev_be, dev[KC], &kc, &eg);
-    gpu_check(rc == 0 && same_bits(kc, in[KC]), "bad %s: the device's k_cache is untouched",
+    gpu_check(rc == 0 && gpu_same_bits(kc, in[KC]), "bad %s: the device's k_cache is untouched",
               what);
 out:
     rtx_tensor_unref(kc);
@@ -388,7 +378,8 @@ static void device_steps(void) {
     const int64_t H = 8, Hkv = 2, D = 64, BS = 16, B = 5, NB = 24, half = D / 2;
     const int64_t ctx0[4] = {50, 17, 64, 5}, cd[4] = {NB, BS, Hkv, D};
     int32_t tables[4 * 5];
-    for (int i = 0; i < 20; i++) tables[i] = (int32_t)((i * 7 + 3) % NB); /* distinct blocks */
+    for (int i = 0; i < 20; i++)
+        tables[i] = (int32_t)((i * 7 + 3) % NB); /* distinct blocks */
     struct rtx_tensor *hkc = NULL, *hvc = NULL, *dkc = NULL, *dvc = NULL, *inv = NULL, *k0;
     struct rtx_tensor *in[N_PA + 2] = {NULL}, *dev[N_PA + 2] = {NULL}, *ya = NULL, *yb = NULL;
     struct rtx_graph *g = NULL;
@@ -427,7 +418,7 @@ static void device_steps(void) {
             gpu_check(st.mode == RTX_EXEC_PLAIN && rtx_plan_capture_note(pg)[0] == '\0',
                       "device steps: step %d ran node by node, never captured (mode %s)", step,
                       rtx_exec_mode_name(st.mode));
-            gpu_check(close_to(ya, hy, tol_of(dt), why, sizeof why),
+            gpu_check(gpu_close_to(ya, hy, tol_of(dt), why, sizeof why),
                       "device steps: step %d output%s%s", step, why[0] ? ": " : "", why);
         }
         rtx_tensor_unref(hy);
@@ -442,8 +433,8 @@ static void device_steps(void) {
     if (rc == 0) rc = rtx_backend_download(dev_be, dkc, &gk, &err);
     if (rc == 0) rc = rtx_backend_download(dev_be, dvc, &gv, &err);
     if (gpu_check(rc == 0, "device steps: caches downloaded%s%s", rc ? ": " : "", err.msg))
-        gpu_check(close_to(hkc, gk, tol_of(dt), why, sizeof why) && same_bits(hvc, gv) &&
-                      !same_bits(k0, gk),
+        gpu_check(gpu_close_to(hkc, gk, tol_of(dt), why, sizeof why) && gpu_same_bits(hvc, gv) &&
+                      !gpu_same_bits(k0, gk),
                   "device steps: the device caches were updated in place like the host's%s%s",
                   why[0] ? ": " : "", why);
     struct rtx_tensor *t[8] = {hkc, hvc, dkc, dvc, inv, gk, gv, k0};
@@ -484,7 +475,7 @@ static void rope_case(enum rtx_dtype dt, enum rtx_dtype pdt, int64_t T, int64_t 
     if (rc == 0) rc = run_graph(ref_be, g, in, &ya, &err);
     if (rc == 0) rc = run_graph(dev_be, g, in, &yb, &err);
     if (gpu_check(rc == 0, "%s: runs%s%s", what, rc ? ": " : "", err.msg))
-        gpu_check(close_to(ya, yb, tol_of(dt), why, sizeof why), "%s%s%s", what,
+        gpu_check(gpu_close_to(ya, yb, tol_of(dt), why, sizeof why), "%s%s%s", what,
                   why[0] ? ": " : "", why);
     rtx_tensor_unref(ya);
     rtx_tensor_unref(yb);
@@ -499,8 +490,8 @@ static void rope_tests(void) {
             rope_case(dts[k], RTX_I32, 37, 5, 64, 32, il, 4096);
             rope_case(dts[k], RTX_I64, 19, 3, 80, 16, il, 100000);
         }
-    rope_case(RTX_BF16, RTX_I32, 2048, 14, 64, 32, 0, 2047);   /* a prefill's worth */
-    rope_case(RTX_F32, RTX_I64, 3, 2, 1040, 520, 1, 1000);     /* pairs past one chunk */
+    rope_case(RTX_BF16, RTX_I32, 2048, 14, 64, 32, 0, 2047); /* a prefill's worth */
+    rope_case(RTX_F32, RTX_I64, 3, 2, 1040, 520, 1, 1000);   /* pairs past one chunk */
 }
 
 void gpu_generation_run(struct rtx_backend *ref, struct rtx_backend *dev) {

@@ -1,7 +1,8 @@
 /*
- * gpu-util.c - the check counter, notes, summary and device-count rule of the GPU test
- * programs (gpu-util.h). Linked into each of them, so each program keeps its own counts.
+ * gpu-util.c - the check counter, notes, summary, device-count rule and tensor comparisons
+ * of the GPU test programs (gpu-util.h). Linked into each of them, so each program keeps its own counts.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,4 +65,31 @@ int gpu_device_count(const char *prog) {
                    : "; set " RTX_ALLOW_SKIP_ENV "=gpu where this machine is meant to have "
                      "no GPU");
     return -1;
+}
+
+bool gpu_close_to(const struct rtx_tensor *ref, const struct rtx_tensor *got, double tol,
+                  char *why, size_t len) {
+    if (!ref || !got || ref->dtype != got->dtype ||
+        rtx_tensor_numel(ref) != rtx_tensor_numel(got)) {
+        snprintf(why, len, "a tensor is missing, or the dtype or size differs");
+        return false;
+    }
+    int64_t n = rtx_tensor_numel(ref), bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double a = rtx_tensor_get(ref, i), b = rtx_tensor_get(got, i);
+        bool ok = isnan(a) || isnan(b) ? isnan(a) && isnan(b)
+                                       : fabs(a - b) <= tol * fmax(1.0, fabs(a));
+        if (!ok && first < 0) first = i;
+        bad += !ok;
+    }
+    if (bad == 0) return true;
+    snprintf(why, len, "%lld of %lld differ; first at %lld: cpu %.9g gpu %.9g", (long long)bad,
+             (long long)n, (long long)first, rtx_tensor_get(ref, first),
+             rtx_tensor_get(got, first));
+    return false;
+}
+
+bool gpu_same_bits(const struct rtx_tensor *a, const struct rtx_tensor *b) {
+    return a && b && a->dtype == b->dtype && rtx_tensor_nbytes(a) == rtx_tensor_nbytes(b) &&
+           memcmp(rtx_tensor_data(a), rtx_tensor_data(b), rtx_tensor_nbytes(a)) == 0;
 }

@@ -67,7 +67,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "interop"))
 sys.path.insert(0, str(REPO / "tests"))
 from opgen import (FLOATS, INT_RANGE, INTS, NP_DT, argmax_gen, attn_gen,  # noqa: E402
-                   cmp_gen, concat_gen, data, ints, ln_gen, nrm, uni, where_gen)
+                   cmp_gen, concat_gen, data, ints, ln_gen, nrm, paged_gen, rope_gen, uni,
+                   where_gen)
 import skips  # noqa: E402  (the skip rule: RTX_ALLOW_SKIP)
 
 DTYPES = FLOATS + INTS + ("bool",)
@@ -194,30 +195,34 @@ EXACT_OPS = ("neg", "abs", "relu", "cast", "where", "equal", "less", "greater", 
 INPUT_NAMES = {"where": ["cond", "x", "y"], "matmul": ["a", "b"], "gemm": ["a", "b", "c"],
                "gather": ["data", "indices"], "layer_norm": ["x", "scale", "bias"],
                "rms_norm": ["x", "scale"], "attention": ["q", "k", "v", "mask"],
-               "conv2d": ["x", "w", "b"]}
+               "conv2d": ["x", "w", "b"], "rope": ["x", "positions", "inv_freq"],
+               "paged_attention": ["q", "k", "v", "k_cache", "v_cache", "slot_mapping",
+                                   "block_tables", "query_start", "context_lens"]}
 for _o in ("add", "sub", "mul", "div", "pow", "equal", "less", "greater"):
     INPUT_NAMES[_o] = ["a", "b"]
 
 
 class Case:
     """One op on one dtype and shape: gen(rng) gives the op's input arrays (None for an
-    omitted optional input); float32 arrays take the case's float dtype."""
+    omitted optional input); float32 arrays take the case's float dtype, except those whose
+    index is in fixed (rope's inv_freq is f32 whatever x is)."""
 
-    def __init__(self, op, dt, gen, attrs=None, tag=""):
+    def __init__(self, op, dt, gen, attrs=None, tag="", fixed=()):
         self.op, self.dt, self.gen, self.attrs = op, dt, gen, dict(attrs or {})
+        self.fixed = tuple(fixed)
         self.id = f"{op}-{dt}" + (f"-{tag}" if tag else "")
 
     def frac(self):
-        if self.op in ELEMENTWISE or self.op == "cast":
+        if self.op in ELEMENTWISE or self.op in ("cast", "rope"):
             return 0.01
-        return 0.5 if self.op == "attention" else 0.1
+        return 0.5 if self.op in ("attention", "paged_attention") else 0.1
 
 
 CASES = []
 
 
-def case(op, dt, gen, attrs=None, tag=""):
-    CASES.append(Case(op, dt, gen, attrs, tag))
+def case(op, dt, gen, attrs=None, tag="", fixed=()):
+    CASES.append(Case(op, dt, gen, attrs, tag, fixed))
 
 
 def sh(s):
@@ -528,6 +533,26 @@ case("constant", "bf16", lambda r: [], {"value": (bf16_round(np.array([1.5, -2.2
      tag="3")
 
 
+for _dt in ("f32", "f16", "bf16"):
+    for _il in (0, 1):
+        case("rope", _dt, rope_gen(37, 5, 64, 32, "i32"), {"interleaved": _il},
+             tag=f"full-il{_il}", fixed=(2,))
+        case("rope", _dt, rope_gen(19, 3, 80, 16, "i64", max_pos=100000), {"interleaved": _il},
+             tag=f"partial-il{_il}", fixed=(2,))
+
+# paged_attention writes its caches, which must be graph inputs: no bf16 cases here (bf16
+# data reaches the op through a cast node); tests/gpu/gpu-generation.c covers bf16
+for _k, (_dt, _seqs, _geo, _pad) in enumerate([
+        ("f32", [(40, 1), (33, 17), (20, 20), (0, 0)], (8, 2, 64, 16), (1, 2)),
+        ("f16", [(40, 1), (33, 17), (20, 20), (0, 0)], (8, 2, 64, 16), (1, 2)),
+        ("f32", [(300, 300)], (4, 1, 128, 16), (0, 0)),
+        ("f16", [(3000, 1), (4100, 3), (7, 1)], (16, 4, 128, 32), (0, 0)),  # key partitions
+        ("f32", [(70, 2)], (16, 1, 512, 16), (0, 0)),  # shared memory past 48 KiB
+        ("f16", [(20, 4), (9, 9)], (4, 4, 36, 8), (0, 1))]):  # rows of 72 bytes
+    case("paged_attention", _dt, paged_gen(_seqs, *_geo, *_pad),
+         tag=f"{_k}-S{len(_seqs)}-H{_geo[0]}kv{_geo[1]}d{_geo[2]}bs{_geo[3]}")
+
+
 def conv_gen(xs, ws, bias=True):
     return lambda r: [nrm(r, xs), nrm(r, ws, 0.5)] + ([nrm(r, [ws[0]])] if bias else [None])
 
@@ -593,13 +618,14 @@ def materialize(c):
     names = [f"x{i}" for i in range(len(arrays))] if c.op == "concat" else \
         INPUT_NAMES.get(c.op, ["x"])
     feeds, op_in, values = {}, [], []
-    for nm, a in zip(names, arrays):
+    for i, (nm, a) in enumerate(zip(names, arrays)):
         if a is None:
             op_in.append(None)
             values.append(None)
             continue
         a = np.array(a, order="C")  # (np.ascontiguousarray would make a scalar 1-D)
-        if a.dtype == np.float32 and c.dt in FLOATS:
+        fixed = i in c.fixed
+        if a.dtype == np.float32 and c.dt in FLOATS and not fixed:
             if c.dt == "f16":
                 with np.errstate(over="ignore"):
                     a = a.astype(np.float16)
@@ -609,7 +635,7 @@ def materialize(c):
             next(k for k in INTS + ("bool",) if np.dtype(NP_DT[k]) == a.dtype)
         g.input(nm, dt, a.shape)
         feeds[nm] = a
-        if a.dtype == np.float32 and c.dt == "bf16":
+        if a.dtype == np.float32 and c.dt == "bf16" and not fixed:
             op_in.append(g.node("cast", [nm], nm + "_bf16", f"to_bf16_{nm}", {"to": "bf16"}))
         else:
             op_in.append(nm)
@@ -816,6 +842,48 @@ def torch_reference(device):
             out = out.masked_fill(dead, 0.0)
         return out
 
+    def rope(x, pos, inv, at):
+        # docs/ops.md: the angle pos * inv_freq in f32, the rotation in f32, one rounding
+        half = inv.shape[0]
+        th = pos.float()[:, None] * inv[None, :]
+        cos, sin = torch.cos(th)[:, None, :], torch.sin(th)[:, None, :]
+        xf = x.float()
+        y = xf.clone()
+        il = at.get("interleaved", 0)
+        ia = slice(0, 2 * half, 2) if il else slice(0, half)
+        ib = slice(1, 2 * half, 2) if il else slice(half, 2 * half)
+        a, b = xf[..., ia], xf[..., ib]
+        y[..., ia] = a * cos - b * sin
+        y[..., ib] = b * cos + a * sin
+        return y.to(x.dtype)
+
+    def paged_attention(q, k, v, kc, vc, slots, tables, qs, ctx, at):
+        # docs/ops.md: the writes (on copies of the caches), then per sequence a causal
+        # attention of its rows (at positions L - n ..) over its keys read through the table
+        nb, bs, hkv, d = kc.shape
+        h = q.shape[1]
+        kf = kc.float().reshape(nb * bs, hkv, d).clone()
+        vf = vc.float().reshape(nb * bs, hkv, d).clone()
+        sl = slots.long()
+        w = sl >= 0
+        kf[sl[w]] = k.float()[w]
+        vf[sl[w]] = v.float()[w]
+        out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        qs_l, ctx_l = qs.tolist(), ctx.tolist()
+        for s, L in enumerate(ctx_l):
+            q0, n = qs_l[s], qs_l[s + 1] - qs_l[s]
+            if n == 0:
+                continue
+            p = torch.arange(L, device=q.device)
+            idx = tables[s].long()[p // bs] * bs + p % bs
+            kk = kf[idx].repeat_interleave(h // hkv, dim=1).transpose(0, 1)[None]
+            vv = vf[idx].repeat_interleave(h // hkv, dim=1).transpose(0, 1)[None]
+            qq = q[q0:q0 + n].float().transpose(0, 1)[None]
+            mask = p[None, :] <= (L - n + torch.arange(n, device=q.device))[:, None]
+            o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, scale=at.get("scale"))
+            out[q0:q0 + n] = o[0].transpose(0, 1)
+        return out.to(q.dtype)
+
     def slice_(x, at):
         starts, ends = at["starts"], at["ends"]
         axes = at.get("axes", list(range(len(starts))))
@@ -919,6 +987,10 @@ def torch_reference(device):
             return F.layer_norm(x, shape, weight=s, bias=b, eps=at.get("epsilon", 1e-5))
         if op == "attention":
             return attention(ins[0], ins[1], ins[2], ins[3] if len(ins) > 3 else None, at)
+        if op == "rope":
+            return rope(ins[0], ins[1], ins[2], at)
+        if op == "paged_attention":
+            return paged_attention(*ins, at)
         if op == "conv2d":
             top, left, bottom, right = at.get("pads", (0, 0, 0, 0))
             x = F.pad(ins[0], (left, right, top, bottom))
@@ -936,12 +1008,12 @@ def torch_reference(device):
 
     def ref(c, gbytes, feeds, values):
         ins = []
-        for a in values:
+        for i, a in enumerate(values):
             if a is None:
                 ins.append(None)
                 continue
             t = torch.from_numpy(np.array(a, order="C")).to(dev)
-            if c.dt == "bf16" and a.dtype == np.float32:
+            if c.dt == "bf16" and a.dtype == np.float32 and i not in c.fixed:
                 t = t.to(torch.bfloat16)  # bf16-exact values: no rounding
             ins.append(t)
         while ins and ins[-1] is None:

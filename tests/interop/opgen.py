@@ -127,3 +127,42 @@ def attn_gen(lead, lq, lk, d, dv, mask=None):
                 out.append(m)
         return out
     return gen
+
+
+def rope_gen(T, H, D, half, pos_dt="i32", max_pos=4096, theta=10000.0):
+    """rope: x [T, H, D] normal, positions of pos_dt in [0, max_pos], inv_freq float32
+    theta^(-2i/R) for the R = 2 * half rotated dims (it stays f32 whatever x's dtype)."""
+    def gen(rng):
+        x = nrm(rng, [T, H, D])
+        pos = ints(rng, [T], pos_dt, 0, max_pos)
+        inv = (theta ** (-2.0 * np.arange(half) / max(2 * half, 1))).astype(np.float32)
+        return [x, pos, inv]
+    return gen
+
+
+def paged_gen(seqs, H, Hkv, D, BS, pad_front=0, pad_back=0, spare=3):
+    """paged_attention: seqs lists (context length, new tokens) per sequence, the new tokens
+    being its last positions; their rows follow pad_front padding rows, pad_back more close.
+    Blocks come from a shuffled pool (spare blocks unused), block-table entries past a
+    sequence's blocks are -1, padding rows have slot -1, every cache slot holds random
+    (stale) data. Returns q, k, v, k_cache, v_cache, slot_mapping, block_tables, query_start,
+    context_lens (floats as float32, the metadata int32)."""
+    def gen(rng):
+        nbs = [(ctx + BS - 1) // BS for ctx, _ in seqs]
+        B = max([1] + nbs)
+        NB = sum(nbs) + spare
+        pool = list(rng.permutation(NB))
+        T = pad_front + pad_back + sum(n for _, n in seqs)
+        tables = np.full([len(seqs), B], -1, np.int32)
+        slots = np.full([T], -1, np.int32)
+        qs = [pad_front]
+        for s, (ctx, n) in enumerate(seqs):
+            for b in range(nbs[s]):
+                tables[s, b] = pool.pop()
+            for r, pos in enumerate(range(ctx - n, ctx)):
+                slots[qs[-1] + r] = tables[s, pos // BS] * BS + pos % BS
+            qs.append(qs[-1] + n)
+        return [nrm(rng, [T, H, D]), nrm(rng, [T, Hkv, D]), nrm(rng, [T, Hkv, D]),
+                nrm(rng, [NB, BS, Hkv, D]), nrm(rng, [NB, BS, Hkv, D]), slots, tables,
+                np.asarray(qs, np.int32), np.asarray([c for c, _ in seqs], np.int32)]
+    return gen

@@ -794,6 +794,116 @@ def op_attention(op, ins, at):
     return [V(round_to(out, dt), dt)]
 
 
+def ref_rope(x, pos, inv_freq, interleaved=0):
+    """docs/ops.md rope of x [T, H, D] (float64) with the f32 angle pos * inv_freq."""
+    half = inv_freq.shape[0]
+    th = (pos.astype(np.float32)[:, None] * inv_freq.astype(np.float32)[None, :])
+    c = np.cos(th.astype(np.float64))[:, None, :]
+    s = np.sin(th.astype(np.float64))[:, None, :]
+    y = np.array(x, dtype=np.float64)
+    ia = slice(0, 2 * half, 2) if interleaved else slice(0, half)
+    ib = slice(1, 2 * half, 2) if interleaved else slice(half, 2 * half)
+    a, b = x[..., ia], x[..., ib]
+    y[..., ia] = a * c - b * s
+    y[..., ib] = b * c + a * s
+    return y
+
+
+def op_rope(op, ins, at):
+    x, pos, inv = ins
+    if x.dt not in FLOATS or x.a.ndim != 3:
+        raise GraphError(f"rope: x must be a float [T, H, D], got {x.dt}{list(x.a.shape)}")
+    if pos.dt not in ("i32", "i64") or pos.a.shape != (x.a.shape[0],):
+        raise GraphError(f"rope: positions must be i32 or i64 [T], got {pos.dt}")
+    if inv.dt != "f32" or inv.a.ndim != 1 or 2 * inv.a.shape[0] > x.a.shape[2]:
+        raise GraphError("rope: inv_freq must be f32 [R / 2] with R <= D")
+    if at.get("interleaved", 0) not in (0, 1):
+        raise GraphError("rope: interleaved must be 0 or 1")
+    y = ref_rope(f64(x), pos.a, inv.a, at.get("interleaved", 0))
+    return [V(round_to(y, x.dt), x.dt)]
+
+
+def paged_check(qs, ctx, tables, slots, T, NB, BS):
+    """docs/ops.md's metadata rules: raises GraphError naming the first bad entry."""
+    S, B = tables.shape
+    for s in range(S + 1):
+        if qs[s] < 0 or qs[s] > T or (s > 0 and qs[s] < qs[s - 1]):
+            raise GraphError(f"paged_attention: query_start[{s}] = {qs[s]}")
+    for s in range(S):
+        if ctx[s] < qs[s + 1] - qs[s] or ctx[s] > B * BS:
+            raise GraphError(f"paged_attention: context_lens[{s}] = {ctx[s]}")
+    for s in range(S):
+        for b in range((int(ctx[s]) + BS - 1) // BS):
+            if not 0 <= tables[s, b] < NB:
+                raise GraphError(f"paged_attention: block_tables[{s}][{b}] = {tables[s, b]}")
+    for t in range(T):
+        if slots[t] >= NB * BS:
+            raise GraphError(f"paged_attention: slot_mapping[{t}] = {slots[t]}")
+
+
+def ref_paged_attention(q, k, v, kc, vc, slots, tables, qs, ctx, scale=None, bound=False):
+    """docs/ops.md paged_attention on float64 arrays: the writes into copies of the caches,
+    then each row's causal softmax over its sequence's keys. Returns the output [T, H, D];
+    with bound, (output, a per-element bound of an f32 evaluation's error as tol_attention
+    derives it for attention)."""
+    T, H, D = q.shape
+    NB, BS, Hkv, _ = kc.shape
+    G = H // Hkv
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    kf = np.array(kc, np.float64).reshape(NB * BS, Hkv, D)
+    vf = np.array(vc, np.float64).reshape(NB * BS, Hkv, D)
+    for t in range(T):
+        if slots[t] >= 0:
+            kf[slots[t]], vf[slots[t]] = k[t], v[t]
+    out = np.zeros((T, H, D))
+    err = np.zeros((T, H, D))
+    u = 2.0**-24
+    for s in range(len(ctx)):
+        n, L = int(qs[s + 1] - qs[s]), int(ctx[s])
+        idx = np.array([tables[s, j // BS] * BS + j % BS for j in range(L)], dtype=np.int64)
+        for r in range(n):
+            t, pos = int(qs[s]) + r, L - n + r
+            for h in range(H):
+                kk, vv = kf[idx[:pos + 1], h // G], vf[idx[:pos + 1], h // G]
+                sc = scale * (kk @ q[t, h])
+                e = np.exp(sc - np.max(sc))
+                p = e / np.sum(e)
+                out[t, h] = p @ vv
+                if bound:  # as tol_attention (test_ops.py): the keys are 0 .. pos
+                    ds = D * u / (1 - D * u) * abs(scale) * (np.abs(kk) @ np.abs(q[t, h])) \
+                        + u * np.abs(sc)
+                    g2 = (2 * pos + 10) * u / (1 - (2 * pos + 10) * u)
+                    err[t, h] = (p @ np.abs(vv)) * (2 * ds.max() + 4 * u * np.abs(sc).max()
+                                                    + g2)
+    return (out, err) if bound else out
+
+
+def op_paged_attention(op, ins, at):
+    q, k, v, kc, vc, slots, tables, qs, ctx = ins
+    dt = _float_in([q, k, v, kc, vc], op)
+    for m, nd in ((slots, 1), (tables, 2), (qs, 1), (ctx, 1)):
+        if m.dt != "i32" or m.a.ndim != nd:
+            raise GraphError(f"paged_attention: metadata must be i32 of rank {nd}")
+    T, H, D = q.a.shape
+    NB, BS, Hkv, Dc = kc.a.shape
+    if H % Hkv or k.a.shape != (T, Hkv, D) or v.a.shape != k.a.shape or Dc != D or \
+            vc.a.shape != kc.a.shape or tables.a.shape[0] != ctx.a.shape[0] or \
+            qs.a.shape != (ctx.a.shape[0] + 1,) or slots.a.shape != (T,):
+        raise GraphError("paged_attention: shapes do not fit")
+    paged_check(qs.a, ctx.a, tables.a, slots.a, T, NB, BS)
+    y = ref_paged_attention(f64(q), f64(k), f64(v), f64(kc), f64(vc), slots.a, tables.a, qs.a,
+                            ctx.a, at.get("scale"))
+    # the op writes its cache inputs: so does the reference, into the arrays it was fed (a
+    # later evaluation, a next step, sees them), as the runtime writes the caller's tensors
+    w = slots.a >= 0
+    for c, new in ((kc, k), (vc, v)):
+        if not c.a.flags.c_contiguous or not c.a.flags.writeable:
+            raise GraphError("paged_attention: the caches must be contiguous and writable")
+        c.a.reshape(NB * BS, Hkv, D)[slots.a[w]] = new.a[w]
+    return [V(round_to(y, dt), dt)]
+
+
 def op_constant(op, ins, at):
     if "value" not in at:
         raise GraphError("constant: value required")
@@ -949,6 +1059,8 @@ OPS.update({
                                    "ceil_mode")),
     "avg_pool2d": (op_pool, 1, 1, ("kernel_shape", "strides", "pads", "ceil_mode",
                                    "count_include_pad")),
+    "rope": (op_rope, 3, 3, ("interleaved",)),
+    "paged_attention": (op_paged_attention, 9, 9, ("scale",)),
 })
 ALL_OPS = sorted(OPS)
 

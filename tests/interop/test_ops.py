@@ -19,8 +19,8 @@ once to the output dtype):
     forward error bound of any f32 summation order, |err| <= gamma_K * (|A|.|B|) with
     gamma_K = K*u/(1-K*u), u = 2^-24 (docs/ops.md: accumulation in f32), computed per element
     from the absolute values of the inputs; plus the output rounding (rtol above).
-  * softmax, log_softmax, layer_norm, rms_norm, attention: bounds derived the same way, see
-    the tol_* functions.
+  * softmax, log_softmax, layer_norm, rms_norm, attention, rope, paged_attention: bounds
+    derived the same way, see the tol_* functions.
 """
 
 import math
@@ -31,8 +31,8 @@ import pytest
 
 import rtxgraph as rg
 from rtxgraph import GraphBuilder, f64
-from opgen import (argmax_gen, attn_gen, cmp_gen, concat_gen, ints, ln_gen, nrm, uni,
-                   where_gen)
+from opgen import (argmax_gen, attn_gen, cmp_gen, concat_gen, ints, ln_gen, nrm, paged_gen,
+                   rope_gen, uni, where_gen)
 from opgen import data as data_gen
 
 U = rg.U32
@@ -43,7 +43,9 @@ INPUT_NAMES = {
     "gather": ["data", "indices"], "layer_norm": ["x", "scale", "bias"],
     "rms_norm": ["x", "scale"], "attention": ["q", "k", "v", "mask"],
     "conv2d": ["x", "w", "b"], "equal": ["a", "b"], "less": ["a", "b"],
-    "greater": ["a", "b"],
+    "greater": ["a", "b"], "rope": ["x", "positions", "inv_freq"],
+    "paged_attention": ["q", "k", "v", "k_cache", "v_cache", "slot_mapping", "block_tables",
+                        "query_start", "context_lens"],
 }
 for _o in rg._BIN:
     INPUT_NAMES[_o] = ["a", "b"]
@@ -60,11 +62,12 @@ def gamma(k):
 
 class Case:
     def __init__(self, op, dt, gen, attrs=None, tol=None, init=(), tag="", dyn=None,
-                 names=None):
+                 names=None, fixed=()):
         self.op, self.dt, self.gen = op, dt, gen
         self.attrs = attrs or {}
         self.tol = tol
         self.init = tuple(init)
+        self.fixed = tuple(fixed)  # float32 inputs fed as f32 whatever the case's dtype
         self.tag = tag
         self.dyn = dyn
         self.names = names
@@ -110,7 +113,7 @@ def build(c, arrays):
             op_in.append(None)
             continue
         a = np.asarray(a)
-        is_float = a.dtype == np.float32
+        is_float = a.dtype == np.float32 and i not in c.fixed
         if i in c.init:
             dt = c.dt if (is_float and c.dt in rg.FLOATS) else rg.dtype_of_array(a)
             g.init(nm, a, dt)
@@ -269,6 +272,27 @@ def tol_attention(c, ins, ref):
     bigr = np.max(big, axis=-1, keepdims=True)
     pv = np.matmul(p, np.abs(v))
     return RTOL[ref.dt], pv * (2 * dsr + 4 * U * bigr + gamma(2 * lk + 8)) + FLOOR[ref.dt]
+
+
+def tol_rope(c, ins, ref):
+    # a' = a cos - b sin in f32 from cosf/sinf of the same f32 angle (an ulp or two each):
+    # |err| <= 8u (|a| + |b|) for both members of a pair; other dims are copied.
+    x = np.abs(f64(ins[0]))
+    half = ins[2].a.shape[0]
+    il = c.attrs.get("interleaved", 0)
+    ia = slice(0, 2 * half, 2) if il else slice(0, half)
+    ib = slice(1, 2 * half, 2) if il else slice(half, 2 * half)
+    mag = np.zeros_like(x)
+    mag[..., ia] = mag[..., ib] = x[..., ia] + x[..., ib]
+    return RTOL[ref.dt], 8 * U * mag + FLOOR[ref.dt]
+
+
+def tol_paged(c, ins, ref):
+    # attention's bound (tol_attention) per row over the keys it sees
+    q, k, v, kc, vc = (f64(t) for t in ins[:5])
+    _, err = rg.ref_paged_attention(q, k, v, kc, vc, *(t.a for t in ins[5:]),
+                                    scale=c.attrs.get("scale"), bound=True)
+    return RTOL[ref.dt], err + FLOOR[ref.dt]
 
 
 # ------------------------------------------------------------------------------------------
@@ -752,6 +776,30 @@ for _k, (_dt, _g, _at) in enumerate([
     case("attention", _dt, attn_gen(*_g), attrs=_at, tol=tol_attention,
          tag=f"{_k}-{_g[0]}q{_g[1]}k{_g[2]}d{_g[3]}" + ("-causal" if _at.get("causal") else "")
          + (f"-{_g[5][0]}mask" if _g[5] else ""))
+
+# ------------------------------------------------------------------------------------------
+# rope, paged_attention
+# ------------------------------------------------------------------------------------------
+
+for _dt in ("f32", "f16", "bf16"):
+    for _il in (0, 1):
+        case("rope", _dt, rope_gen(7, 3, 16, 8, "i32"), attrs={"interleaved": _il},
+             tol=tol_rope, fixed=(2,), tag=f"full-il{_il}")
+        case("rope", _dt, rope_gen(5, 2, 20, 6, "i64", max_pos=100000),
+             attrs={"interleaved": _il}, tol=tol_rope, fixed=(2,), tag=f"partial-il{_il}")
+case("rope", "f32", rope_gen(4, 3, 6, 0), tol=tol_rope, fixed=(2,), tag="no-rotated-dims")
+
+# paged_attention writes its k_cache and v_cache inputs, which must be graph inputs, so its
+# cases are f32 and f16 only: bf16 data would reach the op through a cast node (build()).
+for _k, (_dt, _seqs, _geo, _pad, _at) in enumerate([
+        ("f32", [(10, 1), (7, 3), (5, 5), (0, 0)], (4, 2, 8, 4), (1, 2), {}),
+        ("f32", [(20, 1), (33, 33)], (6, 1, 16, 8), (0, 0), {}),
+        ("f32", [(9, 2), (16, 4)], (3, 3, 5, 2), (0, 1), {"scale": 0.3}),
+        ("f32", [(5, 5), (3, 1)], (2, 1, 4, 1), (2, 0), {}),
+        ("f32", [(600, 600)], (2, 1, 16, 32), (0, 0), {}),
+        ("f16", [(40, 1), (33, 17), (20, 20), (0, 0)], (8, 2, 16, 16), (1, 2), {})]):
+    case("paged_attention", _dt, paged_gen(_seqs, *_geo, *_pad), attrs=_at, tol=tol_paged,
+         tag=f"{_k}-S{len(_seqs)}-H{_geo[0]}kv{_geo[1]}d{_geo[2]}bs{_geo[3]}")
 
 # ------------------------------------------------------------------------------------------
 # constant

@@ -250,20 +250,14 @@ def sp_config(tok, variant):
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SP, prepend_scheme="first",
                                                      split=False)
         tok.decoder = SP_LEGACY_DECODER
-    elif variant == "metaspace_always":
+    elif variant in ("metaspace_always", "metaspace_never"):  # Metaspace decoding too
+        scheme = variant.split("_")[1]
         tok.normalizer = None
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SP, prepend_scheme="always",
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SP, prepend_scheme=scheme,
                                                      split=True)
         tok.decoder = decoders.Sequence([decoders.ByteFallback(),
                                          decoders.Metaspace(replacement=SP,
-                                                            prepend_scheme="always")])
-    elif variant == "metaspace_never":
-        tok.normalizer = None
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SP, prepend_scheme="never",
-                                                     split=True)
-        tok.decoder = decoders.Sequence([decoders.ByteFallback(),
-                                         decoders.Metaspace(replacement=SP,
-                                                            prepend_scheme="never")])
+                                                            prepend_scheme=scheme)])
     else:
         raise AssertionError(variant)
 
@@ -334,16 +328,22 @@ def test_sentencepiece_encode_decode_match_hf(tmp_path, variant):
             [tok.encode(t, add_special_tokens=False).ids for t in ts])
     tok.encode_special_tokens = False
 
+    check_decode_and_stream(tok, path, want + with_bos, variant, whole_chars=True)
+
+
+def check_decode_and_stream(tok, path, seqs, what, whole_chars=False):
+    """decode equals the crate's, with and without special tokens, and the stream's pieces
+    concatenate to it (whole_chars: none of them holds a U+FFFD, i.e. split a character)."""
     for skip in (False, True):
         flags = ["--skip-special"] if skip else []
-        seqs = want + with_bos
-        got_text = rtxtok(path, "decode", seqs, *flags)
+        got = rtxtok(path, "decode", seqs, *flags)
         streamed = rtxtok(path, "stream", seqs, *flags)
-        for w, g, pieces in zip(seqs, got_text, streamed):
-            ref = tok.decode(w, skip_special_tokens=skip)
-            assert g == ref, f"decode {w}"
-            assert "".join(pieces) == ref, f"stream {w}: {pieces}"
-            assert all("\ufffd" not in p for p in pieces), "a stream piece split a character"
+        for seq, g, pieces in zip(seqs, got, streamed):
+            ref = tok.decode(seq, skip_special_tokens=skip)
+            assert g == ref, f"{what} decode {seq}"
+            assert "".join(pieces) == ref, f"{what} stream {seq}: {pieces}"
+            assert not whole_chars or all("\ufffd" not in p for p in pieces), \
+                f"{what} stream {seq}: a piece split a character: {pieces}"
 
 
 def test_sentencepiece_unknown_and_fuse_unk_match_hf(tmp_path):
@@ -395,14 +395,7 @@ def test_sentencepiece_random_ids_decode_like_hf(tmp_path):
                 seq += ([rnd.randrange(n)] if r < 0.4 else [rnd.choice(byte_ids)] if r < 0.7
                         else rnd.choice(utf8_runs))
             seqs.append(seq)
-        for skip in (False, True):
-            flags = ["--skip-special"] if skip else []
-            got = rtxtok(path, "decode", seqs, *flags)
-            streamed = rtxtok(path, "stream", seqs, *flags)
-            for seq, g, pieces in zip(seqs, got, streamed):
-                ref = tok.decode(seq, skip_special_tokens=skip)
-                assert g == ref, f"{variant} decode {seq}"
-                assert "".join(pieces) == ref, f"{variant} stream {seq}: {pieces}"
+        check_decode_and_stream(tok, path, seqs, variant)
 
 
 def test_sentencepiece_stream_holds_byte_runs(tmp_path):

@@ -26,7 +26,8 @@ static double tol_of(enum rtx_dtype dt) {
 }
 
 static void unref_all(struct rtx_tensor **t, int n) {
-    for (int i = 0; i < n; i++) rtx_tensor_unref(t[i]);
+    for (int i = 0; i < n; i++)
+        rtx_tensor_unref(t[i]);
 }
 
 /* |got - want| <= tol * (1 + |want|) everywhere. */
@@ -49,7 +50,8 @@ static double *rope_ref(const struct rtx_tensor *x, const struct rtx_tensor *pos
                         const struct rtx_tensor *inv, bool interleaved) {
     int64_t T = x->dims[0], H = x->dims[1], D = x->dims[2], half = inv->dims[0];
     double *y = malloc(sizeof *y * (size_t)(T * H * D + 1));
-    for (int64_t i = 0; i < T * H * D; i++) y[i] = rtx_tensor_get(x, i);
+    for (int64_t i = 0; i < T * H * D; i++)
+        y[i] = rtx_tensor_get(x, i);
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < half; i++) {
@@ -68,7 +70,8 @@ static double *rope_ref(const struct rtx_tensor *x, const struct rtx_tensor *pos
 static struct rtx_tensor *inv_freq(int64_t half, int64_t R, double theta) {
     double v[64];
     ck_assert(half <= 64);
-    for (int64_t i = 0; i < half; i++) v[i] = pow(theta, -2.0 * (double)i / (double)R);
+    for (int64_t i = 0; i < half; i++)
+        v[i] = pow(theta, -2.0 * (double)i / (double)R);
     return tu_tensor(RTX_F32, 1, &half, v);
 }
 
@@ -88,9 +91,8 @@ static void check_rope(enum rtx_dtype dt, enum rtx_dtype pdt, int64_t T, int64_t
     ck_assert_msg(tu_run_op("rope", attrs, in, 3, out, 1, &err) == 0, "rope: %s", err.msg);
     tu_assert_shape(out[0], dt, 3, xd);
     char what[96];
-    snprintf(what, sizeof what, "rope %s pos %s D %lld R %lld interleaved %d",
-             rtx_dtype_name(dt), rtx_dtype_name(pdt), (long long)D, (long long)(2 * half),
-             interleaved);
+    snprintf(what, sizeof what, "rope %s pos %s D %lld R %lld interleaved %d", rtx_dtype_name(dt),
+             rtx_dtype_name(pdt), (long long)D, (long long)(2 * half), interleaved);
     assert_near(out[0], want, tol_of(dt), what);
     /* the dims past R are the input's, bit for bit */
     size_t es = rtx_dtype_size(dt);
@@ -124,8 +126,8 @@ START_TEST(rope_both_pairings_all_dtypes) {
     static const enum rtx_dtype dts[3] = {RTX_F32, RTX_F16, RTX_BF16};
     for (int k = 0; k < 3; k++)
         for (int il = 0; il <= 1; il++) {
-            check_rope(dts[k], RTX_I32, 7, 3, 16, 8, il, 1.0, 10 + (unsigned)k);  /* R = D */
-            check_rope(dts[k], RTX_I64, 5, 2, 20, 6, il, 1.0, 20 + (unsigned)k);  /* R < D */
+            check_rope(dts[k], RTX_I32, 7, 3, 16, 8, il, 1.0, 10 + (unsigned)k); /* R = D */
+            check_rope(dts[k], RTX_I64, 5, 2, 20, 6, il, 1.0, 20 + (unsigned)k); /* R < D */
         }
 }
 END_TEST
@@ -154,7 +156,7 @@ static void rope_fails(enum rtx_dtype xdt, int xnd, enum rtx_dtype pdt, int64_t 
 START_TEST(rope_rejects_bad_inputs) {
     rope_fails(RTX_F32, 3, RTX_I32, 5, "", "10 rotated dims exceed the head size 8");
     rope_fails(RTX_F32, 3, RTX_F32, 4, "", "positions must be i32 or i64, not f32");
-    rope_fails(RTX_I32, 3, RTX_I32, 4, "", "x must be f32 or f16 or bf16, not i32");
+    rope_fails(RTX_I32, 3, RTX_I32, 4, "", "x must be f32, f16 or bf16, not i32");
     rope_fails(RTX_F32, 2, RTX_I32, 4, "", "x must have rank 3, not 2");
     rope_fails(RTX_F32, 3, RTX_I32, 4, "interleaved=i:2", "'interleaved' must be 0 or 1, not 2");
 }
@@ -185,8 +187,8 @@ static void pa_make_data(struct pa *p, unsigned seed) {
 }
 
 /* The metadata tensors from arrays. */
-static void pa_make_meta(struct pa *p, const double *slots, const double *tables,
-                         const double *qs, const double *ctx) {
+static void pa_make_meta(struct pa *p, const double *slots, const double *tables, const double *qs,
+                         const double *ctx) {
     int64_t td[2] = {p->S, p->B}, s1 = p->S + 1;
     p->in[SLOTS] = tu_tensor(RTX_I32, 1, &p->T, slots);
     p->in[TABLES] = tu_tensor(RTX_I32, 2, td, tables);
@@ -202,7 +204,8 @@ static void pa_free(struct pa *p) {
 static double *cache_copy(const struct rtx_tensor *c) {
     int64_t n = rtx_tensor_numel(c);
     double *d = malloc(sizeof *d * (size_t)(n + 1));
-    for (int64_t i = 0; i < n; i++) d[i] = rtx_tensor_get(c, i);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = rtx_tensor_get(c, i);
     return d;
 }
 
@@ -238,7 +241,8 @@ static double *pa_reference(const struct pa *p, double scale, double **kc_out, d
                     w[j] = scale * dot;
                     mx = fmax(mx, w[j]);
                 }
-                for (int64_t j = 0; j <= pos; j++) sum += (w[j] = exp(w[j] - mx));
+                for (int64_t j = 0; j <= pos; j++)
+                    sum += (w[j] = exp(w[j] - mx));
                 for (int64_t j = 0; j <= pos; j++) {
                     int64_t blk = (int64_t)rtx_tensor_get(p->in[TABLES], s * p->B + j / p->BS);
                     int64_t vb = ((blk * p->BS + j % p->BS) * p->Hkv + hk) * p->D;
@@ -281,17 +285,18 @@ static void pa_check(struct pa *p, const char *attrs, double scale, const char *
 
 /* One prefill of L tokens over contiguous blocks against attention(causal=1) with the KV
  * heads repeated for GQA. */
-static void check_prefill_is_causal_attention(enum rtx_dtype dt, int64_t L, int64_t H,
-                                              int64_t Hkv, int64_t D, int64_t BS,
-                                              unsigned seed) {
+static void check_prefill_is_causal_attention(enum rtx_dtype dt, int64_t L, int64_t H, int64_t Hkv,
+                                              int64_t D, int64_t BS, unsigned seed) {
     struct pa p = {.dt = dt, .T = L, .H = H, .Hkv = Hkv, .D = D, .BS = BS, .S = 1};
     p.B = (L + BS - 1) / BS;
     p.NB = p.B + 2;
     pa_make_data(&p, seed);
     double *slots = malloc(sizeof *slots * (size_t)L), *tables = malloc(sizeof *tables * 64);
     ck_assert(p.B <= 64);
-    for (int64_t t = 0; t < L; t++) slots[t] = (double)t;
-    for (int64_t b = 0; b < p.B; b++) tables[b] = (double)b;
+    for (int64_t t = 0; t < L; t++)
+        slots[t] = (double)t;
+    for (int64_t b = 0; b < p.B; b++)
+        tables[b] = (double)b;
     double qs[2] = {0, (double)L}, ctx[1] = {(double)L};
     pa_make_meta(&p, slots, tables, qs, ctx);
     int64_t d4[4] = {1, H, L, D};
@@ -343,8 +348,8 @@ END_TEST
  * padding; blocks of 4 from a shuffled pool of 20. */
 static void make_ragged(struct pa *p, enum rtx_dtype dt, int64_t H, int64_t Hkv, int64_t D,
                         unsigned seed) {
-    *p = (struct pa){.dt = dt, .T = 12, .H = H, .Hkv = Hkv, .D = D, .NB = 20, .BS = 4, .S = 4,
-                     .B = 4};
+    *p = (struct pa){
+        .dt = dt, .T = 12, .H = H, .Hkv = Hkv, .D = D, .NB = 20, .BS = 4, .S = 4, .B = 4};
     pa_make_data(p, seed);
     /* seq 0: 10 keys, decodes position 9; seq 1: 7 keys, a chunk at positions 4..6; seq 2: a
      * prefill of 5; seq 3: padding (no rows, no keys, a table of -1) */
@@ -390,6 +395,34 @@ START_TEST(paged_padding_rows_are_zero) {
         for (int64_t e = 0; e < per_row && (r == 0 || r >= 10); e++)
             ck_assert_msg(rtx_tensor_get(out[0], r * per_row + e) == 0.0,
                           "padding row %lld is not zero", (long long)r);
+    rtx_tensor_unref(out[0]);
+    pa_free(&p);
+}
+END_TEST
+
+START_TEST(paged_survives_allocation_failures) {
+    /* the Nth allocation fails, for every N up to the first run that succeeds: each failure
+     * is RTX_ENOMEM, leaks nothing (the sanitizer build checks), and the run that succeeds
+     * gives the reference (the writes of runs that failed are the same bytes again) */
+    struct pa p;
+    make_ragged(&p, RTX_F32, 4, 2, 8, 65);
+    double *kc, *vc;
+    double *want = pa_reference(&p, 1.0 / sqrt(8.0), &kc, &vc);
+    struct rtx_tensor *out[1] = {NULL};
+    int rc = RTX_ENOMEM, n = 0;
+    while (rc == RTX_ENOMEM && n < 10000) {
+        struct rtx_err err = {0};
+        rtx_alloc_fail_after(++n);
+        rc = pa_run(&p, "", out, &err);
+        rtx_alloc_fail_after(0);
+        ck_assert_msg(rc == 0 || rc == RTX_ENOMEM, "allocation %d: %d (%s)", n, rc, err.msg);
+    }
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_gt(n, 1);
+    assert_near(out[0], want, tol_of(RTX_F32), "after allocation failures");
+    free(want);
+    free(kc);
+    free(vc);
     rtx_tensor_unref(out[0]);
     pa_free(&p);
 }
@@ -442,7 +475,8 @@ END_TEST
 static void pa_shape_fails(const enum rtx_dtype *dts, const int *nds, int64_t (*dims)[4],
                            const char *want) {
     struct rtx_tensor *in[N_IN];
-    for (int i = 0; i < N_IN; i++) in[i] = tu_tensor(dts[i], nds[i], dims[i], NULL);
+    for (int i = 0; i < N_IN; i++)
+        in[i] = tu_tensor(dts[i], nds[i], dims[i], NULL);
     struct rtx_tensor *out[1] = {NULL};
     struct rtx_err err = {0};
     ck_assert_int_eq(tu_run_op("paged_attention", "", in, N_IN, out, 1, &err), RTX_EGRAPH);
@@ -469,8 +503,9 @@ START_TEST(paged_rejects_bad_shapes_and_dtypes) {
     pa_shape_fails(dts, nds, dims, "block_tables must have rank 2, not 1");
     nds[TABLES] = 2;
     dims[QSTART][0] = 2;
-    pa_shape_fails(dts, nds, dims, "query_start dimension 0 is 2, must be context_lens' "
-                                   "sequences + 1 (3)");
+    pa_shape_fails(dts, nds, dims,
+                   "query_start dimension 0 is 2, must be context_lens' "
+                   "sequences + 1 (3)");
     dims[QSTART][0] = 3;
     dims[KC][3] = 4;
     pa_shape_fails(dts, nds, dims, "k_cache dimension 3 is 4, must be q's head size (8)");
@@ -482,7 +517,7 @@ START_TEST(paged_rejects_bad_shapes_and_dtypes) {
     pa_shape_fails(dts, nds, dims, "v dimension 0 is 4, must be as in k (5)");
     dims[V][0] = 5;
     dts[Q] = dts[K] = dts[V] = dts[KC] = dts[VC] = RTX_I32;
-    pa_shape_fails(dts, nds, dims, "q must be f32 or f16 or bf16, not i32");
+    pa_shape_fails(dts, nds, dims, "q must be f32, f16 or bf16, not i32");
 }
 END_TEST
 
@@ -508,13 +543,14 @@ static struct rtx_graph *step_graph(int64_t H, int64_t Hkv, int64_t D, int64_t N
         enum rtx_dtype dt;
         int nd;
         const int64_t *dims;
-    } ins[STEP_IN] = {{"q", RTX_F32, 3, qd},   {"k", RTX_F32, 3, kd},  {"v", RTX_F32, 3, kd},
-                      {"pos", RTX_I32, 1, t1}, {"kc", RTX_F32, 4, cd}, {"vc", RTX_F32, 4, cd},
+    } ins[STEP_IN] = {{"q", RTX_F32, 3, qd},     {"k", RTX_F32, 3, kd},
+                      {"v", RTX_F32, 3, kd},     {"pos", RTX_I32, 1, t1},
+                      {"kc", RTX_F32, 4, cd},    {"vc", RTX_F32, 4, cd},
                       {"slots", RTX_I32, 1, t1}, {"tables", RTX_I32, 2, tb},
-                      {"qs", RTX_I32, 1, t1},  {"ctx", RTX_I32, 1, t1}};
+                      {"qs", RTX_I32, 1, t1},    {"ctx", RTX_I32, 1, t1}};
     for (int i = 0; i < STEP_IN; i++)
-        ck_assert_int_ge(rtx_graph_add_input(g, ins[i].name, ins[i].dt, ins[i].nd, ins[i].dims,
-                                             &err), 0);
+        ck_assert_int_ge(
+            rtx_graph_add_input(g, ins[i].name, ins[i].dt, ins[i].nd, ins[i].dims, &err), 0);
     struct rtx_tensor *inv = inv_freq(D / 2, D, 10000.0);
     ck_assert_int_ge(rtx_graph_add_initializer(g, "inv_freq", inv, &err), 0);
     rtx_tensor_unref(inv);
@@ -563,8 +599,9 @@ static struct rtx_tensor *run_step(struct rtx_graph *g, struct rtx_backend *cpu,
     struct rtx_err err = {0};
     struct rtx_tensor *out[1] = {NULL};
     struct rtx_exec_stats st;
-    ck_assert_msg(rtx_plan_new(g, (const struct rtx_tensor *const *)in, STEP_IN, NULL, &plan,
-                               &err) == 0, "%s", err.msg);
+    ck_assert_msg(
+        rtx_plan_new(g, (const struct rtx_tensor *const *)in, STEP_IN, NULL, &plan, &err) == 0,
+        "%s", err.msg);
     ck_assert_msg(rtx_plan_execute(plan, cpu, in, STEP_IN, out, 1, NULL, &st, &err) == 0, "%s",
                   err.msg);
     ck_assert_int_eq(st.mode, RTX_EXEC_PLAIN);
@@ -573,33 +610,52 @@ static struct rtx_tensor *run_step(struct rtx_graph *g, struct rtx_backend *cpu,
     return out[0];
 }
 
+/* What the plan tests share: a CPU backend, the step graph, random q, k, v of `rows` rows. */
+struct step_fx {
+    struct rtx_backend *cpu;
+    struct rtx_graph *g;
+    struct rtx_tensor *qkv[3];
+};
+
+static void step_fx_init(struct step_fx *fx, int64_t rows, int64_t H, int64_t Hkv, int64_t D,
+                         int64_t NB, int64_t BS, bool dead, unsigned seed) {
+    int64_t qd[3] = {rows, H, D}, kd[3] = {rows, Hkv, D};
+    struct rtx_err err = {0};
+    fx->qkv[0] = tu_tensor_random(RTX_F32, 3, qd, -1, 1, seed);
+    fx->qkv[1] = tu_tensor_random(RTX_F32, 3, kd, -1, 1, seed + 1);
+    fx->qkv[2] = tu_tensor_random(RTX_F32, 3, kd, -1, 1, seed + 2);
+    fx->g = step_graph(H, Hkv, D, NB, BS, dead);
+    ck_assert_int_eq(
+        rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 2}, &fx->cpu, &err), 0);
+}
+
+static void step_fx_close(struct step_fx *fx) {
+    unref_all(fx->qkv, 3);
+    rtx_backend_free(fx->cpu);
+    rtx_graph_free(fx->g);
+}
+
 START_TEST(plan_steps_write_the_callers_caches) {
     const int64_t H = 4, Hkv = 2, D = 8, NB = 6, BS = 4, B = 2, L = 7;
     const double blocks[2] = {3, 1};
-    int64_t qd[3] = {L, H, D}, kd[3] = {L, Hkv, D}, cd[4] = {NB, BS, Hkv, D};
-    struct rtx_tensor *qkv[3] = {tu_tensor_random(RTX_F32, 3, qd, -1, 1, 80),
-                                 tu_tensor_random(RTX_F32, 3, kd, -1, 1, 81),
-                                 tu_tensor_random(RTX_F32, 3, kd, -1, 1, 82)};
+    int64_t cd[4] = {NB, BS, Hkv, D};
+    struct step_fx fx;
+    step_fx_init(&fx, L, H, Hkv, D, NB, BS, false, 80);
     /* the engine's way: a prefill of 6, then one decode step, on the caller's caches */
     struct rtx_tensor *kc = tu_tensor_random(RTX_F32, 4, cd, -1, 1, 83);
     struct rtx_tensor *vc = tu_tensor_random(RTX_F32, 4, cd, -1, 1, 84);
     /* the reference: one prefill of all 7 on fresh caches */
-    struct rtx_tensor *kc_ref = tu_tensor(RTX_F32, 4, cd, NULL), *vc_ref = tu_tensor(RTX_F32, 4,
-                                                                                      cd, NULL);
-    struct rtx_graph *g = step_graph(H, Hkv, D, NB, BS, false);
-    struct rtx_backend *cpu;
-    struct rtx_err err = {0};
-    ck_assert_int_eq(rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 2}, &cpu, &err),
-                     0);
+    struct rtx_tensor *kc_ref = tu_tensor(RTX_F32, 4, cd, NULL);
+    struct rtx_tensor *vc_ref = tu_tensor(RTX_F32, 4, cd, NULL);
     struct rtx_tensor *in[STEP_IN];
-    step_inputs(in, qkv, 0, 6, blocks, B, kc, vc);
-    struct rtx_tensor *y1 = run_step(g, cpu, in);
+    step_inputs(in, fx.qkv, 0, 6, blocks, B, kc, vc);
+    struct rtx_tensor *y1 = run_step(fx.g, fx.cpu, in);
     unref_all(in, STEP_IN);
-    step_inputs(in, qkv, 6, 1, blocks, B, kc, vc);
-    struct rtx_tensor *y2 = run_step(g, cpu, in);
+    step_inputs(in, fx.qkv, 6, 1, blocks, B, kc, vc);
+    struct rtx_tensor *y2 = run_step(fx.g, fx.cpu, in);
     unref_all(in, STEP_IN);
-    step_inputs(in, qkv, 0, L, blocks, B, kc_ref, vc_ref);
-    struct rtx_tensor *yr = run_step(g, cpu, in);
+    step_inputs(in, fx.qkv, 0, L, blocks, B, kc_ref, vc_ref);
+    struct rtx_tensor *yr = run_step(fx.g, fx.cpu, in);
     unref_all(in, STEP_IN);
     /* the caller's caches hold the rotated keys and the values of all 7 positions */
     int64_t row = Hkv * D;
@@ -609,7 +665,7 @@ START_TEST(plan_steps_write_the_callers_caches) {
                              (float *)rtx_tensor_data(kc_ref) + slot * row,
                              (size_t)row * sizeof(float)) == 0 &&
                           memcmp((float *)rtx_tensor_data(vc) + slot * row,
-                                 (float *)rtx_tensor_data(qkv[2]) + p * row,
+                                 (float *)rtx_tensor_data(fx.qkv[2]) + p * row,
                                  (size_t)row * sizeof(float)) == 0,
                       "position %lld is not in the caller's caches", (long long)p);
     }
@@ -617,79 +673,62 @@ START_TEST(plan_steps_write_the_callers_caches) {
      * the prefill's rows equal rows 0..5 */
     int64_t hd = H * D;
     double *want = malloc(sizeof *want * (size_t)(L * hd));
-    for (int64_t i = 0; i < L * hd; i++) want[i] = rtx_tensor_get(yr, i);
+    for (int64_t i = 0; i < L * hd; i++)
+        want[i] = rtx_tensor_get(yr, i);
     assert_near(y1, want, 2e-5, "prefill step");
     assert_near(y2, want + 6 * hd, 2e-5, "decode step");
     free(want);
-    unref_all(qkv, 3);
     struct rtx_tensor *t[7] = {kc, vc, kc_ref, vc_ref, y1, y2, yr};
     unref_all(t, 7);
-    rtx_backend_free(cpu);
-    rtx_graph_free(g);
+    step_fx_close(&fx);
 }
 END_TEST
 
 START_TEST(plan_keeps_a_writer_nothing_reads) {
-    const int64_t H = 2, Hkv = 1, D = 4, NB = 2, BS = 4, B = 1;
+    const int64_t Hkv = 1, D = 4, cd[4] = {2, 4, Hkv, D};
     const double blocks[1] = {1};
-    int64_t qd[3] = {2, H, D}, kd[3] = {2, Hkv, D}, cd[4] = {NB, BS, Hkv, D};
-    struct rtx_tensor *qkv[3] = {tu_tensor_random(RTX_F32, 3, qd, -1, 1, 90),
-                                 tu_tensor_random(RTX_F32, 3, kd, -1, 1, 91),
-                                 tu_tensor_random(RTX_F32, 3, kd, -1, 1, 92)};
+    struct step_fx fx;
+    step_fx_init(&fx, 2, 2, Hkv, D, 2, 4, true, 90);
     struct rtx_tensor *kc = tu_tensor(RTX_F32, 4, cd, NULL), *vc = tu_tensor(RTX_F32, 4, cd, NULL);
-    struct rtx_graph *g = step_graph(H, Hkv, D, NB, BS, true);
-    struct rtx_backend *cpu;
-    struct rtx_err err = {0};
-    ck_assert_int_eq(rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 1}, &cpu, &err),
-                     0);
     struct rtx_tensor *in[STEP_IN];
-    step_inputs(in, qkv, 0, 2, blocks, B, kc, vc);
-    struct rtx_tensor *y = run_step(g, cpu, in); /* three nodes ran: the writer too */
-    ck_assert_msg(memcmp((float *)rtx_tensor_data(vc) + 4 * Hkv * D, rtx_tensor_data(qkv[2]),
+    step_inputs(in, fx.qkv, 0, 2, blocks, 1, kc, vc);
+    struct rtx_tensor *y = run_step(fx.g, fx.cpu, in); /* three nodes ran: the writer too */
+    ck_assert_msg(memcmp((float *)rtx_tensor_data(vc) + 4 * Hkv * D, rtx_tensor_data(fx.qkv[2]),
                          (size_t)(2 * Hkv * D) * sizeof(float)) == 0,
                   "v was not written to block 1");
     rtx_tensor_unref(y);
     unref_all(in, STEP_IN);
-    unref_all(qkv, 3);
     rtx_tensor_unref(kc);
     rtx_tensor_unref(vc);
-    rtx_backend_free(cpu);
-    rtx_graph_free(g);
+    step_fx_close(&fx);
 }
 END_TEST
 
 START_TEST(plan_rejects_a_strided_cache) {
-    const int64_t H = 2, Hkv = 2, D = 4, NB = 2, BS = 4, B = 1;
+    const int64_t Hkv = 2, D = 4, cd[4] = {2, 4, Hkv, D}, sd[4] = {2, 4, D, Hkv};
     const double blocks[1] = {0};
-    int64_t qd[3] = {1, H, D}, kd[3] = {1, Hkv, D}, cd[4] = {NB, BS, Hkv, D};
-    int64_t sd[4] = {NB, BS, D, Hkv};
-    struct rtx_tensor *qkv[3] = {tu_tensor(RTX_F32, 3, qd, NULL), tu_tensor(RTX_F32, 3, kd, NULL),
-                                 tu_tensor(RTX_F32, 3, kd, NULL)};
-    struct rtx_tensor *base = tu_tensor(RTX_F32, 4, sd, NULL), *kc, *vc = tu_tensor(RTX_F32, 4,
-                                                                                     cd, NULL);
+    struct step_fx fx;
+    step_fx_init(&fx, 1, 2, Hkv, D, 2, 4, false, 95);
+    struct rtx_tensor *base = tu_tensor(RTX_F32, 4, sd, NULL), *kc;
+    struct rtx_tensor *vc = tu_tensor(RTX_F32, 4, cd, NULL);
     struct rtx_err err = {0};
     const int perm[4] = {0, 1, 3, 2};
     ck_assert_int_eq(rtx_tensor_permute(base, perm, &kc, &err), 0);
-    struct rtx_graph *g = step_graph(H, Hkv, D, NB, BS, false);
-    struct rtx_backend *cpu;
-    ck_assert_int_eq(rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 1}, &cpu, &err),
-                     0);
     struct rtx_tensor *in[STEP_IN], *out[1] = {NULL};
-    step_inputs(in, qkv, 0, 1, blocks, B, kc, vc);
+    step_inputs(in, fx.qkv, 0, 1, blocks, 1, kc, vc);
     struct rtx_plan *plan;
-    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)in, STEP_IN, NULL, &plan,
-                                  &err), 0);
-    ck_assert_int_eq(rtx_plan_execute(plan, cpu, in, STEP_IN, out, 1, NULL, NULL, &err),
+    ck_assert_int_eq(
+        rtx_plan_new(fx.g, (const struct rtx_tensor *const *)in, STEP_IN, NULL, &plan, &err), 0);
+    ck_assert_int_eq(rtx_plan_execute(plan, fx.cpu, in, STEP_IN, out, 1, NULL, NULL, &err),
                      RTX_EINVAL);
     ck_assert_msg(strstr(err.msg, "input 'kc' is written in place by the graph, so it must be "
-                                  "contiguous"), "%s", err.msg);
+                                  "contiguous"),
+                  "%s", err.msg);
     rtx_plan_free(plan);
     unref_all(in, STEP_IN);
-    unref_all(qkv, 3);
     struct rtx_tensor *t[3] = {base, kc, vc};
     unref_all(t, 3);
-    rtx_backend_free(cpu);
-    rtx_graph_free(g);
+    step_fx_close(&fx);
 }
 END_TEST
 
@@ -711,13 +750,14 @@ static void written_input_fails(int how, const char *want) {
             rtx_tensor_unref(c);
             continue;
         }
-        ck_assert_int_ge(rtx_graph_add_input(g, names[i], i < 5 ? RTX_F32 : RTX_I32, nds[i],
-                                             dims[i], &err), 0);
+        ck_assert_int_ge(
+            rtx_graph_add_input(g, names[i], i < 5 ? RTX_F32 : RTX_I32, nds[i], dims[i], &err), 0);
     }
     const char *neg_in[] = {"kc0"}, *neg_out[] = {"kc1"}, *out[] = {"y"};
     ck_assert_int_ge(rtx_graph_add_node(g, "neg", "copy", neg_in, 1, neg_out, 1, &err), 0);
-    const char *pa[] = {"q", "k", "v", how == 1 ? "kc1" : "kc0", how == 2 ? "kc0" : "vc",
-                        "slots", "tables", "qs", "ctx"};
+    const char *pa[] = {
+        "q",      "k",  "v",  how == 1 ? "kc1" : "kc0", how == 2 ? "kc0" : "vc", "slots",
+        "tables", "qs", "ctx"};
     ck_assert_int_ge(rtx_graph_add_node(g, "paged_attention", "attn", pa, 9, out, 1, &err), 0);
     ck_assert_int_eq(rtx_graph_add_output(g, "y", &err), 0);
     memset(&err, 0, sizeof err);
@@ -749,6 +789,7 @@ Suite *rtx_cpu_generation_suite(void) {
     tcase_add_test(tc, paged_prefill_equals_causal_attention);
     tcase_add_test(tc, paged_ragged_batch_matches_reference);
     tcase_add_test(tc, paged_padding_rows_are_zero);
+    tcase_add_test(tc, paged_survives_allocation_failures);
     tcase_add_test(tc, paged_rejects_bad_metadata);
     tcase_add_test(tc, paged_rejects_bad_shapes_and_dtypes);
     suite_add_tcase(s, tc);

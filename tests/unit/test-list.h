@@ -51,4 +51,5 @@
     X(tokenizer_sp)                                                                             \
     X(kserve)                                                                                   \
     X(http_gen)                                                                                 \
+    X(chat_template)                                                                            \
     X(gen_stats)

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "formats/formats.h"
+#include "tests/unit/test-tokenizer-util.h"
 
 #define SP "\xe2\x96\x81" /* "▁" */
 #define B(x) (3 + (x))    /* the id of "<0xNN>" */
@@ -73,19 +74,10 @@ static json_t *make_metaspace_doc(void) {
     return d;
 }
 
-static int parse_doc(json_t *doc, struct rtx_tokenizer **out, struct rtx_err *err) {
-    char *s = json_dumps(doc, 0);
-    json_decref(doc);
-    ck_assert_ptr_nonnull(s);
-    int rc = rtx_tokenizer_parse(s, strlen(s), "tokenizer.json", out, err);
-    free(s);
-    return rc;
-}
-
 static struct rtx_tokenizer *load(json_t *doc) {
     struct rtx_tokenizer *tok = NULL;
     struct rtx_err err = {0};
-    ck_assert_msg(parse_doc(doc, &tok, &err) == 0, "%s", err.msg);
+    ck_assert_msg(tok_parse_doc(doc, &tok, &err) == 0, "%s", err.msg);
     return tok;
 }
 
@@ -214,20 +206,11 @@ START_TEST(sp_stream_holds_byte_runs) {
 }
 END_TEST
 
-static void assert_refused(json_t *doc, int code, const char *want) {
-    struct rtx_tokenizer *tok = NULL;
-    struct rtx_err err = {0};
-    int rc = parse_doc(doc, &tok, &err);
-    ck_assert_msg(rc == code, "code %d, want %d: %s", rc, code, err.msg);
-    ck_assert_msg(strstr(err.msg, want), "message '%s' lacks '%s'", err.msg, want);
-    ck_assert_ptr_null(tok);
-}
-
 /* Sets doc[key] (taking v) and asserts the refusal. */
 static void refused_with(const char *key, json_t *v, int code, const char *want) {
     json_t *d = make_doc();
     json_object_set_new(d, key, v);
-    assert_refused(d, code, want);
+    tok_assert_refused(d, code, want);
 }
 
 START_TEST(sp_refuses_malformed_and_unsupported) {
@@ -291,7 +274,7 @@ START_TEST(sp_refuses_malformed_and_unsupported) {
     json_t *d = make_doc();
     json_object_set_new(json_array_get(json_object_get(d, "added_tokens"), 3), "id",
                         json_integer(H));
-    assert_refused(d, RTX_EFORMAT, "added_tokens[3]: id 260 is the vocabulary's token 'h'");
+    tok_assert_refused(d, RTX_EFORMAT, "added_tokens[3]: id 260 is the vocabulary's token 'h'");
     /* a normalized added token that the normalizer makes empty */
     d = make_doc();
     json_object_set_new(d, "normalizer",
@@ -299,7 +282,8 @@ START_TEST(sp_refuses_malformed_and_unsupported) {
                                   "<t>", "content", ""));
     json_object_set_new(json_array_get(json_object_get(d, "added_tokens"), 3), "normalized",
                         json_true());
-    assert_refused(d, RTX_EUNSUPPORTED, "added_tokens[3]: the normalizer makes its content empty");
+    tok_assert_refused(d, RTX_EUNSUPPORTED,
+                       "added_tokens[3]: the normalizer makes its content empty");
 }
 END_TEST
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "formats/formats.h"
+#include "tests/unit/test-tokenizer-util.h"
 
 /* GPT-2's bytes_to_unicode, as UTF-8 (the test's own copy: what the file format says). */
 static void byte_token(int b, char out[3]) {
@@ -63,29 +64,11 @@ static char *doc_text(json_t *doc) {
     return s;
 }
 
-/* Parses doc (taking it); returns the code, with err filled and *out set on success. */
-static int parse_doc(json_t *doc, struct rtx_tokenizer **out, struct rtx_err *err) {
-    char *s = doc_text(doc);
-    int rc = rtx_tokenizer_parse(s, strlen(s), "tokenizer.json", out, err);
-    free(s);
-    return rc;
-}
-
 static struct rtx_tokenizer *tiny(void) {
     struct rtx_tokenizer *tok = NULL;
     struct rtx_err err = {0};
-    ck_assert_msg(parse_doc(make_doc(), &tok, &err) == 0, "%s", err.msg);
+    ck_assert_msg(tok_parse_doc(make_doc(), &tok, &err) == 0, "%s", err.msg);
     return tok;
-}
-
-/* Asserts that doc is refused with code and a message containing want. */
-static void assert_refused(json_t *doc, int code, const char *want) {
-    struct rtx_tokenizer *tok = NULL;
-    struct rtx_err err = {0};
-    int rc = parse_doc(doc, &tok, &err);
-    ck_assert_msg(rc == code, "code %d, want %d: %s", rc, code, err.msg);
-    ck_assert_msg(strstr(err.msg, want), "message '%s' lacks '%s'", err.msg, want);
-    ck_assert_ptr_null(tok);
 }
 
 START_TEST(tokenizer_encodes_and_decodes) {
@@ -171,7 +154,7 @@ START_TEST(tokenizer_nfc_composes) {
     json_t *d = make_doc();
     json_object_set_new(d, "normalizer", json_pack("{s:s}", "type", "NFC"));
     struct rtx_err err = {0};
-    ck_assert_msg(parse_doc(d, &nfc, &err) == 0, "%s", err.msg);
+    ck_assert_msg(tok_parse_doc(d, &nfc, &err) == 0, "%s", err.msg);
     const char *text = "e\xcc\x81";
     int32_t *ids;
     size_t n;
@@ -237,38 +220,38 @@ START_TEST(tokenizer_rejects_malformed_files) {
 
     json_t *d = make_doc();
     json_object_del(json_object_get(d, "model"), "vocab");
-    assert_refused(d, RTX_EFORMAT, "model.vocab missing");
+    tok_assert_refused(d, RTX_EFORMAT, "model.vocab missing");
 
     d = make_doc();
     json_array_append_new(json_object_get(json_object_get(d, "model"), "merges"),
                           json_string("he zz"));
-    assert_refused(d, RTX_EFORMAT, "model.merges[3]: token 'zz' is not in the vocab");
+    tok_assert_refused(d, RTX_EFORMAT, "model.merges[3]: token 'zz' is not in the vocab");
 
     d = make_doc();
     json_array_append_new(json_object_get(json_object_get(d, "model"), "merges"),
                           json_string("h l"));
-    assert_refused(d, RTX_EFORMAT, "model.merges[3]: merged token 'hl' is not in the vocab");
+    tok_assert_refused(d, RTX_EFORMAT, "model.merges[3]: merged token 'hl' is not in the vocab");
 
     d = make_doc();
     json_array_append_new(json_object_get(json_object_get(d, "model"), "merges"), json_integer(3));
-    assert_refused(d, RTX_EFORMAT, "model.merges[3]: expected a string or a pair");
+    tok_assert_refused(d, RTX_EFORMAT, "model.merges[3]: expected a string or a pair");
 
     d = make_doc();
     json_object_set_new(json_object_get(json_object_get(d, "model"), "vocab"), "x",
                         json_integer(-4));
-    assert_refused(d, RTX_EFORMAT, "model.vocab['x']");
+    tok_assert_refused(d, RTX_EFORMAT, "model.vocab['x']");
 
     d = make_doc();
     json_object_set_new(json_array_get(json_object_get(d, "added_tokens"), 0), "content",
                         json_string(""));
-    assert_refused(d, RTX_EFORMAT, "added_tokens[0]: expected an id and a non-empty content");
+    tok_assert_refused(d, RTX_EFORMAT, "added_tokens[0]: expected an id and a non-empty content");
 
     d = make_doc();
     json_object_set_new(json_object_get(d, "pre_tokenizer"), "type", json_string("Split"));
     json_object_set_new(json_object_get(d, "pre_tokenizer"), "behavior", json_string("Isolated"));
     json_object_set_new(json_object_get(d, "pre_tokenizer"), "pattern",
                         json_pack("{s:s}", "Regex", "(unclosed"));
-    assert_refused(d, RTX_EFORMAT, "pre_tokenizer.pattern.Regex: at offset");
+    tok_assert_refused(d, RTX_EFORMAT, "pre_tokenizer.pattern.Regex: at offset");
 
     ck_assert_int_eq(rtx_tokenizer_load("/nonexistent/tokenizer.json", &tok, &err), RTX_EIO);
     ck_assert_msg(strstr(err.msg, "/nonexistent/tokenizer.json"), "%s", err.msg);
@@ -278,16 +261,16 @@ END_TEST
 START_TEST(tokenizer_refuses_unsupported_by_name) {
     json_t *d = make_doc();
     json_object_set_new(json_object_get(d, "model"), "type", json_string("Unigram"));
-    assert_refused(d, RTX_EUNSUPPORTED, "model.type 'Unigram' is not supported");
+    tok_assert_refused(d, RTX_EUNSUPPORTED, "model.type 'Unigram' is not supported");
 
     d = make_doc();
     json_object_set_new(d, "pre_tokenizer",
                         json_pack("{s:s, s:[{s:s}, {s:s, s:b, s:b}]}", "type", "Sequence",
                                   "pretokenizers", "type", "Whitespace", "type", "ByteLevel",
                                   "add_prefix_space", 0, "use_regex", 1));
-    assert_refused(d, RTX_EUNSUPPORTED,
-                   "tokenizer.json: pre_tokenizer.pretokenizers[0].type 'Whitespace' is not "
-                   "supported");
+    tok_assert_refused(d, RTX_EUNSUPPORTED,
+                       "tokenizer.json: pre_tokenizer.pretokenizers[0].type 'Whitespace' is not "
+                       "supported");
 
     d = make_doc();
     json_object_set_new(d, "pre_tokenizer",
@@ -295,39 +278,39 @@ START_TEST(tokenizer_refuses_unsupported_by_name) {
                                   "Sequence", "pretokenizers", "type", "ByteLevel",
                                   "add_prefix_space", 0, "use_regex", 0, "type", "Split",
                                   "pattern", "Regex", "\\s+", "behavior", "Isolated"));
-    assert_refused(d, RTX_EUNSUPPORTED,
-                   "pre_tokenizer.pretokenizers[1]: a pre-tokenizer after ByteLevel is not "
-                   "supported");
+    tok_assert_refused(d, RTX_EUNSUPPORTED,
+                       "pre_tokenizer.pretokenizers[1]: a pre-tokenizer after ByteLevel is not "
+                       "supported");
 
     d = make_doc();
     json_object_set_new(d, "pre_tokenizer",
                         json_pack("{s:s, s:{s:s}, s:s}", "type", "Split", "pattern", "Regex",
                                   "\\s+", "behavior", "Removed"));
-    assert_refused(d, RTX_EUNSUPPORTED, "pre_tokenizer.behavior 'Removed' is not supported");
+    tok_assert_refused(d, RTX_EUNSUPPORTED, "pre_tokenizer.behavior 'Removed' is not supported");
 
     d = make_doc();
     json_object_set_new(d, "pre_tokenizer",
                         json_pack("{s:s, s:[{s:s, s:[{s:s}]}, {s:s}]}", "type", "Sequence",
                                   "pretokenizers", "type", "Sequence", "pretokenizers", "type",
                                   "ByteLevel", "type", "ByteLevel"));
-    assert_refused(d, RTX_EUNSUPPORTED,
-                   "pre_tokenizer.pretokenizers[1]: a pre-tokenizer after ByteLevel");
+    tok_assert_refused(d, RTX_EUNSUPPORTED,
+                       "pre_tokenizer.pretokenizers[1]: a pre-tokenizer after ByteLevel");
 
     d = make_doc();
     json_object_set_new(d, "normalizer", json_pack("{s:s}", "type", "NFKC"));
-    assert_refused(d, RTX_EUNSUPPORTED, "normalizer.type 'NFKC' is not supported");
+    tok_assert_refused(d, RTX_EUNSUPPORTED, "normalizer.type 'NFKC' is not supported");
 
     d = make_doc();
     json_object_set_new(d, "decoder", json_pack("{s:s}", "type", "CTC"));
-    assert_refused(d, RTX_EUNSUPPORTED, "decoder.type 'CTC' is not supported");
+    tok_assert_refused(d, RTX_EUNSUPPORTED, "decoder.type 'CTC' is not supported");
 
     d = make_doc();
     json_object_set_new(d, "post_processor", json_pack("{s:s}", "type", "BertProcessing"));
-    assert_refused(d, RTX_EUNSUPPORTED, "post_processor.type 'BertProcessing'");
+    tok_assert_refused(d, RTX_EUNSUPPORTED, "post_processor.type 'BertProcessing'");
 
     d = make_doc();
     json_object_set_new(d, "padding", json_object());
-    assert_refused(d, RTX_EUNSUPPORTED, "padding is not supported");
+    tok_assert_refused(d, RTX_EUNSUPPORTED, "padding is not supported");
 }
 END_TEST
 
