@@ -152,3 +152,21 @@ def wait_for(pred, what, timeout=10.0 * sh.SLOW):
             return v
         assert time.monotonic() < end, f"timed out waiting for {what}"
         time.sleep(0.02)
+
+
+# a lane "tiny" (after the default ones) that holds one queued request: a burst overloads it
+OVERLOAD_INI = """
+[lane.tiny]
+max_queued = 1
+"""
+
+
+def overload_server(make_server, tmp_path, **kw):
+    """A started server (HTTP up) whose settings add lane "tiny" (OVERLOAD_INI); kw go to
+    make_server."""
+    ini = tmp_path / "rtxd.ini"
+    ini.write_text(OVERLOAD_INI)
+    d = make_server("overload", config=ini, **kw)
+    d.start()
+    hu.wait_http(d)
+    return d

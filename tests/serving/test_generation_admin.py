@@ -376,20 +376,10 @@ def test_cancel_counts_and_frees_blocks(d):
     check_against_metrics(d, after)
 
 
-OVERLOAD_INI = """
-[lane.tiny]
-max_queued = 1
-"""
-
-
 def test_refusals_counted_per_lane(make_server, tmp_path):
     """Requests its lane cannot take are refused (429) and counted on that lane."""
-    ini = tmp_path / "rtxd.ini"
-    ini.write_text(OVERLOAD_INI)
-    s = make_server("overload", repository=sh.copy_repository(tmp_path / "models",
-                                                              models=(MODEL,)), config=ini)
-    s.start()
-    hu.wait_http(s)
+    s = gu.overload_server(make_server, tmp_path,
+                           repository=sh.copy_repository(tmp_path / "models", models=(MODEL,)))
     body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 300,
             "ignore_eos": True, "lane": "tiny"}
 

@@ -338,18 +338,8 @@ def test_client_closing_stream_frees_blocks(d, client):
     assert greedy(client, PROMPT, 2)
 
 
-OVERLOAD_INI = """
-[lane.tiny]
-max_queued = 1
-"""
-
-
 def test_overload_429(make_server, tmp_path):
-    ini = tmp_path / "rtxd.ini"
-    ini.write_text(OVERLOAD_INI)
-    d = make_server("overload", config=ini)
-    d.start()
-    hu.wait_http(d)
+    d = gu.overload_server(make_server, tmp_path)
     body = {"model": M, "prompt": PROMPT, "max_tokens": 400, "ignore_eos": True}
 
     def one(i):

@@ -56,14 +56,17 @@ START_TEST(gen_stats_quantile_empty_is_zero) {
 }
 END_TEST
 
-/* Ten samples in (1 ms, 2.5 ms] and ten in (2.5 ms, 5 ms], worked by hand with
- * histogram_quantile's rule: rank = q * 20, then lower + (upper - lower) * (rank - below) /
- * count in the bucket where the cumulative count first reaches the rank. */
+/* Ten samples in (1 ms, 2.5 ms] and ten in (2.5 ms, 5 ms]. */
+static struct rtx_gen_hist two_buckets(void) {
+    struct rtx_gen_hist h = {.counts[1] = 10, .counts[2] = 10, .n = 20};
+    return h;
+}
+
+/* two_buckets worked by hand with histogram_quantile's rule: rank = q * 20, then lower +
+ * (upper - lower) * (rank - below) / count in the bucket where the cumulative count first
+ * reaches the rank. */
 START_TEST(gen_stats_quantile_interpolates_in_bucket) {
-    struct rtx_gen_hist h = {0};
-    h.counts[1] = 10;
-    h.counts[2] = 10;
-    h.n = 20;
+    struct rtx_gen_hist h = two_buckets();
     /* rank 5: bucket 1 (cumulative 10), 1 ms + 1.5 ms * 5/10 */
     ck_assert_double_eq_tol(rtx_gen_hist_quantile(&h, 0.25), 0.00175, 1e-12);
     /* rank 10: bucket 1 ends exactly there: its upper bound */
@@ -115,10 +118,7 @@ START_TEST(gen_stats_quantile_passes_over_empty_buckets) {
 END_TEST
 
 START_TEST(gen_stats_quantile_clamps_q) {
-    struct rtx_gen_hist h = {0};
-    h.counts[1] = 10;
-    h.counts[2] = 10;
-    h.n = 20;
+    struct rtx_gen_hist h = two_buckets();
     ck_assert_double_eq(rtx_gen_hist_quantile(&h, -1.0), rtx_gen_hist_quantile(&h, 0.0));
     ck_assert_double_eq(rtx_gen_hist_quantile(&h, NAN), rtx_gen_hist_quantile(&h, 0.0));
     ck_assert_double_eq(rtx_gen_hist_quantile(&h, 7.0), rtx_gen_hist_quantile(&h, 1.0));
