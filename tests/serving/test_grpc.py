@@ -416,7 +416,8 @@ def test_statistics(server, c):
 def test_repository_index_and_control_none(server, c):
     idx = c.get_model_repository_index().models
     assert [(m.name, m.version, m.state) for m in idx] == [
-        (m, "1", "READY") for m in ("mlp", "mlp_nobatch", "simple", "transformer_block")]
+        (m, "1", "READY")
+        for m in ("mlp", "mlp_nobatch", "simple", "tiny-chat", "transformer_block")]
     gu.expect_error(lambda: c.load_model("simple"), "UNIMPLEMENTED", daemon=server)
     gu.expect_error(lambda: c.unload_model("simple"), "UNIMPLEMENTED", daemon=server)
     assert c.is_model_ready("simple")

@@ -47,7 +47,7 @@ def test_index_load_infer_unload(server, c):
     idx = index(c)
     assert idx["simple"][:2] == ("1", "READY")
     assert idx["mlp"][1] in ("UNKNOWN", "UNAVAILABLE") and idx["mlp"][0] == ""
-    assert set(idx) == {"mlp", "mlp_nobatch", "simple", "transformer_block"}
+    assert set(idx) == {"mlp", "mlp_nobatch", "simple", "tiny-chat", "transformer_block"}
     assert [m.name for m in c.get_model_repository_index(as_json=False).models if
             m.state == "READY"] == ["simple"]
     # never loaded: unknown to the server, as in Triton
