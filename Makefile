@@ -436,7 +436,8 @@ $(BUILD)/bin/rtx-bench-gpu: $(BUILD)/obj/bench/bench-gpu.o $(BUILD)/obj/bench/be
 GPU_BUNDLE_BINS := $(BUILD)/bin/rtxd $(BUILD)/bin/rtx-unit-tests $(BUILD)/bin/rtxrun \
                    $(BUILD)/bin/rtxctl $(BUILD)/bin/rtx-gpu-tests \
                    $(BUILD)/bin/rtx-gpu-linalg-tests $(BUILD)/bin/rtx-gpu-jobs-tests \
-                   $(BUILD)/bin/rtx-gpu-device-tests $(BUILD)/bin/rtx-bench-gpu
+                   $(BUILD)/bin/rtx-gpu-device-tests $(BUILD)/bin/rtx-bench-gpu \
+                   $(BUILD)/bin/rtxgen $(BUILD)/bin/rtxtok
 gpu-bundle: $(GPU_BUNDLE_BINS)
 	bash deploy/gpu-bundle.sh .gpu/lib $(GPU_BUNDLE_BINS)
 

@@ -555,7 +555,7 @@ static int make_tiny_chat(const char *repo, const char *src) {
 #undef W
     }
     weight(&b, "model.norm.weight", 1, (int64_t[]){width}, 1, 0.1);
-    weight(&b, "lm_head.weight", 2, (int64_t[]){vocab, width}, 0, 0.3);
+    weight(&b, "lm_head.weight", 2, (int64_t[]){vocab, width}, 0, 1.0);
     char dir[4200], path[4400];
     snprintf(dir, sizeof dir, "%.4000s/tiny-chat", repo);
     make_dir(&b, dir);

@@ -230,7 +230,9 @@ int rtx__gen_graph_build(const struct rtx_gen_arch *a, const struct rtx_gen_weig
     if (!f32)
         attr_str(&b, node_named(&b, "cast", "logits", 1, (const char *[]){"logits_raw"}), "to",
                  "f32");
+    attr_int(&b, node_named(&b, "argmax", "greedy", 1, (const char *[]){"logits"}), "axis", -1);
     if ((rc = b.rc) || (rc = rtx_graph_add_output(b.g, "logits", err)) ||
+        (rc = rtx_graph_add_output(b.g, "greedy", err)) ||
         (rc = rtx_graph_validate(b.g, NULL, err)))
         goto fail;
     *out = b.g;

@@ -10,7 +10,8 @@
  * write the step's keys and values into them) and the weights (inputs too, not initializers:
  * the engine uploads them once per device and every plan of the graph - one per bucket of
  * shapes - reads the same tensors). Its one output is the logits of each sequence's last
- * token of the step, f32 [S, vocab]. Only the rotary inverse frequencies (Llama 3 scaling
+ * token of the step, f32 [S, vocab], and their argmax, i64 [S] (the greedy token: a step
+ * whose sequences all sample greedily downloads only these). Only the rotary inverse frequencies (Llama 3 scaling
  * applied) are initializers. Input order:
  *   0 ids           i32 [T]      token ids
  *   1 positions     i32 [T]      position of each token in its sequence

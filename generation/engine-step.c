@@ -48,6 +48,15 @@ int rtx__gen_seq_prepare(struct rtx_gen_engine *e, struct gen_seq *s, struct rtx
         return rtx_err_set(err, RTX_ENOMEM, "out of memory preparing a sequence");
     memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
     s->n_tokens = r->n_prompt;
+    /* The decoder starts after the prompt's last tokens, so that the text of the first
+     * generated one is what it adds to the prompt (SentencePiece decoders drop the leading
+     * space of a stream's first token); what the prompt's tokens decode to is dropped. */
+    for (int i = r->n_prompt > 4 ? r->n_prompt - 4 : 0; i < r->n_prompt; i++) {
+        const char *text;
+        size_t len;
+        if (rtx_tokenizer_stream_feed(s->detok, r->prompt[i], &text, &len, err))
+            return rtx_err_prefix(err, "prompt token %d", i);
+    }
     return 0;
 }
 
@@ -272,7 +281,7 @@ int rtx__gen_step_run(struct rtx_gen_engine *e, int n_tokens, struct rtx_err *er
     int n_layers = e->arch->n_layers;
     int n_in = STEP_INPUTS + 2 * n_layers + e->weights.n;
     struct rtx_tensor *host[STEP_INPUTS] = {0}, *dev[STEP_INPUTS] = {0};
-    struct rtx_tensor *logits_dev = NULL, *logits = NULL;
+    struct rtx_tensor *out_dev[2] = {0}, *logits = NULL, *greedy = NULL;
     struct rtx_tensor **in = rtx_malloc((size_t)n_in * sizeof *in);
     int rc = in ? step_tensors(e, tb, sb, bb, host, err)
                 : rtx_err_set(err, RTX_ENOMEM, "out of memory");
@@ -285,15 +294,24 @@ int rtx__gen_step_run(struct rtx_gen_engine *e, int n_tokens, struct rtx_err *er
         plan = plan_for(e, tb, sb, bb, in, n_in, err);
         if (!plan) rc = err->code ? err->code : RTX_EINTERNAL;
     }
-    if (rc == 0)
-        rc = rtx_plan_execute_device(plan, e->be, in, n_in, &logits_dev, 1, NULL, NULL, err);
-    if (rc == 0) rc = rtx_backend_download(e->be, logits_dev, &logits, err);
+    if (rc == 0) rc = rtx_plan_execute_device(plan, e->be, in, n_in, out_dev, 2, NULL, NULL, err);
+    /* a step whose sampling sequences all draw greedily needs only the argmax (8 bytes per
+     * sequence instead of a row of the vocabulary) */
+    bool all_greedy = true;
+    for (int i = 0; i < e->n_step && all_greedy; i++) {
+        const struct gen_seq *s = e->step_seqs[i];
+        if (s->computed + s->step_tokens < s->n_tokens) continue; /* samples nothing */
+        all_greedy = rtx__sampler_is_greedy(&s->req->params) && s->n_out >= s->req->params.min_tokens;
+    }
+    if (rc == 0) rc = rtx_backend_download(e->be, out_dev[all_greedy ? 1 : 0],
+                                           all_greedy ? &greedy : &logits, err);
     unref_all(host, STEP_INPUTS);
     unref_all(dev, STEP_INPUTS);
-    rtx_tensor_unref(logits_dev);
+    unref_all(out_dev, 2);
     rtx_free(in);
     if (rc) {
         rtx_tensor_unref(logits);
+        rtx_tensor_unref(greedy);
         return rc;
     }
     e->steps++;
@@ -303,7 +321,8 @@ int rtx__gen_step_run(struct rtx_gen_engine *e, int n_tokens, struct rtx_err *er
     double rate = (double)n_tokens / (double)dt;
     e->prefill_tok_per_ns = e->prefill_tok_per_ns > 0 ? e->prefill_tok_per_ns * 0.8 + rate * 0.2 : rate;
 
-    const float *lg = rtx_tensor_data(logits);
+    const float *lg = logits ? rtx_tensor_data(logits) : NULL;
+    const int64_t *gr = greedy ? rtx_tensor_data(greedy) : NULL;
     int vocab = e->arch->vocab;
     int32_t suppress[RTX_GEN_MAX_EOS + 64];
     for (int i = 0; i < e->n_step; i++) {
@@ -328,14 +347,18 @@ int rtx__gen_step_run(struct rtx_gen_engine *e, int n_tokens, struct rtx_err *er
             for (int j = 0; j < r->params.n_stop_ids && n_sup < (int)(sizeof suppress / sizeof *suppress); j++)
                 suppress[n_sup++] = r->params.stop_ids[j];
         }
-        int32_t tok = rtx__sampler_draw(s->sampler, e->scratch, lg + (size_t)s->step_row * vocab,
-                                        n_sup ? suppress : NULL, n_sup, &s->ev_logprobs[0],
-                                        s->ev_top, r->params.logprobs > 0 ? r->params.logprobs : 0);
+        int32_t tok = gr ? (int32_t)gr[s->step_row]
+                         : rtx__sampler_draw(s->sampler, e->scratch,
+                                             lg + (size_t)s->step_row * vocab,
+                                             n_sup ? suppress : NULL, n_sup, &s->ev_logprobs[0],
+                                             s->ev_top,
+                                             r->params.logprobs > 0 ? r->params.logprobs : 0);
         rtx__sampler_seq_accept(s->sampler, tok);
         s->tokens[s->n_tokens++] = tok;
         rtx__gen_seq_emit(e, s, now);
     }
     for (int i = 0; i < e->n_step; i++) e->step_seqs[i]->step_tokens = 0;
     rtx_tensor_unref(logits);
+    rtx_tensor_unref(greedy);
     return 0;
 }

@@ -48,6 +48,10 @@ int32_t rtx__sampler_draw(struct rtx_sampler_seq *s, struct rtx_sampler_scratch 
                           const float *logits, const int32_t *suppress, int n_sup,
                           float *logprob, struct rtx_gen_logprob *top, int n_top);
 
+/* Whether params draw the most likely token with nothing else to compute: temperature 0, no
+ * penalties, no logprobs (then the step's argmax is the draw). */
+bool rtx__sampler_is_greedy(const struct rtx_gen_params *params);
+
 /* Checks the sampling fields of params against their ranges for a vocabulary; RTX_EINVAL
  * naming the field ("temperature must be in [0, 100], got 200") otherwise. */
 int rtx__sampler_check(const struct rtx_gen_params *params, int vocab, struct rtx_err *err);

@@ -494,3 +494,8 @@ int rtx__sampler_check(const struct rtx_gen_params *p, int vocab, struct rtx_err
     return 0;
 #undef RANGE
 }
+
+bool rtx__sampler_is_greedy(const struct rtx_gen_params *p) {
+    return p->temperature == 0 && p->logprobs < 0 && p->repetition_penalty == 1 &&
+           p->presence_penalty == 0 && p->frequency_penalty == 0;
+}

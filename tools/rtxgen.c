@@ -294,18 +294,22 @@ static int step(struct runner *r, struct seq *seqs, int n, const struct opts *o,
                            err)))
         goto out;
     if (!r->device) {
-        rc = rtx_plan_execute(plan, r->be, r->in, r->n_in, &logits, 1, NULL, NULL, err);
+        struct rtx_tensor *outs[2] = {0};
+        rc = rtx_plan_execute(plan, r->be, r->in, r->n_in, outs, 2, NULL, NULL, err);
+        logits = outs[0];
+        rtx_tensor_unref(outs[1]);
     } else { /* step tensors up, pool and weights already there, logits down */
-        struct rtx_tensor *host[STEP_INPUTS], *dev_out = NULL;
+        struct rtx_tensor *host[STEP_INPUTS], *dev_out[2] = {0};
         memcpy(host, r->in, sizeof host);
         for (int i = 0; i < STEP_INPUTS; i++) r->in[i] = NULL;
         for (int i = 0; i < STEP_INPUTS && !rc; i++)
             rc = rtx_backend_upload(r->be, host[i], &r->in[i], err);
         for (int i = 0; i < STEP_INPUTS; i++) rtx_tensor_unref(host[i]);
         if (!rc)
-            rc = rtx_plan_execute_device(plan, r->be, r->in, r->n_in, &dev_out, 1, NULL, NULL, err);
-        if (!rc) rc = rtx_backend_download(r->be, dev_out, &logits, err);
-        rtx_tensor_unref(dev_out);
+            rc = rtx_plan_execute_device(plan, r->be, r->in, r->n_in, dev_out, 2, NULL, NULL, err);
+        if (!rc) rc = rtx_backend_download(r->be, dev_out[0], &logits, err);
+        rtx_tensor_unref(dev_out[0]);
+        rtx_tensor_unref(dev_out[1]);
     }
     if (rc) goto out;
     int vocab = r->a->vocab;

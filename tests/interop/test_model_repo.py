@@ -68,8 +68,40 @@ def repo(examples_dir):
     return r
 
 
+GENERATIVE = ["tiny-chat"]
+
+
 def test_repository_lists_the_example_models(repo):
-    assert sorted(p.name for p in repo.iterdir() if p.is_dir()) == sorted(MODELS)
+    assert sorted(p.name for p in repo.iterdir() if p.is_dir()) == sorted(list(MODELS) +
+                                                                          GENERATIVE)
+
+
+def test_tiny_chat_is_a_checkpoint_the_references_read(repo, tmp_path):
+    """models/tiny-chat: a generative model whose version directory is a Hugging Face
+    checkpoint; its tokenizer gives `tokenizers`' ids through rtxgen, and rtxgen's step-graph
+    logits equal the NumPy reference decoder's (tests/interop/np_decoder.py)."""
+    import subprocess
+    from tokenizers import Tokenizer
+    build = rg.build_dir()
+    from np_decoder import Decoder
+    cfg = json.loads((repo / "tiny-chat" / "config.json").read_text())
+    assert cfg["platform"] == "rtx_generate" and "input" not in cfg
+    ckpt = repo / "tiny-chat" / "1"
+    hf = json.loads((ckpt / "config.json").read_text())
+    assert hf["architectures"] == ["LlamaForCausalLM"] and hf["vocab_size"] == 512
+    text = "The device layer owns each GPU once: jobs and models share it. \u00e9\u4e16 \U0001f600"
+    want = Tokenizer.from_file(str(ckpt / "tokenizer.json")).encode(text).ids
+    got = subprocess.run([str(build / "bin" / "rtxgen"), str(ckpt), "encode", text],
+                         check=True, capture_output=True, text=True).stdout
+    assert json.loads(got) == want
+    ids = want[:20]
+    out = tmp_path / "logits.npy"
+    subprocess.run([str(build / "bin" / "rtxgen"), str(ckpt), "logits", "--ids",
+                    ",".join(map(str, ids[:12])), "--decode", ",".join(map(str, ids[12:])),
+                    "--out", str(out)], check=True)
+    got = np.load(out)
+    ref = Decoder(ckpt).forward(ids)
+    np.testing.assert_allclose(got, ref[11:], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))

@@ -553,8 +553,9 @@ START_TEST(gen_graph_has_the_step_inputs) {
     ck_assert_int_eq(kc->dims[3], 4);
     for (int i = 0; i < w.n; i++)
         ck_assert_str_eq(g->values[g->inputs[9 + i]].name, w.names[i]);
-    ck_assert_int_eq(g->n_outputs, 1);
+    ck_assert_int_eq(g->n_outputs, 2);
     ck_assert_str_eq(g->values[g->outputs[0]].name, "logits");
+    ck_assert_str_eq(g->values[g->outputs[1]].name, "greedy");
     ck_assert_int_eq(rtx_graph_find_value(g, "inv_freq") >= 0, 1);
     rtx_graph_free(g);
     /* weights in another dtype than the graph's are refused */
