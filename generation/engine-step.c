@@ -119,7 +119,7 @@ static void send_event(struct gen_seq *s, int n_tokens) {
         .finish = s->finish,
     };
     if (r->on_event) r->on_event(r->ctx, &ev);
-    memmove(s->held, s->held + send, s->n_held - send);
+    if (send > 0) memmove(s->held, s->held + send, s->n_held - send); /* held may be NULL */
     s->n_held -= send;
     if (s->held) s->held[s->n_held] = 0;
 }
