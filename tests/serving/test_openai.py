@@ -153,7 +153,9 @@ def test_completion_logprobs(client):
     for t, l, top, off in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, lp.text_offset):
         assert off == offset
         offset += len(t)
-        assert l <= 0 and 3 <= len(top) <= 4 and top[t] == l
+        assert l <= 0 and len(top) <= 4
+        if not any("\ufffd" in k for k in top):  # distinct strings: nothing merged
+            assert len(top) >= 3 and top[t] == l
         # greedy: the sampled token is the most likely one
         assert l == pytest.approx(max(top.values()), abs=1e-5)
     if not any("\ufffd" in t for t in lp.tokens):  # no character split over tokens
