@@ -162,10 +162,19 @@ max_queued = 1
 
 
 def overload_server(make_server, tmp_path, **kw):
-    """A started server (HTTP up) whose settings add lane "tiny" (OVERLOAD_INI); kw go to
-    make_server."""
+    """A started server (HTTP up) whose settings add lane "tiny" (OVERLOAD_INI), serving (unless
+    kw names a repository) a copy of tiny-chat that runs two sequences at most
+    (generation.max_seqs), so a burst always overloads it; kw go to make_server."""
     ini = tmp_path / "rtxd.ini"
     ini.write_text(OVERLOAD_INI)
+    if "repository" not in kw:
+        repo = sh.copy_repository(tmp_path / "models", models=("tiny-chat",))
+        cfg_path = repo / "tiny-chat" / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["generation"] = {**cfg.get("generation", {}), "max_seqs": 2}
+        cfg_path.unlink()  # a copy of the build's file (or a link to it): never write through
+        cfg_path.write_text(json.dumps(cfg))
+        kw["repository"] = repo
     d = make_server("overload", config=ini, **kw)
     d.start()
     hu.wait_http(d)

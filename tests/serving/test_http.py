@@ -396,7 +396,7 @@ def test_content_encoding_refused(d):
 
 
 def test_routes_and_methods(d):
-    for path in ("/", "/v1/models", "/v2/nothing", "/v2/models/simple/explode",
+    for path in ("/", "/v3/models", "/v2/nothing", "/v2/models/simple/explode",
                  "/v2/models/simple/versions", "/v2/health"):
         r = hu.get(d, path)
         assert r.status == 404, (path, r)
