@@ -343,7 +343,7 @@ def test_client_closing_stream_frees_blocks(d, client):
 
 def test_overload_429(make_server, tmp_path):
     d = gu.overload_server(make_server, tmp_path)
-    body = {"model": M, "prompt": PROMPT, "max_tokens": 400, "ignore_eos": True}
+    body = {"model": M, "prompt": PROMPT, "max_tokens": 200, "ignore_eos": True}
 
     def one(i):
         return hu.post(d, "/v1/completions", body={**body, "seed": i},
