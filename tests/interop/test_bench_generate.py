@@ -398,8 +398,8 @@ def test_script_prefix_verdict_flips(tmp_path):
 
 def test_script_flood_verdict_flips(tmp_path):
     b = fake_build(tmp_path)
-    r = run_script(b, "--only", "flood", "--duration", "1.5", FAKE_GEN_TTFT_MS=30,
-                   FAKE_GEN_ITL_MS=20, FAKE_GEN_REALTIME_SLOW=4)
+    r = run_script(b, "--only", "flood", "--duration", "1.5", FAKE_GEN_TTFT_MS=50,
+                   FAKE_GEN_ITL_MS=40, FAKE_GEN_REALTIME_SLOW=10)
     assert r.rc == 1, r.text
     assert r.rows["flood: realtime p99 TTFT"] == "MISSED", r.text
     assert r.rows["flood: realtime p99 ITL"] == "MISSED", r.text
