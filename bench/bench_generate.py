@@ -30,10 +30,11 @@ Verdicts (bench_harness.Report; ratio > 1 is better for rtxd):
     transformers' p99 TTFT at its best batch size, / transformers' tokens/s there: >= 10x
     (uniform and mixed)
   - flood: realtime p99 TTFT and p99 ITL under the flood <= 1.5x their unloaded values (a
-    realtime request refused or failed counts as an infinite TTFT); batch output tokens/s
+    realtime request refused, expired or failed counts as an infinite TTFT); batch output tokens/s
     during the flood > 0
   - prefix caching: median TTFT without / with the shared prefix >= 3x
-A ladder rate where a request failed (not refused with 429: failed) is a failed row.
+A scenario where a request failed (not shed: refused with 429 or expired at its deadline, see
+bench/gen_client.py) is a failed row.
 
     python3 bench/bench_generate.py [--report] [--smoke] [--out FILE.json] [options]
 
@@ -142,7 +143,7 @@ def saturated(rungs, tol=0.05):
 
 def p99_with_refusals(results, attr):
     """p99 (ms) of a per-request figure where a request that was not served counts as
-    infinite (realtime requests refused under a flood are a miss, not a gap)."""
+    infinite (realtime requests shed under a flood are a miss, not a gap)."""
     vals = []
     for r in results:
         if attr == "ttft":
@@ -353,7 +354,8 @@ class Scenarios:
         s = self.summary(self.run(reqs)[0])
         if s["output_tokens_per_s"] <= 0:
             raise RuntimeError(f"a burst of {self.P['probe']} requests produced no token: "
-                               f"{s['refused']} refused, {s['failed']} failed "
+                               f"{s['refused']} refused, {s['expired']} expired, "
+                               f"{s['failed']} failed "
                                f"({'; '.join(s['errors'])})")
         mean_out = statistics.fmean(o for _, o in shapes[:self.P["probe"]])
         s["capacity_requests_per_s"] = s["output_tokens_per_s"] / mean_out
@@ -447,7 +449,8 @@ def print_rung(s, lanes):
     num = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
     pair = lambda n: f"{num(s[n + '_p50_ms'])}/{num(s[n + '_p99_ms'])}"  # noqa: E731
     print(f"| {s['work']} | {s['rate']:.2f} ({s['fraction']:.2f}x) | {s['requests']} | "
-          f"{s['completed']} | {s['refused']} | {s['failed']} | {s['output_tokens_per_s']:.0f} | "
+          f"{s['completed']} | {s['refused']}/{s['expired']} | {s['failed']} | "
+          f"{s['output_tokens_per_s']:.0f} | "
           f"{pair('ttft')} | {pair('itl')} | {pair('tpot')} | {g} | "
           f"{fmt_ms(s['client_lag_p99_ms'])} |", flush=True)
 
@@ -522,8 +525,8 @@ def serve(args, P, d, ids, mix, only, res):
           f"{args.procs} processes", flush=True)
     res.update({"model": d.describe(), "lanes": slo})
     sc = Scenarios(args, P, d, ids, slo, res)
-    print("| work | rate req/s | sent | done | 429 | failed | tok/s | TTFT p50/p99 ms | ITL "
-          "p50/p99 ms | TPOT p50/p99 ms | goodput tok/s " + "/".join(slo) +
+    print("| work | rate req/s | sent | done | 429/expired | failed | tok/s | TTFT p50/p99 ms "
+          "| ITL p50/p99 ms | TPOT p50/p99 ms | goodput tok/s " + "/".join(slo) +
           " | client lag p99 |\n" + "|" + " --- |" * 12, flush=True)
     cap = None
     for work, shapes, fr, k in (("uniform", [(P["isl"], P["osl"])], P["rates"], 100),

@@ -7,9 +7,10 @@ held back by one interpreter's lock.
 A run is a list of Request objects, each with the time it is due (seconds after the run's
 start), its OpenAI /v1/completions body (stream true, stream_options.include_usage true) and
 its SLA lane (sent as the `x-rtx-lane` header and the body's "lane"). drive() starts the
-processes, each sends its share of the requests at their due times (round robin: together
-they send exactly the list given, a Poisson stream stays one), every request on its own
-connection and thread, and returns one Result per request, in the order given.
+processes, each sends its share of the requests at their due times (dealt round robin in
+order of due time: together they send exactly the list given, so a Poisson stream stays
+one), every request on its own connection and thread, and returns one Result per request, in
+the order given.
 
 What a Result measures (time.monotonic(), CLOCK_MONOTONIC, one clock for every process):
   sent         when the request was written (due + the client's lag)
@@ -20,8 +21,13 @@ What a Result measures (time.monotonic(), CLOCK_MONOTONIC, one clock for every p
                vLLM's benchmark measures it: a chunk that carried k tokens counts once)
   tpot         (last token - first token) / (completion_tokens - 1)
   status       the HTTP status (429: refused by admission control), 0 when no answer came
-A request still streaming at its deadline is closed (the server cancels it) and marked
-`aborted`; its tokens until then still count toward throughput.
+A request is `shed` when the server's SLA policy turned it away: refused at admission (429),
+or expired, dropped when its deadline passed before it was scheduled (rtxd answers that with
+an error whose message says "deadline"; a lane's deadline is its latency target). Shed
+requests are the server keeping its promises to others, not failures; every other request
+that was not served is `failed`. A request still streaming at its client-side deadline is
+closed (the server cancels it) and marked `aborted`; its tokens until then still count toward
+throughput.
 """
 import http.client
 import json
@@ -34,6 +40,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 LANE_HEADER = "x-rtx-lane"
+EXPIRED_TEXT = "deadline"  # in rtxd's message for a request that expired before its turn
 
 
 @dataclass
@@ -65,6 +72,14 @@ class Result:
     @property
     def ok(self):
         return self.status == 200 and not self.error and self.completion_tokens > 0
+
+    @property
+    def expired(self):
+        return not self.ok and EXPIRED_TEXT in self.error.lower()
+
+    @property
+    def shed(self):
+        return self.status == 429 or self.expired
 
     @property
     def itl(self):
@@ -272,7 +287,8 @@ def summarize(results, slo_ttft=None):
     requests/s of requests whose TTFT met each target of slo_ttft, {name: seconds})."""
     ok = [r for r in results if r.ok]
     refused = sum(1 for r in results if r.status == 429)
-    failed = [r for r in results if not r.ok and r.status != 429 and not r.aborted]
+    expired = sum(1 for r in results if r.expired)
+    failed = [r for r in results if not r.ok and not r.shed and not r.aborted]
     aborted = sum(1 for r in results if r.aborted)
     sent = [r.sent for r in results if r.end]
     ends = [r.end for r in results if r.end]
@@ -285,7 +301,7 @@ def summarize(results, slo_ttft=None):
     lag = [r.sent - r.due for r in results if r.end]
     ms = lambda v: None if v is None else v * 1e3  # noqa: E731
     s = {
-        "requests": len(results), "completed": len(ok), "refused": refused,
+        "requests": len(results), "completed": len(ok), "refused": refused, "expired": expired,
         "failed": len(failed), "aborted": aborted,
         "errors": sorted({r.error for r in failed if r.error})[:5],
         "span_s": span, "output_tokens": tokens,

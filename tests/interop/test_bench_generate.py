@@ -145,9 +145,12 @@ def result(ttft, n, itl=0.01, status=200, sent=0.0, tag="", error=""):
 
 def test_summarize_known_figures():
     rs = [result(0.02 * (i + 1), 11, sent=i * 0.1) for i in range(10)]
-    rs += [result(0, 0, status=429, sent=0.5), result(0, 0, status=500, error="boom", sent=0.6)]
+    rs += [result(0, 0, status=429, sent=0.5), result(0, 0, status=500, error="boom", sent=0.6),
+           result(0, 0, status=503, sent=0.3, error="the request's deadline passed before it "
+                  "was scheduled (lane 'realtime')")]
     s = C.summarize(rs, {"fast": 0.05, "slow": 1.0})
-    assert (s["requests"], s["completed"], s["refused"], s["failed"]) == (12, 10, 1, 1)
+    assert (s["requests"], s["completed"], s["refused"], s["expired"], s["failed"]) == \
+        (13, 10, 1, 1, 1)
     assert s["errors"] == ["boom"]
     span = max(r.end for r in rs)
     assert s["span_s"] == pytest.approx(span)
@@ -158,7 +161,7 @@ def test_summarize_known_figures():
     assert s["tpot_p50_ms"] == pytest.approx(10.0)
     assert s["goodput"]["fast"]["requests_per_s"] == pytest.approx(2 / span)
     assert s["goodput"]["fast"]["output_tokens_per_s"] == pytest.approx(22 / span)
-    assert s["goodput"]["slow"]["share"] == pytest.approx(10 / 12)
+    assert s["goodput"]["slow"]["share"] == pytest.approx(10 / 13)
 
 
 def test_p99_with_refusals_counts_a_refusal_as_infinite():
@@ -435,6 +438,7 @@ def test_script_against_rtxd_tiny_chat(tmp_path):
     res = json.loads(out.read_text())
     assert not res["failures"], res["failures"]
     for s in res["ladder_uniform"] + res["ladder_mixed"]:
-        assert s["completed"] + s["refused"] == s["requests"] and s["completed"] > 0
+        assert s["completed"] + s["refused"] + s["expired"] == s["requests"]
+        assert s["completed"] > 0
         assert s["output_tokens"] >= s["completed"]
     assert res["prefix"]["cached_tokens_mean"] >= BG.SMOKE["prefix"] // 16 * 16 - 16
