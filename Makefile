@@ -1,6 +1,6 @@
 # rtxd - one entry point. `make` builds everything into build/ (binaries in build/bin).
 # Targets: all, run, test, test-unit, test-py, test-asan, bench, examples, clean, deps,
-# gpu-bundle, gpu-pack, test-gpu, bench-gpu (see docs/gpu.md). Set BUILD and SAN=1 for a sanitizer build
+# gpu-bundle, gpu-pack, test-gpu, bench-gpu, bench-generate (see docs/gpu.md). Set BUILD and SAN=1 for a sanitizer build
 # (test-asan does this into build-asan/). CUDA_HOME: the CUDA toolkit (nvcc, cudart), not
 # installed by deploy/install-deps.sh.
 
@@ -13,7 +13,7 @@ NVCC     ?= $(CUDA_HOME)/bin/nvcc
 
 # Goals that build nothing (test-gpu runs on the GPU machine, where nothing can be installed):
 # no dependency check for them.
-NOBUILD_GOALS := test-gpu bench-gpu clean
+NOBUILD_GOALS := test-gpu bench-gpu bench-generate clean
 ifneq ($(MAKECMDGOALS),)
 ifeq ($(filter-out $(NOBUILD_GOALS),$(MAKECMDGOALS)),)
 NOBUILD := yes
@@ -153,7 +153,7 @@ EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg 
 
 .PHONY: all run run-examples test test-unit test-py test-integration test-serving test-asan \
         test-py-only \
-        bench examples clean deps gpu-bundle gpu-pack test-gpu bench-gpu
+        bench examples clean deps gpu-bundle gpu-pack test-gpu bench-gpu bench-generate
 all: $(BINS) $(EXAMPLES)
 
 deps:
@@ -456,6 +456,9 @@ gpu-pack: gpu-bundle $(BUILD)/bin/make-examples
 # with torch; it encodes its graphs itself, so $(BUILD)/py is not needed there).
 # tests/interop/np_decoder.py --against-transformers: the NumPy decoder that the generation
 # tests compare rtxd's logits with, against transformers on genfixtures.py's checkpoints.
+# tests/gpu/test_generate_torch.py: rtxgen's bf16 logits against transformers' for the
+# GPT-2-small, Llama-3.2-1B and Qwen2.5-0.5B configurations (random weights, made on first use
+# by tests/gpu/make_checkpoints.py into $(BUILD)/gen-checkpoints and kept).
 # rtxd loads libcudnn.so.9 at run time (kernels/cuda/attention-cudnn.c). Where the machine's
 # python3 has PyTorch's cuDNN wheel, its library directory goes first on LD_LIBRARY_PATH for the
 # GPU targets, so that rtxd and the PyTorch reference run the same cuDNN (docs/gpu.md).
@@ -475,6 +478,7 @@ test-gpu:
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-jobs.sh
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-serving.sh
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) tests/gpu/test_ops_torch.py --device cuda
+	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) tests/gpu/test_generate_torch.py
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_gpu.py --harness-check
 	$(PYTHON) tests/interop/np_decoder.py --against-transformers
 
@@ -486,6 +490,21 @@ bench-gpu:
 	@[ -x $(BUILD)/bin/rtx-bench-gpu ] || { echo "bench-gpu: $(BUILD)/bin/rtx-bench-gpu is" \
 	  "missing: build with 'make all gpu-bundle' first (bench-gpu never builds)" >&2; exit 2; }
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_gpu.py
+
+# On the GPU machine, like bench-gpu: bench/bench_generate.py starts rtxd on a repository with
+# the Llama-3.2-1B-configuration checkpoint (tests/gpu/make_checkpoints.py, made on first use),
+# drives /v1/completions with an open-loop Poisson client, then runs transformers' generate
+# with static batching on the same GPU; about 6 minutes. The figures go to
+# $(BUILD)/bench-generate.json; exit 1 on a failed run or a missed target (RTX_BENCH_REPORT=1:
+# report only). RTX_BENCH_GENERATE_ARGS passes options (--duration S, --only LIST, --device
+# cuda:N, --kv-cache-gib G, --max-batch-tokens N, --max-seqs N; docs/benchmarks.md). Separate
+# from bench-gpu (each runs for minutes). Builds nothing.
+RTX_BENCH_GENERATE_ARGS ?=
+bench-generate:
+	@[ -x $(BUILD)/bin/rtxd ] || { echo "bench-generate: $(BUILD)/bin/rtxd is missing: build" \
+	  "with 'make all gpu-bundle' first (bench-generate never builds)" >&2; exit 2; }
+	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_generate.py \
+	  --out $(BUILD)/bench-generate.json $(RTX_BENCH_GENERATE_ARGS)
 
 clean:
 	rm -rf build build-asan

@@ -90,19 +90,22 @@ def perf_analyzer_env():
     return env
 
 
-def start_rtxd(build, tmp, models):
+def start_rtxd(build, tmp, models, repository=None, wait_s=60, who="bench_serving"):
+    """rtxd on free loopback ports serving `models` of repository (default the example
+    models), its store and log (rtxd.log) in tmp: (process, gRPC port, HTTP port) once it
+    answers ready."""
     grpc_port, http_port = free_port(), free_port()
     argv = [str(build / "bin" / "rtxd"), f"--server.listen=127.0.0.1:{grpc_port}",
             f"--http.listen=127.0.0.1:{http_port}", f"--store.path={tmp}/rtxd.db",
-            f"--models.repository={build / 'examples' / 'models'}",
+            f"--models.repository={repository or build / 'examples' / 'models'}",
             "--models.control=explicit", f"--models.startup={','.join(models)}",
             "--log.level=warn"]
     log = open(Path(tmp) / "rtxd.log", "wb")
     p = subprocess.Popen(argv, stdout=log, stderr=log)
-    end = time.monotonic() + 60
+    end = time.monotonic() + wait_s
     while time.monotonic() < end:
         if p.poll() is not None:
-            raise SystemExit(f"bench_serving: rtxd exited {p.returncode}; log in {tmp}/rtxd.log")
+            raise SystemExit(f"{who}: rtxd exited {p.returncode}; log in {tmp}/rtxd.log")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/health/ready",
                                         timeout=2) as r:
@@ -112,7 +115,7 @@ def start_rtxd(build, tmp, models):
             pass
         time.sleep(0.1)
     p.kill()
-    raise SystemExit("bench_serving: rtxd did not become ready within 60 s")
+    raise SystemExit(f"{who}: rtxd did not become ready within {wait_s} s")
 
 
 def http_json(port, path):
