@@ -37,14 +37,14 @@ def gen_daemon(tmp_path_factory):
     assert not err, f"daemon teardown: {err}"
 
 
-def unary_text(daemon, sampling):
-    """The text ModelInfer answers for PROMPT (tritonclient.grpc, the prompt excluded)."""
+def unary_text(daemon, sampling, prompt=PROMPT):
+    """The text ModelInfer answers for prompt (tritonclient.grpc, the prompt excluded)."""
     import tritonclient.grpc as tg
 
     c = tg.InferenceServerClient(daemon.address)
     try:
         ins = []
-        for name, value in (("text_input", PROMPT), ("sampling_parameters", json.dumps(sampling))):
+        for name, value in (("text_input", prompt), ("sampling_parameters", json.dumps(sampling))):
             t = tg.InferInput(name, [1], "BYTES")
             t.set_data_from_numpy(np.array([value.encode()], dtype=np.object_))
             ins.append(t)
@@ -131,7 +131,8 @@ def test_librtx_generate(gen_daemon):
     assert m and p.returncode == 0 and m.group(2) == "0" and int(m.group(1)) >= 15, (
         f"rtx-client-check --generate exit {p.returncode}:\n{h.tail(out)}"
         f"{gen_daemon.log_excerpt()}")
-    # its greedy text is the one ModelInfer gives
+    # its greedy text is the one ModelInfer gives for the same prompt (client-check's)
     text = bytes.fromhex(re.search(r"^# text \(hex\): ([0-9a-f]*)$", out, re.M).group(1))
-    assert text.decode() == unary_text(gen_daemon, {"temperature": 0, "max_tokens": 20})
+    assert text.decode() == unary_text(gen_daemon, {"temperature": 0, "max_tokens": 20},
+                                       prompt="The daemon")
     assert h.sanitizer_report(out) is None, h.sanitizer_report(out)
