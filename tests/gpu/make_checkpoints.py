@@ -27,11 +27,14 @@ without a GPU.
 
 Weights: transformers' own initialization (normal, std initializer_range 0.02), made on
 --device (default cuda when there is one) in f32 from a fixed seed, then changed where that
-initialization would hide mistakes: every bias (QKV, GPT-2's) and every norm's weight and
-bias are drawn at random (a bias of zero passes whatever is done with it), and the final
-norm's weight is scaled so that the logits have a standard deviation of about LOGIT_STD (with
-0.02 weights they would be nearly flat over the vocabulary and every token a near-tie, so the
-greedy-token checks would judge nothing). Then cast to bf16 and saved.
+initialization would hide mistakes or drown the checks in rounding noise: every bias (QKV,
+GPT-2's) and every norm's weight and bias are drawn at random (a bias of zero passes whatever
+is done with it); Llama's and Qwen2's attention and MLP output projections are scaled by
+1/sqrt(2 layers), as GPT-2's own initialization does (a random deep stack amplifies bf16
+rounding from layer to layer less so); and the final norm's weight is scaled so that the
+logits have a standard deviation of about LOGIT_STD (with 0.02 weights they would be nearly
+flat over the vocabulary and every token a near-tie, so the greedy-token checks would judge
+nothing). Then cast to bf16 and saved.
 
 Tokenizer: a byte-level BPE trained here with `tokenizers` (which transformers brings) to
 exactly the model's vocabulary size, so that every id the model can emit is a token rtxd can
@@ -56,7 +59,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 LOGIT_STD = 4.0
 SEED = 13
-VERSION = 1  # bump when what make() writes changes: stamps of older folders stop matching
+VERSION = 2  # bump when what make() writes changes: stamps of older folders stop matching
 
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                    "<|end_header_id|>", "<|eot_id|>"]
@@ -183,15 +186,20 @@ def hf_config(s, tok):
 
 
 def randomize(model, s, seed):
-    """Biases and norm parameters drawn at random; the final norm's weight scaled so that the
-    logits' standard deviation is about LOGIT_STD (see the module's comment)."""
+    """Biases and norm parameters drawn at random, residual output projections scaled, the
+    final norm's weight scaled so that the logits' standard deviation is about LOGIT_STD (see
+    the module's comment)."""
     import torch
     g = torch.Generator(device="cpu").manual_seed(seed)
     hidden = s["config"].get("hidden_size") or s["config"]["n_embd"]
     init = getattr(model.config, "initializer_range", 0.02)
     final = "transformer.ln_f.weight" if s["arch"] == "gpt2" else "model.norm.weight"
+    layers = s["config"].get("num_hidden_layers") or s["config"]["n_layer"]
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if s["arch"] != "gpt2" and name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.mul_(1 / (2 * layers) ** 0.5)
+                continue
             is_norm = ("norm" in name or ".ln_" in name or name.startswith("transformer.ln_"))
             if name.endswith("bias"):
                 r = 0.1 * torch.randn(p.shape, generator=g)

@@ -8,7 +8,8 @@ Qwen2.5-0.5B configurations (tests/gpu/make_checkpoints.py, made on first use an
     python3 tests/gpu/test_generate_torch.py --smoke         # tiny models, on the CPU
     options: --device cuda:N|cpu, --models NAME[,NAME], --build DIR (default $RTX_BUILD or
              ./build), --checkpoints DIR (make_checkpoints.py's), --decode N (default 64),
-             --keep DIR (write the logits of both sides there)
+             --lengths N,N,.. (the prompts' lengths), --keep DIR (write the logits of both
+             sides there)
 
 For each model, a batch of sequences of mixed prompt lengths (1, 17, 100, 333 and 517 random
 token ids; --smoke: 1, 5, 17, 40) runs through rtxd's step graph in ONE rtxgen process per
@@ -25,17 +26,27 @@ prompt + decode tokens per sequence, in bf16 (the same weights, its default atte
 f32 (the bf16 weights upcast; TF32 off): the f32 pass is the truth both bf16 results are
 measured against, as bench/bench_gpu.py measures attention.
 
-Checks per model and run (the rows: each chunk's last prompt token, then each decode token):
-  1. log-softmax: E(x) = max over rows, over the truth's top-16 tokens, of
-     |log_softmax(x) - log_softmax(truth)|; rtxd passes when E(rtxd) <= 2 E(transformers
-     bf16) + u, u = 2^-7 max|truth logit| (one bf16 unit of the logits).
-  2. probabilities: P(x) = max over rows and vocabulary of |softmax(x) - softmax(truth)|;
-     P(rtxd) <= 2 P(transformers bf16) + 2^-7 max softmax(truth).
-  3. greedy tokens under teacher forcing: at every row where transformers' bf16 top-2 margin
-     (in logits) exceeds eps = 2 (2 E(tf) + u + E(tf)), rtxd's argmax equals transformers'
-     (within check 1's bound, two tokens that far apart cannot swap); at least a quarter of
-     the rows must be that decisive, or the check would judge nothing (the checkpoints' logits
-     are made peaked for this: make_checkpoints.py's LOGIT_STD).
+Checks per model and run (the rows: each chunk's last prompt token, then each decode token).
+rtxd's bf16 is held to transformers' own bf16 error against the f32 truth, on average and on
+the worst row (measured with rtxd's CPU backend on the Llama-3.2-1B configuration: its mean
+error about 1.15x transformers', its worst row up to 2x, the maximum of a few dozen rows being
+the noisier figure):
+  1. log-softmax: per row, e = max over the truth's top-16 tokens of |log_softmax(x) -
+     log_softmax(truth)|; mean(e rtxd) <= 1.5 mean(e transformers bf16) + u/4 and max(e rtxd)
+     <= 3 max(e transformers bf16) + u, u = 2^-7 max|truth logit| (one bf16 unit of the
+     logits).
+  2. probabilities: the same with e = max over the vocabulary of |softmax(x) -
+     softmax(truth)| and u = 2^-7 max softmax(truth).
+  3. greedy tokens under teacher forcing: at every row where transformers' top-2 margin (f32,
+     in logits) exceeds eps, rtxd's argmax is transformers' top-1. eps = 2 M + u, M = the
+     largest change transformers' own bf16 pass makes to a row's top-2 margin (the logit of
+     the f32 top-1 minus that of the f32 top-2, bf16 against f32): a bf16 computation twice
+     as noisy as transformers' cannot swap two tokens that far apart, a wrong one does. A
+     random network's bf16 noise is large next to its margins (measured on the Llama-3.2-1B
+     configuration on a CPU: M about 0.37 against a median margin of 0.55; 38% of the rows
+     decisive), so at least a tenth of the rows, and 8, must be that decisive, or the check
+     would judge too little (the checkpoints are made for this: make_checkpoints.py's
+     LOGIT_STD and scaled projections).
 One line per check; then "N passed, M failed"; exit status 1 when a check failed, 2 when
 something it needs is missing (rtxgen, torch, transformers). Without a CUDA device (and not
 --smoke or --device cpu) it fails unless RTX_ALLOW_SKIP lists gpu (tests/skips.py).
@@ -61,7 +72,8 @@ LENGTHS = (1, 17, 100, 333, 517)
 SMOKE_LENGTHS = (1, 5, 17, 40)
 CHUNK, SMOKE_CHUNK = 48, 8
 TOP_K = 16
-MIN_DECISIVE = 0.25
+MIN_DECISIVE, MIN_DECISIVE_ROWS = 0.1, 8
+MEAN_FACTOR, MAX_FACTOR = 1.5, 3.0
 
 
 # ------------------------------------------------------------------------------------------
@@ -155,54 +167,75 @@ def log_softmax(x):
     return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
 
 
+def row_errors(x, truth, top):
+    """Per row: the largest |log_softmax(x) - log_softmax(truth)| over the truth's top tokens
+    `top`, and the largest |softmax(x) - softmax(truth)| over the vocabulary."""
+    ls_x, ls_t = log_softmax(x), log_softmax(truth)
+    lp = np.abs(np.take_along_axis(ls_x, top, axis=-1) -
+                np.take_along_axis(ls_t, top, axis=-1)).max(axis=-1)
+    p = np.abs(np.exp(ls_x) - np.exp(ls_t)).max(axis=-1)
+    return lp, p
+
+
 def compare(ours, tf, truth, top_k=TOP_K):
     """The figures of the checks for rows [rows, vocab] of rtxd (ours), transformers bf16 (tf)
     and the f32 truth; a dict (see the module's comment)."""
-    ls_t, ls_o, ls_f = log_softmax(truth), log_softmax(ours), log_softmax(tf)
     top = np.argsort(-truth, axis=-1)[:, :top_k]
-    pick = lambda a: np.take_along_axis(a, top, axis=-1)  # noqa: E731
-    e_ours = float(np.abs(pick(ls_o) - pick(ls_t)).max())
-    e_tf = float(np.abs(pick(ls_f) - pick(ls_t)).max())
-    p_t, p_o, p_f = np.exp(ls_t), np.exp(ls_o), np.exp(ls_f)
-    pe_ours, pe_tf = float(np.abs(p_o - p_t).max()), float(np.abs(p_f - p_t).max())
+    lp_o, p_o = row_errors(ours, truth, top)
+    lp_f, p_f = row_errors(tf, truth, top)
     unit = 2.0 ** -7 * float(np.abs(truth).max())
-    lp_bound = 2 * e_tf + unit
-    p_bound = 2 * pe_tf + 2.0 ** -7 * float(p_t.max())
-    eps = 2 * (lp_bound + e_tf)
-    srt = np.sort(tf, axis=-1)
-    margin = srt[:, -1] - srt[:, -2]
+    p_unit = 2.0 ** -7 * float(np.exp(log_softmax(truth)).max())
+    out = {"rows": int(truth.shape[0]), "unit": unit}
+    for name, o, f, u in (("lp", lp_o, lp_f, unit), ("p", p_o, p_f, p_unit)):
+        out[name] = {"mean": float(o.mean()), "mean_tf": float(f.mean()),
+                     "mean_bound": MEAN_FACTOR * float(f.mean()) + u / 4,
+                     "max": float(o.max()), "max_tf": float(f.max()),
+                     "max_bound": MAX_FACTOR * float(f.max()) + u,
+                     "worst_row": int(o.argmax())}
+    rows = np.arange(truth.shape[0])
+    a, b = top[:, 0], top[:, 1]
+    margin = truth[rows, a] - truth[rows, b]
+    m_tf = float(np.abs(tf[rows, a] - tf[rows, b] - margin).max())
+    eps = 2 * m_tf + unit
     decisive = margin > eps
-    same = np.argmax(ours, axis=-1) == np.argmax(tf, axis=-1)
-    bad_rows = np.nonzero(decisive & ~same)[0].tolist()
-    return {
-        "rows": int(truth.shape[0]), "lp_err": e_ours, "lp_err_tf": e_tf, "lp_bound": lp_bound,
-        "p_err": pe_ours, "p_err_tf": pe_tf, "p_bound": p_bound,
-        "lp_vs_tf": float(np.abs(pick(ls_o) - pick(ls_f)).max()), "eps": eps,
-        "decisive": int(decisive.sum()), "greedy_equal": int((decisive & same).sum()),
-        "greedy_equal_all": int(same.sum()), "bad_rows": bad_rows,
-    }
+    same = np.argmax(ours, axis=-1) == a
+    out.update({
+        "eps": eps, "margin_err_tf": m_tf, "decisive": int(decisive.sum()),
+        "greedy_equal": int((decisive & same).sum()),
+        "tf_equal": int((decisive & (np.argmax(tf, axis=-1) == a)).sum()),
+        "greedy_equal_all": int((np.argmax(ours, axis=-1) == np.argmax(tf, axis=-1)).sum()),
+        "bad_rows": np.nonzero(decisive & ~same)[0].tolist(),
+        "lp_vs_tf": float(np.abs(np.take_along_axis(log_softmax(ours) - log_softmax(tf), top,
+                                                    axis=-1)).max()),
+    })
+    return out
 
 
 def verdicts(c, min_decisive=MIN_DECISIVE):
     """[(check name, ok, text)] of compare()'s figures."""
     n = c["rows"]
-    out = [
-        ("log-softmax", c["lp_err"] <= c["lp_bound"],
-         f"max |dlogp| on the truth's top-{TOP_K}: rtxd {c['lp_err']:.4g}, transformers bf16 "
-         f"{c['lp_err_tf']:.4g}, bound {c['lp_bound']:.4g} (rtxd vs transformers bf16 "
-         f"{c['lp_vs_tf']:.4g})"),
-        ("probabilities", c["p_err"] <= c["p_bound"],
-         f"max |dp|: rtxd {c['p_err']:.4g}, transformers bf16 {c['p_err_tf']:.4g}, bound "
-         f"{c['p_bound']:.4g}"),
-    ]
-    enough = c["decisive"] >= min_decisive * n
+    out = []
+    for name, key, what in (("log-softmax", "lp", f"|dlogp| on the truth's top-{TOP_K}"),
+                            ("probabilities", "p", "|dp|")):
+        e = c[key]
+        ok = e["mean"] <= e["mean_bound"] and e["max"] <= e["max_bound"]
+        out.append((name, ok, f"max {what} per row, mean over rows: rtxd {e['mean']:.4g}, "
+                    f"transformers bf16 {e['mean_tf']:.4g}, bound {e['mean_bound']:.4g}; worst "
+                    f"row: rtxd {e['max']:.4g} (row {e['worst_row']}), transformers "
+                    f"{e['max_tf']:.4g}, bound {e['max_bound']:.4g}"
+                    + (f" (rtxd vs transformers bf16 {c['lp_vs_tf']:.4g})" if key == "lp"
+                       else "")))
+    enough = c["decisive"] >= max(min_decisive * n, min(MIN_DECISIVE_ROWS, n))
     ok = enough and not c["bad_rows"]
-    text = (f"argmax equal on {c['greedy_equal']} of {c['decisive']} rows whose transformers "
-            f"margin > {c['eps']:.3g} ({c['greedy_equal_all']} of all {n} rows)")
+    text = (f"rtxd's argmax is transformers' (f32) on {c['greedy_equal']} of the "
+            f"{c['decisive']} rows whose margin > {c['eps']:.3g} (transformers bf16: "
+            f"{c['tf_equal']}; its margin error {c['margin_err_tf']:.3g}); rtxd's and "
+            f"transformers' bf16 argmax equal on {c['greedy_equal_all']} of all {n} rows")
     if c["bad_rows"]:
         text += f"; differs at rows {c['bad_rows'][:10]}"
     if not enough:
-        text += f"; fewer than {min_decisive:.0%} of the rows decisive: the check judges little"
+        text += (f"; fewer than {min_decisive:.0%} of the rows (or {MIN_DECISIVE_ROWS}) "
+                 f"decisive: the check judges too little")
     out.append(("greedy tokens", ok, text))
     return out
 
@@ -218,7 +251,7 @@ def check_model(name, args, rtxgen, keep):
                    device="cpu" if args.device == "cpu" else None)
     s = MC.spec(name, args.smoke)
     vocab, n_specials = s["config"]["vocab_size"], len(s["specials"])
-    lengths = SMOKE_LENGTHS if args.smoke else LENGTHS
+    lengths = args.lengths or (SMOKE_LENGTHS if args.smoke else LENGTHS)
     chunk = SMOKE_CHUNK if args.smoke else CHUNK
     torch_device = "cpu" if args.device == "cpu" else args.device
     ref = Reference(ckpt, torch_device)
@@ -266,6 +299,8 @@ def main(argv=None):
     ap.add_argument("--build", default=os.environ.get("RTX_BUILD") or str(REPO / "build"))
     ap.add_argument("--checkpoints", default=None, help="make_checkpoints.py's folder")
     ap.add_argument("--decode", type=int, default=None, help="decode steps (64; smoke 8)")
+    ap.add_argument("--lengths", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                    help="prompt lengths (default 1,17,100,333,517; smoke 1,5,17,40)")
     ap.add_argument("--keep", default=None, help="write every side's logits into this folder")
     args = ap.parse_args(argv)
     args.device = args.device or ("cpu" if args.smoke else "cuda:0")
