@@ -152,8 +152,9 @@ struct rtx_gen_engine {
     struct gen_seq **step_seqs;         /* the step's sequences, by logits row */
     int n_step;
     uint64_t steps;
-    double prefill_tok_per_ns;          /* EMA of tokens computed per ns of step time */
-    int64_t step_ema_ns;                /* EMA of a step's duration */
+    /* the step-time model t(n) = base + n * per_token, learned from the steps run: base from
+     * steps of at most 8 tokens, per_token from steps of 32 or more (their time less base) */
+    double per_token_ns, base_ns;
 
     /* shared (mutex) */
     pthread_mutex_t mu;
@@ -169,8 +170,7 @@ struct rtx_gen_engine {
     int64_t lane_queued_tokens[RTX_SCHED_MAX_LANES]; /* mirror for admission (mutex) */
     int lane_waiting[RTX_SCHED_MAX_LANES], lane_running[RTX_SCHED_MAX_LANES];
     struct rtx_kv_blocks_stats kv_stats;
-    double admit_tok_per_ns;            /* mirror of prefill_tok_per_ns */
-    int64_t admit_step_ns;
+    double admit_per_token_ns, admit_base_ns; /* mirrors of the step-time model */
     pthread_t thread;
 };
 

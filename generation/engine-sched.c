@@ -340,10 +340,31 @@ static int take_waiting(struct rtx_gen_engine *e, int lane, int quota, struct pl
     return taken;
 }
 
+/* The step's token budget: max_batch_tokens, less when a lane whose requests still wait for
+ * their first token has a target that a full step would eat into: the step-time model's
+ * tokens for a quarter of the highest such lane's target (at least 64), so a realtime
+ * request's first token is not held behind a long step of batch prompts. */
+static int step_budget(const struct rtx_gen_engine *e) {
+    int budget = e->max_batch_tokens;
+    if (e->per_token_ns <= 0) return budget;
+    int lane = e->n_lanes;
+    for (int i = 0; i < e->n_lanes && lane == e->n_lanes; i++)
+        if (e->lanes[i].waiting) lane = i;
+    for (int i = 0; i < e->n_run; i++)
+        if (e->run[i]->req->first_token_ns == 0 && e->run[i]->req->lane < lane)
+            lane = e->run[i]->req->lane;
+    if (lane == e->n_lanes) return budget;
+    double room = (double)e->lanes[lane].target_ns / 4 - e->base_ns;
+    double cap = room / e->per_token_ns;
+    if (cap < 64) cap = 64;
+    return cap < budget ? (int)cap : budget;
+}
+
 int rtx__gen_schedule(struct rtx_gen_engine *e, int64_t now) {
     (void)now;
     e->n_step = 0;
-    struct plan_state ps = {.budget = e->max_batch_tokens};
+    int budget = step_budget(e);
+    struct plan_state ps = {.budget = budget};
     bool active[RTX_SCHED_MAX_LANES] = {0};
     int64_t wsum = 0;
     for (int i = 0; i < e->n_run; i++) active[e->run[i]->req->lane] = true;
@@ -356,13 +377,12 @@ int rtx__gen_schedule(struct rtx_gen_engine *e, int64_t now) {
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < e->n_lanes && ps.budget > 0; i++) {
             if (!active[i]) continue;
-            int quota = pass == 0 ? (int)((int64_t)e->max_batch_tokens * e->lanes[i].weight / wsum)
-                                  : ps.budget;
+            int quota = pass == 0 ? (int)((int64_t)budget * e->lanes[i].weight / wsum) : ps.budget;
             if (quota < 1) quota = 1;
             int got = take_running(e, i, quota, &ps);
             take_waiting(e, i, quota - got, &ps);
         }
-    return e->max_batch_tokens - ps.budget;
+    return budget - ps.budget;
 }
 
 void rtx__gen_publish(struct rtx_gen_engine *e) {
@@ -384,8 +404,8 @@ void rtx__gen_publish(struct rtx_gen_engine *e) {
     e->stats.prefix_hit_blocks = ks.prefix_hits;
     e->stats.kv_evictions = ks.evictions;
     e->stats.steps_total = e->steps;
-    e->admit_tok_per_ns = e->prefill_tok_per_ns;
-    e->admit_step_ns = e->step_ema_ns;
+    e->admit_per_token_ns = e->per_token_ns;
+    e->admit_base_ns = e->base_ns;
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -317,9 +317,12 @@ int rtx__gen_step_run(struct rtx_gen_engine *e, int n_tokens, struct rtx_err *er
     e->steps++;
     int64_t now = rtx_mono_ns();
     int64_t dt = now - t0 > 0 ? now - t0 : 1;
-    e->step_ema_ns = e->step_ema_ns ? (e->step_ema_ns * 4 + dt) / 5 : dt;
-    double rate = (double)n_tokens / (double)dt;
-    e->prefill_tok_per_ns = e->prefill_tok_per_ns > 0 ? e->prefill_tok_per_ns * 0.8 + rate * 0.2 : rate;
+    if (n_tokens <= 8) {
+        e->base_ns = e->base_ns > 0 ? e->base_ns * 0.8 + (double)dt * 0.2 : (double)dt;
+    } else if (n_tokens >= 32) {
+        double per = ((double)dt - e->base_ns) / n_tokens;
+        if (per > 0) e->per_token_ns = e->per_token_ns > 0 ? e->per_token_ns * 0.8 + per * 0.2 : per;
+    }
 
     const float *lg = logits ? rtx_tensor_data(logits) : NULL;
     const int64_t *gr = greedy ? rtx_tensor_data(greedy) : NULL;

@@ -140,19 +140,22 @@ static int admit(struct rtx_gen_engine *e, int lane, int n_prompt, int64_t now, 
                  struct rtx_err *err) {
     struct gen_lane *l = &e->lanes[lane];
     int waiting = e->lane_waiting[lane] + e->inbox_count[lane];
-    int64_t step_ns = e->admit_step_ns > 0 ? e->admit_step_ns : 1000000;
+    double base = e->admit_base_ns > 0 ? e->admit_base_ns : 1e6;
     if (waiting >= l->max_queued) {
         return rtx_err_set(err, RTX_EOVERLOAD,
                            "lane '%s' has %d requests waiting, its bound; retry after %" PRId64
                            " ms",
-                           l->name, waiting, (step_ns * 4) / 1000000 + 1);
+                           l->name, waiting, (int64_t)(base * 4) / 1000000 + 1);
     }
-    if (l->on_timeout != RTX_SCHED_TIMEOUT_REJECT || e->admit_tok_per_ns <= 0) return 0;
+    if (l->on_timeout != RTX_SCHED_TIMEOUT_REJECT || e->admit_per_token_ns <= 0) return 0;
+    /* prompt tokens that run before this one's last: its own and those waiting in its lane
+     * and the lanes above it, in steps of at most max_batch_tokens (the step-time model) */
     int64_t ahead = n_prompt;
     for (int i = 0; i <= lane; i++) ahead += e->lane_queued_tokens[i] + e->inbox_tokens[i];
-    int64_t est = (int64_t)((double)ahead / e->admit_tok_per_ns) + step_ns;
+    int64_t steps = (ahead + e->max_batch_tokens - 1) / e->max_batch_tokens + 1;
+    int64_t est = (int64_t)((double)steps * base + (double)ahead * e->admit_per_token_ns);
     if (now + est <= deadline) return 0;
-    int64_t behind = (int64_t)((double)(ahead - n_prompt) / e->admit_tok_per_ns);
+    int64_t behind = (int64_t)((double)(ahead - n_prompt) * e->admit_per_token_ns);
     return rtx_err_set(err, RTX_EOVERLOAD,
                        "lane '%s' cannot give a first token within %" PRId64
                        " ms (estimated %" PRId64 " ms); retry after %" PRId64 " ms",
