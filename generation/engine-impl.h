@@ -110,6 +110,7 @@ struct gen_lane {
     struct gen_seq *waiting_tail;
     int n_waiting, n_running;
     int64_t queued_tokens;       /* tokens waiting sequences still have to compute */
+    int64_t last_busy_ns;        /* when it last had a running or waiting sequence */
     uint64_t preempted_total, refused_total;
 };
 

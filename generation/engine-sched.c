@@ -340,30 +340,32 @@ static int take_waiting(struct rtx_gen_engine *e, int lane, int quota, struct pl
     return taken;
 }
 
-/* The step's token budget: max_batch_tokens, less when a lane whose requests still wait for
- * their first token has a target that a full step would eat into: the step-time model's
- * tokens for a quarter of the highest such lane's target (at least 64), so a realtime
- * request's first token is not held behind a long step of batch prompts. */
-static int step_budget(const struct rtx_gen_engine *e) {
+/* The step's token budget: max_batch_tokens, less while a lane with a tight target has work
+ * or had some in the last second: the step-time model's tokens for a quarter of the highest
+ * such lane's target (at least 64). A step cannot be interrupted, so a request of that lane
+ * arriving mid-step waits for the step's end, and its decoding sequences wait one step per
+ * token: short steps keep its first token and its inter-token latency within target while a
+ * flood of a lower lane's prompts waits. */
+static int step_budget(struct rtx_gen_engine *e, int64_t now) {
+    bool busy[RTX_SCHED_MAX_LANES] = {0};
+    for (int i = 0; i < e->n_run; i++) busy[e->run[i]->req->lane] = true;
     int budget = e->max_batch_tokens;
-    if (e->per_token_ns <= 0) return budget;
-    int lane = e->n_lanes;
-    for (int i = 0; i < e->n_lanes && lane == e->n_lanes; i++)
-        if (e->lanes[i].waiting) lane = i;
-    for (int i = 0; i < e->n_run; i++)
-        if (e->run[i]->req->first_token_ns == 0 && e->run[i]->req->lane < lane)
-            lane = e->run[i]->req->lane;
-    if (lane == e->n_lanes) return budget;
-    double room = (double)e->lanes[lane].target_ns / 4 - e->base_ns;
-    double cap = room / e->per_token_ns;
-    if (cap < 64) cap = 64;
-    return cap < budget ? (int)cap : budget;
+    for (int i = 0; i < e->n_lanes; i++) {
+        struct gen_lane *l = &e->lanes[i];
+        if (busy[i] || l->waiting) l->last_busy_ns = now;
+        if (l->last_busy_ns == 0 || now - l->last_busy_ns > INT64_C(1000000000)) continue;
+        if (e->per_token_ns <= 0) break;
+        double cap = ((double)l->target_ns / 4 - e->base_ns) / e->per_token_ns;
+        if (cap < 64) cap = 64;
+        if (cap < budget) budget = (int)cap;
+        break; /* the highest such lane sets it */
+    }
+    return budget;
 }
 
 int rtx__gen_schedule(struct rtx_gen_engine *e, int64_t now) {
-    (void)now;
     e->n_step = 0;
-    int budget = step_budget(e);
+    int budget = step_budget(e, now);
     struct plan_state ps = {.budget = budget};
     bool active[RTX_SCHED_MAX_LANES] = {0};
     int64_t wsum = 0;
