@@ -179,3 +179,19 @@ def overload_server(make_server, tmp_path, **kw):
     d.start()
     hu.wait_http(d)
     return d
+
+
+def serve_generation(work):
+    """A started daemon in `work` serving copies of the example repository's generative model
+    and `simple` (a graph model), for the KServe generation modules; stop it with
+    stop_clean."""
+    d = sh.ServingDaemon(work, repository=sh.copy_repository(work / "models",
+                                                             models=(MODEL, "simple")))
+    d.start()
+    return d
+
+
+def stop_clean(d):
+    """Stops d and fails on anything its teardown reports (a sanitizer report, a bad exit)."""
+    err = d.cleanup()
+    assert not err, f"daemon teardown: {err}"

@@ -19,26 +19,21 @@ import time
 import numpy as np
 import pytest
 
+import gen_util
 import grpc_util as gu
 import http_util as hu
-import serving_harness as sh
 from grpc_util import tg
 
-from tritonclient.utils import InferenceServerException  # noqa: E402
 
-MODEL = "tiny-chat"
+MODEL = gen_util.MODEL
 PROMPT = "The daemon schedules"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    work = tmp_path_factory.mktemp("test_grpc_generate")
-    d = sh.ServingDaemon(work, repository=sh.copy_repository(work / "models",
-                                                             models=(MODEL, "simple")))
-    d.start()
+    d = gen_util.serve_generation(tmp_path_factory.mktemp("test_grpc_generate"))
     yield d
-    err = d.cleanup()
-    assert not err, f"daemon teardown: {err}"
+    gen_util.stop_clean(d)
 
 
 @pytest.fixture(scope="module")

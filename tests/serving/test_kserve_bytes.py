@@ -13,28 +13,24 @@ import struct
 import numpy as np
 import pytest
 
+import gen_util
 import grpc_util as gu
 import http_util as hu
-import serving_harness as sh
 from grpc_util import service_pb2, tg
 
 import tritonclient.http as th  # noqa: E402
 from tritonclient.utils import serialize_byte_tensor  # noqa: E402
 
-MODEL = "tiny-chat"
+MODEL = gen_util.MODEL
 PROMPT = "Streams of bytes, caf\u00e9 \u2615"
 SAMPLING = json.dumps({"temperature": 0, "max_tokens": 12, "ignore_eos": True})
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    work = tmp_path_factory.mktemp("test_kserve_bytes")
-    d = sh.ServingDaemon(work, repository=sh.copy_repository(work / "models",
-                                                             models=(MODEL, "simple")))
-    d.start()
+    d = gen_util.serve_generation(tmp_path_factory.mktemp("test_kserve_bytes"))
     yield d
-    err = d.cleanup()
-    assert not err, f"daemon teardown: {err}"
+    gen_util.stop_clean(d)
 
 
 def packed(*strings):
