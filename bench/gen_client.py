@@ -116,7 +116,15 @@ def read_events(lines, res, clock=time.monotonic):
     of each chunk that carries tokens, an error event, then ttft. A trailing chunk that only
     says finish_reason (no text) is not a token when the chunks outnumber the tokens usage
     reports."""
-    usage_seen, last = False, None
+    state = {"usage_seen": False, "last": None}
+    try:
+        _fold(lines, res, clock, state)
+    finally:  # also when the stream breaks (a request closed at its deadline): count what came
+        _finish(res, state["usage_seen"], state["last"])
+
+
+def _fold(lines, res, clock, state):
+    """read_events' loop: folds lines into res and state (usage seen, the last choice)."""
     for line in lines:
         try:
             ev = sse_data(line)
@@ -134,7 +142,7 @@ def read_events(lines, res, clock=time.monotonic):
             break
         usage = ev.get("usage")
         if usage:
-            usage_seen = True
+            state["usage_seen"] = True
             res.prompt_tokens = int(usage.get("prompt_tokens", 0))
             res.completion_tokens = int(usage.get("completion_tokens", 0))
             details = usage.get("prompt_tokens_details") or {}
@@ -143,7 +151,12 @@ def read_events(lines, res, clock=time.monotonic):
         if choices:
             res.chunks += 1
             res.token_times.append(now)
-            last = (choices[0].get("text") or "", choices[0].get("finish_reason"))
+            state["last"] = (choices[0].get("text") or "", choices[0].get("finish_reason"))
+
+
+def _finish(res, usage_seen, last):
+    """The end of read_events: drops a trailing finish-only chunk, counts tokens without a
+    usage chunk, sets ttft."""
     if (res.completion_tokens and len(res.token_times) > res.completion_tokens and last
             and last[0] == "" and last[1] is not None):
         res.token_times.pop()
