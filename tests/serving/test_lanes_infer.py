@@ -27,8 +27,11 @@ SERVER_KW = {"repository": sh.example_repository(), "control": "explicit",
              "startup": ("mlp_wide", "simple")}
 ROWS = 64           # one full batch per request
 LOAD_S = 5.0        # seconds of offered load
-RT_SHARE = 0.5      # realtime requests per service time
-BATCH_SHARE = 1.5   # batch requests per service time: 2x capacity in all
+# realtime requests per service time: a fifth of capacity, so the realtime lane alone stays
+# within what rtxd serves even when the other test worker slows the CPU down several times
+# over (its queue then fills to the deadline and refusals are right, not a failure of the lanes)
+RT_SHARE = 0.2
+BATCH_SHARE = 1.8   # batch requests per service time: 2x capacity in all
 
 
 @pytest.fixture(scope="module")
