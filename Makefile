@@ -25,10 +25,13 @@ ifeq ($(shell command -v $(NVCC) 2>/dev/null),)
 $(error rtxd: nvcc not found at $(NVCC): install the CUDA toolkit or set CUDA_HOME=/path/to/cuda \
   (every build compiles kernels/cuda/*.cu; no GPU is needed))
 endif
+# onnx.proto of Debian's libonnx-dev, compiled with protoc-c for onnx/ (the ONNX importer)
+ONNX_PROTO := /usr/include/onnx/onnx.proto
+# (protoc-c names the file relative to --proto_path: /usr/include + onnx/onnx.proto)
 PKGS      := libprotobuf-c check grpc sqlite3 openssl inih libuv jansson libh2o libpcre2-8 libutf8proc
 DEPS_OK   := $(shell pkg-config --exists $(PKGS) 2>/dev/null && command -v protoc-c >/dev/null \
                 && [ -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h -o \
-                     -e /usr/include/cblas.h ] && echo yes)
+                     -e /usr/include/cblas.h ] && [ -e $(ONNX_PROTO) ] && echo yes)
 ifneq ($(DEPS_OK),yes)
 $(info rtxd: build dependencies missing; running deploy/install-deps.sh)
 $(shell bash deploy/install-deps.sh >&2)
@@ -109,6 +112,12 @@ LIBSCHED    := $(BUILD)/lib/librtxsched.a
 DEVICE_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard device/*.c))
 LIBDEVICE   := $(BUILD)/lib/librtxdevice.a
 DEVICE_LIBS := $(shell pkg-config --libs openssl 2>/dev/null)
+# onnx/: ONNX models as rtx graphs (onnx.proto from libonnx-dev through protoc-c), used by the
+# job manager (jobs given as ONNX), serving (model.onnx) and rtxrun
+ONNX_PB_C   := $(BUILD)/gen/onnx/onnx.pb-c.c
+ONNX_PB_OBJ := $(BUILD)/obj/gen/onnx/onnx.pb-c.o
+ONNX_OBJ    := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard onnx/*.c)) $(ONNX_PB_OBJ)
+LIBONNX     := $(BUILD)/lib/librtxonnx.a
 # generation/: text generation (decoder checkpoints as rtx graphs, paged KV cache, sampling,
 # the iteration scheduler), used by serving/ for generative models
 GEN_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard generation/*.c))
@@ -160,7 +169,11 @@ deps:
 	bash deploy/install-deps.sh
 
 # Generated code is kept: make would otherwise delete the headers as intermediate files.
-.SECONDARY: $(PROTO_C) $(PROTO_H)
+.SECONDARY: $(PROTO_C) $(PROTO_H) $(ONNX_PB_C) $(ONNX_PB_C:.c=.h)
+$(ONNX_PB_C) $(ONNX_PB_C:.c=.h): $(ONNX_PROTO)
+	@mkdir -p $(BUILD)/gen
+	protoc-c --proto_path=/usr/include --c_out=$(BUILD)/gen onnx/onnx.proto
+
 $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
 	@mkdir -p $(BUILD)/gen
 	protoc-c --proto_path=proto --c_out=$(BUILD)/gen $<
@@ -170,7 +183,7 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -Wno-shadow -c $< -o $@
 
 $(BUILD)/obj/daemon/%.o: CFLAGS += -DRTX_BUILD_ID='"$(shell git describe --always --dirty 2>/dev/null || echo dev)"'
-$(BUILD)/obj/%.o: %.c | $(PROTO_H)
+$(BUILD)/obj/%.o: %.c | $(PROTO_H) $(ONNX_PB_C:.c=.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -204,11 +217,15 @@ $(LIBDEVICE): $(DEVICE_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+$(LIBONNX): $(ONNX_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
 $(LIBGEN): $(GEN_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) $(LIBGEN) $(LIBFORMATS) $(LIBSCHED) \
+$(BUILD)/bin/rtxd: $(DAEMON_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) $(LIBGEN) $(LIBONNX) $(LIBFORMATS) $(LIBSCHED) \
                   $(LIBDEVICE) $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS) $(SERVING_LIBS) $(FORMATS_LIBS) $(DEVICE_LIBS) \
@@ -249,7 +266,7 @@ $(BUILD)/bin/client-example: examples/client-example.c client/rtx.h $(LIBCLIENT_
 	$(CC) -std=c11 $(WARN) -O2 -g $(LDFLAGS) -Iclient -o $@ $< -L$(BUILD)/lib -lrtx \
 	  -Wl,-rpath,$(abspath $(BUILD)/lib)
 
-$(BUILD)/bin/rtxrun: $(BUILD)/obj/tools/rtxrun.o $(LIBRT)
+$(BUILD)/bin/rtxrun: $(BUILD)/obj/tools/rtxrun.o $(LIBONNX) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
@@ -268,7 +285,8 @@ $(BUILD)/bin/make-examples: $(BUILD)/obj/examples/make-examples.o $(LIBRT)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bin/rtx-unit-tests: $(TEST_OBJ) $(DAEMON_LIB_OBJ) $(SVC_PB_OBJ) $(LIBSERVING) \
-                            $(LIBGEN) $(LIBFORMATS) $(LIBSCHED) $(LIBDEVICE) $(LIBSTORE) $(LIBRT)
+                            $(LIBGEN) $(LIBONNX) $(LIBFORMATS) $(LIBSCHED) $(LIBDEVICE) $(LIBSTORE) \
+                            $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(DAEMON_LIBS) $(SERVING_LIBS) $(FORMATS_LIBS) \
 	  $(DEVICE_LIBS) $(LDLIBS) $(CUDA_LIBS)
@@ -283,7 +301,7 @@ $(BUILD)/bin/rtx-gpu-linalg-tests: $(GPU_LINALG_TEST_OBJ) $(GPU_UTIL_OBJ) $(LIBR
 
 $(GPU_JOBS_TEST_OBJ): CFLAGS += $(CUDA_CFLAGS)
 $(BUILD)/bin/rtx-gpu-jobs-tests: $(GPU_JOBS_TEST_OBJ) $(GPU_UTIL_OBJ) $(JOBS_OBJ) \
-                                 $(BUILD)/obj/daemon/log.o $(SVC_PB_OBJ) $(LIBSCHED) \
+                                 $(BUILD)/obj/daemon/log.o $(SVC_PB_OBJ) $(LIBONNX) $(LIBSCHED) \
                                  $(LIBDEVICE) $(LIBSTORE) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS) $(shell pkg-config --libs inih 2>/dev/null) \

@@ -7,7 +7,7 @@
 set -euo pipefail
 pkgs=(build-essential pkg-config protobuf-c-compiler libprotobuf-c-dev check libsubunit-dev
       libopenblas-dev libgrpc-dev libsqlite3-dev libssl-dev libinih-dev libuv1-dev
-      libh2o-dev libjansson-dev libpcre2-dev libutf8proc-dev libb64-0d
+      libh2o-dev libjansson-dev libpcre2-dev libutf8proc-dev libonnx-dev libb64-0d
       python3 python3-venv python3-pip
       curl
       valgrind)

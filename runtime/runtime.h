@@ -382,6 +382,14 @@ struct rtx_limits rtx_limits_default(void);
 int rtx_graph_validate(const struct rtx_graph *g, const struct rtx_limits *lim,
                        struct rtx_err *err);
 
+/* Infers the dtype and shape of node `node`'s outputs from its inputs' values (which must
+ * have known dtype and dims: inputs with a declared shape, initializers, or outputs of nodes
+ * inferred before) and stores them in the output values. Checks the node's attributes and
+ * the per-tensor limits; errors name the node. For builders that need every shape as they
+ * go (the ONNX importer). */
+int rtx_graph_infer_node(struct rtx_graph *g, int node, const struct rtx_limits *lim,
+                         struct rtx_err *err);
+
 /* ------------------------------------------------------------------------------------------
  * Wire format (proto/rtx/v1/graph.proto)
  * ---------------------------------------------------------------------------------------- */

@@ -381,3 +381,55 @@ int rtx_graph_validate(const struct rtx_graph *g, const struct rtx_limits *lim,
     rtx_free(order);
     return rc;
 }
+
+int rtx_graph_infer_node(struct rtx_graph *g, int node, const struct rtx_limits *lim,
+                         struct rtx_err *err) {
+    struct rtx_limits dl = rtx_limits_default();
+    if (!lim) lim = &dl;
+    if (!g || node < 0 || node >= g->n_nodes)
+        return rtx_err_set(err, RTX_EINVAL, "rtx_graph_infer_node: no node %d", node);
+    const struct rtx_node *n = &g->nodes[node];
+    const struct rtx__op_info *info = rtx__op_info(n->op);
+    char label[96];
+    rtx__node_label(g, node, label, sizeof label);
+    int rc = rtx__check_attrs(n, err);
+    if (rc) return rtx_err_prefix(err, "%s (%s)", label, info->name);
+    if (n->n_inputs < info->min_inputs || (info->max_inputs >= 0 && n->n_inputs > info->max_inputs))
+        return rtx_err_set(err, RTX_EGRAPH, "%s (%s): %d inputs", label, info->name, n->n_inputs);
+    struct rtx__shape *shapes = rtx_calloc((size_t)n->n_inputs + 1, sizeof *shapes);
+    const struct rtx__shape **in = rtx_calloc((size_t)n->n_inputs + 1, sizeof *in);
+    struct rtx__shape out[4];
+    memset(out, 0, sizeof out);
+    if (!shapes || !in || n->n_outputs > 4) {
+        rc = rtx_err_set(err, RTX_ENOMEM, "out of memory inferring %s", label);
+        goto done;
+    }
+    for (int j = 0; j < n->n_inputs; j++) {
+        if (n->inputs[j] < 0) continue;
+        const struct rtx_value *v = &g->values[n->inputs[j]];
+        if (v->ndim < 0) {
+            rc = rtx_err_set(err, RTX_EGRAPH, "%s (%s): input '%s' has no known shape", label,
+                             info->name, v->name);
+            goto done;
+        }
+        shapes[j].dtype = v->dtype;
+        shapes[j].ndim = v->ndim;
+        memcpy(shapes[j].dims, v->dims, sizeof v->dims);
+        in[j] = &shapes[j];
+    }
+    rc = info->infer(n, in, n->n_inputs, out, err);
+    for (int o = 0; !rc && o < n->n_outputs; o++) {
+        struct rtx_value *v = &g->values[n->outputs[o]];
+        char what[160];
+        snprintf(what, sizeof what, "output '%s'", v->name);
+        rc = check_tensor_limits(lim, out[o].dtype, out[o].ndim, out[o].dims, what, err);
+        v->dtype = out[o].dtype;
+        v->ndim = out[o].ndim;
+        memcpy(v->dims, out[o].dims, sizeof v->dims);
+    }
+    if (rc) rtx_err_prefix(err, "%s (%s)", label, info->name);
+done:
+    rtx_free(shapes);
+    rtx_free(in);
+    return rc;
+}
