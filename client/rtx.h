@@ -98,7 +98,7 @@ enum rtx_client_errno {
 struct rtx_client_err {
     int code;
     int grpc_status;
-    char msg[256];
+    char msg[1024];
 };
 
 /* The fixed message of a code ("not found", ...). Never NULL; unknown codes give

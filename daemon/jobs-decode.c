@@ -156,7 +156,11 @@ static int prepare_onnx(const Rtx__V1__SubmitRequest *m, const struct rtx_limits
     struct rtx_onnx_model *om = NULL;
     int rc = rtx_onnx_load_buffer(m->onnx_model.data, m->onnx_model.len, NULL, "onnx_model",
                                   lim, &om, err);
-    if (rc < 0) return rc == RTX_ENOMEM ? rc : RTX_EINVAL;
+    /* a model rtxd cannot run is the request's problem: INVALID_ARGUMENT */
+    if (rc < 0) {
+        if (rc != RTX_ENOMEM && err) err->code = RTX_EINVAL;
+        return rc == RTX_ENOMEM ? rc : RTX_EINVAL;
+    }
     struct rtx_graph *sig = NULL;
     if ((rc = rtx_graph_new(rtx_onnx_graph_name(om), &sig, err)) < 0) goto out;
     for (int i = 0; i < rtx_onnx_n_inputs(om) && rc >= 0; i++) {
@@ -174,7 +178,10 @@ static int prepare_onnx(const Rtx__V1__SubmitRequest *m, const struct rtx_limits
                               &p->graph, err);
     if (rc < 0) {
         rtx_err_prefix(err, "onnx_model");
-        if (rc != RTX_ENOMEM) rc = RTX_EINVAL;
+        if (rc != RTX_ENOMEM) {
+            rc = RTX_EINVAL;
+            if (err) err->code = rc;
+        }
     }
 out:
     rtx_graph_free(sig);
