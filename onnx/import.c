@@ -36,7 +36,10 @@ static const char *op_type(const struct ox *c) {
 
 struct rtx_value *ox_value(struct ox *c, const char *name) {
     int i = rtx_graph_find_value(c->g, name);
-    return i < 0 ? NULL : &c->g->values[i];
+    if (i < 0) return NULL;
+    struct rtx_value *v = &c->snap[c->snap_next++ % (int)(sizeof c->snap / sizeof c->snap[0])];
+    *v = c->g->values[i];
+    return v;
 }
 
 bool ox_has_in(const struct ox *c, int i) {
@@ -316,7 +319,8 @@ int ox_node(struct ox *c, const char *op, const char *const *ins, int n_in, cons
     for (int j = 0; j < n_in; j++)
         if (!ins[j]) return rtx_err_set(err, RTX_ENOMEM, "out of memory lowering '%s'",
                                         node_name(c));
-    if (ox_value(c, out) && c->g->values[rtx_graph_find_value(c->g, out)].producer >= 0)
+    const struct rtx_value *prev = ox_value(c, out);
+    if (prev && prev->producer >= 0)
         return rtx_err_set(err, RTX_EFORMAT, "node '%s' (%s): value '%s' is written twice",
                            node_name(c), op_type(c), out);
     return rtx_graph_add_node(c->g, op, node_name(c), ins, n_in, &out, 1, err);

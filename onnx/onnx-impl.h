@@ -87,9 +87,14 @@ struct ox {
     int fresh;                      /* counter of generated value names */
     char **names;                   /* generated names (freed with the context) */
     int n_names, cap_names;
+    /* copies of work-graph values handed to lowerings: the graph's value array moves when
+     * nodes add values, a copy (its name and constant stay put) does not */
+    struct rtx_value snap[128];
+    int snap_next;
 };
 
-/* The work graph's value named name (NULL when none). */
+/* The work graph's value named name (NULL when none): a copy, valid while the current node
+ * is lowered (the next 127 lookups do not reuse its slot); read-only. */
 struct rtx_value *ox_value(struct ox *c, const char *name);
 /* The value of input i of the current node: NULL (and RTX_EGRAPH) when absent and required. */
 struct rtx_value *ox_in(struct ox *c, int i, struct rtx_err *err);
