@@ -301,14 +301,18 @@ static void pool_chunk_f32(const struct pool_job *j, int64_t begin, int64_t end)
                 taps(ws, w->dw, w->kw, w->W, &w0, &w1);
                 float v;
                 if (j->is_max) {
+                    /* branch-free: a data-dependent branch per tap mispredicts half the time */
                     v = -INFINITY;
+                    int nan = 0;
                     for (int64_t kh = h0; kh < h1; kh++) {
                         const float *row = x + (hs + kh * w->dh) * w->W + ws;
                         for (int64_t kw = w0; kw < w1; kw++) {
                             float e = row[kw * w->dw];
-                            if (e > v || e != e) v = e; /* NaN wins, as NumPy */
+                            v = e > v ? e : v;
+                            nan |= e != e;
                         }
                     }
+                    if (nan) v = NAN; /* NaN wins, as NumPy */
                 } else {
                     int64_t he = hs + w->kh < w->H + w->pb ? hs + w->kh : w->H + w->pb;
                     int64_t we = ws + w->kw < w->W + w->pr ? ws + w->kw : w->W + w->pr;
