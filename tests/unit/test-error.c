@@ -29,7 +29,7 @@ END_TEST
 
 START_TEST(err_messages_truncate_safely) {
     struct rtx_err err;
-    char big[600];
+    char big[sizeof err.msg + 600];
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     rtx_err_set(&err, RTX_EINVAL, "%s", big);

@@ -492,7 +492,7 @@ struct fault_ctx {
     struct rtx_store *s;
     int round, thread;
     int rc[FAULT_INSERTS];
-    char msg[FAULT_INSERTS][256];
+    char msg[FAULT_INSERTS][sizeof ((struct rtx_err *)0)->msg];
 };
 
 static void *fault_thread(void *arg) {
