@@ -29,6 +29,7 @@
 
 #include "kernels/cpu/backend-cpu.h"
 #include "kernels/cuda/backend-cuda.h"
+#include "onnx/onnx.h"
 #include "runtime/backend.h"
 #include "runtime/runtime.h"
 
@@ -43,8 +44,9 @@ enum {
 #define SHOW_VALUES 8 /* values printed per output */
 
 static const char usage_text[] =
-    "usage: rtxrun GRAPH.rtxg [options]\n"
-    "Runs a graph on the CPU backend or a CUDA device.\n"
+    "usage: rtxrun GRAPH.rtxg|MODEL.onnx [options]\n"
+    "Runs a graph, or an ONNX model instantiated for its inputs' shapes, on the CPU\n"
+    "backend or a CUDA device.\n"
     "\n"
     "  --input NAME=FILE.npy  bind graph input NAME to an .npy file (repeatable)\n"
     "  --random-inputs        fill inputs not given with --input with random data\n"
@@ -58,7 +60,8 @@ static const char usage_text[] =
     "  --warmup N             untimed runs first (default 0)\n"
     "  --repeat N             timed runs (default 1); outputs come from the last\n"
     "  --json                 print one JSON object instead of text\n"
-    "  --batch-dir DIR        run every case directory DIR/CASE (CASE/graph.rtxg, inputs\n"
+    "  --batch-dir DIR        run every case directory DIR/CASE (CASE/graph.rtxg or\n"
+    "                         CASE/model.onnx, inputs\n"
     "                         CASE/inputs/NAME.npy, outputs to CASE/out/) in one process;\n"
     "                         no GRAPH, --input or --output-dir (see docs/rtxrun.md)\n"
     "  --quiet                do not list the outputs (timing and memory still print)\n"
@@ -525,6 +528,14 @@ static void report_json(const struct run *r, struct timing tm) {
     }
     printf("], \"time_ms\": {\"median\": %.6f, \"min\": %.6f, \"max\": %.6f, \"runs\": %d}",
            tm.median, tm.min, tm.max, r->opt.repeat);
+    fputs(", \"ops\": {", stdout); /* node count per op: what the graph runs */
+    int n_ops = 0;
+    for (int op = 0; op < RTX_OP_COUNT; op++) {
+        int k = 0;
+        for (int i = 0; i < g->n_nodes; i++) k += g->nodes[i].op == (enum rtx_op)op;
+        if (k) printf("%s\"%s\": %d", n_ops++ ? ", " : "", rtx_op_name((enum rtx_op)op), k);
+    }
+    putchar('}');
     printf(", \"peak_bytes\": %zu, \"arena_bytes\": %zu, \"unplanned_bytes\": %zu}\n",
            r->peak_bytes, rtx_plan_arena_bytes(r->plan), rtx_plan_unplanned_bytes(r->plan));
 }
@@ -585,19 +596,64 @@ static int execute(struct run *r) {
     return EXIT_OK;
 }
 
-static int run_graph(struct run *r) {
+static bool is_onnx_path(const char *path) {
+    size_t n = strlen(path);
+    return n > 5 && !strcmp(path + n - 5, ".onnx");
+}
+
+/* An ONNX model: its inputs bound through a graph that only declares them (symbolic
+ * dimensions -1), then the model instantiated for those inputs' shapes. */
+static int load_onnx(struct run *r, const struct rtx_limits *lim) {
     struct rtx_err err = {0};
-    struct rtx_limits lim = rtx_limits_default();
-    if (rtx_graph_load_file(r->opt.graph_path, &lim, &r->g, &err) < 0) {
+    struct rtx_onnx_model *m = NULL;
+    if (rtx_onnx_load_file(r->opt.graph_path, lim, &m, &err) < 0) {
         fail("%s", err.msg);
         return EXIT_GRAPH;
     }
-    if (rtx_graph_validate(r->g, &lim, &err) < 0) {
-        fail("%s: %s", r->opt.graph_path, err.msg);
-        return EXIT_GRAPH;
+    int rc = EXIT_OK;
+    if (rtx_graph_new(rtx_onnx_graph_name(m), &r->g, &err) < 0) rc = EXIT_EXEC;
+    for (int i = 0; rc == EXIT_OK && i < rtx_onnx_n_inputs(m); i++) {
+        const struct rtx_onnx_io *io = rtx_onnx_input(m, i);
+        if (rtx_graph_add_input(r->g, io->name, io->dtype, io->ndim, io->dims, &err) < 0)
+            rc = EXIT_GRAPH;
+    }
+    if (rc == EXIT_OK && !(r->inputs = calloc((size_t)r->g->n_inputs + 1, sizeof *r->inputs)))
+        rc = EXIT_EXEC;
+    if (rc == EXIT_OK) rc = bind_inputs(r);
+    struct rtx_graph *g = NULL;
+    if (rc == EXIT_OK &&
+        rtx_onnx_instantiate(m, (const struct rtx_tensor *const *)r->inputs, r->g->n_inputs, lim,
+                             &g, &err) < 0) {
+        fail("%s", err.msg);
+        rc = EXIT_GRAPH;
+    }
+    if (rc == EXIT_EXEC) fail("%s: %s", r->opt.graph_path, err.msg[0] ? err.msg : "out of memory");
+    if (g) {
+        rtx_graph_free(r->g);
+        r->g = g;
+    }
+    rtx_onnx_free(m);
+    return rc;
+}
+
+static int run_graph(struct run *r) {
+    struct rtx_err err = {0};
+    struct rtx_limits lim = rtx_limits_default();
+    int rc;
+    if (is_onnx_path(r->opt.graph_path)) {
+        if ((rc = load_onnx(r, &lim)) != EXIT_OK) return rc;
+    } else {
+        if (rtx_graph_load_file(r->opt.graph_path, &lim, &r->g, &err) < 0) {
+            fail("%s", err.msg);
+            return EXIT_GRAPH;
+        }
+        if (rtx_graph_validate(r->g, &lim, &err) < 0) {
+            fail("%s: %s", r->opt.graph_path, err.msg);
+            return EXIT_GRAPH;
+        }
+        r->inputs = calloc((size_t)r->g->n_inputs + 1, sizeof *r->inputs);
     }
     const struct rtx_graph *g = r->g;
-    r->inputs = calloc((size_t)g->n_inputs + 1, sizeof *r->inputs);
     r->outputs = calloc((size_t)g->n_outputs + 1, sizeof *r->outputs);
     r->files = calloc((size_t)g->n_outputs + 1, sizeof *r->files);
     r->times_ms = calloc((size_t)r->opt.repeat, sizeof *r->times_ms);
@@ -605,8 +661,7 @@ static int run_graph(struct run *r) {
         fail("out of memory");
         return EXIT_EXEC;
     }
-    int rc = bind_inputs(r);
-    if (rc != EXIT_OK) return rc;
+    if (!is_onnx_path(r->opt.graph_path) && (rc = bind_inputs(r)) != EXIT_OK) return rc;
     if (rtx_plan_new(g, (const struct rtx_tensor *const *)r->inputs, g->n_inputs, &lim, &r->plan,
                      &err) < 0) {
         fail("%s: %s", r->opt.graph_path, err.msg);
@@ -807,7 +862,13 @@ static int batch_case(const struct options *opt, const char *name, struct rtx_ba
     r.opt.batch_dir = NULL;
     struct names paths = {0};
     char *case_dir = path_join(opt->batch_dir, name);
-    char *graph = case_dir ? path_join(case_dir, "graph.rtxg") : NULL;
+    /* the case's graph: graph.rtxg, or an ONNX model as model.onnx */
+    char *graph = case_dir ? path_join(case_dir, "model.onnx") : NULL;
+    struct stat st;
+    if (graph && stat(graph, &st) != 0) {
+        free(graph);
+        graph = path_join(case_dir, "graph.rtxg");
+    }
     char *out_dir = case_dir ? path_join(case_dir, "out") : NULL;
     if (!case_dir || !graph || !out_dir) {
         fail("out of memory");
