@@ -80,6 +80,8 @@ def make_model(nodes, inputs, outputs, inits=(), opset=17, name="g", infer=True,
             vis.append(value_info(nm, elem_of(a), shape))
         else:
             vis.append(i)
+    if not infer and any(isinstance(o, str) for o in outputs):
+        raise ValueError("outputs named without a type need infer=True")
     outs = [helper.make_value_info(o, onnx.TypeProto()) if isinstance(o, str) else o
             for o in outputs]
     tensors = [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()]
@@ -144,8 +146,9 @@ def ort_run(model, feeds, threads=1):
 
 class Case:
     """One model and its inputs. kind: 'exact' (every output compared exactly, floats too),
-    'ew', 'sum' or 'model' (float tolerance, see ATOL_FRAC). f16: the reference is the
-    float32 model's output rounded to float16."""
+    'ew', 'sum' or 'model' (float tolerance, see ATOL_FRAC). f16: onnxruntime runs the model
+    as it is where it has the f16 kernels; where it has not (NOT_IMPLEMENTED), the reference
+    is the float32 model's output rounded to float16."""
 
     def __init__(self, cid, model, feeds, kind="ew", what="", fused=None):
         self.id, self.model, self.kind = cid, model, kind
@@ -174,12 +177,18 @@ class Case:
             o.type.tensor_type.elem_type == F16 for o in self.model.graph.output)
         if not has16:
             return ort_run(self.model, self.feeds)
+        try:
+            return ort_run(self.model, self.feeds)
+        except Exception as e:  # noqa: BLE001 - only a missing f16 kernel falls through
+            if "NOT_IMPLEMENTED" not in str(e):
+                raise
         feeds = {k: (v.astype(np.float32) if v.dtype == np.float16 else v)
                  for k, v in self.feeds.items()}
         out = ort_run(to_f32_model(self.model), feeds)
         for o in self.model.graph.output:
             if o.type.tensor_type.elem_type == F16:
-                out[o.name] = out[o.name].astype(np.float16)
+                with np.errstate(over="ignore"):
+                    out[o.name] = out[o.name].astype(np.float16)
         return out
 
 

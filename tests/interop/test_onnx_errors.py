@@ -124,13 +124,17 @@ def test_wrong_wire_types(tmp_path):
 def test_attribute_of_the_wrong_type(tmp_path):
     n = helper.make_node("Softmax", ["x"], ["y"], name="sm")
     n.attribute.append(helper.make_attribute("axis", "1"))  # a string where an int belongs
-    m = om.make_model([n], [om.value_info("x", om.F32, [2, 4])], ["y"], infer=False)
+    y = om.value_info("y", om.F32, [2, 4])
+    m = om.make_model([n], [om.value_info("x", om.F32, [2, 4])], [y], infer=False)
     expect(run_model(tmp_path, m, X24), GRAPH, "axis", "sm")
-    # an attribute whose declared type is not the field it fills
+
+
+def test_attribute_whose_type_is_not_the_field_it_fills(tmp_path):
     n = helper.make_node("Gemm", ["x", "w"], ["y"], name="gm")
     a = n.attribute.add()
     a.name, a.type, a.f = "transB", onnx.AttributeProto.INT, 1.0
-    m = om.make_model([n], [om.value_info("x", om.F32, [2, 4])], ["y"],
+    m = om.make_model([n], [om.value_info("x", om.F32, [2, 4])],
+                      [om.value_info("y", om.F32, [2, 3])],
                       {"w": np.ones((4, 3), np.float32)}, infer=False)
     expect(run_model(tmp_path, m, X24, name="gemm.onnx"), GRAPH, "transB", "gm")
 

@@ -70,6 +70,26 @@ def test_model_against_onnxruntime(c, batch):
     om.check_outputs(c, res, root)
 
 
+# The transformers' decomposed patterns run as fused rtx ops (rtxrun --json `ops`): every
+# layer norm, the GELU and the attention; none of their pieces is left.
+FUSED = {"bert": {"layer_norm": 3, "gelu": 1, "attention": 1},
+         "gpt2": {"layer_norm": 3, "gelu": 1, "attention": 1}}
+PIECES = {"reduce_mean", "sqrt", "pow", "erf", "softmax", "div"}
+
+
+@pytest.mark.parametrize("c", [c for c in CASES if c.id.split("-")[0] in FUSED], ids=str)
+def test_transformer_patterns_are_fused(c, batch):
+    res, _ = batch
+    bad = om.rtx_failure_text(res, c.id)
+    assert bad is None, f"{c.describe()}: {bad}"
+    ops = res[c.id]["ops"]
+    for op, n in FUSED[c.id.split("-")[0]].items():
+        assert ops.get(op) == n, f"{c.id}: {n} x {op} expected, ops {ops}"
+    assert not set(ops) & PIECES, f"{c.id}: unfused pieces {set(ops) & PIECES} in {ops}"
+    if c.id.startswith("gpt2"):
+        assert "tanh" not in ops, f"{c.id}: the tanh GELU left a tanh: {ops}"
+
+
 def test_models_use_what_they_claim():
     """The test models hold the operators and patterns their descriptions promise (so that a
     passing comparison covers them)."""

@@ -136,6 +136,15 @@ for op, (lo, hi) in UNARY.items():
     if op in ("Neg", "Abs", "Relu", "Exp", "Tanh", "Sigmoid", "Sqrt"):
         cid = f"{op}-f16"
         one(cid, op, {"x": uni(R(cid), [3, 9], lo, min(hi, 4), np.float16)})
+# IEEE special values: infinities, signed zeros, overflow and underflow (no NaN inputs:
+# onnxruntime's vectorized tanh/exp clamp their argument, so NaN in is not NaN out there)
+SPECIAL = np.array([-np.inf, -100.0, -20.0, -1e-30, -0.0, 0.0, 1e-30, 20.0, 100.0, np.inf],
+                   np.float32)
+for op in ("Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Erf", "Relu", "Sigmoid"):
+    one(f"{op}-f32-special", op, {"x": SPECIAL})
+cid = "Div-f32-by-zero"
+one(cid, "Div", {"a": np.array([1, -1, 0, 2, np.inf, -3], np.float32),
+                 "b": np.array([0, 0, 0, -0.0, 0, np.inf], np.float32)})
 for op in ("Neg", "Abs"):
     for dt in (np.int32, np.int64):
         cid = f"{op}-{np.dtype(dt).name}"
@@ -181,6 +190,8 @@ CASTS = [
     ("i8-i32", ints(_cr, [8], -128, 127, np.int8), TensorProto.INT32),
     ("i64-bool", i64(0, 3, -1, 0, 9), TensorProto.BOOL),
     ("f32-f32", uni(_cr, [4], -1, 1), TensorProto.FLOAT),
+    ("f32-f16-overflow", np.array([1e5, -1e5, 65504, 65520, 1e-8, -np.inf, 2.0**-24],
+                                  np.float32), TensorProto.FLOAT16),
 ]
 for name, x, to in CASTS:
     one(f"Cast-{name}", "Cast", {"x": x}, attrs={"to": to}, kind="exact")
@@ -584,6 +595,39 @@ for op in ("GlobalAveragePool", "GlobalMaxPool"):
             kind="exact" if op == "GlobalMaxPool" else "sum", sym=(0,) if i == 2 else ())
 
 # ------------------------------------------------------------------------------------------
+# Larger shapes (the CPU backend splits these across its threads)
+# ------------------------------------------------------------------------------------------
+
+cid = "Large-Add-broadcast"
+one(cid, "Add", {"a": uni(R(cid), [256, 513]), "b": uni(R(cid), [513])}, sym=(0,))
+cid = "Large-Softmax"
+one(cid, "Softmax", {"x": uni(R(cid), [64, 1000], -8, 8)}, attrs={"axis": -1}, kind="sum")
+cid = "Large-MatMul"
+one(cid, "MatMul", {"a": uni(R(cid), [128, 256])}, {"b": uni(R(cid), [256, 192])},
+    kind="sum", sym=(0,))
+cid = "Large-ReduceSum-axis0"
+one(cid, "ReduceSum", {"x": uni(R(cid), [300, 257])}, {"axes": i64(0)},
+    attrs={"keepdims": 0}, kind="sum")
+cid = "Large-Transpose"
+one(cid, "Transpose", {"x": uni(R(cid), [64, 65, 33])}, attrs={"perm": [2, 0, 1]},
+    kind="exact")
+cid = "Large-Conv"
+one(cid, "Conv", {"x": uni(R(cid), [2, 16, 32, 32])},
+    {"w": om.weight(R(cid), [32, 16, 3, 3], 144), "b": uni(R(cid), [32])},
+    attrs={"pads": [1, 1, 1, 1]}, kind="sum", sym=(0,))
+cid = "Large-MaxPool"
+one(cid, "MaxPool", {"x": uni(R(cid), [2, 16, 32, 32])},
+    attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, kind="exact")
+cid = "Large-LayerNormalization"
+one(cid, "LayerNormalization", {"x": uni(R(cid), [64, 768], -3, 3)},
+    {"scale": uni(R(cid), [768], 0.5, 1.5), "bias": uni(R(cid), [768])},
+    attrs={"axis": -1}, opset=17, kind="sum", sym=(0,))
+cid = "Large-Gather-embedding"
+one(cid, "Gather", {"table": uni(R(cid), [1000, 64]),
+                    "ids": ints(R(cid), [8, 128], -1000, 999)}, attrs={"axis": 0},
+    kind="exact")
+
+# ------------------------------------------------------------------------------------------
 # The shape sub-graph at three batch sizes, and decomposed patterns
 # ------------------------------------------------------------------------------------------
 
@@ -601,7 +645,8 @@ for batch in (1, 3, 8):
     cid = f"ShapeChain-batch{batch}"
     model_case(cid, shape_chain_nodes(), {"x": uni(R(cid), [batch, 4, 6])}, ["y"],
                {"zero": np.array(0, np.int64), "axes0": i64(0), "rest": i64(24),
-                "two": np.float32(2.0)}, opset=13 + 5 * (batch % 3), sym=(0,))
+                "two": np.float32(2.0)}, opset=13 + 5 * (batch % 3), sym=(0,),
+               fused=(None, {"gather", "concat", "unsqueeze", "cast"}))
 
 
 def decomposed(cid, opset, build, feeds, outs, kind, fused, sym=(0,)):
@@ -612,11 +657,13 @@ def decomposed(cid, opset, build, feeds, outs, kind, fused, sym=(0,)):
     CASES.append(Case(cid, m, feeds, kind, fused=fused))
 
 
+# fused: (the fused rtx op, the rtx ops of its pieces that must not run)
 for opset in (13, 17, 18):
     cid = f"LayerNorm-decomposed-op{opset}"
     decomposed(cid, opset, lambda n, o=opset: n.layer_norm_decomposed("x", 16, "ln", 1e-5, o,
                                                                      out="y"),
-               {"x": uni(R(cid), [2, 5, 16], -3, 3)}, ["y"], "sum", "layer_norm")
+               {"x": uni(R(cid), [2, 5, 16], -3, 3)}, ["y"], "sum",
+               ("layer_norm", {"reduce_mean", "sub", "pow", "sqrt", "div"}))
 for form in ("erf", "tanh"):
     for opset in (13, 18):
         cid = f"Gelu-decomposed-{form}-op{opset}"
@@ -625,7 +672,7 @@ for form in ("erf", "tanh"):
             y = n.gelu_erf("x") if form == "erf" else n.gelu_tanh("x")
             n.op("Identity", [y], outs=["y"], name="out")
         decomposed(cid, opset, gelu, {"x": uni(R(cid), [3, 7, 16], -6, 6)}, ["y"], "ew",
-                   "gelu")
+                   ("gelu", {"erf", "tanh", "pow", "div", "mul", "add"}))
 
 
 def attention(n, mask=None, scale_mul=False):
@@ -667,7 +714,8 @@ for variant in ("plain", "mask", "mask-broadcast", "causal-const", "mul-scale"):
         elif variant == "mask-broadcast":
             feeds["mask"] = np.where(np.arange(S) < S - 2, 0.0, -np.inf).astype(
                 np.float32).reshape(1, 1, 1, S)
-        decomposed(cid, opset, build, feeds, ["y"], "sum", "attention")
+        decomposed(cid, opset, build, feeds, ["y"], "sum",
+                   ("attention", {"softmax", "matmul", "transpose", "div", "mul"}))
 
 
 # ------------------------------------------------------------------------------------------
@@ -696,3 +744,23 @@ def test_the_batch_ran_every_case(batch):
 def test_op_against_onnxruntime(c, batch):
     res, root = batch
     om.check_outputs(c, res, root)
+
+
+FUSED = [c for c in CASES if c.fused]
+
+
+@pytest.mark.parametrize("c", FUSED, ids=str)
+def test_pattern_is_fused(c, batch):
+    """rtxrun --json's `ops` (the rtx ops the graph runs): a decomposed layer norm, GELU or
+    attention runs as the one fused op, none of its pieces left; the shape sub-graph is
+    folded (only the reshape and the scale run)."""
+    res, _ = batch
+    bad = om.rtx_failure_text(res, c.id)
+    assert bad is None, f"{c.describe()}: {bad}"
+    ops = res[c.id].get("ops")
+    assert ops is not None, f"{c.id}: no 'ops' in rtxrun --json: {res[c.id]}"
+    want, pieces = c.fused
+    if want:
+        assert ops.get(want) == 1, f"{c.describe()}: {want} not fused: ops {ops}"
+    left = sorted(set(ops) & pieces)
+    assert not left, f"{c.describe()}: pieces {left} still run (ops {ops})"
