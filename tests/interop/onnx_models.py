@@ -25,6 +25,7 @@ import fcntl
 import json
 import math
 import os
+import subprocess
 import zlib
 from pathlib import Path
 
@@ -210,11 +211,29 @@ def write_case(root, c):
 
 def run_batch(root, extra=(), timeout=None):
     """One rtxrun --batch-dir --json process over root: {case: its result line}, plus
-    '_summary' and '_run' (the RunResult)."""
-    r = rg.rtxrun_raw(["--batch-dir", root, "--json", "--threads", "2"] + list(extra),
-                      timeout=timeout or BATCH_TIMEOUT_S)
-    res = {"_run": {"rc": r.rc, "stderr": r.stderr[-4000:], "stdout": r.stdout[-2000:]}}
-    for line in r.stdout.splitlines():
+    '_summary' (the batch line) and '_run' (exit status, stderr's tail, and what went wrong
+    with the process itself: a hang, a signal, a sanitizer report). The process's own
+    failures are recorded, not raised, so that every case still reports what it got; the
+    batch tests assert that the process was clean (assert_batch_clean)."""
+    cmd = [str(rg.rtxrun_path()), "--batch-dir", str(root), "--json", "--threads", "2"] + \
+        [str(a) for a in extra]
+    timeout = timeout or BATCH_TIMEOUT_S
+    try:
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           errors="replace", timeout=timeout)
+        rc, out, err, problem = p.returncode, p.stdout, p.stderr, None
+    except subprocess.TimeoutExpired as e:
+        rc, problem = None, f"hung (killed after {timeout:g} s)"
+        out = e.stdout.decode("utf-8", "replace") if isinstance(e.stdout, bytes) else ""
+        err = e.stderr.decode("utf-8", "replace") if isinstance(e.stderr, bytes) else ""
+    if rc is not None and (rc < 0 or rc >= 128):
+        problem = f"killed by a signal (exit {rc})"
+    marks = [m for m in rg.SANITIZER_MARKS if m in err]
+    if marks:
+        problem = f"sanitizer report ({', '.join(marks)})"
+    res = {"_run": {"rc": rc, "problem": problem, "cmd": " ".join(cmd),
+                    "stderr": err[:6000] if marks else err[-4000:]}}
+    for line in out.splitlines():
         if not line.strip():
             continue
         try:
@@ -260,12 +279,26 @@ def shared_batch(tmp_path_factory, name, cases_fn, extra=()):
     return json.loads(done.read_text()), root
 
 
+def assert_batch_clean(res, n_cases):
+    """The batch process ended by itself, without a sanitizer report, and reported every
+    case."""
+    run = res["_run"]
+    assert run["problem"] is None, f"rtxrun --batch-dir: {run['problem']}: {run['cmd']}\n" \
+                                   f"{run['stderr']}"
+    assert run["rc"] in (0, 1), f"rtxrun --batch-dir exit {run['rc']}: {run['stderr']}"
+    s = res.get("_summary")
+    assert s is not None, f"no batch summary line: {run}"
+    assert s["cases"] == n_cases, s
+    assert not res.get("_bad_lines"), res["_bad_lines"][:5]
+
+
 def rtx_failure_text(res, cid):
     r = res.get(cid)
     if r is None:
         run = res.get("_run", {})
-        return (f"no result line for case {cid} (rtxrun exit {run.get('rc')}; stderr "
-                f"{run.get('stderr', '')[-1500:]!r})")
+        return (f"no result line for case {cid} (rtxrun exit {run.get('rc')}"
+                f"{', ' + run['problem'] if run.get('problem') else ''}; stderr "
+                f"{run.get('stderr', '')[:1500]!r})")
     if r.get("exit") != 0:
         return f"rtxrun exit {r.get('exit')}: {r.get('error')}"
     return None

@@ -383,6 +383,7 @@ def test_bad_models_in_a_batch(tmp_path):
         (root / name / "model.onnx").write_bytes(data)
         np.save(root / name / "inputs" / "x.npy", X24["x"])
     res = om.run_batch(root)
+    om.assert_batch_clean(res, 5)
     assert res["_run"]["rc"] == 1, res["_run"]
     assert res["_summary"] == {"batch": str(root), "cases": 5, "ok": 1, "failed": 4}, res
     for name in ("a-truncated", "b-random", "c-opset12", "d-unsupported"):

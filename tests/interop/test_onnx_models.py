@@ -59,9 +59,7 @@ def batch(tmp_path_factory):
 
 def test_the_batch_ran_every_model(batch):
     res, _ = batch
-    s = res.get("_summary")
-    assert s is not None, f"no batch summary line: {res['_run']}"
-    assert s["cases"] == len(CASES), s
+    om.assert_batch_clean(res, len(CASES))
 
 
 @pytest.mark.parametrize("c", CASES, ids=str)

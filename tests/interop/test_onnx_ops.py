@@ -734,10 +734,7 @@ def test_case_ids_are_unique():
 
 def test_the_batch_ran_every_case(batch):
     res, _ = batch
-    s = res.get("_summary")
-    assert s is not None, f"no batch summary line: {res['_run']}"
-    assert s["cases"] == len(CASES), s
-    assert not res.get("_bad_lines"), res["_bad_lines"][:5]
+    om.assert_batch_clean(res, len(CASES))
 
 
 @pytest.mark.parametrize("c", CASES, ids=str)
