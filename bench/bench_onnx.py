@@ -241,15 +241,21 @@ def gpu_case(args, name, report, tmp, torch, ort):
 # Main
 # ------------------------------------------------------------------------------------------
 
+OPTIONS = {
+    "--quick": {"action": "store_true", "help": "small batches, short windows"},
+    "--report": {"action": "store_true", "help": "report without judging targets"},
+    "--threads": {"type": int, "default": 0,
+                  "help": "CPU threads of each side (default 0: one per online CPU)"},
+    "--case": {"action": "append", "choices": NAMES, "help": "only this model (repeatable)"},
+    "--windows": {"type": int, "default": 0, "help": "timed windows per side"},
+    "--device": {"default": "cpu", "help": "cpu (default), cuda or cuda:N"},
+}
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small batches, short windows")
-    ap.add_argument("--report", action="store_true", help="report without judging targets")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="CPU threads of each side (default 0: one per online CPU)")
-    ap.add_argument("--case", action="append", choices=NAMES, help="only this model")
-    ap.add_argument("--windows", type=int, default=0, help="timed windows per side")
-    ap.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    for name, kw in OPTIONS.items():
+        ap.add_argument(name, **kw)
     args = ap.parse_args(argv)
     if args.threads < 0 or args.windows < 0:
         ap.error("--threads and --windows take a count >= 0 (0: the default)")

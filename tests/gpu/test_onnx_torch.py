@@ -46,7 +46,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,7 +55,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
-import skips  # noqa: E402  (the skip rule: RTX_ALLOW_SKIP)
+sys.path.insert(0, str(REPO / "tests" / "gpu"))
+# one rtxrun --batch-dir process and the skip rule, as for the op tests
+from test_ops_torch import gpu_skip_allowed, run_batch  # noqa: E402
 
 RTOL = 1e-4
 ATOL_FRAC = 1e-4
@@ -294,33 +295,6 @@ def compare(got, ref, what):
     return None
 
 
-def run_batch(rtxrun, root, device, repeat):
-    cmd = [str(rtxrun), "--batch-dir", str(root), "--device", device, "--json", "--repeat",
-           str(repeat)]
-    timeout = float(os.environ.get("RTX_TEST_TIMEOUT", "300"))
-    try:
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {}, "", f"killed after {timeout:g} s (hung)", cmd
-    results = {}
-    for line in p.stdout.splitlines():
-        if line.startswith("{"):
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if "case" in obj:
-                results[obj["case"]] = obj
-    return results, p.stderr, p.returncode, cmd
-
-
-def gpu_skip_allowed():
-    """As tests/gpu/test_ops_torch.py: only where RTX_ALLOW_SKIP lists gpu and there is no
-    GPU device node."""
-    return skips.allowed("gpu") and not Path("/dev/nvidia0").exists()
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -367,13 +341,23 @@ def main(argv=None):
     torch.set_float32_matmul_precision("highest")
     dev = torch.device(args.device if on_gpu else "cpu")
 
-    tmp = None
     if args.keep:
         root = Path(args.keep)
         root.mkdir(parents=True)
+        passed, failed = run_models(args, torch, ort, dev, rtxrun, root)
     else:
-        tmp = tempfile.mkdtemp(prefix="rtx-onnx-torch-")
-        root = Path(tmp)
+        with tempfile.TemporaryDirectory(prefix="rtx-onnx-torch-") as tmp:
+            passed, failed = run_models(args, torch, ort, dev, rtxrun, Path(tmp))
+    print(f"{passed} passed, {failed} failed")
+    if not passed + failed:
+        print("FAIL no case ran (-k matched nothing?)")
+    return 0 if passed and not failed else 1
+
+
+def run_models(args, torch, ort, dev, rtxrun, root):
+    """Exports the models into root, runs their cases in one rtxrun process, compares;
+    -> (passed, failed), one line printed per failure."""
+    me = "test_onnx_torch"
     passed, failed = 0, 0
 
     def fail(msg):
@@ -381,93 +365,86 @@ def main(argv=None):
         failed += 1
         print(f"FAIL {msg}", flush=True)
 
-    try:
-        builders = make_models(torch)
-        cases = {}  # case id -> (model name, feeds, {output: torch ref}, {output: ort ref})
-        batch = root / "batch"
-        batch.mkdir()
-        t0 = time.monotonic()
-        for name, build in builders.items():
-            shapes = [s for s in SHAPES[name]
-                      if not args.filter or args.filter in case_id(name, *s)]
-            if not shapes:
-                continue
-            model = build()
-            (root / name).mkdir()
-            path = root / name / "model.onnx"  # and model.onnx.data, the exporter's weights
+    builders = make_models(torch)
+    cases = {}  # case id -> (model name, feeds, {output: torch ref}, {output: ort ref})
+    batch = root / "batch"
+    batch.mkdir()
+    t0 = time.monotonic()
+    for name, build in builders.items():
+        shapes = [s for s in SHAPES[name]
+                  if not args.filter or args.filter in case_id(name, *s)]
+        if not shapes:
+            continue
+        model = build()
+        (root / name).mkdir()
+        path = root / name / "model.onnx"  # and model.onnx.data, the exporter's weights
+        try:
+            opset, dims = export(torch, name, model, path)
+        except Exception as e:  # noqa: BLE001 - an export failure fails the model's cases
+            fail(f"{name}: torch.onnx.export: {type(e).__name__}: {str(e)[:2000]}")
+            continue
+        print(f"{name}: exported, opset {opset}, inputs {dims}", flush=True)
+        sess = None
+        if ort is not None:
             try:
-                opset, dims = export(torch, name, model, path)
-            except Exception as e:  # noqa: BLE001 - an export failure fails the model's cases
-                fail(f"{name}: torch.onnx.export: {type(e).__name__}: {str(e)[:2000]}")
-                continue
-            print(f"{name}: exported, opset {opset}, inputs {dims}", flush=True)
-            sess = None
-            if ort is not None:
-                try:
-                    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-                except Exception as e:  # noqa: BLE001
-                    fail(f"{name}: onnxruntime cannot load the exported model: {e}")
-            model = model.to(dev)
-            for b, s in shapes:
-                cid = case_id(name, b, s)
-                feeds = example_inputs(name, b, s, seed=b * 100 + (s or 0))
-                d = batch / cid
-                (d / "inputs").mkdir(parents=True)
-                for f in path.parent.iterdir():  # the model and its external data
-                    shutil.copyfile(f, d / f.name)
-                for k, a in feeds.items():
-                    np.save(d / "inputs" / f"{k}.npy", a, allow_pickle=False)
-                with torch.no_grad():
-                    out = model(*(torch.from_numpy(a).to(dev) for a in feeds.values()))
-                out = out if isinstance(out, tuple) else (out,)
-                tref = {n: o.float().cpu().numpy() for n, o in zip(OUTPUT_NAMES[name], out)}
-                oref = dict(zip([o.name for o in sess.get_outputs()],
-                                sess.run(None, feeds))) if sess else None
-                cases[cid] = (name, feeds, tref, oref)
-        t1 = time.monotonic()
-        results, stderr, rc, cmd = run_batch(rtxrun, batch, args.device, args.repeat)
-        t2 = time.monotonic()
-        if rc not in (0, 1):
-            tail = "\n".join(stderr.strip().splitlines()[-20:])
-            fail(f"rtxrun exit {rc}: {' '.join(cmd)}\n{tail}")
-        shown = set()
-        for cid, (name, feeds, tref, oref) in sorted(cases.items()):
-            what = f"{cid} (inputs " + ", ".join(f"{k} {list(a.shape)}"
-                                                 for k, a in feeds.items()) + ")"
-            res = results.get(cid)
-            if res is None:
-                fail(f"{what}: no result from rtxrun (it stopped early?)")
-                continue
-            if res.get("exit") != 0:
-                fail(f"{what}: rtxrun exit {res.get('exit')}: {res.get('error')}")
-                continue
-            if name not in shown:
-                shown.add(name)
-                print(f"{name}: rtx ops {json.dumps(res.get('ops'), sort_keys=True)}")
-            got = {o["name"]: np.load(o["file"], allow_pickle=False) for o in res["outputs"]}
-            whys = []
-            if list(got) != OUTPUT_NAMES[name]:
-                whys.append(f"outputs {list(got)}, expected {OUTPUT_NAMES[name]}")
-            for n, ref in tref.items():
-                if n in got:
-                    whys.append(compare(got[n], ref, f"{n} vs PyTorch on {dev}"))
-                    if oref is not None:
-                        whys.append(compare(got[n], oref[n], f"{n} vs onnxruntime CPU"))
-            whys = [w for w in whys if w]
-            if whys:
-                fail(f"{what}: " + "; ".join(whys))
-            else:
-                passed += 1
-        print(f"{me}: rtxrun --device {args.device} ({len(cases)} cases, one process: "
-              f"{t2 - t1:.1f} s) against PyTorch on {dev}"
-              f"{' and onnxruntime CPU' if ort else ''}; export and references {t1 - t0:.1f} s")
-        print(f"{passed} passed, {failed} failed")
-        if not passed + failed:
-            print("FAIL no case ran (-k matched nothing?)")
-        return 1 if failed or not passed + failed else 0
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+                sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            except Exception as e:  # noqa: BLE001
+                fail(f"{name}: onnxruntime cannot load the exported model: {e}")
+        model = model.to(dev)
+        for b, s in shapes:
+            cid = case_id(name, b, s)
+            feeds = example_inputs(name, b, s, seed=b * 100 + (s or 0))
+            d = batch / cid
+            (d / "inputs").mkdir(parents=True)
+            for f in path.parent.iterdir():  # the model and its external data
+                shutil.copyfile(f, d / f.name)
+            for k, a in feeds.items():
+                np.save(d / "inputs" / f"{k}.npy", a, allow_pickle=False)
+            with torch.no_grad():
+                out = model(*(torch.from_numpy(a).to(dev) for a in feeds.values()))
+            out = out if isinstance(out, tuple) else (out,)
+            tref = {n: o.float().cpu().numpy() for n, o in zip(OUTPUT_NAMES[name], out)}
+            oref = dict(zip([o.name for o in sess.get_outputs()],
+                            sess.run(None, feeds))) if sess else None
+            cases[cid] = (name, feeds, tref, oref)
+    t1 = time.monotonic()
+    results, stderr, rc, cmd = run_batch(rtxrun, batch, args.device, args.repeat)
+    t2 = time.monotonic()
+    if rc not in (0, 1):
+        tail = "\n".join(stderr.strip().splitlines()[-20:])
+        fail(f"rtxrun exit {rc}: {' '.join(cmd)}\n{tail}")
+    shown = set()
+    for cid, (name, feeds, tref, oref) in sorted(cases.items()):
+        what = f"{cid} (inputs " + ", ".join(f"{k} {list(a.shape)}"
+                                             for k, a in feeds.items()) + ")"
+        res = results.get(cid)
+        if res is None:
+            fail(f"{what}: no result from rtxrun (it stopped early?)")
+            continue
+        if res.get("exit") != 0:
+            fail(f"{what}: rtxrun exit {res.get('exit')}: {res.get('error')}")
+            continue
+        if name not in shown:
+            shown.add(name)
+            print(f"{name}: rtx ops {json.dumps(res.get('ops'), sort_keys=True)}")
+        got = {o["name"]: np.load(o["file"], allow_pickle=False) for o in res["outputs"]}
+        whys = []
+        if list(got) != OUTPUT_NAMES[name]:
+            whys.append(f"outputs {list(got)}, expected {OUTPUT_NAMES[name]}")
+        for n, ref in tref.items():
+            if n in got:
+                whys.append(compare(got[n], ref, f"{n} vs PyTorch on {dev}"))
+                if oref is not None:
+                    whys.append(compare(got[n], oref[n], f"{n} vs onnxruntime CPU"))
+        whys = [w for w in whys if w]
+        if whys:
+            fail(f"{what}: " + "; ".join(whys))
+        else:
+            passed += 1
+    print(f"{me}: rtxrun --device {args.device} ({len(cases)} cases, one process: "
+          f"{t2 - t1:.1f} s) against PyTorch on {dev}"
+          f"{' and onnxruntime CPU' if ort else ''}; export and references {t1 - t0:.1f} s")
+    return passed, failed
 
 
 def case_id(name, batch, seq):

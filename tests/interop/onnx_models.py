@@ -279,6 +279,26 @@ def shared_batch(tmp_path_factory, name, cases_fn, extra=()):
     return json.loads(done.read_text()), root
 
 
+def batch_tests(name, cases):
+    """The pytest side of a case list: (the module-scoped fixture `batch` giving (results,
+    batch directory) of shared_batch, a test that the batch process was clean and reported
+    every case, a test per case against onnxruntime). A test module assigns the three to
+    module names (batch, test_..., test_...)."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def batch(tmp_path_factory):
+        return shared_batch(tmp_path_factory, name, lambda: cases)
+
+    def test_clean(batch):
+        assert_batch_clean(batch[0], len(cases))
+
+    @pytest.mark.parametrize("c", cases, ids=str)
+    def test_case(c, batch):
+        check_outputs(c, *batch)
+    return batch, test_clean, test_case
+
+
 def assert_batch_clean(res, n_cases):
     """The batch process ended by itself, without a sanitizer report, and reported every
     case."""

@@ -52,20 +52,9 @@ def build_cases():
 CASES = build_cases()
 
 
-@pytest.fixture(scope="module")
-def batch(tmp_path_factory):
-    return om.shared_batch(tmp_path_factory, "models", lambda: CASES)
-
-
-def test_the_batch_ran_every_model(batch):
-    res, _ = batch
-    om.assert_batch_clean(res, len(CASES))
-
-
-@pytest.mark.parametrize("c", CASES, ids=str)
-def test_model_against_onnxruntime(c, batch):
-    res, root = batch
-    om.check_outputs(c, res, root)
+# the batch fixture, the test that the batch ran clean, a test per case
+batch, test_the_batch_ran_every_model, test_model_against_onnxruntime = \
+    om.batch_tests("models", CASES)
 
 
 # The transformers' decomposed patterns run as fused rtx ops (rtxrun --json `ops`): every

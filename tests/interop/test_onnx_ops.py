@@ -722,25 +722,14 @@ for variant in ("plain", "mask", "mask-broadcast", "causal-const", "mul-scale"):
 # The tests
 # ------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def batch(tmp_path_factory):
-    return om.shared_batch(tmp_path_factory, "ops", lambda: CASES)
+# the batch fixture, the test that the batch ran clean, a test per case
+batch, test_the_batch_ran_every_case, test_op_against_onnxruntime = \
+    om.batch_tests("ops", CASES)
 
 
 def test_case_ids_are_unique():
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
-
-
-def test_the_batch_ran_every_case(batch):
-    res, _ = batch
-    om.assert_batch_clean(res, len(CASES))
-
-
-@pytest.mark.parametrize("c", CASES, ids=str)
-def test_op_against_onnxruntime(c, batch):
-    res, root = batch
-    om.check_outputs(c, res, root)
 
 
 FUSED = [c for c in CASES if c.fused]
