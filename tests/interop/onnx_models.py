@@ -193,6 +193,53 @@ class Case:
         return out
 
 
+class CaseList(list):
+    """Cases as the op tests declare them: one(), model_case(), decomposed() append a Case.
+    Ops whose definition did not change over the supported opsets take the next opset of
+    the rotation `opsets` when a case names none."""
+
+    def __init__(self, opsets):
+        super().__init__()
+        self.opsets, self.turn = opsets, 0
+
+    def next_opset(self):
+        self.turn += 1
+        return self.opsets[(self.turn - 1) % len(self.opsets)]
+
+    @staticmethod
+    def inputs(feeds, sym):
+        """(name, array, symbolic dims) for make_model: the dims in sym of every input of
+        rank > 0 declared symbolic."""
+        return [(k, v, tuple(d for d in sym if d < np.ndim(v))) for k, v in feeds.items()]
+
+    def one(self, cid, op_type, feeds, inits=None, attrs=None, ins=None, opset=None, nout=1,
+            kind="ew", sym=(), what=""):
+        """A case of one node `op_type` named 'op': graph inputs `feeds` (name -> array),
+        initializers `inits`, node inputs `ins` (default: feeds then inits, '' for an omitted
+        optional one); outputs y (y0, y1, ... when nout > 1)."""
+        inits = dict(inits or {})
+        ins = list(ins) if ins is not None else list(feeds) + list(inits)
+        outs = ["y"] if nout == 1 else [f"y{i}" for i in range(nout)]
+        node = helper.make_node(op_type, ins, outs, name="op", **(attrs or {}))
+        m = make_model([node], self.inputs(feeds, sym), outs, inits,
+                       opset=opset or self.next_opset(), name=cid)
+        self.append(Case(cid, m, feeds, kind, what))
+
+    def model_case(self, cid, nodes, feeds, outs, inits=None, opset=17, kind="ew", sym=(),
+                   fused=None, what=""):
+        m = make_model(nodes, self.inputs(feeds, sym), outs, inits or {}, opset=opset,
+                       name=cid)
+        self.append(Case(cid, m, feeds, kind, what, fused=fused))
+
+    def decomposed(self, cid, opset, build, feeds, outs, kind, fused, sym=(0,)):
+        """A case whose nodes build(net) adds to a Net (the decomposed patterns)."""
+        n = Net(seed_of(cid))
+        build(n)
+        m = make_model(n.nodes, self.inputs(feeds, sym), outs, n.inits, opset=opset,
+                       name=cid)
+        self.append(Case(cid, m, feeds, kind, fused=fused))
+
+
 def write_case(root, c):
     d = Path(root) / c.id
     (d / "inputs").mkdir(parents=True)
@@ -467,6 +514,20 @@ class Net:
             "k", np.float32(math.sqrt(2.0 / math.pi)))])])
         half_x = self.op("Mul", [x, self.const("half", np.float32(0.5))])
         return self.op("Mul", [half_x, self.op("Add", [t, self.const("one", np.float32(1.0))])])
+
+    def attention_decomposed(self, mask=None, scale_mul=False):
+        """Graph inputs q, k, v [B, H, S, Dh=8] -> MatMul(q, Transpose(k)) / sqrt(Dh) (or *
+        1/sqrt(Dh)) (+ mask) -> Softmax -> MatMul(v) -> output y."""
+        kt = self.op("Transpose", ["k"], perm=[0, 1, 3, 2])
+        s = self.op("MatMul", ["q", kt])
+        if scale_mul:
+            s = self.op("Mul", [s, self.const("scale", np.float32(1 / math.sqrt(8)))])
+        else:
+            s = self.op("Div", [s, self.const("sqrt_dh", np.float32(math.sqrt(8)))])
+        if mask is not None:
+            s = self.op("Add", [s, mask])
+        p = self.op("Softmax", [s], axis=-1)
+        self.op("MatMul", [p, "v"], outs=["y"], name="attn_out")
 
     def dim(self, shape, i):
         """Shape -> Gather(i) -> Unsqueeze: dimension i as a 1-element int64 tensor."""

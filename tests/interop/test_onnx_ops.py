@@ -20,45 +20,16 @@ absolute 1e-6 or 1e-5 of the output's scale; integers and bool exact; data movem
 """
 
 import itertools
-import math
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_models as om
-from onnx_models import INT64_MAX, INT64_MIN, Case, uni
+from onnx_models import INT64_MAX, INT64_MIN, uni
 
-CASES = []
-OPSETS = (13, 17, 18, 21, 23)  # the rotation for operators unchanged over 13..23
-_rot = itertools.count()
-
-
-def next_opset():
-    return OPSETS[next(_rot) % len(OPSETS)]
-
-
-def one(cid, op_type, feeds, inits=None, attrs=None, ins=None, opset=None, nout=1,
-        kind="ew", sym=(), extra_nodes=(), what=""):
-    """A case of one node `op_type` named 'op': graph inputs `feeds` (name -> array; the
-    dims in `sym` of every input of rank > 0 declared symbolic), initializers `inits`, node
-    inputs `ins` (default: feeds then inits, '' for an omitted optional one)."""
-    inits = dict(inits or {})
-    ins = list(ins) if ins is not None else list(feeds) + list(inits)
-    outs = ["y"] if nout == 1 else [f"y{i}" for i in range(nout)]
-    node = helper.make_node(op_type, ins, outs, name="op", **(attrs or {}))
-    opset = opset or next_opset()
-    inputs = [(k, v, tuple(d for d in sym if d < np.ndim(v))) for k, v in feeds.items()]
-    m = om.make_model([node] + list(extra_nodes), inputs, outs, inits, opset=opset,
-                      name=cid)
-    CASES.append(Case(cid, m, feeds, kind, what))
-
-
-def model_case(cid, nodes, feeds, outs, inits=None, opset=17, kind="ew", sym=(),
-               fused=None, what=""):
-    inputs = [(k, v, tuple(d for d in sym if d < np.ndim(v))) for k, v in feeds.items()]
-    m = om.make_model(nodes, inputs, outs, inits or {}, opset=opset, name=cid)
-    CASES.append(Case(cid, m, feeds, kind, what, fused=fused))
+CASES = om.CaseList(opsets=(13, 17, 18, 21, 23))  # the rotation for ops unchanged over 13..23
+one, model_case, decomposed = CASES.one, CASES.model_case, CASES.decomposed
 
 
 def R(cid):
@@ -249,7 +220,8 @@ one(cid, "MatMul", {"a": uni(r, [4, 8], dtype=np.float16), "b": uni(r, [8, 3],
 M_, K_, N_ = 3, 5, 4
 for ta, tb in itertools.product((0, 1), (0, 1)):
     for cshape in ([N_], [M_, N_], [1, N_], [M_, 1], [], None):
-        cid = f"Gemm-tA{ta}-tB{tb}-C{'none' if cshape is None else 'x'.join(map(str, cshape)) or 'scalar'}"
+        cname = "none" if cshape is None else "x".join(map(str, cshape)) or "scalar"
+        cid = f"Gemm-tA{ta}-tB{tb}-C{cname}"
         r = R(cid)
         a = uni(r, [K_, M_] if ta else [M_, K_])
         b = uni(r, [N_, K_] if tb else [K_, N_])
@@ -595,6 +567,61 @@ for op in ("GlobalAveragePool", "GlobalMaxPool"):
             kind="exact" if op == "GlobalMaxPool" else "sum", sym=(0,) if i == 2 else ())
 
 # ------------------------------------------------------------------------------------------
+# More dtypes: int8, uint8 and float16 through data movement; float16 through compute
+# ------------------------------------------------------------------------------------------
+
+_dt_rng = R("dtypes")
+for dt in (np.int8, np.uint8, np.float16):
+    tag = np.dtype(dt).name
+    if dt == np.float16:
+        def mk(s):
+            return uni(_dt_rng, s, -4, 4, np.float16)
+    else:
+        def mk(s, dt=dt):
+            return ints(_dt_rng, s, 0 if dt == np.uint8 else -100, 100, dt)
+    one(f"Transpose-{tag}", "Transpose", {"x": mk([2, 3, 4])}, attrs={"perm": [2, 0, 1]},
+        kind="exact")
+    one(f"Reshape-{tag}", "Reshape", {"x": mk([2, 6])}, {"shape": i64(3, -1)}, kind="exact")
+    one(f"Concat-{tag}", "Concat", {"a": mk([2, 3]), "b": mk([2, 2])}, attrs={"axis": 1},
+        kind="exact")
+    one(f"Gather-{tag}", "Gather", {"x": mk([5, 3])}, {"idx": i64(4, -1, 0)},
+        attrs={"axis": 0}, kind="exact")
+    one(f"Slice-{tag}", "Slice", {"x": mk([4, 6])},
+        {"starts": i64(-1), "ends": i64(INT64_MIN), "axes": i64(1), "steps": i64(-2)},
+        kind="exact")
+    one(f"Expand-{tag}", "Expand", {"x": mk([3, 1])}, {"shape": i64(2, 3, 4)}, kind="exact")
+    one(f"Unsqueeze-{tag}", "Unsqueeze", {"x": mk([3, 4])}, {"axes": i64(-1)}, kind="exact")
+    one(f"Where-{tag}", "Where", {"c": _dt_rng.random([3, 4]) < 0.5, "a": mk([3, 4]),
+                                  "b": mk([4])}, kind="exact")
+    one(f"Split-{tag}", "Split", {"x": mk([4, 6])}, {"split": i64(2, 4)}, attrs={"axis": 1},
+        nout=2, kind="exact", opset=13)
+    one(f"Identity-{tag}", "Identity", {"x": mk([5])}, kind="exact")
+for op, attrs, inits, kind in (
+        ("Softmax", {"axis": -1}, {}, "sum"), ("LogSoftmax", {"axis": 1}, {}, "sum"),
+        ("ReduceMean", {"keepdims": 0}, {"axes": i64(-1)}, "sum"),
+        ("ReduceMax", {"keepdims": 1}, {"axes": i64(1)}, "exact"),
+        ("LayerNormalization", {"axis": -1}, {"scale": uni(_dt_rng, [16], 0.5, 1.5, np.float16),
+                                              "bias": uni(_dt_rng, [16], -1, 1, np.float16)},
+         "sum"),
+        ("Erf", {}, {}, "ew"), ("Log", {}, {}, "ew"), ("Reciprocal", {}, {}, "ew"),
+        ("Where", {}, {}, "exact")):
+    cid = f"{op}-f16"
+    x = uni(R(cid), [3, 16], 0.1 if op in ("Log", "Reciprocal") else -4, 4, np.float16)
+    feeds = {"c": R(cid).random([3, 16]) < 0.5, "a": x, "b": -x} if op == "Where" else {"x": x}
+    one(cid, op, feeds, inits, attrs=attrs, kind=kind, opset=18)
+cid = "Conv-f16"
+one(cid, "Conv", {"x": uni(R(cid), [1, 3, 8, 8], dtype=np.float16)},
+    {"w": uni(R(cid), [4, 3, 3, 3], -0.3, 0.3, np.float16),
+     "b": uni(R(cid), [4], dtype=np.float16)},
+    attrs={"pads": [1, 1, 1, 1]}, kind="sum")
+cid = "MaxPool-f16"
+one(cid, "MaxPool", {"x": uni(R(cid), [1, 2, 8, 8], dtype=np.float16)},
+    attrs={"kernel_shape": [2, 2], "strides": [2, 2]}, kind="exact")
+cid = "Gemm-f16"
+one(cid, "Gemm", {"a": uni(R(cid), [3, 8], dtype=np.float16),
+                  "b": uni(R(cid), [5, 8], dtype=np.float16)}, attrs={"transB": 1}, kind="sum")
+
+# ------------------------------------------------------------------------------------------
 # Larger shapes (the CPU backend splits these across its threads)
 # ------------------------------------------------------------------------------------------
 
@@ -649,14 +676,6 @@ for batch in (1, 3, 8):
                fused=(None, {"gather", "concat", "unsqueeze", "cast"}))
 
 
-def decomposed(cid, opset, build, feeds, outs, kind, fused, sym=(0,)):
-    n = om.Net(om.seed_of(cid))
-    build(n)
-    inputs = [(k, v, tuple(d for d in sym if d < np.ndim(v))) for k, v in feeds.items()]
-    m = om.make_model(n.nodes, inputs, outs, n.inits, opset=opset, name=cid)
-    CASES.append(Case(cid, m, feeds, kind, fused=fused))
-
-
 # fused: (the fused rtx op, the rtx ops of its pieces that must not run)
 for opset in (13, 17, 18):
     cid = f"LayerNorm-decomposed-op{opset}"
@@ -675,21 +694,6 @@ for form in ("erf", "tanh"):
                    ("gelu", {"erf", "tanh", "pow", "div", "mul", "add"}))
 
 
-def attention(n, mask=None, scale_mul=False):
-    """q, k, v [B, H, S, Dh] -> MatMul(q, Transpose(k)) / sqrt(Dh) (+ mask) -> Softmax ->
-    MatMul(v)."""
-    kt = n.op("Transpose", ["k"], perm=[0, 1, 3, 2])
-    s = n.op("MatMul", ["q", kt])
-    if scale_mul:
-        s = n.op("Mul", [s, n.const("scale", np.float32(1 / math.sqrt(8)))])
-    else:
-        s = n.op("Div", [s, n.const("sqrt_dh", np.float32(math.sqrt(8)))])
-    if mask is not None:
-        s = n.op("Add", [s, mask])
-    p = n.op("Softmax", [s], axis=-1)
-    n.op("MatMul", [p, "v"], outs=["y"], name="attn_out")
-
-
 for variant in ("plain", "mask", "mask-broadcast", "causal-const", "mul-scale"):
     for opset in (13, 18):
         cid = f"Attention-decomposed-{variant}-op{opset}"
@@ -699,14 +703,14 @@ for variant in ("plain", "mask", "mask-broadcast", "causal-const", "mul-scale"):
 
         def build(n, variant=variant, S=S, B=B):
             if variant == "plain":
-                attention(n)
+                n.attention_decomposed()
             elif variant == "mul-scale":
-                attention(n, scale_mul=True)
+                n.attention_decomposed(scale_mul=True)
             elif variant == "causal-const":
                 tri = np.triu(np.full((S, S), -1e9, np.float32), 1)
-                attention(n, n.init("causal", tri))
+                n.attention_decomposed(n.init("causal", tri))
             else:
-                attention(n, "mask")
+                n.attention_decomposed("mask")
         if variant == "mask":
             keep = r.random([B, 1, S, S]) < 0.8
             keep[..., 0] = True
