@@ -249,9 +249,9 @@ $(BUILD)/lib/pkgconfig/rtx.pc: client/rtx.pc.in
 	@mkdir -p $(dir $@)
 	sed -e 's|@PREFIX@|$(abspath $(BUILD))|' -e 's|@INCLUDEDIR@|$(abspath client)|' $< > $@
 
-# rtxctl: librtx for the daemon, rtxd's runtime for .npy files and random inputs, jansson for
-# --json.
-$(BUILD)/bin/rtxctl: $(RTXCTL_OBJ) $(LIBCLIENT) $(LIBRT)
+# rtxctl: librtx for the daemon, rtxd's runtime for .npy files and random inputs, onnx/ for
+# the inputs an ONNX model declares (submit MODEL.onnx), jansson for --json.
+$(BUILD)/bin/rtxctl: $(RTXCTL_OBJ) $(LIBCLIENT) $(LIBONNX) $(LIBRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) $(shell pkg-config --libs jansson 2>/dev/null) $(LDLIBS)
 

@@ -214,15 +214,17 @@ static int job_call(struct rtx_client *c, enum rtx__client_method m, const char 
  * Calls
  * ---------------------------------------------------------------------------------------- */
 
-int rtx_client_submit(struct rtx_client *c, const struct rtx_client_graph *g,
-                      const struct rtx_client_tensor *inputs, int n_inputs,
-                      const struct rtx_client_submit_options *opt,
-                      char job_id[RTX_CLIENT_JOB_ID_MAX], bool *deduplicated,
-                      struct rtx_client_err *err) {
+/* Submits a graph (g) or an ONNX model (onnx, onnx_len bytes). */
+static int submit(struct rtx_client *c, const struct rtx_client_graph *g, const void *onnx,
+                  size_t onnx_len, const struct rtx_client_tensor *inputs, int n_inputs,
+                  const struct rtx_client_submit_options *opt,
+                  char job_id[RTX_CLIENT_JOB_ID_MAX], bool *deduplicated,
+                  struct rtx_client_err *err) {
     if (job_id) job_id[0] = '\0';
     if (deduplicated) *deduplicated = false;
-    if (!c || !g || !job_id)
-        return rtx__client_err(err, RTX_CLIENT_EINVAL, -1, "no client, graph or job id buffer");
+    if (!c || (!g && (!onnx || !onnx_len)) || !job_id)
+        return rtx__client_err(err, RTX_CLIENT_EINVAL, -1,
+                               "no client, graph (or ONNX model) or job id buffer");
     if (n_inputs < 0 || (n_inputs > 0 && !inputs))
         return rtx__client_err(err, RTX_CLIENT_EINVAL, -1, "bad input list");
     static const struct rtx_client_submit_options no_options;
@@ -266,7 +268,12 @@ int rtx_client_submit(struct rtx_client *c, const struct rtx_client_graph *g,
         label_ptrs[i] = &labels[i];
     }
     Rtx__V1__SubmitRequest req = RTX__V1__SUBMIT_REQUEST__INIT;
-    req.graph = (Rtx__V1__Graph *)rtx__client_graph_pb(g);
+    if (g) {
+        req.graph = (Rtx__V1__Graph *)rtx__client_graph_pb(g);
+    } else {
+        req.onnx_model.data = (uint8_t *)onnx;
+        req.onnx_model.len = onnx_len;
+    }
     req.n_inputs = ni;
     req.inputs = tensor_ptrs;
     req.lane = (char *)(opt->lane ? opt->lane : "");
@@ -295,6 +302,24 @@ out:
     free(labels);
     free(label_ptrs);
     return rc;
+}
+
+int rtx_client_submit(struct rtx_client *c, const struct rtx_client_graph *g,
+                      const struct rtx_client_tensor *inputs, int n_inputs,
+                      const struct rtx_client_submit_options *opt,
+                      char job_id[RTX_CLIENT_JOB_ID_MAX], bool *deduplicated,
+                      struct rtx_client_err *err) {
+    if (!g) return rtx__client_err(err, RTX_CLIENT_EINVAL, -1, "no graph");
+    return submit(c, g, NULL, 0, inputs, n_inputs, opt, job_id, deduplicated, err);
+}
+
+int rtx_client_submit_onnx(struct rtx_client *c, const void *model, size_t len,
+                           const struct rtx_client_tensor *inputs, int n_inputs,
+                           const struct rtx_client_submit_options *opt,
+                           char job_id[RTX_CLIENT_JOB_ID_MAX], bool *deduplicated,
+                           struct rtx_client_err *err) {
+    if (!model || !len) return rtx__client_err(err, RTX_CLIENT_EINVAL, -1, "no ONNX model");
+    return submit(c, NULL, model, len, inputs, n_inputs, opt, job_id, deduplicated, err);
 }
 
 int rtx_client_get_job(struct rtx_client *c, const char *job_id, struct rtx_client_job **out,

@@ -98,7 +98,7 @@ enum rtx_client_errno {
 struct rtx_client_err {
     int code;
     int grpc_status;
-    char msg[256];
+    char msg[1024];
 };
 
 /* The fixed message of a code ("not found", ...). Never NULL; unknown codes give
@@ -408,6 +408,17 @@ int rtx_client_submit(struct rtx_client *c, const struct rtx_client_graph *g,
                       const struct rtx_client_submit_options *opt,
                       char job_id[RTX_CLIENT_JOB_ID_MAX], bool *deduplicated,
                       struct rtx_client_err *err);
+
+/* As rtx_client_submit, for an ONNX model: model holds the bytes of an .onnx file (len bytes,
+ * initializers inline; read during the call only). rtxd converts the model for the shapes of
+ * the inputs (bound to the model's graph inputs by name) before it journals the job, so a
+ * model it cannot run (an unsupported op, a malformed file; the message names them) gives
+ * RTX_CLIENT_EINVAL here. The job is then an ordinary job (docs/onnx.md). */
+int rtx_client_submit_onnx(struct rtx_client *c, const void *model, size_t len,
+                           const struct rtx_client_tensor *inputs, int n_inputs,
+                           const struct rtx_client_submit_options *opt,
+                           char job_id[RTX_CLIENT_JOB_ID_MAX], bool *deduplicated,
+                           struct rtx_client_err *err);
 
 /* A job output as described in the job (without its data: see rtx_client_get_outputs). */
 struct rtx_client_output_info {

@@ -147,7 +147,7 @@ static void store_health(struct rtx_daemon *d, struct rtx_store_stats *ss, struc
     memset(ss, 0, sizeof *ss);
     if (rtx_store_stats(d->store, ss, err) != 0) {
         ss->ok = false;
-        snprintf(ss->last_error, sizeof ss->last_error, "%s", err->msg);
+        snprintf(ss->last_error, sizeof ss->last_error, "%.*s", (int)(sizeof ss->last_error) - 1, err->msg);
     }
     pthread_rwlock_rdlock(&d->cfg_lock);
     snprintf(path, path_size, "%s", d->cfg && d->cfg->store_path ? d->cfg->store_path : "");
@@ -256,7 +256,7 @@ void rtx__daemon_admin_health(struct rtx_daemon *d, const uint8_t *req, size_t l
         struct rtx_err err = {0};
         if (rtx_store_stats(d->store, &ss, &err) != 0) {
             m.status = RTX__V1__HEALTH_RESPONSE__SERVING_STATUS__NOT_SERVING;
-            snprintf(detail, sizeof detail, "store: %s", err.msg);
+            snprintf(detail, sizeof detail, "store: %.*s", (int)(sizeof detail - 8), err.msg);
         } else if (!ss.ok) {
             m.status = RTX__V1__HEALTH_RESPONSE__SERVING_STATUS__NOT_SERVING;
             snprintf(detail, sizeof detail, "store: %s", ss.last_error);

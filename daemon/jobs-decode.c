@@ -13,6 +13,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "daemon/jobs-impl.h"
+#include "onnx/onnx.h"
 
 /* ------------------------------------------------------------------------------------------
  * protobuf-c allocator over rtx_malloc (a NULL from unpack is ENOMEM, not malformed bytes,
@@ -147,36 +148,89 @@ static uint64_t cost_key_of(const uint8_t *gbytes, size_t glen, const struct pre
     return h ? h : 1;
 }
 
-/* Decodes the graph of a request (through runtime's wire decoder), binds its inputs and plans
- * it: every graph, input and limit problem shows here, naming the node or input. */
+/* An ONNX request: the model loaded from the request's bytes (no external data), its inputs
+ * bound through a graph that declares them, then the model instantiated for their shapes
+ * into p->graph. */
+static int prepare_onnx(const Rtx__V1__SubmitRequest *m, const struct rtx_limits *lim,
+                        struct prepared *p, struct rtx_err *err) {
+    struct rtx_onnx_model *om = NULL;
+    int rc = rtx_onnx_load_buffer(m->onnx_model.data, m->onnx_model.len, NULL, "onnx_model",
+                                  lim, &om, err);
+    /* a model rtxd cannot run is the request's problem: INVALID_ARGUMENT */
+    if (rc < 0) {
+        if (rc != RTX_ENOMEM && err) err->code = RTX_EINVAL;
+        return rc == RTX_ENOMEM ? rc : RTX_EINVAL;
+    }
+    struct rtx_graph *sig = NULL;
+    if ((rc = rtx_graph_new(rtx_onnx_graph_name(om), &sig, err)) < 0) goto out;
+    for (int i = 0; i < rtx_onnx_n_inputs(om) && rc >= 0; i++) {
+        const struct rtx_onnx_io *io = rtx_onnx_input(om, i);
+        rc = rtx_graph_add_input(sig, io->name, io->dtype, io->ndim, io->dims, err);
+    }
+    if (rc < 0) goto out;
+    p->n_inputs = sig->n_inputs;
+    if (!(p->inputs = rtx_calloc((size_t)p->n_inputs + 1, sizeof *p->inputs))) {
+        rc = rtx_err_set(err, RTX_ENOMEM, "out of memory binding inputs");
+        goto out;
+    }
+    if ((rc = bind_inputs(sig, m, lim, p->inputs, err)) < 0) goto out;
+    rc = rtx_onnx_instantiate(om, (const struct rtx_tensor *const *)p->inputs, p->n_inputs, lim,
+                              &p->graph, err);
+    if (rc < 0) {
+        rtx_err_prefix(err, "onnx_model");
+        if (rc != RTX_ENOMEM) {
+            rc = RTX_EINVAL;
+            if (err) err->code = rc;
+        }
+    }
+out:
+    rtx_graph_free(sig);
+    rtx_onnx_free(om);
+    return rc;
+}
+
+/* Decodes the graph of a request (through runtime's wire decoder, or the ONNX importer for
+ * onnx_model), binds its inputs and plans it: every graph, input and limit problem shows
+ * here, naming the node or input. */
 int rtx__jobs_prepare(const Rtx__V1__SubmitRequest *m, const struct rtx_limits *lim,
                       struct prepared **out, struct rtx_err *err) {
     *out = NULL;
-    if (!m->graph) return rtx_err_set(err, RTX_EINVAL, "SubmitRequest has no graph");
+    bool onnx = m->onnx_model.len > 0;
+    if (!m->graph && !onnx)
+        return rtx_err_set(err, RTX_EINVAL, "SubmitRequest has no graph and no onnx_model");
+    if (m->graph && onnx)
+        return rtx_err_set(err, RTX_EINVAL, "SubmitRequest has both a graph and an onnx_model "
+                           "(give one)");
     struct prepared *p = rtx_calloc(1, sizeof *p);
     if (!p) return rtx_err_set(err, RTX_ENOMEM, "out of memory decoding the graph");
-    size_t glen = rtx__v1__graph__get_packed_size(m->graph);
-    uint8_t *gbytes = rtx_malloc(glen ? glen : 1);
+    /* the job's content for its keys: the graph's wire bytes, or the ONNX model's */
+    size_t glen = onnx ? m->onnx_model.len : rtx__v1__graph__get_packed_size(m->graph);
+    uint8_t *gbytes = onnx ? NULL : rtx_malloc(glen ? glen : 1);
+    const uint8_t *content = onnx ? m->onnx_model.data : gbytes;
     int rc;
-    if (!gbytes) {
-        rc = rtx_err_set(err, RTX_ENOMEM, "out of memory decoding the graph");
-        goto fail;
+    if (onnx) {
+        if ((rc = prepare_onnx(m, lim, p, err)) < 0) goto fail;
+    } else {
+        if (!gbytes) {
+            rc = rtx_err_set(err, RTX_ENOMEM, "out of memory decoding the graph");
+            goto fail;
+        }
+        rtx__v1__graph__pack(m->graph, gbytes);
+        rc = rtx_graph_decode(gbytes, glen, lim, &p->graph, err);
+        if (rc < 0) goto fail;
+        p->inputs = rtx_calloc((size_t)p->graph->n_inputs + 1, sizeof *p->inputs);
+        if (!p->inputs) {
+            rc = rtx_err_set(err, RTX_ENOMEM, "out of memory binding inputs");
+            goto fail;
+        }
+        p->n_inputs = p->graph->n_inputs;
+        if ((rc = bind_inputs(p->graph, m, lim, p->inputs, err)) < 0) goto fail;
     }
-    rtx__v1__graph__pack(m->graph, gbytes);
-    rc = rtx_graph_decode(gbytes, glen, lim, &p->graph, err);
-    if (rc < 0) goto fail;
-    p->inputs = rtx_calloc((size_t)p->graph->n_inputs + 1, sizeof *p->inputs);
-    if (!p->inputs) {
-        rc = rtx_err_set(err, RTX_ENOMEM, "out of memory binding inputs");
-        goto fail;
-    }
-    p->n_inputs = p->graph->n_inputs;
-    if ((rc = bind_inputs(p->graph, m, lim, p->inputs, err)) < 0) goto fail;
     rc = rtx_plan_new(p->graph, (const struct rtx_tensor *const *)p->inputs, p->n_inputs, lim,
                       &p->plan, err);
     if (rc < 0) goto fail;
-    p->cost_key = cost_key_of(gbytes, glen, p);
-    rc = rtx_device_plan_key(gbytes, glen, (const struct rtx_tensor *const *)p->inputs,
+    p->cost_key = cost_key_of(content, glen, p);
+    rc = rtx_device_plan_key(content, glen, (const struct rtx_tensor *const *)p->inputs,
                              p->n_inputs, lim, p->plan_key, err);
     if (rc < 0) goto fail;
     rtx_free(gbytes);

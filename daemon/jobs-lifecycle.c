@@ -122,7 +122,7 @@ static int recover(struct rtx_jobs *j, struct rtx_err *err) {
         const char *dev = info->requested_device ? info->requested_device : "";
         if (dev[0] && rtx__jobs_class_parse(j, dev, &asked, &derr) < 0) {
             char reason[300];
-            snprintf(reason, sizeof reason, "cannot be placed: %s", derr.msg);
+            snprintf(reason, sizeof reason, "cannot be placed: %.*s", (int)(sizeof reason - 19), derr.msg);
             rc = recover_end(j, info->id, lane, "INTERNAL", reason, &n_failed, err);
             continue;
         }
@@ -165,7 +165,7 @@ static int recover(struct rtx_jobs *j, struct rtx_err *err) {
         }
         if (prc < 0) {
             char reason[300];
-            snprintf(reason, sizeof reason, "cannot be placed: %s", perr.msg);
+            snprintf(reason, sizeof reason, "cannot be placed: %.*s", (int)(sizeof reason - 19), perr.msg);
             rtx_free(job);
             rc = recover_end(j, info->id, lane, rtx__jobs_failure_code(prc), reason, &n_failed,
                              err);

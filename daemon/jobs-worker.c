@@ -42,7 +42,7 @@ static void succeed_job(struct rtx_jobs *j, struct job *job, struct rtx_tensor *
     if (rc < 0) {
         rtx__jobs_forget_run(j, job->id);
         char reason[300];
-        snprintf(reason, sizeof reason, "cannot store the outputs: %s", err.msg);
+        snprintf(reason, sizeof reason, "cannot store the outputs: %.*s", (int)(sizeof reason - 27), err.msg);
         rtx_log(RTX_LOG_ERROR, "cannot journal a job's outputs", "job", job->id, "error", err.msg,
                 NULL);
         rtx__jobs_fail_job(j, job, rtx__jobs_failure_code(rc), reason);
@@ -250,7 +250,7 @@ static void move_job(struct rtx_jobs *j, struct job *job) {
         return;
     }
     char reason[300];
-    snprintf(reason, sizeof reason, "cannot be placed: %s", err.msg);
+    snprintf(reason, sizeof reason, "cannot be placed: %.*s", (int)(sizeof reason - 19), err.msg);
     job->where = JOB_CANCELLING;
     settle_job(j, job, RTX_JOB_FAILED, rtx__jobs_failure_code(err.code), reason);
 }

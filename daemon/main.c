@@ -147,7 +147,7 @@ static void retention_run(struct app *a) {
     struct rtx_err err = {0};
     a->retention_freed = 0;
     a->retention_rc = rtx_store_retention_run(a->store, now_unix_ms(), &a->retention_freed, &err);
-    snprintf(a->retention_error, sizeof a->retention_error, "%s", err.msg);
+    snprintf(a->retention_error, sizeof a->retention_error, "%.*s", (int)(sizeof a->retention_error) - 1, err.msg);
 }
 
 static void retention_log(struct app *a) {

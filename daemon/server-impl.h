@@ -104,7 +104,7 @@ struct call {
     bool pushback_set;
     grpc_byte_buffer *reply; /* unary reply in flight */
     grpc_status_code status; /* final status sent (or to send) */
-    char status_msg[256];
+    char status_msg[1024];
     grpc_slice status_details;
     bool details_set;
     int cancelled;           /* RECV_CLOSE_ON_SERVER output */

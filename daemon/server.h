@@ -76,7 +76,7 @@ bool rtx_server_request_id_valid(const char *s, size_t len);
  * the server takes it) and len hold the serialized reply. */
 struct rtx_server_reply {
     grpc_status_code code;
-    char msg[256]; /* status details; "" for OK */
+    char msg[1024]; /* status details; "" for OK */
     void *data;
     size_t len; /* bytes */
 };

@@ -36,7 +36,10 @@ static const char *op_type(const struct ox *c) {
 
 struct rtx_value *ox_value(struct ox *c, const char *name) {
     int i = rtx_graph_find_value(c->g, name);
-    return i < 0 ? NULL : &c->g->values[i];
+    if (i < 0) return NULL;
+    struct rtx_value *v = &c->snap[c->snap_next++ % (int)(sizeof c->snap / sizeof c->snap[0])];
+    *v = c->g->values[i];
+    return v;
 }
 
 bool ox_has_in(const struct ox *c, int i) {
@@ -219,13 +222,105 @@ static int fold(struct ox *c, int ni, struct rtx_err *err) {
     return rc;
 }
 
+/* ---- folds that read only weights: kept in the model ---- */
+
+/* Fills f's signature from node ni's inputs; false when an input is neither a model weight
+ * nor a scalar (the fold depends on the instantiation). */
+static bool fold_signature(struct ox *c, int ni, struct rtx__onnx_fold *f) {
+    const struct rtx_node *n = &c->g->nodes[ni];
+    if (n->n_inputs > RTX__ONNX_FOLD_MAX_IN || n->n_outputs != 1) return false;
+    const struct rtx_value *o = &c->g->values[n->outputs[0]];
+    f->op = (int)n->op;
+    f->dtype = o->dtype;
+    f->ndim = o->ndim;
+    memcpy(f->dims, o->dims, sizeof f->dims);
+    f->n_in = n->n_inputs;
+    for (int j = 0; j < n->n_inputs; j++) {
+        f->weights[j] = NULL;
+        f->scalars[j] = 0;
+        if (n->inputs[j] < 0) continue;
+        const struct rtx_value *v = &c->g->values[n->inputs[j]];
+        if (rtx__onnx_init(c->m, v->name) == v->constant) {
+            f->weights[j] = v->constant;
+        } else if (rtx_tensor_numel(v->constant) == 1 && v->ndim == 0) {
+            f->scalars[j] = rtx_tensor_get(v->constant, 0);
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool same_fold(const struct rtx__onnx_fold *a, const struct rtx__onnx_fold *b) {
+    if (a->node != b->node || a->ordinal != b->ordinal || a->n_in != b->n_in || a->op != b->op ||
+        a->dtype != b->dtype || a->ndim != b->ndim ||
+        memcmp(a->dims, b->dims, sizeof a->dims[0] * (size_t)a->ndim))
+        return false;
+    for (int j = 0; j < a->n_in; j++)
+        if (a->weights[j] != b->weights[j] || a->scalars[j] != b->scalars[j]) return false;
+    return true;
+}
+
+/* The kept result for f's signature (a new reference), or NULL. */
+static struct rtx_tensor *fold_lookup(struct ox *c, const struct rtx__onnx_fold *f) {
+    struct rtx_onnx_model *m = (struct rtx_onnx_model *)c->m;
+    struct rtx_tensor *t = NULL;
+    pthread_mutex_lock(&m->fold_mu);
+    for (int i = 0; i < m->n_folds && !t; i++)
+        if (same_fold(&m->folds[i], f)) t = rtx_tensor_ref(m->folds[i].out);
+    pthread_mutex_unlock(&m->fold_mu);
+    return t;
+}
+
+/* Keeps a fold's result in the model (when room; a failure only costs the sharing). */
+static void fold_keep(struct ox *c, struct rtx__onnx_fold *f, struct rtx_tensor *out) {
+    struct rtx_onnx_model *m = (struct rtx_onnx_model *)c->m;
+    pthread_mutex_lock(&m->fold_mu);
+    bool have = false;
+    for (int i = 0; i < m->n_folds && !have; i++) have = same_fold(&m->folds[i], f);
+    if (!have && m->n_folds == m->cap_folds) {
+        int cap = m->cap_folds ? 2 * m->cap_folds : 16;
+        struct rtx__onnx_fold *n = rtx_realloc(m->folds, sizeof *n * (size_t)cap);
+        if (n) {
+            m->folds = n;
+            m->cap_folds = cap;
+        }
+    }
+    if (!have && m->n_folds < m->cap_folds) {
+        f->out = rtx_tensor_ref(out);
+        m->folds[m->n_folds++] = *f;
+    }
+    pthread_mutex_unlock(&m->fold_mu);
+}
+
+void rtx__onnx_folds_free(struct rtx_onnx_model *m) {
+    for (int i = 0; i < m->n_folds; i++) rtx_tensor_unref(m->folds[i].out);
+    rtx_free(m->folds);
+    m->folds = NULL;
+    m->n_folds = m->cap_folds = 0;
+}
+
+/* Folds node ni, through the model's kept folds when it reads only weights and scalars and
+ * its result is large enough to be worth sharing. */
+static int fold_shared(struct ox *c, int ni, struct rtx_err *err) {
+    struct rtx__onnx_fold f = {.node = c->node, .ordinal = c->ordinal++};
+    bool shareable = c->node && fold_signature(c, ni, &f);
+    struct rtx_value *out = &c->g->values[c->g->nodes[ni].outputs[0]];
+    if (shareable && (out->constant = fold_lookup(c, &f))) return 0;
+    int rc = fold(c, ni, err);
+    if (!rc && shareable && rtx_tensor_nbytes(out->constant) >= 4096)
+        fold_keep(c, &f, out->constant);
+    return rc;
+}
+
 int ox_node(struct ox *c, const char *op, const char *const *ins, int n_in, const char *out,
             struct rtx_err *err) {
     if (!out) return rtx_err_set(err, RTX_ENOMEM, "out of memory lowering '%s'", node_name(c));
     for (int j = 0; j < n_in; j++)
         if (!ins[j]) return rtx_err_set(err, RTX_ENOMEM, "out of memory lowering '%s'",
                                         node_name(c));
-    if (ox_value(c, out) && c->g->values[rtx_graph_find_value(c->g, out)].producer >= 0)
+    const struct rtx_value *prev = ox_value(c, out);
+    if (prev && prev->producer >= 0)
         return rtx_err_set(err, RTX_EFORMAT, "node '%s' (%s): value '%s' is written twice",
                            node_name(c), op_type(c), out);
     return rtx_graph_add_node(c->g, op, node_name(c), ins, n_in, &out, 1, err);
@@ -240,7 +335,7 @@ int ox_finish(struct ox *c, int node, struct rtx_err *err) {
     for (int j = 0; j < n->n_inputs && all_const; j++)
         all_const = n->inputs[j] < 0 || c->g->values[n->inputs[j]].constant != NULL;
     if (!all_const) return 0;
-    rc = fold(c, node, err);
+    rc = fold_shared(c, node, err);
     return rc ? rtx_err_prefix(err, "computing ONNX node '%s' (%s) at load", node_name(c),
                                op_type(c))
               : 0;
@@ -377,6 +472,7 @@ static int lower_nodes(struct ox *c, struct rtx_err *err) {
     for (int i = 0; i < c->m->n_nodes; i++) {
         c->node = c->m->order[i];
         c->node_index = i;
+        c->ordinal = 0;
         const struct ox_op *op = rtx__onnx_op(c->node->op_type ? c->node->op_type : "");
         int rc = rtx__onnx_fuse(c, err);
         if (rc == 0) rc = op->lower(c, err);

@@ -515,6 +515,7 @@ int rtx_onnx_load_buffer(const void *data, size_t len, const char *base_dir, con
     struct rtx_onnx_model *m = rtx_calloc(1, sizeof *m);
     if (!m) return rtx_err_set(err, RTX_ENOMEM, "out of memory loading %s", what);
     m->lim = lim ? *lim : rtx_limits_default();
+    pthread_mutex_init(&m->fold_mu, NULL);
     m->what = strdup(what);
     int rc = 0;
     if (!m->what) {
@@ -612,6 +613,8 @@ int rtx_onnx_load_file(const char *path, const struct rtx_limits *lim,
 
 void rtx_onnx_free(struct rtx_onnx_model *m) {
     if (!m) return;
+    rtx__onnx_folds_free(m);
+    pthread_mutex_destroy(&m->fold_mu);
     for (int i = 0; i < m->n_inits; i++) rtx_tensor_unref(m->inits[i]);
     rtx_free(m->inits);
     rtx_free(m->init_names);

@@ -6,6 +6,8 @@
 #ifndef RTX_ONNX_IMPL_H
 #define RTX_ONNX_IMPL_H
 
+#include <pthread.h>
+
 #include "onnx/onnx.h"
 #include "onnx/onnx.pb-c.h"
 
@@ -15,6 +17,24 @@ struct rtx__onnx_def {
     const Onnx__NodeProto *node;
     int uses;
 };
+
+/* A kept fold: the rtx node `ordinal` lowered from ONNX node `node`, computed from inputs
+ * with this signature (a weight by identity, a scalar by value). */
+#define RTX__ONNX_FOLD_MAX_IN 4
+struct rtx__onnx_fold {
+    const Onnx__NodeProto *node;
+    int ordinal;
+    int n_in;
+    const struct rtx_tensor *weights[RTX__ONNX_FOLD_MAX_IN]; /* NULL for a scalar */
+    double scalars[RTX__ONNX_FOLD_MAX_IN];
+    int op;                        /* the rtx op and its result's dtype and shape */
+    enum rtx_dtype dtype;
+    int ndim;
+    int64_t dims[RTX_MAX_DIMS];
+    struct rtx_tensor *out;        /* one reference owned */
+};
+/* Drops every kept fold (at free). */
+void rtx__onnx_folds_free(struct rtx_onnx_model *m);
 
 struct rtx_onnx_model {
     Onnx__ModelProto *proto;       /* parsed; initializers' data moved out into `inits` */
@@ -32,6 +52,11 @@ struct rtx_onnx_model {
     int n_defs;
     struct rtx__onnx_def *defs;    /* node outputs by name (sorted): producer, consumers */
     struct rtx_limits lim;
+    /* results of folds that read only weights (and scalars), shared by every instantiation
+     * instead of computed and held once per input shape (import.c) */
+    pthread_mutex_t fold_mu;
+    int n_folds, cap_folds;
+    struct rtx__onnx_fold *folds;
 };
 
 /* The node that writes value name (NULL for inputs, initializers, unknown names) and the
@@ -58,12 +83,18 @@ struct ox {
     struct rtx_backend *cpu;        /* folds constant nodes; made on first use */
     const Onnx__NodeProto *node;    /* the node being lowered */
     int node_index;                 /* its position in the topological order */
+    int ordinal;                    /* rtx nodes folded so far for the current node */
     int fresh;                      /* counter of generated value names */
     char **names;                   /* generated names (freed with the context) */
     int n_names, cap_names;
+    /* copies of work-graph values handed to lowerings: the graph's value array moves when
+     * nodes add values, a copy (its name and constant stay put) does not */
+    struct rtx_value snap[128];
+    int snap_next;
 };
 
-/* The work graph's value named name (NULL when none). */
+/* The work graph's value named name (NULL when none): a copy, valid while the current node
+ * is lowered (the next 127 lookups do not reuse its slot); read-only. */
 struct rtx_value *ox_value(struct ox *c, const char *name);
 /* The value of input i of the current node: NULL (and RTX_EGRAPH) when absent and required. */
 struct rtx_value *ox_in(struct ox *c, int i, struct rtx_err *err);

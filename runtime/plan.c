@@ -820,8 +820,8 @@ static int capture(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tensor
     }
     if (rc) {
         snprintf(p->rp_note, sizeof p->rp_note,
-                 "graph capture on %s failed, running node by node: %s", rtx_backend_name(be),
-                 ce.msg[0] ? ce.msg : rtx_strerror(rc));
+                 "graph capture on %s failed, running node by node: %.300s",
+                 rtx_backend_name(be), ce.msg[0] ? ce.msg : rtx_strerror(rc));
         p->rp_off = true;
     }
     return rc;

@@ -59,7 +59,7 @@ enum rtx_errno {
  * be NULL when the caller only wants the code. */
 struct rtx_err {
     int code;
-    char msg[256];
+    char msg[1024]; /* long enough to list every unsupported op of a model */
 };
 
 /* The fixed message of a code (also for -errno values). Never NULL. */

@@ -550,7 +550,7 @@ done:
         bool serving = e->n_ready > 0;
         if (!serving) {
             e->state = RTX_MODEL_UNAVAILABLE;
-            snprintf(e->reason, sizeof e->reason, "%s", err ? err->msg : rtx_strerror(rc));
+            snprintf(e->reason, sizeof e->reason, "%.*s", (int)(sizeof e->reason) - 1, err ? err->msg : rtx_strerror(rc));
             e->failed_version = failed;
         }
         pthread_mutex_unlock(&s->mu);
@@ -846,7 +846,7 @@ int rtx_serving_start(const struct rtx_serving_options *opt, struct rtx_serving 
                 if (e) {
                     e->state = RTX_MODEL_UNAVAILABLE;
                     e->at_start = true;
-                    snprintf(e->reason, sizeof e->reason, "%s", lerr.msg);
+                    snprintf(e->reason, sizeof e->reason, "%.*s", (int)(sizeof e->reason) - 1, lerr.msg);
                 }
                 pthread_mutex_unlock(&s->mu);
                 rtx__serving_log(s->log, RTX_SERVING_LOG_ERROR, "startup model not loaded",

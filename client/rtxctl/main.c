@@ -262,11 +262,12 @@ static const char exits_submit[] =
     "Exit status: 0 submitted (with --wait: the job succeeded), 3 it failed, 4 it was\n"
     "cancelled, 5 it expired; 1 the daemon refused the job (an invalid graph or input),\n"
     "2 usage error, 6 daemon unreachable or unavailable (draining, queue full), 7 timeout,\n"
-    "8 a graph or .npy file cannot be read, or an output cannot be written.\n";
+    "8 a graph, model or .npy file cannot be read, or an output cannot be written.\n";
 
 static const char help_submit[] =
-    "Submits a graph file (a serialized rtx.v1.Graph) as a job and prints its id. Every\n"
-    "graph input needs a value: from an .npy file, or random.\n"
+    "Submits a graph file (a serialized rtx.v1.Graph) or an ONNX model (MODEL.onnx,\n"
+    "converted by rtxd for the inputs' shapes) as a job and prints its id. Every graph\n"
+    "input needs a value: from an .npy file, or random (symbolic dimensions become 1).\n"
     "  --input NAME=FILE.npy   bind graph input NAME (repeatable)\n"
     "  --random-inputs         fill the other inputs with random data as rtxrun does:\n"
     "                          floats in [-1,1), integers in [0,10), random bools;\n"
@@ -285,7 +286,7 @@ static const char help_submit[] =
     "\"outputs\" (the files written, with --output-dir)}.\n";
 
 static const char synopsis_submit[] =
-    "GRAPH.rtxg [--input NAME=FILE.npy]... [--random-inputs] [--seed N]\n"
+    "GRAPH.rtxg|MODEL.onnx [--input NAME=FILE.npy]... [--random-inputs] [--seed N]\n"
     "       [--lane L] [--label K=V]... [--deadline-ms N] [--idempotency-key K]\n"
     "       [--restart-policy rerun|fail] [--device D] [--wait] [--output-dir DIR]";
 

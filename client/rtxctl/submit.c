@@ -10,11 +10,13 @@
  * a bad file never costs a call.
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client/rtxctl/rtxctl-impl.h"
+#include "onnx/onnx.h"
 #include "runtime/runtime.h"
 
 /* ------------------------------------------------------------------------------------------
@@ -264,24 +266,90 @@ static int random_input(const struct rtx_client_value_info *vi, struct rtx_rng *
     return EXIT_OK;
 }
 
-/* Binds every graph input from --input files or random data. */
-static int bind_inputs(const struct submit_args *a, const struct rtx_client_graph *g,
+/* What is submitted: a graph file, or an ONNX model's bytes with its declared inputs. */
+struct submitted {
+    struct rtx_client_graph *g;
+    struct rtx_onnx_model *onnx;
+    void *onnx_bytes;
+    size_t onnx_len;
+    int n_inputs;
+    struct rtx_client_value_info *decl; /* the declared inputs (names owned by g or onnx) */
+};
+
+static void submitted_free(struct submitted *s) {
+    rtx_client_graph_free(s->g);
+    rtx_onnx_free(s->onnx);
+    free(s->onnx_bytes);
+    free(s->decl);
+}
+
+static bool is_onnx_path(const char *path) {
+    size_t n = strlen(path);
+    return n > 5 && !strcmp(path + n - 5, ".onnx");
+}
+
+/* Loads the graph file or the ONNX model (read whole: it travels in the request) and its
+ * input declarations. */
+static int load_submitted(const char *path, struct submitted *s) {
+    if (!is_onnx_path(path)) {
+        struct rtx_client_err err;
+        if (rtx_client_graph_load(path, &s->g, &err) < 0) {
+            ctl_msg("%s", err.msg);
+            return EXIT_LOCAL;
+        }
+        s->n_inputs = rtx_client_graph_n_inputs(s->g);
+        s->decl = ctl_calloc((size_t)s->n_inputs + 1, sizeof *s->decl);
+        for (int i = 0; i < s->n_inputs; i++)
+            if (rtx_client_graph_input(s->g, i, &s->decl[i], &err) < 0) {
+                ctl_msg("%s: %s", path, err.msg);
+                return EXIT_LOCAL;
+            }
+        return EXIT_OK;
+    }
+    struct rtx_err err = {0};
+    if (rtx_onnx_load_file(path, NULL, &s->onnx, &err) < 0) {
+        ctl_msg("%s", err.msg);
+        return EXIT_LOCAL;
+    }
+    FILE *f = fopen(path, "rb");
+    long len = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0) len = ftell(f);
+    if (f && len > 0 && fseek(f, 0, SEEK_SET) == 0) {
+        s->onnx_bytes = ctl_calloc((size_t)len, 1);
+        s->onnx_len = fread(s->onnx_bytes, 1, (size_t)len, f);
+    }
+    if (f) fclose(f);
+    if (len <= 0 || s->onnx_len != (size_t)len) {
+        ctl_msg("%s: cannot read the file", path);
+        return EXIT_LOCAL;
+    }
+    s->n_inputs = rtx_onnx_n_inputs(s->onnx);
+    s->decl = ctl_calloc((size_t)s->n_inputs + 1, sizeof *s->decl);
+    for (int i = 0; i < s->n_inputs; i++) {
+        const struct rtx_onnx_io *io = rtx_onnx_input(s->onnx, i);
+        s->decl[i].name = io->name;
+        s->decl[i].ndim = io->ndim;
+        memcpy(s->decl[i].dims, io->dims, sizeof io->dims[0] * (size_t)io->ndim);
+        if (rtx_client_dtype_from_name(rtx_dtype_name(io->dtype), &s->decl[i].dtype) < 0) {
+            ctl_msg("%s: input %s has dtype %s, which librtx cannot send", path, io->name,
+                    rtx_dtype_name(io->dtype));
+            return EXIT_LOCAL;
+        }
+    }
+    return EXIT_OK;
+}
+
+/* Binds every declared input from --input files or random data. */
+static int bind_inputs(const struct submit_args *a, const struct submitted *s,
                        struct bound_inputs *b) {
     const char *cmd = "submit ";
-    int n = rtx_client_graph_n_inputs(g);
+    int n = s->n_inputs;
     b->tensors = ctl_calloc((size_t)n, sizeof *b->tensors);
     b->views = ctl_calloc((size_t)n, sizeof *b->views);
     b->names = ctl_calloc((size_t)n, sizeof *b->names);
     b->n = n;
-    struct rtx_client_value_info *decl = ctl_calloc((size_t)n, sizeof *decl);
+    const struct rtx_client_value_info *decl = s->decl;
     int rc = EXIT_OK;
-    for (int i = 0; i < n && rc == EXIT_OK; i++) {
-        struct rtx_client_err err;
-        if (rtx_client_graph_input(g, i, &decl[i], &err) < 0) {
-            ctl_msg("%s: %s", a->graph_path, err.msg);
-            rc = EXIT_LOCAL;
-        }
-    }
     for (int k = 0; k < a->n_inputs && rc == EXIT_OK; k++) {
         const struct input_arg *in = &a->inputs[k];
         int slot = -1;
@@ -326,22 +394,18 @@ static int bind_inputs(const struct submit_args *a, const struct rtx_client_grap
             rc = EXIT_LOCAL;
         }
     }
-    free(decl);
     return rc;
 }
 
 int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv) {
     struct submit_args a = {0};
-    struct rtx_client_graph *g = NULL;
+    struct submitted sub = {0};
     struct bound_inputs b = {0};
     struct rtx_client_job *job = NULL;
     struct rtx_client_err err;
     int rc = parse_submit(argc, argv, &a);
-    if (rc == EXIT_OK && rtx_client_graph_load(a.graph_path, &g, &err) < 0) {
-        ctl_msg("%s", err.msg);
-        rc = EXIT_LOCAL;
-    }
-    if (rc == EXIT_OK) rc = bind_inputs(&a, g, &b);
+    if (rc == EXIT_OK) rc = load_submitted(a.graph_path, &sub);
+    if (rc == EXIT_OK) rc = bind_inputs(&a, &sub, &b);
     if (rc == EXIT_OK) rc = ctl_connect(ctl);
     char job_id[RTX_CLIENT_JOB_ID_MAX] = "";
     bool dedup = false;
@@ -355,7 +419,11 @@ int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv) {
             .restart_policy = a.policy,
             .device = a.device,
         };
-        if (rtx_client_submit(ctl->client, g, b.views, b.n, &opt, job_id, &dedup, &err) < 0) {
+        int src = sub.g ? rtx_client_submit(ctl->client, sub.g, b.views, b.n, &opt, job_id,
+                                            &dedup, &err)
+                        : rtx_client_submit_onnx(ctl->client, sub.onnx_bytes, sub.onnx_len,
+                                                 b.views, b.n, &opt, job_id, &dedup, &err);
+        if (src < 0) {
             char what[512];
             snprintf(what, sizeof what, "submit %s", a.graph_path);
             rc = ctl_call_failed(ctl, what, &err);
@@ -392,7 +460,7 @@ int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv) {
     }
     rtx_client_job_free(job);
     bound_inputs_free(&b);
-    rtx_client_graph_free(g);
+    submitted_free(&sub);
     ctl_labels_free(&a.labels);
     free(a.inputs);
     return rc;

@@ -3,13 +3,15 @@
  * (docs/ops.md).
  *
  * DESIGN
- * conv2d is im2col + sgemm per image and group: the columns matrix holds, for each
- * (input channel, kernel row, kernel column), the input pixels each output pixel sees (0 in
- * the padding), so out[g] = w[g] . columns. A 1x1 kernel with unit stride and no padding
- * uses the input itself as the columns matrix. When the product of one (image, group) pair is
- * small the pairs are split over the pool (OpenBLAS then computes on each worker's thread);
- * when it is large they go one by one, im2col split over the pool and sgemm threaded by
- * OpenBLAS.
+ * conv2d is im2col + sgemm: the columns matrix holds, for each (input channel, kernel row,
+ * kernel column), the input pixels each output pixel sees (0 in the padding), so
+ * out[g] = w[g] . columns. An ungrouped conv puts the columns of a chunk of images side by
+ * side (up to 64 MiB of scratch) and computes them in one sgemm threaded by OpenBLAS (a wide
+ * product instead of one skinny product per image: ResNet's 3x3 convs have 16-64 output
+ * channels), then moves each image's rows into place. A 1x1 kernel with unit stride and no
+ * padding uses the input itself as the columns matrix, per image. Grouped convs go per
+ * (image, group): split over the pool when each product is small (OpenBLAS then computes on
+ * each worker's thread), one by one with im2col over the pool when large.
  * f16/bf16 are widened to f32 first and rounded once on store. Pooling walks each output
  * pixel's window directly, with channel planes split over the pool. The window and its checks
  * come from kernels/geometry.c, shared with the CUDA backend.
@@ -36,14 +38,15 @@ struct conv_job {
     atomic_int failed;           /* a chunk could not allocate its columns */
 };
 
-/* Rows [r0, r1) of the columns matrix of one image group (img: [Cg, H, W]). */
-static void im2col_rows(const struct conv_job *j, const float *img, float *col, int64_t r0,
-                        int64_t r1) {
+/* Rows [r0, r1) of the columns matrix of one image group (img: [Cg, H, W]); row r starts at
+ * col + r * ld. */
+static void im2col_rows(const struct conv_job *j, const float *img, float *col, int64_t ld,
+                        int64_t r0, int64_t r1) {
     const struct rtx__window_geom *w = &j->g.w;
     for (int64_t r = r0; r < r1; r++) {
         int64_t c = r / (w->kh * w->kw), kh = r / w->kw % w->kh, kw = r % w->kw;
         const float *plane = img + c * w->H * w->W;
-        float *dst = col + r * j->g.P;
+        float *dst = col + r * ld;
         int64_t off = kw * w->dw - w->pl; /* iw = ow * sw + off */
         int64_t lo = off >= 0 ? 0 : (-off + w->sw - 1) / w->sw;
         int64_t hi = w->W - 1 - off < 0 ? -1 : (w->W - 1 - off) / w->sw; /* last valid ow */
@@ -76,7 +79,7 @@ struct im2col_job {
 
 static void im2col_chunk(void *ctx, int64_t begin, int64_t end) {
     const struct im2col_job *j = ctx;
-    im2col_rows(j->conv, j->img, j->col, begin, end);
+    im2col_rows(j->conv, j->img, j->col, j->conv->g.P, begin, end);
 }
 
 /* out[n, group g] = w[g] . columns of (n, g), for task ng = n * G + g; im2col goes over the
@@ -91,7 +94,7 @@ static void conv_group(const struct conv_job *j, int64_t ng, float *col, struct 
             struct im2col_job ij = {.conv = j, .img = img, .col = col};
             rtx__cpu_parallel_for(cpu, j->g.K, 1, im2col_chunk, &ij);
         } else {
-            im2col_rows(j, img, col, 0, j->g.K);
+            im2col_rows(j, img, col, j->g.P, 0, j->g.K);
         }
         cols = col;
     }
@@ -135,6 +138,72 @@ static void bias_chunk(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+/* Scratch bytes of one batched product (columns and result of a chunk of images). */
+#define BATCH_SCRATCH_BYTES ((int64_t)64 << 20)
+
+/* A chunk of images [n0, n0 + nb) of an ungrouped conv as one product: their columns side
+ * by side ([K, nb * P]), one sgemm w [O, K] . columns into t [O, nb * P] (threaded by
+ * OpenBLAS: one call with a wide right-hand side instead of nb skinny ones), then each image's
+ * rows moved into y. */
+struct batch_job {
+    const struct conv_job *conv;
+    int64_t n0, nb;
+    float *col, *t;
+};
+
+static void batch_im2col_chunk(void *ctx, int64_t begin, int64_t end) {
+    const struct batch_job *b = ctx;
+    const struct conv_job *j = b->conv;
+    int64_t K = j->g.K, P = j->g.P, CHW = j->g.w.C * j->g.w.H * j->g.w.W;
+    for (int64_t q = begin; q < end; q++) { /* q = image i of the chunk, row r */
+        int64_t i = q / K, r = q % K;
+        im2col_rows(j, j->x + (b->n0 + i) * CHW, b->col + i * P, b->nb * P, r, r + 1);
+    }
+}
+
+static void batch_scatter_chunk(void *ctx, int64_t begin, int64_t end) {
+    const struct batch_job *b = ctx;
+    const struct conv_job *j = b->conv;
+    int64_t O = j->g.O, P = j->g.P;
+    for (int64_t q = begin; q < end; q++) { /* q = image i, channel o */
+        int64_t i = q / O, o = q % O;
+        memcpy(j->y + ((b->n0 + i) * O + o) * P, b->t + o * b->nb * P + i * P,
+               (size_t)P * sizeof *j->y);
+    }
+}
+
+static int conv_batched(struct rtx_cpu *cpu, const struct conv_job *j) {
+    int64_t N = j->g.w.N, K = j->g.K, P = j->g.P, O = j->g.O;
+    int64_t per_image = (K + O) * P * (int64_t)sizeof(float);
+    int64_t nb = BATCH_SCRATCH_BYTES / (per_image > 0 ? per_image : 1);
+    if (nb < 1) nb = 1;
+    if (nb > N) nb = N;
+    if (nb * P > INT_MAX) nb = INT_MAX / P;
+    struct batch_job b = {.conv = j};
+    b.col = rtx_malloc((size_t)(K * nb * P) * sizeof *b.col);
+    b.t = nb > 1 ? rtx_malloc((size_t)(O * nb * P) * sizeof *b.t) : NULL;
+    if (!b.col || (nb > 1 && !b.t)) {
+        rtx_free(b.col);
+        rtx_free(b.t);
+        return RTX_ENOMEM;
+    }
+    for (b.n0 = 0; b.n0 < N; b.n0 += b.nb) {
+        b.nb = N - b.n0 < nb ? N - b.n0 : nb;
+        int64_t width = b.nb * P;
+        rtx__cpu_parallel_for(cpu, b.nb * K, 1 + (1 << 14) / (P > 0 ? P : 1),
+                              batch_im2col_chunk, &b);
+        float *dst = b.nb > 1 ? b.t : j->y + b.n0 * O * P;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)O, (int)width, (int)K, 1.0f,
+                    j->wt, (int)K, b.col, (int)width, 0.0f, dst, (int)width);
+        if (b.nb > 1)
+            rtx__cpu_parallel_for(cpu, b.nb * O, 1 + (1 << 14) / (P > 0 ? P : 1),
+                                  batch_scatter_chunk, &b);
+    }
+    rtx_free(b.col);
+    rtx_free(b.t);
+    return 0;
+}
+
 static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
     const struct rtx_tensor *X = a->in[0], *Wt = a->in[1];
     const struct rtx_tensor *B = a->n_in > 2 ? a->in[2] : NULL;
@@ -165,6 +234,11 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     }
     if (j.g.K == 0) {
         memset(j.y, 0, (size_t)rtx_tensor_numel(Y) * sizeof *j.y);
+    } else if (j.g.G == 1 && !j.g.direct) {
+        if (conv_batched(cpu, &j)) {
+            rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "im2col scratch");
+            goto done;
+        }
     } else if (j.g.w.N * j.g.G > 1 && j.g.Og * j.g.P * j.g.K <= RTX__CPU_SMALL_GEMM_MACS) {
         rtx__cpu_parallel_for(cpu, j.g.w.N * j.g.G, 1, conv_groups_chunk, &j);
         if (atomic_load(&j.failed)) {
@@ -205,8 +279,60 @@ struct pool_job {
     bool is_max, count_include_pad;
 };
 
+/* The kernel taps [lo, hi) of a window starting at s (stride-free: the tap k reads
+ * s + k * d) that fall inside [0, n). */
+static void taps(int64_t s, int64_t d, int64_t k, int64_t n, int64_t *lo, int64_t *hi) {
+    *lo = s >= 0 ? 0 : (-s + d - 1) / d;
+    *hi = s + (k - 1) * d < n ? k : (n - 1 - s) / d + 1;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* f32 planes: pointers and in-bounds tap ranges instead of a checked load per element. */
+static void pool_chunk_f32(const struct pool_job *j, int64_t begin, int64_t end) {
+    const struct rtx__window_geom *w = &j->w;
+    for (int64_t pl = begin; pl < end; pl++) {
+        const float *x = (const float *)j->x + pl * w->H * w->W;
+        float *y = (float *)j->y + pl * w->Ho * w->Wo;
+        for (int64_t oh = 0; oh < w->Ho; oh++) {
+            int64_t hs = oh * w->sh - w->pt, h0, h1;
+            taps(hs, w->dh, w->kh, w->H, &h0, &h1);
+            for (int64_t ow = 0; ow < w->Wo; ow++) {
+                int64_t ws = ow * w->sw - w->pl, w0, w1;
+                taps(ws, w->dw, w->kw, w->W, &w0, &w1);
+                float v;
+                if (j->is_max) {
+                    v = -INFINITY;
+                    for (int64_t kh = h0; kh < h1; kh++) {
+                        const float *row = x + (hs + kh * w->dh) * w->W + ws;
+                        for (int64_t kw = w0; kw < w1; kw++) {
+                            float e = row[kw * w->dw];
+                            if (e > v || e != e) v = e; /* NaN wins, as NumPy */
+                        }
+                    }
+                } else {
+                    int64_t he = hs + w->kh < w->H + w->pb ? hs + w->kh : w->H + w->pb;
+                    int64_t we = ws + w->kw < w->W + w->pr ? ws + w->kw : w->W + w->pr;
+                    float sum = 0.0f;
+                    for (int64_t kh = h0; kh < h1; kh++) {
+                        const float *row = x + (hs + kh) * w->W + ws;
+                        for (int64_t kw = w0; kw < w1; kw++) sum += row[kw];
+                    }
+                    int64_t inside = (h1 - h0) * (w1 - w0);
+                    int64_t div = j->count_include_pad ? (he - hs) * (we - ws) : inside;
+                    v = div > 0 ? sum / (float)div : 0.0f;
+                }
+                y[oh * w->Wo + ow] = v;
+            }
+        }
+    }
+}
+
 static void pool_chunk(void *ctx, int64_t begin, int64_t end) {
     const struct pool_job *j = ctx;
+    if (j->dt == RTX_F32) {
+        pool_chunk_f32(j, begin, end);
+        return;
+    }
     const struct rtx__window_geom *w = &j->w;
     for (int64_t pl = begin; pl < end; pl++) {
         int64_t xb = pl * w->H * w->W, yb = pl * w->Ho * w->Wo;

@@ -179,7 +179,7 @@ int rtx_cuda_devices_init(struct rtx_cuda_devices *l, bool selftest, struct rtx_
         if (rc != 0) {
             d->index = i;
             d->healthy = false;
-            snprintf(d->detail, sizeof d->detail, "%s", derr.msg);
+            snprintf(d->detail, sizeof d->detail, "%.*s", (int)(sizeof d->detail) - 1, derr.msg);
         }
     }
     return 0;

@@ -784,7 +784,7 @@ static void *worker_main(void *arg) {
         rtx_client_job_list_free(l);
         if (rc != 0) {
             w->failures++;
-            snprintf(w->msg, sizeof w->msg, "%s", err.msg);
+            snprintf(w->msg, sizeof w->msg, "%.*s", (int)(sizeof w->msg) - 1, err.msg);
         }
     }
     return NULL;

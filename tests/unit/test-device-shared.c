@@ -47,7 +47,7 @@ static int infer(struct serving_fx *sf, const char *name, int rows, char msg[256
         snprintf(msg, 256, "%s", c.msg);
         if (rc == 0) check_scale(&c, rows, 1.0f, 1.0f);
     } else {
-        snprintf(msg, 256, "%s", err.msg);
+        snprintf(msg, 256, "%.*s", (int)(256) - 1, err.msg);
     }
     call_close(&c);
     return rc;

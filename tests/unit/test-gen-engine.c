@@ -57,7 +57,7 @@ static void on_done(void *ctx, int status, const struct rtx_err *err,
     pthread_mutex_lock(&r->mu);
     r->done = true;
     r->status = status;
-    if (err) snprintf(r->msg, sizeof r->msg, "%s", err->msg);
+    if (err) snprintf(r->msg, sizeof r->msg, "%.*s", (int)(sizeof r->msg) - 1, err->msg);
     r->usage = *usage;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
@@ -134,7 +134,7 @@ static int submit(struct rtx_gen_engine *e, struct run *r, const int32_t *ids, i
                                  .on_event = on_event, .on_done = on_done, .ctx = r};
     struct rtx_err err = {0};
     int rc = rtx_gen_submit(e, &rq, &r->h, &err);
-    if (rc) snprintf(r->msg, sizeof r->msg, "%s", err.msg);
+    if (rc) snprintf(r->msg, sizeof r->msg, "%.*s", (int)(sizeof r->msg) - 1, err.msg);
     return rc;
 }
 

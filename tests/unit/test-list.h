@@ -52,4 +52,5 @@
     X(kserve)                                                                                   \
     X(http_gen)                                                                                 \
     X(chat_template)                                                                            \
-    X(gen_stats)
+    X(gen_stats)                                                                                \
+    X(onnx)

@@ -51,7 +51,7 @@ static void *insert_thread(void *arg) {
         char existing[RTX_JOB_ID_LEN];
         if (rtx_store_job_insert(c->s, &j, req, sizeof req, existing, &err) != 0 || existing[0]) {
             c->failures++;
-            snprintf(c->msg, sizeof c->msg, "%s", err.msg);
+            snprintf(c->msg, sizeof c->msg, "%.*s", (int)(sizeof c->msg) - 1, err.msg);
         }
         memcpy(c->ids[i], id, RTX_JOB_ID_LEN);
     }
