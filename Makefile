@@ -1,6 +1,6 @@
 # rtxd - one entry point. `make` builds everything into build/ (binaries in build/bin).
 # Targets: all, run, test, test-unit, test-py, test-asan, bench, examples, clean, deps,
-# gpu-bundle, gpu-pack, test-gpu, bench-gpu, bench-generate (see docs/gpu.md). Set BUILD and SAN=1 for a sanitizer build
+# gpu-bundle, gpu-pack, test-gpu, bench-gpu, bench-generate, bench-onnx, bench-onnx-gpu (see docs/gpu.md). Set BUILD and SAN=1 for a sanitizer build
 # (test-asan does this into build-asan/). CUDA_HOME: the CUDA toolkit (nvcc, cudart), not
 # installed by deploy/install-deps.sh.
 
@@ -13,7 +13,7 @@ NVCC     ?= $(CUDA_HOME)/bin/nvcc
 
 # Goals that build nothing (test-gpu runs on the GPU machine, where nothing can be installed):
 # no dependency check for them.
-NOBUILD_GOALS := test-gpu bench-gpu bench-generate clean
+NOBUILD_GOALS := test-gpu bench-gpu bench-generate bench-onnx-gpu clean
 ifneq ($(MAKECMDGOALS),)
 ifeq ($(filter-out $(NOBUILD_GOALS),$(MAKECMDGOALS)),)
 NOBUILD := yes
@@ -162,7 +162,8 @@ EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg 
 
 .PHONY: all run run-examples test test-unit test-py test-integration test-serving test-asan \
         test-py-only \
-        bench examples clean deps gpu-bundle gpu-pack test-gpu bench-gpu bench-generate
+        bench examples clean deps gpu-bundle gpu-pack test-gpu bench-gpu bench-generate \
+        bench-onnx bench-onnx-gpu
 all: $(BINS) $(EXAMPLES)
 
 deps:
@@ -472,6 +473,9 @@ gpu-pack: gpu-bundle $(BUILD)/bin/make-examples
 # RTX_ALLOW_SKIP=cudnn; tests/skips.py, docs/gpu.md); the steps then say they skipped.
 # tests/gpu/test_ops_torch.py: every op through one rtxrun process against PyTorch (python3
 # with torch; it encodes its graphs itself, so $(BUILD)/py is not needed there).
+# tests/gpu/test_onnx_torch.py: a ResNet, a BERT-style encoder and a GPT-2-style decoder
+# exported by torch.onnx.export (dynamic batch), run by one rtxrun process against PyTorch on
+# the same GPU and onnxruntime where importable (python3 with torch, onnx and onnxscript).
 # tests/interop/np_decoder.py --against-transformers: the NumPy decoder that the generation
 # tests compare rtxd's logits with, against transformers on genfixtures.py's checkpoints.
 # tests/gpu/test_generate_torch.py: rtxgen's bf16 logits against transformers' for the
@@ -496,6 +500,7 @@ test-gpu:
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-jobs.sh
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) bash tests/gpu/daemon-serving.sh
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) tests/gpu/test_ops_torch.py --device cuda
+	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) tests/gpu/test_onnx_torch.py --device cuda
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) tests/gpu/test_generate_torch.py
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_gpu.py --harness-check
 	$(PYTHON) tests/interop/np_decoder.py --against-transformers
@@ -508,6 +513,23 @@ bench-gpu:
 	@[ -x $(BUILD)/bin/rtx-bench-gpu ] || { echo "bench-gpu: $(BUILD)/bin/rtx-bench-gpu is" \
 	  "missing: build with 'make all gpu-bundle' first (bench-gpu never builds)" >&2; exit 2; }
 	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_gpu.py
+
+# bench/bench_onnx.py: ONNX models end to end, rtxrun against onnxruntime on the same file
+# (docs/benchmarks.md). bench-onnx: the CPU, the models of tests/interop/test_onnx_models.py
+# at CI-sized shapes against onnxruntime's CPU provider with the same thread count, judged
+# (>= 1.0x; RTX_BENCH_REPORT=1: report only). bench-onnx-gpu (on the GPU machine, like
+# bench-gpu; builds nothing): torch.onnx.export'ed models at batch 32 on the GPU against
+# PyTorch eager and onnxruntime's CUDA provider where it has one, reported.
+# RTX_BENCH_ONNX_ARGS passes options (--quick, --case NAME, --threads N, --device cuda:N).
+RTX_BENCH_ONNX_ARGS ?=
+bench-onnx: all $(PY_GEN)
+	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python bench/bench_onnx.py $(RTX_BENCH_ONNX_ARGS)
+
+bench-onnx-gpu:
+	@[ -x $(BUILD)/bin/rtxrun ] || { echo "bench-onnx-gpu: $(BUILD)/bin/rtxrun is missing:" \
+	  "build with 'make all gpu-bundle' first (bench-onnx-gpu never builds)" >&2; exit 2; }
+	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_onnx.py --device cuda \
+	  $(RTX_BENCH_ONNX_ARGS)
 
 # On the GPU machine, like bench-gpu: bench/bench_generate.py starts rtxd on a repository with
 # the Llama-3.2-1B-configuration checkpoint (tests/gpu/make_checkpoints.py, made on first use),
