@@ -116,20 +116,50 @@ const Onnx__AttributeProto *ox_attr(const struct ox *c, const char *name) {
     return NULL;
 }
 
-int64_t ox_attr_int(const struct ox *c, const char *name, int64_t dflt) {
+static const char *attr_type_name(int t) {
+    static const char *const names[] = {"UNDEFINED", "FLOAT", "INT", "STRING", "TENSOR",
+                                        "GRAPH", "FLOATS", "INTS", "STRINGS", "TENSORS",
+                                        "GRAPHS", "SPARSE_TENSOR", "SPARSE_TENSORS",
+                                        "TYPE_PROTO", "TYPE_PROTOS"};
+    return t >= 0 && t < (int)(sizeof names / sizeof names[0]) ? names[t] : "an unknown type";
+}
+
+/* The attribute called name when it has type `want` and carries its value; NULL when absent.
+ * One of another type (or declared with the type but without the value) is recorded in the
+ * context, and the node fails once lowered (as onnxruntime refuses it at load). */
+static const Onnx__AttributeProto *typed_attr(const struct ox *c, const char *name, int want) {
     const Onnx__AttributeProto *a = ox_attr(c, name);
-    return a && a->has_i ? a->i : dflt;
+    if (!a) return NULL;
+    bool has = want == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT      ? a->has_i
+               : want == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT  ? a->has_f
+               : want == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING ? a->has_s
+                                                                      : true;
+    int type = a->has_type ? (int)a->type : 0;
+    if (type == want && has) return a;
+    struct ox *mc = (struct ox *)c;
+    if (!mc->bad_attr[0])
+        snprintf(mc->bad_attr, sizeof mc->bad_attr, "attribute '%s' is %s%s, %s expected", name,
+                 attr_type_name(type), type == want ? " without a value" : "",
+                 attr_type_name(want));
+    return NULL;
+}
+
+int64_t ox_attr_int(const struct ox *c, const char *name, int64_t dflt) {
+    const Onnx__AttributeProto *a = typed_attr(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+    return a ? a->i : dflt;
 }
 
 double ox_attr_float(const struct ox *c, const char *name, double dflt) {
-    const Onnx__AttributeProto *a = ox_attr(c, name);
-    return a && a->has_f ? a->f : dflt;
+    const Onnx__AttributeProto *a =
+        typed_attr(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    return a ? a->f : dflt;
 }
 
 const char *ox_attr_str(const struct ox *c, const char *name, const char *dflt, char *buf,
                         size_t cap) {
-    const Onnx__AttributeProto *a = ox_attr(c, name);
-    if (!a || !a->has_s) return dflt;
+    const Onnx__AttributeProto *a =
+        typed_attr(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    if (!a) return dflt;
     size_t n = a->s.len < cap - 1 ? a->s.len : cap - 1;
     memcpy(buf, a->s.data, n);
     buf[n] = 0;
@@ -137,7 +167,8 @@ const char *ox_attr_str(const struct ox *c, const char *name, const char *dflt, 
 }
 
 int ox_attr_ints(const struct ox *c, const char *name, const int64_t **v) {
-    const Onnx__AttributeProto *a = ox_attr(c, name);
+    const Onnx__AttributeProto *a =
+        typed_attr(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
     if (!a) return -1;
     *v = a->ints;
     return (int)a->n_ints;
@@ -474,9 +505,14 @@ static int lower_nodes(struct ox *c, struct rtx_err *err) {
         c->node_index = i;
         c->ordinal = 0;
         const struct ox_op *op = rtx__onnx_op(c->node->op_type ? c->node->op_type : "");
+        c->bad_attr[0] = 0;
         int rc = rtx__onnx_fuse(c, err);
         if (rc == 0) rc = op->lower(c, err);
         else if (rc > 0) rc = 0;
+        if (!rc && c->bad_attr[0])
+            rc = rtx_err_set(err, RTX_EGRAPH, "node '%s' (%s): %s", c->node->name ? c->node->name
+                                                                                : "",
+                             c->node->op_type, c->bad_attr);
         if (rc) return rc;
         for (size_t o = 0; o < c->node->n_output; o++) {
             const char *name = ox_out_name(c, (int)o);

@@ -91,6 +91,7 @@ struct ox {
      * nodes add values, a copy (its name and constant stay put) does not */
     struct rtx_value snap[128];
     int snap_next;
+    char bad_attr[160];             /* an attribute of the wrong type read while lowering */
 };
 
 /* The work graph's value named name (NULL when none): a copy, valid while the current node

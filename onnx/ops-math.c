@@ -208,20 +208,39 @@ int ox_lower_reduce(struct ox *c, struct rtx_err *err) {
     return rc ? rc : ox_finish(c, k, err);
 }
 
+/* ArgMax; with select_last_index, the first maximum of x reversed along the axis, counted
+ * back from the end (n - 1 - index). */
 int ox_lower_argmax(struct ox *c, struct rtx_err *err) {
     struct rtx_value *x = ox_in(c, 0, err);
     if (!x) return RTX_EGRAPH;
-    if (ox_attr_int(c, "select_last_index", 0))
-        return ox_unsupported(c, err, "select_last_index 1");
+    bool last = ox_attr_int(c, "select_last_index", 0) != 0;
     int axis;
     int rc = ox_axis(c, ox_attr_int(c, "axis", 0), x->ndim, &axis, err);
     if (rc) return rc;
     const char *in = x->name;
-    int k = ox_node(c, "argmax", &in, 1, ox_out_name(c, 0), err);
+    if (last) {
+        const char *rev = ox_tmp(c, "rev");
+        int64_t start = -1, end = INT64_MIN, ax = axis, step = -1;
+        int k = ox_node(c, "slice", &in, 1, rev, err);
+        if (k < 0) return k;
+        if ((rc = rtx_graph_set_attr_ints(c->g, k, "starts", &start, 1, err)) ||
+            (rc = rtx_graph_set_attr_ints(c->g, k, "ends", &end, 1, err)) ||
+            (rc = rtx_graph_set_attr_ints(c->g, k, "axes", &ax, 1, err)) ||
+            (rc = rtx_graph_set_attr_ints(c->g, k, "steps", &step, 1, err)) ||
+            (rc = ox_finish(c, k, err)))
+            return rc;
+        in = rev;
+    }
+    const char *idx = last ? ox_tmp(c, "idx") : ox_out_name(c, 0);
+    int k = ox_node(c, "argmax", &in, 1, idx, err);
     if (k < 0) return k;
     rc = rtx_graph_set_attr_int(c->g, k, "axis", axis, err);
     if (!rc) rc = rtx_graph_set_attr_int(c->g, k, "keepdims", ox_attr_int(c, "keepdims", 1), err);
-    return rc ? rc : ox_finish(c, k, err);
+    if (rc || (rc = ox_finish(c, k, err)) || !last) return rc;
+    const char *n1 = ox_scalar(c, RTX_I64, (double)(x->dims[axis] - 1), err);
+    if (!n1) return RTX_ENOMEM;
+    const char *ins[2] = {n1, idx};
+    return ox_emit(c, "sub", ins, 2, ox_out_name(c, 0), err);
 }
 
 int ox_lower_layernorm(struct ox *c, struct rtx_err *err) {

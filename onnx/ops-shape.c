@@ -276,6 +276,9 @@ int ox_lower_constant(struct ox *c, struct rtx_err *err) {
     if (kind < 0)
         return ox_unsupported(c, err, "no value (value_string(s) and sparse_value are not "
                               "supported)");
+    if ((kind == 1 && !a->has_f) || (kind == 3 && !a->has_i))
+        return rtx_err_set(err, RTX_EGRAPH, "node '%s' (Constant): %s has no value",
+                           c->node->name, kinds[kind]);
     struct rtx_tensor *t = NULL;
     int rc = 0;
     int64_t n;
@@ -309,6 +312,19 @@ int ox_lower_constant_of_shape(struct ox *c, struct rtx_err *err) {
     int n, rc;
     if ((rc = ox_const_ints(c, 0, dims, MAXV, &n, err))) return rc;
     if (n > RTX_MAX_DIMS) return ox_unsupported(c, err, "rank %d", n);
+    /* the limits before the allocation: the shape may come from anywhere */
+    int64_t total = 1;
+    for (int d = 0; d < n; d++) {
+        if (dims[d] < 0)
+            return rtx_err_set(err, RTX_EGRAPH, "node '%s' (ConstantOfShape): dimension %lld",
+                               c->node->name, (long long)dims[d]);
+        if (dims[d] && total > c->lim->max_elements / dims[d] + 1) total = INT64_MAX;
+        else total *= dims[d];
+    }
+    if (total > c->lim->max_elements || total * 8 > c->lim->max_tensor_bytes)
+        return rtx_err_set(err, RTX_ELIMIT, "node '%s' (ConstantOfShape): %lld elements, limit "
+                           "%lld", c->node->name, (long long)total,
+                           (long long)c->lim->max_elements);
     const Onnx__AttributeProto *a = ox_attr(c, "value");
     struct rtx_tensor *v = NULL, *t = NULL;
     enum rtx_dtype dt = RTX_F32;
@@ -320,7 +336,6 @@ int ox_lower_constant_of_shape(struct ox *c, struct rtx_err *err) {
         rtx_tensor_unref(v);
     }
     if ((rc = rtx_tensor_new(dt, n, dims, &t, err))) return rc;
-    int64_t total = rtx_tensor_numel(t);
     if (fill != 0)
         for (int64_t i = 0; i < total; i++) rtx_tensor_set(t, i, fill);
     rc = ox_const(c, ox_out_name(c, 0), t, err);

@@ -364,6 +364,18 @@ static int bind_inputs(struct run *r) {
                  val->name);
             return EXIT_INPUT;
         }
+        /* the declared shape may be anything: the limits before the allocation */
+        struct rtx_limits lim = rtx_limits_default();
+        int64_t n = 1;
+        for (int d = 0; d < val->ndim; d++) {
+            int64_t k = val->dims[d] < 0 ? 1 : val->dims[d];
+            n = k && n > INT64_MAX / k ? INT64_MAX : n * k;
+        }
+        if (n > lim.max_elements || n > lim.max_tensor_bytes / (int64_t)rtx_dtype_size(val->dtype)) {
+            fail("input %s: %" PRId64 " elements exceed the limit (%" PRId64 " elements, %" PRId64
+                 " bytes per tensor)", val->name, n, lim.max_elements, lim.max_tensor_bytes);
+            return EXIT_INPUT;
+        }
         if (rtx_tensor_random(&rng, val->dtype, val->ndim, val->dims, &r->inputs[i], &err) <
             0) {
             fail("input %s: %s", val->name, err.msg);
