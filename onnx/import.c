@@ -255,8 +255,15 @@ static int fold(struct ox *c, int ni, struct rtx_err *err) {
 
 /* ---- folds that read only weights: kept in the model ---- */
 
-/* Fills f's signature from node ni's inputs; false when an input is neither a model weight
- * nor a scalar (the fold depends on the instantiation). */
+/* Whether t is the result of a kept fold (shared by every instantiation). Under fold_mu. */
+static bool is_kept(const struct rtx_onnx_model *m, const struct rtx_tensor *t) {
+    for (int i = 0; i < m->n_folds; i++)
+        if (m->folds[i].out == t) return true;
+    return false;
+}
+
+/* Fills f's signature from node ni's inputs; false when an input is neither a model weight,
+ * a kept fold's result nor a scalar (the fold depends on the instantiation). */
 static bool fold_signature(struct ox *c, int ni, struct rtx__onnx_fold *f) {
     const struct rtx_node *n = &c->g->nodes[ni];
     if (n->n_inputs > RTX__ONNX_FOLD_MAX_IN || n->n_outputs != 1) return false;
@@ -271,7 +278,11 @@ static bool fold_signature(struct ox *c, int ni, struct rtx__onnx_fold *f) {
         f->scalars[j] = 0;
         if (n->inputs[j] < 0) continue;
         const struct rtx_value *v = &c->g->values[n->inputs[j]];
-        if (rtx__onnx_init(c->m, v->name) == v->constant) {
+        struct rtx_onnx_model *m = (struct rtx_onnx_model *)c->m;
+        pthread_mutex_lock(&m->fold_mu);
+        bool kept = is_kept(m, v->constant);
+        pthread_mutex_unlock(&m->fold_mu);
+        if (kept || rtx__onnx_init(c->m, v->name) == v->constant) {
             f->weights[j] = v->constant;
         } else if (rtx_tensor_numel(v->constant) == 1 && v->ndim == 0) {
             f->scalars[j] = rtx_tensor_get(v->constant, 0);
@@ -331,16 +342,16 @@ void rtx__onnx_folds_free(struct rtx_onnx_model *m) {
     m->n_folds = m->cap_folds = 0;
 }
 
-/* Folds node ni, through the model's kept folds when it reads only weights and scalars and
- * its result is large enough to be worth sharing. */
+/* Folds node ni, through the model's kept folds when it reads only weights, kept results and
+ * scalars (chains of such folds, like a BatchNormalization folded into a conv's weight, are
+ * computed once per model). */
 static int fold_shared(struct ox *c, int ni, struct rtx_err *err) {
     struct rtx__onnx_fold f = {.node = c->node, .ordinal = c->ordinal++};
     bool shareable = c->node && fold_signature(c, ni, &f);
     struct rtx_value *out = &c->g->values[c->g->nodes[ni].outputs[0]];
     if (shareable && (out->constant = fold_lookup(c, &f))) return 0;
     int rc = fold(c, ni, err);
-    if (!rc && shareable && rtx_tensor_nbytes(out->constant) >= 4096)
-        fold_keep(c, &f, out->constant);
+    if (!rc && shareable) fold_keep(c, &f, out->constant);
     return rc;
 }
 

@@ -194,6 +194,10 @@ int ox_lower_expand(struct ox *c, struct rtx_err *err);
 int ox_lower_trilu(struct ox *c, struct rtx_err *err);
 /* convolutional networks (ops-nn.c) */
 int ox_lower_conv(struct ox *c, struct rtx_err *err);
+/* ONNX Conv node `conv` (its attributes and input 0) with weight w and bias b (NULL: none)
+ * into value out: the Conv + BatchNormalization fusion lowers a conv with folded weights. */
+int ox_conv(struct ox *c, const Onnx__NodeProto *conv, const char *w, const char *b,
+            const char *out, struct rtx_err *err);
 int ox_lower_batchnorm(struct ox *c, struct rtx_err *err);
 int ox_lower_pool(struct ox *c, struct rtx_err *err);       /* arg: rtx op */
 int ox_lower_global_pool(struct ox *c, struct rtx_err *err); /* arg: rtx reduce op */

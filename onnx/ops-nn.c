@@ -106,28 +106,53 @@ static int spatial(struct ox *c, const struct rtx_value *x, struct rtx_err *err)
                           x->ndim);
 }
 
-int ox_lower_conv(struct ox *c, struct rtx_err *err) {
-    struct rtx_value *x = ox_in(c, 0, err), *w = x ? ox_in(c, 1, err) : NULL;
-    if (!w) return RTX_EGRAPH;
-    int s = spatial(c, x, err);
-    if (s < 0) return s;
-    if (w->ndim != x->ndim)
-        return rtx_err_set(err, RTX_EGRAPH, "node '%s' (Conv): weight of rank %d for input of "
-                           "rank %d", c->node->name, w->ndim, x->ndim);
+/* Conv node `conv` with weight w and bias b (NULL: none) into value out; the attributes are
+ * conv's (the current node is switched to it while it is lowered). */
+int ox_conv(struct ox *c, const Onnx__NodeProto *conv, const char *w_name, const char *b_name,
+            const char *out, struct rtx_err *err) {
+    const Onnx__NodeProto *cur = c->node;
+    c->node = conv;
+    struct rtx_value *x = ox_in(c, 0, err), *w = x ? ox_value(c, w_name) : NULL;
+    int rc = x && w ? 0 : RTX_EGRAPH;
+    int s = rc ? rc : spatial(c, x, err);
+    if (s < 0) rc = s;
+    if (!rc && w->ndim != x->ndim)
+        rc = rtx_err_set(err, RTX_EGRAPH, "node '%s' (Conv): weight of rank %d for input of "
+                         "rank %d", conv->name, w->ndim, x->ndim);
     struct window win;
-    int rc = read_window(c, s, x->dims + 2, w->dims + 2, &win, err);
-    if (rc) return rc;
-    const char *ins[3] = {as_2d(c, x, err), as_2d(c, w, err), ox_in_name(c, 2)};
-    if (!ins[0] || !ins[1]) return RTX_EGRAPH;
-    const char *y = out_2d(c, s);
-    int k = ox_node(c, "conv2d", ins, ox_has_in(c, 2) ? 3 : 2, y, err);
-    if (k < 0) return k;
-    rc = rtx_graph_set_attr_ints(c->g, k, "strides", win.strides, 2, err);
+    if (!rc) rc = read_window(c, s, x->dims + 2, w->dims + 2, &win, err);
+    const char *ins[3] = {NULL, NULL, b_name};
+    if (!rc) {
+        ins[0] = as_2d(c, x, err);
+        ins[1] = ins[0] ? as_2d(c, w, err) : NULL;
+        if (!ins[1]) rc = RTX_EGRAPH;
+    }
+    const char *y = NULL;
+    int k = -1;
+    if (!rc) {
+        /* the 2-D result goes to out directly unless a 1-D output needs a reshape after */
+        y = s == 2 ? out : ox_tmp(c, "y2d");
+        k = ox_node(c, "conv2d", ins, b_name ? 3 : 2, y, err);
+        rc = k < 0 ? k : 0;
+    }
+    if (!rc) rc = rtx_graph_set_attr_ints(c->g, k, "strides", win.strides, 2, err);
     if (!rc) rc = rtx_graph_set_attr_ints(c->g, k, "pads", win.pads, 4, err);
     if (!rc) rc = rtx_graph_set_attr_ints(c->g, k, "dilations", win.dilations, 2, err);
     if (!rc) rc = rtx_graph_set_attr_int(c->g, k, "groups", ox_attr_int(c, "group", 1), err);
     if (!rc) rc = ox_finish(c, k, err);
-    return rc ? rc : back_to_1d(c, s, y, err);
+    if (!rc && s == 1) {
+        struct rtx_value *v = ox_value(c, y);
+        int64_t d[3] = {v->dims[0], v->dims[1], v->dims[3]};
+        rc = ox_reshape(c, y, 3, d, out, err);
+    }
+    c->node = cur;
+    return rc;
+}
+
+int ox_lower_conv(struct ox *c, struct rtx_err *err) {
+    if (!ox_has_in(c, 1)) return ox_in(c, 1, err) ? 0 : RTX_EGRAPH;
+    return ox_conv(c, c->node, ox_in_name(c, 1), ox_has_in(c, 2) ? ox_in_name(c, 2) : NULL,
+                   ox_out_name(c, 0), err);
 }
 
 int ox_lower_pool(struct ox *c, struct rtx_err *err) {
@@ -177,7 +202,7 @@ int ox_lower_global_pool(struct ox *c, struct rtx_err *err) {
     return rc ? rc : ox_finish(c, k, err);
 }
 
-/* A per-channel parameter p [C] as [C, 1, ...] (rank - 1 trailing ones) in x's dtype. */
+/* A per-channel parameter p [C] of a BatchNormalization in x's dtype. */
 static const char *per_channel(struct ox *c, int i, const struct rtx_value *x,
                                struct rtx_err *err) {
     struct rtx_value *p = ox_in(c, i, err);
@@ -188,29 +213,52 @@ static const char *per_channel(struct ox *c, int i, const struct rtx_value *x,
                     (long long)x->dims[1]);
         return NULL;
     }
-    const char *src = p->name;
-    if (p->dtype != x->dtype) {
-        const char *cast = ox_tmp(c, "bn");
-        int k = ox_node(c, "cast", &src, 1, cast, err);
-        if (k < 0 || rtx_graph_set_attr_string(c->g, k, "to", rtx_dtype_name(x->dtype), err) ||
-            ox_finish(c, k, err))
-            return NULL;
-        src = cast;
-    }
-    int64_t d[RTX_MAX_DIMS];
-    d[0] = x->dims[1];
-    for (int j = 1; j < x->ndim - 1; j++) d[j] = 1;
-    const char *t = ox_tmp(c, "bn");
-    return ox_reshape(c, src, x->ndim - 1, d, t, err) ? NULL : t;
+    if (p->dtype == x->dtype) return p->name;
+    const char *cast = ox_tmp(c, "bn"), *src = p->name;
+    int k = ox_node(c, "cast", &src, 1, cast, err);
+    if (k < 0 || rtx_graph_set_attr_string(c->g, k, "to", rtx_dtype_name(x->dtype), err) ||
+        ox_finish(c, k, err))
+        return NULL;
+    return cast;
 }
 
 static const char *binop(struct ox *c, const char *op, const char *a, const char *b,
                          const char *out, struct rtx_err *err) {
     const char *ins[2] = {a, b};
+    if (!a || !b) return NULL;
     if (!out) out = ox_tmp(c, op);
     return ox_emit(c, op, ins, 2, out, err) ? NULL : out;
 }
 
+/* v [C] as [C, 1, ...] of rank r (broadcasting along the channel axis). */
+static const char *channel_column(struct ox *c, const char *v, int64_t C, int r,
+                                  struct rtx_err *err) {
+    int64_t d[RTX_MAX_DIMS];
+    d[0] = C;
+    for (int j = 1; j < r; j++) d[j] = 1;
+    const char *t = ox_tmp(c, "col");
+    return v && !ox_reshape(c, v, r, d, t, err) ? t : NULL;
+}
+
+/* The Conv that produces x when x is read only by this BatchNormalization and the conv's
+ * weight (and bias) are constants: its output channels can absorb the normalisation. */
+static const Onnx__NodeProto *foldable_conv(struct ox *c, const struct rtx_value *x) {
+    const Onnx__NodeProto *conv = rtx__onnx_producer(c->m, x->name);
+    if (!conv || !conv->op_type || strcmp(conv->op_type, "Conv") || conv->n_input < 2 ||
+        rtx__onnx_uses(c->m, x->name) != 1)
+        return NULL;
+    const struct rtx_value *w = ox_value(c, conv->input[1]);
+    const struct rtx_value *b = conv->n_input > 2 && conv->input[2] && *conv->input[2]
+                                    ? ox_value(c, conv->input[2]) : NULL;
+    if (!w || !w->constant || w->dtype != x->dtype || w->dims[0] != x->dims[1]) return NULL;
+    if (b && (!b->constant || b->dtype != x->dtype)) return NULL;
+    return conv;
+}
+
+/* BatchNormalization at inference: a = scale / sqrt(var + eps), shift = bias - mean * a
+ * (per channel, folded when the statistics are constants); after a Conv that only it reads,
+ * the conv's weight becomes w * a and its bias b * a + shift (one conv2d); otherwise
+ * y = x * a + shift. */
 int ox_lower_batchnorm(struct ox *c, struct rtx_err *err) {
     struct rtx_value *x = ox_in(c, 0, err);
     if (!x) return RTX_EGRAPH;
@@ -223,14 +271,29 @@ int ox_lower_batchnorm(struct ox *c, struct rtx_err *err) {
     const char *var = mean ? per_channel(c, 4, x, err) : NULL;
     if (!var) return RTX_EGRAPH;
     const char *eps = ox_scalar(c, x->dtype, ox_attr_float(c, "epsilon", 1e-5), err);
-    if (!eps) return RTX_ENOMEM;
-    /* a = scale / sqrt(var + eps); b = bias - mean * a; y = x * a + b */
     const char *ve = binop(c, "add", var, eps, NULL, err);
     const char *sd = ve ? ox_tmp(c, "sqrt") : NULL;
     if (!sd || ox_emit(c, "sqrt", &ve, 1, sd, err)) return RTX_EGRAPH;
     const char *a = binop(c, "div", scale, sd, NULL, err);
-    const char *ma = a ? binop(c, "mul", mean, a, NULL, err) : NULL;
-    const char *b = ma ? binop(c, "sub", bias, ma, NULL, err) : NULL;
-    const char *xa = b ? binop(c, "mul", x->name, a, NULL, err) : NULL;
-    return xa && binop(c, "add", xa, b, ox_out_name(c, 0), err) ? 0 : RTX_EGRAPH;
+    const char *shift = binop(c, "sub", bias, binop(c, "mul", mean, a, NULL, err), NULL, err);
+    if (!shift) return RTX_EGRAPH;
+    int64_t C = x->dims[1];
+    const Onnx__NodeProto *conv = foldable_conv(c, x);
+    if (conv) {
+        const struct rtx_value *w = ox_value(c, conv->input[1]);
+        const char *w2 = binop(c, "mul", w->name, channel_column(c, a, C, w->ndim, err), NULL,
+                               err);
+        const char *b2 = shift;
+        if (conv->n_input > 2 && conv->input[2] && *conv->input[2])
+            b2 = binop(c, "add", binop(c, "mul", conv->input[2], a, NULL, err), shift, NULL,
+                       err);
+        if (!w2 || !b2) return RTX_EGRAPH;
+        return ox_conv(c, conv, w2, b2, ox_out_name(c, 0), err);
+    }
+    const char *xa = binop(c, "mul", x->name, channel_column(c, a, C, x->ndim - 1, err), NULL,
+                           err);
+    return binop(c, "add", xa, channel_column(c, shift, C, x->ndim - 1, err), ox_out_name(c, 0),
+                 err)
+               ? 0
+               : RTX_EGRAPH;
 }

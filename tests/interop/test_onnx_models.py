@@ -77,6 +77,19 @@ def test_transformer_patterns_are_fused(c, batch):
         assert "tanh" not in ops, f"{c.id}: the tanh GELU left a tanh: {ops}"
 
 
+@pytest.mark.parametrize("c", [c for c in CASES if c.id.startswith("resnet")], ids=str)
+def test_batchnorm_folds_into_its_conv(c, batch):
+    """Every BatchNormalization of the ResNet follows a Conv that only it reads: each becomes
+    part of its conv's weight and bias, so the graph runs convs with no per-channel scale and
+    shift left (mul / sub / div / sqrt)."""
+    res, _ = batch
+    bad = om.rtx_failure_text(res, c.id)
+    assert bad is None, f"{c.describe()}: {bad}"
+    ops = res[c.id]["ops"]
+    assert ops.get("conv2d", 0) >= 2, ops
+    assert not set(ops) & {"mul", "sub", "div", "sqrt"}, f"{c.id}: BN left as ops: {ops}"
+
+
 def test_models_use_what_they_claim():
     """The test models hold the operators and patterns their descriptions promise (so that a
     passing comparison covers them)."""
