@@ -190,13 +190,13 @@ static int conv_batched(struct rtx_cpu *cpu, const struct conv_job *j) {
     for (b.n0 = 0; b.n0 < N; b.n0 += b.nb) {
         b.nb = N - b.n0 < nb ? N - b.n0 : nb;
         int64_t width = b.nb * P;
-        rtx__cpu_parallel_for(cpu, b.nb * K, 1 + (1 << 14) / (P > 0 ? P : 1),
+        rtx__cpu_parallel_for(cpu, b.nb * K, 1 + (1 << 16) / (P > 0 ? P : 1),
                               batch_im2col_chunk, &b);
         float *dst = b.nb > 1 ? b.t : j->y + b.n0 * O * P;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)O, (int)width, (int)K, 1.0f,
                     j->wt, (int)K, b.col, (int)width, 0.0f, dst, (int)width);
         if (b.nb > 1)
-            rtx__cpu_parallel_for(cpu, b.nb * O, 1 + (1 << 14) / (P > 0 ? P : 1),
+            rtx__cpu_parallel_for(cpu, b.nb * O, 1 + (1 << 16) / (P > 0 ? P : 1),
                                   batch_scatter_chunk, &b);
     }
     rtx_free(b.col);
