@@ -294,8 +294,6 @@ SYNTAX = [
     "sequence_batching { direct { minimum_slot_utilization: -Infinity } }",
     "sequence_batching { direct { minimum_slot_utilization: nan } }",
     "sequence_batching { direct { minimum_slot_utilization: 1e-50 } }",
-    "model_metrics { metric_control { metric_identifier { family: \"nv_inference\" }"
-    " histogram_options { buckets: [-5.0, -2, 0, 3.5, 1e300] } } }",
     'metric_tags { key: "team" value: "search" } metric_tags [{key: "tier" value: "1"}]',
     'parameters { key: "a" value { string_value: "x" } } parameters [{key: "b"}]',
     "instance_group [ { count: 2 kind: 2 gpus: [0x1, 02] secondary_devices "

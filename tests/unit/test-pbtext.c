@@ -4,8 +4,11 @@
  * winning, enums by name and number), every scalar type through a message descriptor made
  * here (sint, fixed, sfixed, proto2 optional bytes, required) checked by its binary encoding,
  * ONNX's proto2 AttributeProto (has_ flags), each error with its position and field path,
- * the bounds, the walk over set fields and an out-of-memory loop. Parity with Python's
- * text_format is tests/serving/test_triton_repo_pbtext.py.
+ * the bounds, the walk over set fields and an out-of-memory loop. Then config.pbtxt read into
+ * serving's model config (serving/config-pbtxt.c): every mapped field, the ignored ones
+ * logged by name, the refused ones all named in one error, bad values, out of memory. Parity
+ * with Python's text_format is tests/serving/test_triton_repo_pbtext.py; serving such
+ * repositories end to end is tests/serving/test_triton_repo.py.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -14,6 +17,7 @@
 #include "formats/formats.h"
 #include "inference/model_config.pb-c.h"
 #include "onnx/onnx.pb-c.h"
+#include "serving/serving-impl.h"
 
 static Inference__ModelConfig *parse_config(const char *text, struct rtx_err *err) {
     ProtobufCMessage *m = NULL;
@@ -355,6 +359,196 @@ START_TEST(pbtext_out_of_memory) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------
+ * config.pbtxt into serving's model config
+ * ---------------------------------------------------------------------------------------- */
+
+static char logged[16][96]; /* the "field" of each "config setting ignored" line */
+static int n_logged;
+
+static void capture(enum rtx_serving_log_level level, const char *msg, const char *const *f) {
+    if (strcmp(msg, "config setting ignored") != 0) return;
+    for (int i = 0; f[i] && f[i + 1]; i += 2)
+        if (strcmp(f[i], "field") == 0 && n_logged < 16)
+            snprintf(logged[n_logged++], sizeof logged[0], "%s", f[i + 1]);
+}
+
+static int read_config(const char *text, struct rtx__model_config *c, struct rtx_err *err) {
+    n_logged = 0;
+    return rtx__model_config_pbtxt(text, strlen(text), "m", "m/config.pbtxt", capture, c, err);
+}
+
+START_TEST(config_pbtxt_maps_fields) {
+    const char *text =
+        "platform: \"onnxruntime_onnx\" max_batch_size: 16\n"
+        "input [ { name: \"ids\" data_type: TYPE_INT64 dims: [ -1 ] format: FORMAT_NHWC },\n"
+        "        { name: \"s\" data_type: TYPE_FP32 dims: [ 1 ] reshape: { shape: [ ] } "
+        "optional: true } ]\n"
+        "output [ { name: \"y\" data_type: TYPE_FP16 dims: [ 2, 3 ] reshape { shape: [ 6 ] } "
+        "label_filename: \"l.txt\" } ]\n"
+        "dynamic_batching { preferred_batch_size: [ 8, 4 ] max_queue_delay_microseconds: 100\n"
+        "  preserve_ordering: true priority_levels: 3 default_priority_level: 2\n"
+        "  default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 500\n"
+        "    allow_timeout_override: true max_queue_size: 9 }\n"
+        "  priority_queue_policy { key: 1 value { max_queue_size: 2 } } }\n"
+        "instance_group [ { kind: KIND_CPU }, { count: 3 kind: KIND_GPU gpus: [ 1, 0 ] "
+        "rate_limiter { priority: 2 } } ]\n"
+        "version_policy { latest { num_versions: 2 } }\n"
+        "default_model_filename: \"net.onnx\"\n"
+        "parameters { key: \"lane\" value { string_value: \"batch\" } }\n"
+        "parameters { key: \"memory_reserve_bytes\" value { string_value: \"1048576\" } }\n"
+        "parameters { key: \"intra_op_thread_count\" value { string_value: \"1\" } }\n"
+        "model_transaction_policy { decoupled: false }\n";
+    struct rtx__model_config c;
+    struct rtx_err err = {0};
+    ck_assert_msg(read_config(text, &c, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(c.info.name, "m");
+    ck_assert_str_eq(c.info.platform, "onnxruntime_onnx");
+    ck_assert_str_eq(c.backend, "onnxruntime");
+    ck_assert_int_eq(c.info.max_batch_size, 16);
+    ck_assert(!c.auto_inputs && !c.auto_outputs && !c.batch_autofill);
+    ck_assert_int_eq(c.info.n_inputs, 2);
+    ck_assert_int_eq(c.info.inputs[0].dtype, RTX_I64);
+    ck_assert(c.info.inputs[0].ndim == 1 && c.info.inputs[0].dims[0] == -1);
+    ck_assert(c.info.inputs[1].optional && c.in_reshape[1].set && c.in_reshape[1].ndim == 0);
+    ck_assert(!c.in_reshape[0].set);
+    ck_assert_int_eq(c.info.outputs[0].dtype, RTX_F16);
+    ck_assert(c.out_reshape[0].set && c.out_reshape[0].ndim == 1 && c.out_reshape[0].dims[0] == 6);
+    ck_assert(c.info.dynamic_batching && c.info.n_preferred == 2);
+    ck_assert(c.info.preferred_batch_sizes[0] == 4 && c.info.preferred_batch_sizes[1] == 8);
+    ck_assert_int_eq(c.info.max_queue_delay_us, 100);
+    ck_assert(c.priority_levels == 3 && c.default_priority_level == 2);
+    ck_assert(c.default_policy.set && c.default_policy.on_timeout == RTX_SCHED_TIMEOUT_DELAY);
+    ck_assert(c.default_policy.timeout_us == 500 && c.default_policy.allow_override);
+    ck_assert_int_eq(c.default_policy.max_queue, 9);
+    ck_assert(c.n_level_policies == 1 && c.level_policies[0].level == 1);
+    ck_assert(c.level_policies[0].policy.on_timeout == RTX_SCHED_TIMEOUT_REJECT);
+    ck_assert_int_eq(c.level_policies[0].policy.max_queue, 2);
+    ck_assert_int_eq(c.n_groups, 2);
+    ck_assert(c.groups[0].kind == RTX__KIND_CPU && c.groups[0].count == 2); /* ONNX: 2 */
+    ck_assert(c.groups[1].kind == RTX__KIND_GPU && c.groups[1].count == 3);
+    ck_assert(c.groups[1].n_gpus == 2 && c.groups[1].gpus[0] == 1);
+    ck_assert_int_eq(c.info.instances, 5);
+    ck_assert(c.policy == RTX__POLICY_LATEST && c.latest_n == 2);
+    ck_assert_str_eq(c.model_filename, "net.onnx");
+    ck_assert_str_eq(c.info.default_lane, "batch");
+    ck_assert_int_eq(c.memory_reserve_bytes, 1048576);
+    static const char *const ignored[] = {
+        "input[0].format", "output[0].label_filename", "dynamic_batching.preserve_ordering",
+        "instance_group[1].rate_limiter", "parameters[\"intra_op_thread_count\"]"};
+    ck_assert_int_eq(n_logged, 5);
+    for (int i = 0; i < 5; i++) {
+        bool found = false;
+        for (int k = 0; k < n_logged; k++)
+            found |= strcmp(logged[k], ignored[i]) == 0;
+        ck_assert_msg(found, "%s was not logged", ignored[i]);
+    }
+    /* no config of io: the ONNX model gives them, and the batch size when none is given */
+    ck_assert_int_eq(read_config("backend: \"onnxruntime\"", &c, &err), 0);
+    ck_assert(c.auto_inputs && c.auto_outputs && c.batch_autofill);
+    ck_assert_int_eq(
+        read_config("platform: \"rtx_graph\" input [{name: \"x\" data_type: TYPE_FP32 "
+                    "dims: [1]}] output [{name: \"y\" data_type: TYPE_FP32 dims: [1]}]",
+                    &c, &err),
+        0);
+    ck_assert_str_eq(c.info.platform, "rtx_graph");
+    ck_assert(c.groups[0].kind == RTX__KIND_AUTO && c.groups[0].count == 1);
+}
+END_TEST
+
+START_TEST(config_pbtxt_refuses_by_name) {
+    static const struct {
+        const char *text;
+        int code;
+        const char *msg;
+    } cases[] = {
+        {"sequence_batching { }\ninput [ { name: \"x\" is_shape_tensor: true } ]\n"
+         "model_repository_agents { agents { name: \"checksum\" } }\nbatch_input [ { } ]\n",
+         RTX_EUNSUPPORTED,
+         "m/config.pbtxt: not supported by rtxd: input[0].is_shape_tensor (shape tensors "
+         "(TensorRT)), sequence_batching (sequence batching (stateful models)), batch_input "
+         "(batch inputs (ragged batching)), model_repository_agents (repository agents)"},
+        {"model_transaction_policy { decoupled: true }", RTX_EUNSUPPORTED,
+         "model_transaction_policy.decoupled (decoupled models"},
+        {"ensemble_scheduling { step [ { model_name: \"a\" } ] }", RTX_EUNSUPPORTED,
+         "ensemble_scheduling (ensembles)"},
+        {"cc_model_filenames { key: \"8.0\" value: \"a.onnx\" }", RTX_EUNSUPPORTED,
+         "cc_model_filenames (model files per compute capability)"},
+        {"platform: \"pytorch_libtorch\"", RTX_EUNSUPPORTED, "platform \"pytorch_libtorch\""},
+        {"platform: \"onnxruntime_onnx\" backend: \"python\"", RTX_EUNSUPPORTED,
+         "backend \"python\""},
+        {"name: \"other\"", RTX_EFORMAT, "name \"other\" differs from the directory \"m\""},
+        {"max_batch_size: -1", RTX_EFORMAT, "max_batch_size: -1 is not in [0, 2^20]"},
+        {"input [ { name: \"x\" dims: [ 1 ] } ]", RTX_EFORMAT, "input[0].data_type: missing"},
+        {"input [ { name: \"x\" data_type: TYPE_STRING dims: [ 1 ] } ]", RTX_EUNSUPPORTED,
+         "TYPE_STRING"},
+        {"input [ { name: \"x\" data_type: TYPE_FP32 } ]", RTX_EFORMAT, "input[0].dims: empty"},
+        {"input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 0 ] } ]", RTX_EFORMAT,
+         "input[0].dims: dimension 0 is 0"},
+        {"input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 1 ] }, { name: \"x\" "
+         "data_type: TYPE_FP32 dims: [ 1 ] } ]",
+         RTX_EFORMAT, "input: 'x' is listed twice"},
+        {"input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 4 ] reshape { shape: [ 3 ] } } ]",
+         RTX_EFORMAT, "input[0].reshape.shape: a different number of elements than dims"},
+        {"input [ { name: \"x\" data_type: TYPE_FP32 dims: [ -1 ] reshape { shape: [ 1, -1 ] } } "
+         "]",
+         RTX_EUNSUPPORTED, "a reshape of -1 dimensions that differs from dims"},
+        {"max_batch_size: 0 input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 1 ] } ] "
+         "dynamic_batching { }",
+         RTX_EFORMAT, "dynamic_batching: needs max_batch_size > 0"},
+        {"max_batch_size: 4 dynamic_batching { preferred_batch_size: [ 8 ] }", RTX_EFORMAT,
+         "preferred_batch_size[0]: 8 is not in [1, max_batch_size 4]"},
+        {"max_batch_size: 4 dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
+         RTX_EFORMAT, "default_priority_level: 3 is not in [1, priority_levels 2]"},
+        {"max_batch_size: 4 dynamic_batching { priority_levels: 2 priority_queue_policy { key: 5 "
+         "value { } } }",
+         RTX_EFORMAT, "priority_queue_policy[5]: level 5 is not in [1, priority_levels 2]"},
+        {"instance_group [ { kind: KIND_MODEL } ]", RTX_EUNSUPPORTED,
+         "instance_group[0].kind: KIND_MODEL"},
+        {"instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]", RTX_EFORMAT,
+         "instance_group[0].gpus: given with KIND_CPU"},
+        {"instance_group [ { count: 65 } ]", RTX_EFORMAT, "instance_group[0].count: 65"},
+        {"version_policy { specific { } }", RTX_EFORMAT,
+         "version_policy.specific.versions: 0 versions"},
+        {"default_model_filename: \"../x.onnx\"", RTX_EFORMAT,
+         "default_model_filename: \"../x.onnx\" is not a file name"},
+        {"parameters { key: \"memory_reserve_bytes\" value { string_value: \"lots\" } }",
+         RTX_EFORMAT, "parameters[\"memory_reserve_bytes\"].string_value: \"lots\""},
+        {"platform: \"rtx_graph\" output [ { name: \"y\" data_type: TYPE_FP32 dims: [ 1 ] } ]",
+         RTX_EFORMAT, "input: missing or empty"},
+        {"input { name: \"x\" ", RTX_EFORMAT, "m/config.pbtxt:1:19: input[0]: '{' at 1:7"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct rtx__model_config c;
+        struct rtx_err err = {0};
+        int rc = read_config(cases[i].text, &c, &err);
+        ck_assert_msg(rc == cases[i].code, "case %zu: %d %s", i, rc, err.msg);
+        ck_assert_msg(strstr(err.msg, cases[i].msg), "case %zu: '%s' lacks '%s'", i, err.msg,
+                      cases[i].msg);
+        ck_assert_int_eq(n_logged, 0); /* a refused config logs nothing as ignored */
+    }
+}
+END_TEST
+
+START_TEST(config_pbtxt_out_of_memory) {
+    const char *text = "platform: \"onnxruntime_onnx\" max_batch_size: 4 "
+                       "input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 4 ] } ] "
+                       "dynamic_batching { priority_levels: 2 priority_queue_policy { key: 1 "
+                       "value { max_queue_size: 1 } } } optimization { graph { level: 1 } } "
+                       "parameters { key: \"lane\" value { string_value: \"realtime\" } }";
+    int rc = -1;
+    for (long n = 1; n < 300 && rc != 0; n++) {
+        struct rtx__model_config c;
+        struct rtx_err err = {0};
+        rtx_alloc_fail_after(n);
+        rc = read_config(text, &c, &err);
+        rtx_alloc_fail_after(0);
+        if (rc) ck_assert_msg(rc == RTX_ENOMEM, "n %ld: %d %s", n, rc, err.msg);
+    }
+    ck_assert_int_eq(rc, 0);
+}
+END_TEST
+
 Suite *rtx_pbtext_suite(void) {
     Suite *s = suite_create("pbtext");
     TCase *tc = tcase_create("core");
@@ -367,5 +561,10 @@ Suite *rtx_pbtext_suite(void) {
     tcase_add_test(tc, pbtext_visit_set_fields);
     tcase_add_test(tc, pbtext_out_of_memory);
     suite_add_tcase(s, tc);
+    TCase *cfg = tcase_create("config");
+    tcase_add_test(cfg, config_pbtxt_maps_fields);
+    tcase_add_test(cfg, config_pbtxt_refuses_by_name);
+    tcase_add_test(cfg, config_pbtxt_out_of_memory);
+    suite_add_tcase(s, cfg);
     return s;
 }
