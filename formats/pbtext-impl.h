@@ -35,6 +35,8 @@ struct parser {
 /* Sets err to "WHAT:LINE:COL: PATH: message" at token t; returns code. */
 int rtx__pbtext_fail(struct parser *p, const struct tok *t, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The token's text as a C string in buf; false when it needs cap bytes or more. */
+bool rtx__pbtext_text(const struct tok *t, char *buf, size_t cap);
 /* The token as messages show it (quoted, at most 40 bytes), in buf. */
 const char *rtx__pbtext_show(const struct tok *t, char *buf, size_t cap);
 /* Reads the next token into p->tok; RTX_EFORMAT for a byte no token starts with or a string

@@ -33,6 +33,13 @@ int rtx__pbtext_fail(struct parser *p, const struct tok *t, int code, const char
                        p->path_len > 80 ? "..." : "", plen, path, plen ? ": " : "", msg);
 }
 
+bool rtx__pbtext_text(const struct tok *t, char *buf, size_t cap) {
+    if (t->len >= cap) return false;
+    memcpy(buf, t->p, t->len);
+    buf[t->len] = '\0';
+    return true;
+}
+
 /* The token as shown in messages: at most 40 bytes of it. */
 const char *rtx__pbtext_show(const struct tok *t, char *buf, size_t cap) {
     if (t->kind == PB_EOF) return "the end of the text";
@@ -431,11 +438,8 @@ int rtx__pbtext_scalar(struct parser *p, const ProtobufCFieldDescriptor *f, void
         const ProtobufCEnumValue *ev = NULL;
         if (t.kind == PB_IDENT) {
             char name[128];
-            if (t.len < sizeof name) {
-                memcpy(name, t.p, t.len);
-                name[t.len] = '\0';
+            if (rtx__pbtext_text(&t, name, sizeof name))
                 ev = protobuf_c_enum_descriptor_get_value_by_name(ed, name);
-            }
             if (!ev)
                 return rtx__pbtext_fail(p, &t, RTX_EFORMAT, "%s has no value named %s", ed->name,
                                         rtx__pbtext_show(&t, b, sizeof b));

@@ -224,11 +224,8 @@ static int parse_body(struct parser *p, ProtobufCMessage *m, char close, const s
                                     rtx__pbtext_show(&t, b, sizeof b));
         char name[128];
         const ProtobufCFieldDescriptor *f = NULL;
-        if (t.len < sizeof name) {
-            memcpy(name, t.p, t.len);
-            name[t.len] = '\0';
+        if (rtx__pbtext_text(&t, name, sizeof name))
             f = protobuf_c_message_descriptor_get_field_by_name(d, name);
-        }
         if (!f)
             return rtx__pbtext_fail(p, &t, RTX_EFORMAT, "%s has no field named '%.*s'", d->name,
                                     (int)(t.len > 64 ? 64 : t.len), t.p);

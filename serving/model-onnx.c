@@ -229,6 +229,15 @@ static int check_io(const struct rtx_model_io *io, const struct rtx__reshape *rs
     return 0;
 }
 
+/* The index of the model's input (or output) of this name, or -1. */
+static int find_io(const struct rtx_onnx_model *om, bool input, const char *name) {
+    int n = input ? rtx_onnx_n_inputs(om) : rtx_onnx_n_outputs(om);
+    for (int k = 0; k < n; k++)
+        if (strcmp((input ? rtx_onnx_input(om, k) : rtx_onnx_output(om, k))->name, name) == 0)
+            return k;
+    return -1;
+}
+
 static int map_tensors(struct rtx_model *m, const char *fname, struct rtx_err *err) {
     const struct rtx__model_config *c = &m->cfg;
     const struct rtx_model_info *info = &c->info;
@@ -237,10 +246,8 @@ static int map_tensors(struct rtx_model *m, const char *fname, struct rtx_err *e
     int n_in = rtx_onnx_n_inputs(om), n_out = rtx_onnx_n_outputs(om);
     bool listed[RTX_MODEL_MAX_IO] = {false};
     for (int i = 0; i < info->n_inputs; i++) {
-        int k = 0;
-        while (k < n_in && strcmp(rtx_onnx_input(om, k)->name, info->inputs[i].name) != 0)
-            k++;
-        if (k == n_in)
+        int k = find_io(om, true, info->inputs[i].name);
+        if (k < 0)
             return rtx_err_set(err, RTX_EGRAPH, "config input '%s' is not an input of %s",
                                info->inputs[i].name, fname);
         if ((rc = check_io(&info->inputs[i], &c->in_reshape[i], rtx_onnx_input(om, k), off, fname,
@@ -256,10 +263,8 @@ static int map_tensors(struct rtx_model *m, const char *fname, struct rtx_err *e
                                "model runs with all its inputs)",
                                fname, rtx_onnx_input(om, k)->name);
     for (int j = 0; j < info->n_outputs; j++) {
-        int k = 0;
-        while (k < n_out && strcmp(rtx_onnx_output(om, k)->name, info->outputs[j].name) != 0)
-            k++;
-        if (k == n_out)
+        int k = find_io(om, false, info->outputs[j].name);
+        if (k < 0)
             return rtx_err_set(err, RTX_EGRAPH, "config output '%s' is not an output of %s",
                                info->outputs[j].name, fname);
         if ((rc = check_io(&info->outputs[j], &c->out_reshape[j], rtx_onnx_output(om, k), off,
