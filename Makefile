@@ -155,7 +155,7 @@ BINS := $(BUILD)/bin/rtxrun $(BUILD)/bin/rtxtok $(BUILD)/bin/rtx-unit-tests $(BU
         $(BUILD)/bin/rtx-gpu-tests $(BUILD)/bin/rtx-gpu-linalg-tests \
         $(BUILD)/bin/rtx-gpu-jobs-tests $(BUILD)/bin/rtx-gpu-device-tests \
         $(BUILD)/bin/rtx-bench-gpu $(BUILD)/bin/rtx-bench-cpu \
-        $(BUILD)/bin/rtx-bench-sched $(BUILD)/bin/rtx-bench-mem-pool
+        $(BUILD)/bin/rtx-bench-sched $(BUILD)/bin/rtx-bench-mem-pool $(BUILD)/bin/rtx-pbtext-encode
 EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg \
             $(foreach m,simple mlp mlp_nobatch transformer_block mlp_wide mlp_wide_nobatch \
               tiny-chat,$(BUILD)/examples/models/$(m)/config.json)
@@ -259,6 +259,15 @@ $(BUILD)/bin/rtxctl: $(RTXCTL_OBJ) $(LIBCLIENT) $(LIBONNX) $(LIBRT)
 $(BUILD)/bin/rtx-client-check: $(BUILD)/obj/tests/integration/client-check.o $(LIBCLIENT)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GRPC_LIBS) $(shell pkg-config --libs libprotobuf-c) -pthread
+
+# The protobuf text parser as a filter (text in, binary encoding out), which
+# tests/serving/test_triton_repo_pbtext.py compares with Python's text_format.
+$(BUILD)/bin/rtx-pbtext-encode: $(BUILD)/obj/tests/serving/pbtext-encode.o \
+                                $(BUILD)/obj/gen/inference/grpc_service.pb-c.o \
+                                $(BUILD)/obj/gen/inference/model_config.pb-c.o $(ONNX_PB_OBJ) \
+                                $(LIBFORMATS) $(LIBRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FORMATS_LIBS) $(LDLIBS) $(CUDA_LIBS)
 
 # The docs/client.md example, built as a user would: only client/ on the include path and
 # librtx.so, no pkg-config and none of the build's generated headers.

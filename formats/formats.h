@@ -194,4 +194,49 @@ int rtx_chat_template_render(const struct rtx_chat_template *t,
                              const char *eos_token, char **out, size_t *out_len,
                              struct rtx_err *err);
 
+/* ------------------------------------------------------------------------------------------
+ * Protobuf text format (pbtext.c): what protobuf's TextFormat writes and Triton's
+ * config.pbtxt is, read into a protobuf-c message through its descriptors.
+ * ---------------------------------------------------------------------------------------- */
+
+#include <protobuf-c/protobuf-c.h>
+
+#define RTX_PBTEXT_MAX_BYTES ((size_t)16 << 20) /* bytes: largest text */
+#define RTX_PBTEXT_MAX_ALLOC ((size_t)64 << 20) /* bytes: most the parsed message may take */
+#define RTX_PBTEXT_MAX_DEPTH 64                 /* messages nested in messages, at most */
+
+/* Parses len bytes of protobuf text format into a new message of type desc: fields as
+ * `name: value` with scalars of every type (integers decimal, 0x hex or 0-led octal; floats
+ * with an optional f suffix, inf, nan; bools as true/false/t/f/True/False/1/0; enums by name
+ * or number; strings and bytes in single or double quotes with C escapes, adjacent ones
+ * joined), messages as `name { ... }` or `name < ... >` (the colon before them optional),
+ * repeated fields given repeatedly or as `name: [a, b]` lists, map fields as their entry
+ * messages (a repeated key's last value wins), oneofs (one member at most), `#` comments,
+ * `,` or `;` after a field. An unknown field name, a value of the wrong type or out of its
+ * type's range, an enum value that does not exist, a non-repeated field given twice, two
+ * members of one oneof, a bad escape, a string that is not UTF-8, unbalanced braces,
+ * extensions or Any: RTX_EFORMAT "WHAT:LINE:COL: FIELD.PATH: problem" (path with list
+ * indices: "input[1].dims[0]"). Bounds: RTX_PBTEXT_MAX_BYTES of text, RTX_PBTEXT_MAX_DEPTH
+ * of nesting and RTX_PBTEXT_MAX_ALLOC of message (RTX_ELIMIT); RTX_ENOMEM. what names the
+ * text (NULL: "text"). On success *out is the message (free it with rtx_pbtext_free); on
+ * error *out is NULL and nothing leaks. */
+int rtx_pbtext_parse(const ProtobufCMessageDescriptor *desc, const char *text, size_t len,
+                     const char *what, ProtobufCMessage **out, struct rtx_err *err);
+/* Frees a message from rtx_pbtext_parse: protobuf_c_message_free_unpacked through an
+ * allocator over rtx_malloc/rtx_free. NULL: no-op. */
+void rtx_pbtext_free(ProtobufCMessage *m);
+
+/* Called for each field a message sets (rtx_pbtext_visit), with its path ("input[1].dims",
+ * list indices for the elements of repeated messages), the message holding it and its
+ * descriptor. Returns 0 to walk into a message field's value(s), 1 to skip them, or a
+ * negative code that stops the walk and is returned. */
+typedef int (*rtx_pbtext_visit_fn)(void *ctx, const char *path, const ProtobufCMessage *m,
+                                   const ProtobufCFieldDescriptor *f);
+/* Walks the fields m sets, in field-number order, depth first. Set means: a repeated field
+ * with elements, the selected member of a oneof, a proto2 optional field that has a value, a
+ * message field that points to a message, and a proto3 scalar other than its zero value
+ * ("", 0, false, the first enum value: proto3 cannot tell that from absent). Returns 0 or
+ * fn's negative code. */
+int rtx_pbtext_visit(const ProtobufCMessage *m, rtx_pbtext_visit_fn fn, void *ctx);
+
 #endif /* RTX_FORMATS_H */

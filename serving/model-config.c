@@ -156,8 +156,58 @@ static int get_array(struct ctx *c, json_t *obj, const char *key, const char *fi
  * Sections
  * ---------------------------------------------------------------------------------------- */
 
+int rtx__config_reshape_check(const struct rtx__model_config *cfg, const char *what,
+                              const char *field, const struct rtx_model_io *io,
+                              const struct rtx__reshape *rs, struct rtx_err *err) {
+    if (!rtx__model_config_onnx(cfg))
+        return rtx_err_set(err, RTX_EUNSUPPORTED, "%s: %s: only ONNX models (platform "
+                                                  "\"onnxruntime_onnx\") take a reshape",
+                           what, field);
+    bool same = rs->ndim == io->ndim &&
+                memcmp(rs->dims, io->dims, sizeof io->dims[0] * (size_t)io->ndim) == 0;
+    bool fixed = true;
+    for (int d = 0; d < io->ndim; d++)
+        fixed &= io->dims[d] > 0;
+    for (int d = 0; d < rs->ndim; d++)
+        fixed &= rs->dims[d] > 0;
+    if (same || (fixed && rtx_shape_numel(rs->ndim, rs->dims) ==
+                              rtx_shape_numel(io->ndim, io->dims)))
+        return 0;
+    return rtx_err_set(err, fixed ? RTX_EFORMAT : RTX_EUNSUPPORTED, "%s: %s: %s", what, field,
+                       fixed ? "a different number of elements than dims"
+                             : "a reshape of -1 dimensions that differs from dims is not "
+                               "supported (reshapes of fixed sizes are)");
+}
+
+/* An input's or output's "reshape": {"shape": [...]} (Triton's ModelTensorReshape). */
+static int parse_reshape(struct ctx *c, json_t *o, const char *sect, size_t i,
+                         const struct rtx__model_config *cfg, const struct rtx_model_io *io,
+                         struct rtx__reshape *rs) {
+    char f[96];
+    json_t *r, *shape;
+    int rc;
+    snprintf(f, sizeof f, "%s[%zu].reshape", sect, i);
+    if ((rc = get_object(c, o, "reshape", f, &r)) || !r) return rc;
+    snprintf(f, sizeof f, "%s[%zu].reshape.shape", sect, i);
+    if ((rc = get_array(c, r, "shape", f, &shape))) return rc;
+    size_t n = shape ? json_array_size(shape) : 0;
+    if (n > RTX_MAX_DIMS - 1)
+        return rtx_err_set(c->err, RTX_EFORMAT, "%s: %s: %zu dimensions (at most %d)", c->what,
+                           f, n, RTX_MAX_DIMS - 1);
+    for (size_t d = 0; d < n; d++) {
+        if ((rc = get_int(c, json_array_get(shape, d), f, -1, INT32_MAX, &rs->dims[d])))
+            return rc;
+        if (rs->dims[d] == 0)
+            return rtx_err_set(c->err, RTX_EFORMAT, "%s: %s: 0 (use a size or -1)", c->what, f);
+    }
+    rs->ndim = (int)n;
+    rs->set = true;
+    return rtx__config_reshape_check(cfg, c->what, f, io, rs, c->err);
+}
+
 static int parse_io(struct ctx *c, json_t *arr, const char *sect, bool is_input,
-                    struct rtx_model_io *ios, int *n) {
+                    const struct rtx__model_config *cfg, struct rtx_model_io *ios,
+                    struct rtx__reshape *rs, int *n) {
     char f[96];
     if (!arr) return 0;
     if (json_array_size(arr) > RTX_MODEL_MAX_IO)
@@ -204,6 +254,7 @@ static int parse_io(struct ctx *c, json_t *arr, const char *sect, bool is_input,
             snprintf(f, sizeof f, "%s[%zu].optional", sect, i);
             if ((rc = get_bool(c, o, "optional", f, &io->optional))) return rc;
         }
+        if ((rc = parse_reshape(c, o, sect, i, cfg, io, &rs[i]))) return rc;
     }
     *n = (int)json_array_size(arr);
     return 0;
@@ -472,14 +523,32 @@ int rtx__model_config_parse(const char *json, size_t len, const char *dir_name, 
     }
     snprintf(info->platform, sizeof info->platform, "rtx_graph");
     if ((rc = get_string(&c, root, "platform", "platform", info->platform,
-                         sizeof info->platform, false)))
+                         sizeof info->platform, false)) ||
+        (rc = get_string(&c, root, "backend", "backend", out->backend, sizeof out->backend,
+                         false)) ||
+        (rc = get_string(&c, root, "default_model_filename", "default_model_filename",
+                         out->model_filename, sizeof out->model_filename, false)))
         goto out;
+    if (strcmp(out->backend, "onnxruntime") == 0 && !json_object_get(root, "platform"))
+        snprintf(info->platform, sizeof info->platform, "onnxruntime_onnx");
     bool generate = strcmp(info->platform, "rtx_generate") == 0;
-    if (!generate && strcmp(info->platform, "rtx_graph") != 0) {
+    bool onnx = rtx__model_config_onnx(out);
+    if ((!generate && !onnx && strcmp(info->platform, "rtx_graph") != 0) ||
+        (out->backend[0] && !(onnx && strcmp(out->backend, "onnxruntime") == 0))) {
         rc = rtx_err_set(err, RTX_EUNSUPPORTED,
-                         "%s: platform \"%s\" is not supported (rtxd serves \"rtx_graph\" and "
-                         "\"rtx_generate\")",
-                         what, info->platform);
+                         "%s: platform \"%s\" / backend \"%s\" is not supported (rtxd serves "
+                         "\"rtx_graph\", \"rtx_generate\" and \"onnxruntime_onnx\" or backend "
+                         "\"onnxruntime\")",
+                         what, info->platform, out->backend);
+        goto out;
+    }
+    if (onnx) snprintf(out->backend, sizeof out->backend, "onnxruntime");
+    if (out->model_filename[0] &&
+        (!onnx || strchr(out->model_filename, '/') || strcmp(out->model_filename, ".") == 0 ||
+         strcmp(out->model_filename, "..") == 0)) {
+        rc = rtx_err_set(err, RTX_EFORMAT, "%s: default_model_filename: \"%s\" is not the file "
+                                           "name of an ONNX model",
+                         what, out->model_filename);
         goto out;
     }
     if ((v = json_object_get(root, "max_batch_size"))) {
@@ -501,16 +570,21 @@ int rtx__model_config_parse(const char *json, size_t len, const char *dir_name, 
         goto out;
     if (generate) {
         if ((rc = parse_generate(&c, root, ins, outs, db, out))) goto out;
-    } else if ((rc = parse_io(&c, ins, "input", true, info->inputs, &info->n_inputs)) ||
-               (rc = parse_io(&c, outs, "output", false, info->outputs, &info->n_outputs))) {
+    } else if ((rc = parse_io(&c, ins, "input", true, out, info->inputs, out->in_reshape,
+                              &info->n_inputs)) ||
+               (rc = parse_io(&c, outs, "output", false, out, info->outputs, out->out_reshape,
+                              &info->n_outputs))) {
         goto out;
     }
-    if (info->n_inputs == 0 || info->n_outputs == 0) {
+    out->auto_inputs = onnx && info->n_inputs == 0;
+    out->auto_outputs = onnx && info->n_outputs == 0;
+    out->batch_autofill = out->auto_inputs && out->auto_outputs && info->max_batch_size == 0;
+    if (!onnx && (info->n_inputs == 0 || info->n_outputs == 0)) {
         rc = rtx_err_set(err, RTX_EFORMAT, "%s: %s: missing or empty", what,
                          info->n_inputs == 0 ? "input" : "output");
         goto out;
     }
-    if (db && info->max_batch_size == 0) {
+    if (db && info->max_batch_size == 0 && !out->batch_autofill) {
         rc = rtx_err_set(err, RTX_EFORMAT,
                          "%s: dynamic_batching needs max_batch_size > 0 (a batch dimension)",
                          what);
@@ -535,7 +609,15 @@ out:
  * Dump
  * ---------------------------------------------------------------------------------------- */
 
-static json_t *io_json(const struct rtx_model_io *io, bool is_input) {
+static json_t *dims_json(int ndim, const int64_t *dims) {
+    json_t *a = json_array();
+    for (int d = 0; a && d < ndim; d++)
+        json_array_append_new(a, json_integer(dims[d]));
+    return a;
+}
+
+static json_t *io_json(const struct rtx_model_io *io, const struct rtx__reshape *rs,
+                       bool is_input) {
     json_t *o = json_object(), *dims = json_array();
     if (!o || !dims) {
         json_decref(o);
@@ -549,7 +631,17 @@ static json_t *io_json(const struct rtx_model_io *io, bool is_input) {
                         json_string(io->bytes ? "TYPE_STRING" : rtx__config_dtype_name(io->dtype)));
     json_object_set_new(o, "dims", dims);
     if (is_input) json_object_set_new(o, "optional", json_boolean(io->optional));
+    if (rs->set) json_object_set_new(o, "reshape", json_pack("{s:o}", "shape",
+                                                             dims_json(rs->ndim, rs->dims)));
     return o;
+}
+
+static json_t *policy_json(const struct rtx__queue_policy *q) {
+    return json_pack("{s:s,s:I,s:b,s:I}", "timeout_action",
+                     q->on_timeout == RTX_SCHED_TIMEOUT_DELAY ? "DELAY" : "REJECT",
+                     "default_timeout_microseconds", (json_int_t)q->timeout_us,
+                     "allow_timeout_override", q->allow_override, "max_queue_size",
+                     (json_int_t)q->max_queue);
 }
 
 char *rtx__model_config_dump(const struct rtx__model_config *c) {
@@ -561,7 +653,10 @@ char *rtx__model_config_dump(const struct rtx__model_config *c) {
     if (!root || !ins || !outs || !groups || !vp || !params) goto out;
     json_object_set_new(root, "name", json_string(info->name));
     json_object_set_new(root, "platform", json_string(info->platform));
-    json_object_set_new(root, "backend", json_string(""));
+    json_object_set_new(root, "backend", json_string(c->backend));
+    if (rtx__model_config_onnx(c))
+        json_object_set_new(root, "default_model_filename",
+                            json_string(c->model_filename[0] ? c->model_filename : "model.onnx"));
     if (c->policy == RTX__POLICY_LATEST) {
         json_t *l = json_object();
         json_object_set_new(l, "num_versions", json_integer(c->latest_n));
@@ -583,9 +678,9 @@ char *rtx__model_config_dump(const struct rtx__model_config *c) {
     if (c->memory_reserve_bytes >= 0)
         json_object_set_new(root, "memory_reserve_bytes", json_integer(c->memory_reserve_bytes));
     for (int i = 0; i < info->n_inputs; i++)
-        json_array_append_new(ins, io_json(&info->inputs[i], true));
+        json_array_append_new(ins, io_json(&info->inputs[i], &c->in_reshape[i], true));
     for (int i = 0; i < info->n_outputs; i++)
-        json_array_append_new(outs, io_json(&info->outputs[i], false));
+        json_array_append_new(outs, io_json(&info->outputs[i], &c->out_reshape[i], false));
     json_object_set(root, "input", ins);
     json_object_set(root, "output", outs);
     if (info->dynamic_batching) {
@@ -595,6 +690,22 @@ char *rtx__model_config_dump(const struct rtx__model_config *c) {
         json_object_set_new(db, "preferred_batch_size", pref);
         json_object_set_new(db, "max_queue_delay_microseconds",
                             json_integer(info->max_queue_delay_us));
+        if (c->priority_levels > 0) {
+            json_object_set_new(db, "priority_levels", json_integer(c->priority_levels));
+            json_object_set_new(db, "default_priority_level",
+                                json_integer(c->default_priority_level));
+        }
+        if (c->default_policy.set)
+            json_object_set_new(db, "default_queue_policy", policy_json(&c->default_policy));
+        if (c->n_level_policies) {
+            json_t *pq = json_object();
+            for (int i = 0; pq && i < c->n_level_policies; i++) {
+                char key[24];
+                snprintf(key, sizeof key, "%lld", (long long)c->level_policies[i].level);
+                json_object_set_new(pq, key, policy_json(&c->level_policies[i].policy));
+            }
+            json_object_set_new(db, "priority_queue_policy", pq);
+        }
         json_object_set_new(root, "dynamic_batching", db);
     }
     for (int i = 0; i < c->n_groups; i++) {

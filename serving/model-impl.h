@@ -9,6 +9,7 @@
 #ifndef RTX_SERVING_MODEL_IMPL_H
 #define RTX_SERVING_MODEL_IMPL_H
 
+#include "onnx/onnx.h"
 #include "serving/serving-impl.h"
 
 struct request {
@@ -44,7 +45,10 @@ struct rtx_model {
     atomic_int refs;
     struct rtx__model_config cfg;  /* cfg.info is what rtx_model_info returns */
     char *config_json;
-    struct rtx_graph *graph;
+    struct rtx_graph *graph;       /* platform rtx_graph: the graph every batch runs */
+    struct rtx_onnx_model *onnx;   /* platform onnxruntime_onnx: the model, instantiated for
+                                      each batch's shapes (model-exec.c); graph is NULL */
+    int n_graph_in, n_graph_out;   /* inputs and outputs of the graphs the batches run */
     struct rtx_safetensors *weights;
     uint8_t digest[RTX_DEVICE_PLAN_KEY_LEN]; /* SHA-256 of the graph file and the weights */
     int graph_in[RTX_MODEL_MAX_IO];  /* config input i -> position among graph inputs */
@@ -63,6 +67,8 @@ struct rtx_model {
     struct rtx_device *gen_dev;    /* the engine's device */
 
     int default_lane;              /* lane index: the config's lane, else the server's */
+    /* dynamic_batching's queue policies by lane (resolved at load; docs/serving.md) */
+    struct rtx__queue_policy lane_policy[RTX_SCHED_MAX_LANES];
     rtx_serving_log_fn log;        /* the repository's, may be NULL */
     uint64_t cost_key;             /* rtx_sched_cost_key("name:version") */
 
@@ -95,11 +101,31 @@ int rtx__request_dead(const struct request *r, int64_t now, char *msg, size_t ca
 /* Frees the instances' backends (dropping their kept plans), then the consumers. */
 void rtx__model_free_instances(struct rtx_model *m);
 
+/* model-onnx.c */
+/* Loads an ONNX version from its directory: the model file, the config completed from the
+ * model (inputs, outputs, batch size: Triton's auto-complete) and checked against it,
+ * graph_in/graph_out, the digest. Errors name the file. */
+int rtx__onnx_version_load(struct rtx_model *m, const char *dir, struct rtx_err *err);
+/* SHA-256 over the files (each one's length, then its bytes), into out. */
+int rtx__sha256_files(const char *const *paths, int n, uint8_t out[RTX_DEVICE_PLAN_KEY_LEN],
+                      struct rtx_err *err);
+
 /* model-exec.c */
+/* Turns config-shaped inputs (graph order, n_graph_in) into the model's shapes where the
+ * config has a reshape (views, no copy), and the model's outputs (n_graph_out) back into the
+ * config's shapes. */
+int rtx__model_reshape_inputs(const struct rtx_model *m, struct rtx_tensor **ins,
+                              struct rtx_err *err);
+int rtx__model_reshape_outputs(const struct rtx_model *m, struct rtx_tensor **outs,
+                               struct rtx_err *err);
 /* Runs the plan for `ins` (graph order) into outs (graph order, n_outputs slots). */
 int rtx__instance_execute(struct instance *in, struct rtx_tensor *const *ins,
                           struct rtx_tensor **outs, const volatile int *cancel,
                           struct rtx_err *err);
+/* One run per instance on zero inputs of batch 1; the first checks the outputs against the
+ * config. A model with a batch dimension is also planned for a batch of 2, to check that
+ * every output carries the batch. */
+int rtx__model_warm_up(struct rtx_model *m, struct rtx_err *err);
 /* Runs batch[0..nb) (total rows) and answers every request. */
 void rtx__instance_run_batch(struct instance *in, struct request **batch, int nb, int total);
 

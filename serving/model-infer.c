@@ -130,13 +130,25 @@ static int pick_lane(struct rtx_model *m, const struct rtx_infer_request *req,
                                req->lane, m->cfg.info.name);
         return lane;
     }
-    if (req->priority != 0) {
+    /* with dynamic_batching.priority_levels, a priority beyond them is the default level */
+    bool beyond = m->cfg.priority_levels > 0 && req->priority > m->cfg.priority_levels;
+    if (req->priority != 0 && !beyond) {
         int lane = rtx_sched_lane_for_priority(m->sched, req->priority, m->default_lane);
         if (lane < 0)
             return rtx_err_set(err, RTX_EINVAL, "priority %d is negative", req->priority);
         return lane;
     }
     return m->default_lane;
+}
+
+/* The deadline of a request in a lane: the lane's queue policy's default timeout
+ * (dynamic_batching's default_timeout_microseconds) replaces the request's own, which may only
+ * shorten it and only when the policy allows overrides (Triton's rule). */
+static int64_t lane_deadline(const struct rtx_model *m, int lane, int64_t own, int64_t now) {
+    const struct rtx__queue_policy *q = &m->lane_policy[lane];
+    if (!q->set || q->timeout_us <= 0) return own;
+    int64_t d = now + q->timeout_us * 1000;
+    return q->allow_override && own > 0 && own < d ? own : d;
 }
 
 int rtx_serving_infer(struct rtx_serving *s, const struct rtx_infer_request *req,
@@ -185,8 +197,9 @@ int rtx_serving_infer(struct rtx_serving *s, const struct rtx_infer_request *req
         rc = rtx_err_set(err, RTX_EEXPIRED, "deadline expired %.3f ms before the request "
                          "could be queued", (double)(r->t_enqueue - req->deadline_ns) / 1e6);
     } else if ((lane = pick_lane(m, req, err)) >= 0) {
+        r->deadline_ns = lane_deadline(m, lane, req->deadline_ns, r->t_enqueue);
         struct rtx_sched_request sr = {
-            .data = r, .lane = lane, .deadline_ns = req->deadline_ns, .cost_key = m->cost_key,
+            .data = r, .lane = lane, .deadline_ns = r->deadline_ns, .cost_key = m->cost_key,
         };
         struct rtx_sched_reject rej;
         int e = rtx_sched_enqueue(m->sched, &sr, r->t_enqueue, &r->handle, &rej);

@@ -31,8 +31,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include <openssl/evp.h>
-
 #include "generation/generation.h"
 #include "runtime/backend.h"
 #include "serving/model-impl.h"
@@ -145,6 +143,8 @@ static int bind_graph(struct rtx_model *m, const char *gpath, const char *wpath,
         if (g->values[v].constant)
             m->const_bytes += (int64_t)rtx_tensor_nbytes(g->values[v].constant);
     m->host_bytes = m->const_bytes;
+    m->n_graph_in = g->n_inputs;
+    m->n_graph_out = g->n_outputs;
     return 0;
 }
 
@@ -256,112 +256,15 @@ static int make_instances(struct rtx_model *m, const struct rtx__model_load_opts
     return 0;
 }
 
-/* The version's content digest: SHA-256 over the graph file's bytes and the weights file's
- * (mapped) bytes, each after its length. Plans are kept in the devices' caches under keys made
- * from it (rtx_device_plan_key), so it is computed once here and never per request. */
-static int model_digest(struct rtx_model *m, const char *gpath, struct rtx_err *err) {
-    EVP_MD_CTX *c = EVP_MD_CTX_new();
-    FILE *f = fopen(gpath, "rb");
-    uint8_t *buf = rtx_malloc(1 << 20);
-    int rc = 0;
-    if (!c || !buf) {
-        rc = rtx_err_set(err, RTX_ENOMEM, "out of memory hashing %s", gpath);
-        goto out;
-    }
-    if (!f) {
-        rc = rtx_err_set(err, RTX_EIO, "%s: %s", gpath, strerror(errno));
-        goto out;
-    }
-    struct stat sb;
-    uint64_t glen = fstat(fileno(f), &sb) == 0 ? (uint64_t)sb.st_size : 0;
-    uint64_t wlen = m->weights ? (uint64_t)m->weights->map_bytes : 0;
-    bool ok = EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1 &&
-              EVP_DigestUpdate(c, &glen, sizeof glen) == 1;
-    size_t got;
-    while (ok && (got = fread(buf, 1, 1 << 20, f)) > 0)
-        ok = EVP_DigestUpdate(c, buf, got) == 1;
-    if (ok && ferror(f)) {
-        rc = rtx_err_set(err, RTX_EIO, "%s: read error", gpath);
-        goto out;
-    }
-    ok = ok && EVP_DigestUpdate(c, &wlen, sizeof wlen) == 1 &&
-         (wlen == 0 || EVP_DigestUpdate(c, m->weights->map, wlen) == 1);
-    unsigned int len = 0;
-    ok = ok && EVP_DigestFinal_ex(c, m->digest, &len) == 1 && len == sizeof m->digest;
-    if (!ok) rc = rtx_err_set(err, RTX_EINTERNAL, "%s: SHA-256 failed (OpenSSL)", gpath);
-out:
-    if (f) fclose(f);
-    rtx_free(buf);
-    EVP_MD_CTX_free(c);
-    return rc;
+/* The version's content digest: SHA-256 over the graph file and the weights file (each
+ * after its length). Plans are kept in the devices' caches under keys made from it
+ * (rtx_device_plan_key), so it is computed once here and never per request. */
+static int model_digest(struct rtx_model *m, const char *gpath, const char *wpath,
+                        struct rtx_err *err) {
+    const char *paths[2] = {gpath, wpath};
+    return rtx__sha256_files(paths, m->weights ? 2 : 1, m->digest, err);
 }
 
-/* One run per instance on zero inputs of batch 1; the first checks the outputs against
- * config.json. A model with a batch dimension is also planned for a batch of 2, to check
- * that every output carries the batch. */
-static int warm_up(struct rtx_model *m, struct rtx_err *err) {
-    const struct rtx_model_info *info = &m->cfg.info;
-    const struct rtx_graph *g = m->graph;
-    struct rtx_tensor *ins[RTX_MODEL_MAX_IO] = {0};
-    struct rtx_tensor **outs = rtx_calloc((size_t)g->n_outputs + 1, sizeof *outs);
-    int rc = outs ? 0 : rtx_err_set(err, RTX_ENOMEM, "out of memory warming up");
-    int off = info->max_batch_size > 0 ? 1 : 0;
-    for (int i = 0; i < info->n_inputs && rc == 0; i++)
-        rc = rtx__zero_input(info, &info->inputs[i], 1, &ins[m->graph_in[i]], err);
-    for (int k = 0; k < m->n_inst && rc == 0; k++) {
-        rc = rtx__instance_execute(&m->inst[k], ins, outs, NULL, err);
-        if (rc) {
-            rtx_err_prefix(err, "warm-up on instance %d (%s)", k, rtx_backend_name(m->inst[k].be));
-            break;
-        }
-        for (int j = 0; j < info->n_outputs && k == 0 && rc == 0; j++) {
-            const struct rtx_model_io *io = &info->outputs[j];
-            const struct rtx_tensor *t = outs[m->graph_out[j]];
-            bool ok = t->dtype == io->dtype && t->ndim == io->ndim + off;
-            for (int d = 0; ok && d < io->ndim; d++)
-                ok = io->dims[d] < 0 || io->dims[d] == t->dims[d + off];
-            char got[96];
-            if (!ok)
-                rc = rtx_err_set(err, RTX_EGRAPH,
-                                 "output '%s': the graph computes %s for a batch of 1, "
-                                 "config.json says %s with dims of rank %d",
-                                 io->name, rtx_shape_str(t->dtype, t->ndim, t->dims, got,
-                                                         sizeof got),
-                                 rtx__config_dtype_name(io->dtype), io->ndim);
-        }
-        for (int j = 0; j < g->n_outputs; j++) {
-            rtx_tensor_unref(outs[j]);
-            outs[j] = NULL;
-        }
-    }
-    if (rc == 0 && info->max_batch_size > 1) {
-        struct rtx_tensor *two[RTX_MODEL_MAX_IO] = {0};
-        struct rtx_plan *p = NULL;
-        for (int i = 0; i < info->n_inputs && rc == 0; i++)
-            rc = rtx__zero_input(info, &info->inputs[i], 2, &two[m->graph_in[i]], err);
-        if (rc == 0)
-            rc = rtx_plan_new(g, (const struct rtx_tensor *const *)two, g->n_inputs, &m->limits,
-                              &p, err);
-        for (int j = 0; j < info->n_outputs && rc == 0; j++) {
-            enum rtx_dtype dt;
-            int nd;
-            int64_t dims[RTX_MAX_DIMS];
-            rtx_plan_value_shape(p, g->outputs[m->graph_out[j]], &dt, &nd, dims);
-            if (nd < 1 || dims[0] != 2)
-                rc = rtx_err_set(err, RTX_EGRAPH,
-                                 "output '%s' does not carry the batch in dimension 0 "
-                                 "(max_batch_size %d)",
-                                 info->outputs[j].name, info->max_batch_size);
-        }
-        rtx_plan_free(p);
-        for (int i = 0; i < RTX_MODEL_MAX_IO; i++)
-            rtx_tensor_unref(two[i]);
-    }
-    for (int i = 0; i < RTX_MODEL_MAX_IO; i++)
-        rtx_tensor_unref(ins[i]);
-    rtx_free(outs);
-    return rc;
-}
 /* The version's scheduler config from the server's lanes and knobs (NULL: the defaults): one
  * executor per instance, room to run what its batches hold, each lane's queue bound capped
  * at max_queue. */
@@ -377,9 +280,47 @@ static struct rtx_sched_config version_sched_config(const struct rtx_model *m,
     int64_t want_running = sc.executors * per_batch * 2; /* batches forming and held */
     if (sc.max_running < want_running) sc.max_running = want_running;
     if (sc.max_running > 10000000) sc.max_running = 10000000;
-    for (int i = 0; i < sc.n_lanes; i++)
+    for (int i = 0; i < sc.n_lanes; i++) {
+        const struct rtx__queue_policy *q = &m->lane_policy[i];
         if (sc.lanes[i].max_queued > m->max_queue) sc.lanes[i].max_queued = m->max_queue;
+        if (!q->set) continue;
+        sc.lanes[i].on_timeout = q->on_timeout;
+        if (q->max_queue > 0 && sc.lanes[i].max_queued > q->max_queue)
+            sc.lanes[i].max_queued = q->max_queue;
+    }
     return sc;
+}
+
+static bool same_policy(const struct rtx__queue_policy *a, const struct rtx__queue_policy *b) {
+    return a->set == b->set && a->on_timeout == b->on_timeout && a->timeout_us == b->timeout_us &&
+           a->allow_override == b->allow_override && a->max_queue == b->max_queue;
+}
+
+/* dynamic_batching's queue policies on the server's n lanes: priority level k is lane
+ * min(k, n); the default policy is every lane's that no level's policy lands on, and its
+ * max_queue_size bounds the version's whole queue. Two levels of different policies on one
+ * lane: RTX_EINVAL naming them. */
+static int resolve_policies(struct rtx_model *m, int n_lanes, struct rtx_err *err) {
+    const struct rtx__model_config *c = &m->cfg;
+    int64_t from[RTX_SCHED_MAX_LANES] = {0};
+    for (int l = 0; l < n_lanes; l++)
+        m->lane_policy[l] = c->default_policy;
+    if (c->default_policy.max_queue > 0 && c->default_policy.max_queue < m->max_queue)
+        m->max_queue = c->default_policy.max_queue;
+    for (int i = 0; i < c->n_level_policies; i++) {
+        int64_t k = c->level_policies[i].level;
+        int l = (int)(k < n_lanes ? k : n_lanes) - 1;
+        const struct rtx__queue_policy *q = &c->level_policies[i].policy;
+        if (from[l] && !same_policy(&m->lane_policy[l], q))
+            return rtx_err_set(err, RTX_EINVAL,
+                               "model '%s': dynamic_batching.priority_queue_policy: levels %lld "
+                               "and %lld fall on one lane (%d of the server's %d) with "
+                               "different policies",
+                               c->info.name, (long long)from[l], (long long)k, l + 1, n_lanes);
+        m->lane_policy[l] = *q;
+        from[l] = k;
+    }
+    return 0;
 }
 
 int rtx__model_reconfigure(struct rtx_model *m, const struct rtx_sched_config *server,
@@ -401,8 +342,12 @@ int rtx__model_reconfigure(struct rtx_model *m, const struct rtx_sched_config *s
  * had when it last stopped. */
 static int make_scheduler(struct rtx_model *m, const struct rtx__model_load_opts *o,
                           struct rtx_err *err) {
+    struct rtx_sched_config dflt;
+    if (!o->sched) rtx_sched_config_init(&dflt);
+    int rc = resolve_policies(m, o->sched ? o->sched->n_lanes : dflt.n_lanes, err);
+    if (rc) return rc;
     struct rtx_sched_config sc = version_sched_config(m, o->sched);
-    int rc = rtx_sched_new(&sc, rtx_mono_ns(), &m->sched, err);
+    rc = rtx_sched_new(&sc, rtx_mono_ns(), &m->sched, err);
     if (rc) {
         rtx_err_prefix(err, "model '%s' version %lld", m->cfg.info.name,
                        (long long)m->cfg.info.version);
@@ -417,6 +362,9 @@ static int make_scheduler(struct rtx_model *m, const struct rtx__model_load_opts
                                "model '%s': parameters.lane '%s' is not a lane of the server",
                                m->cfg.info.name, m->cfg.info.default_lane);
         m->default_lane = lane;
+    } else if (m->cfg.default_priority_level > 0) { /* dynamic_batching's default level */
+        m->default_lane = rtx_sched_lane_for_priority(m->sched, m->cfg.default_priority_level,
+                                                      m->default_lane);
     }
     m->cost_key = rtx__model_cost_key(m->cfg.info.name, m->cfg.info.version);
     int64_t ema = 0, samples = 0;
@@ -488,6 +436,13 @@ static int load_generator(struct rtx_model *m, const struct rtx__model_load_opts
     return 0;
 }
 
+/* The version's config as GET .../config shows it (after an ONNX model completed it). */
+static int dump_config(struct rtx_model *m, struct rtx_err *err) {
+    if (!(m->config_json = rtx__model_config_dump(&m->cfg)))
+        return rtx_err_set(err, RTX_ENOMEM, "out of memory loading '%s'", m->cfg.info.name);
+    return 0;
+}
+
 int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out,
                     struct rtx_err *err) {
     *out = NULL;
@@ -510,32 +465,37 @@ int rtx__model_load(const struct rtx__model_load_opts *o, struct rtx_model **out
     pthread_cond_init(&m->cv, &ca);
     pthread_condattr_destroy(&ca);
     int rc = 0;
-    if (!(m->config_json = rtx__model_config_dump(&m->cfg))) {
-        rc = rtx_err_set(err, RTX_ENOMEM, "out of memory loading %s", o->dir);
-        goto fail;
-    }
     if (m->cfg.info.decoupled) { /* platform rtx_generate */
-        if ((rc = make_scheduler(m, o, err)) || (rc = load_generator(m, o, err))) goto fail;
+        if ((rc = dump_config(m, err)) || (rc = make_scheduler(m, o, err)) ||
+            (rc = load_generator(m, o, err)))
+            goto fail;
         *out = m;
         return 0;
     }
-    if (!file_exists(gpath)) {
-        rc = rtx_err_set(err, RTX_EIO, "%s: %s", gpath, strerror(errno));
-        goto fail;
+    if (rtx__model_config_onnx(&m->cfg)) {
+        if ((rc = rtx__onnx_version_load(m, o->dir, err))) goto fail;
+    } else {
+        if (!file_exists(gpath)) {
+            rc = rtx_err_set(err, RTX_EIO, "%s: %s", gpath, strerror(errno));
+            goto fail;
+        }
+        if ((rc = rtx_graph_load_file(gpath, &m->limits, &m->graph, err))) goto fail;
+        if (file_exists(wpath) && (rc = rtx_safetensors_open(wpath, &m->weights, err)))
+            goto fail;
+        if ((rc = bind_graph(m, gpath, wpath, err))) goto fail;
+        if ((rc = model_digest(m, gpath, wpath, err))) goto fail;
+        if (m->weights) {
+            int64_t graph_consts = m->const_bytes;
+            for (int i = 0; i < m->weights->n; i++)
+                graph_consts -= (int64_t)(m->weights->entries[i].end -
+                                          m->weights->entries[i].begin);
+            m->host_bytes = (int64_t)m->weights->map_bytes + (graph_consts > 0 ? graph_consts : 0);
+        }
     }
-    if ((rc = rtx_graph_load_file(gpath, &m->limits, &m->graph, err))) goto fail;
-    if (file_exists(wpath) && (rc = rtx_safetensors_open(wpath, &m->weights, err))) goto fail;
-    if ((rc = bind_graph(m, gpath, wpath, err))) goto fail;
-    if ((rc = model_digest(m, gpath, err))) goto fail;
-    if (m->weights) {
-        int64_t graph_consts = m->const_bytes;
-        for (int i = 0; i < m->weights->n; i++)
-            graph_consts -= (int64_t)(m->weights->entries[i].end - m->weights->entries[i].begin);
-        m->host_bytes = (int64_t)m->weights->map_bytes + (graph_consts > 0 ? graph_consts : 0);
-    }
+    if ((rc = dump_config(m, err))) goto fail;
     if ((rc = make_instances(m, o, err))) goto fail;
     if ((rc = make_scheduler(m, o, err))) goto fail;
-    if ((rc = warm_up(m, err))) goto fail;
+    if ((rc = rtx__model_warm_up(m, err))) goto fail;
     for (int i = 0; i < m->n_inst; i++) {
         if (pthread_create(&m->inst[i].thread, NULL, rtx__model_worker, &m->inst[i]) != 0) {
             rc = rtx_err_set(err, RTX_ENOMEM, "cannot start a worker thread");

@@ -149,6 +149,7 @@ void rtx__model_free(struct rtx_model *m) {
     rtx_free(m->inst);
     rtx_sched_free(m->sched);
     rtx_graph_free(m->graph);
+    rtx_onnx_free(m->onnx);
     rtx_safetensors_unref(m->weights);
     rtx_free(m->config_json);
     pthread_mutex_destroy(&m->mu);

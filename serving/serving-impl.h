@@ -51,6 +51,26 @@ enum rtx__version_policy { RTX__POLICY_LATEST, RTX__POLICY_ALL, RTX__POLICY_SPEC
 
 enum rtx__instance_kind { RTX__KIND_AUTO, RTX__KIND_CPU, RTX__KIND_GPU };
 
+/* A queue policy of Triton's dynamic batcher (ModelQueuePolicy), for the lane its priority
+ * level maps to. */
+struct rtx__queue_policy {
+    bool set;
+    enum rtx_sched_timeout on_timeout; /* timeout_action: REJECT or DELAY */
+    int64_t timeout_us;                /* default_timeout_microseconds; 0: none */
+    bool allow_override;               /* a request's own timeout may be shorter */
+    int64_t max_queue;                 /* max_queue_size; 0: the lane's bound */
+};
+
+#define RTX__MAX_LEVEL_POLICIES 16 /* priority_queue_policy entries of one model */
+
+/* The shape the model itself has for an input or output whose config dims say otherwise
+ * (Triton's reshape); the batch dimension excluded, as in dims. */
+struct rtx__reshape {
+    bool set;
+    int ndim;
+    int64_t dims[RTX_MAX_DIMS];
+};
+
 struct rtx__instance_group {
     int count;                     /* instances per device (GPU) or in all (CPU) */
     enum rtx__instance_kind kind;
@@ -70,6 +90,23 @@ struct rtx__model_config {
     struct rtx__instance_group groups[RTX__MAX_GROUPS];
     int64_t memory_reserve_bytes;  /* per device the version has instances on, bytes; -1: not
                                       set (the loader's default, docs/serving.md) */
+    /* platform "onnxruntime_onnx" (backend "onnxruntime"): Triton's ONNX models */
+    char backend[32];            /* "onnxruntime" for an ONNX model, else "" */
+    char model_filename[256];    /* default_model_filename: the model's file (or directory
+                                    holding model.onnx) in a version directory; "": model.onnx */
+    bool auto_inputs, auto_outputs; /* none listed: the ONNX model gives them (auto-complete) */
+    bool batch_autofill;         /* max_batch_size 0 and no io listed: 4 when the model batches */
+    struct rtx__reshape in_reshape[RTX_MODEL_MAX_IO], out_reshape[RTX_MODEL_MAX_IO];
+    /* dynamic_batching's priorities and queue policies, mapped onto the server's lanes:
+     * priority level k is lane min(k, lanes) (docs/serving.md) */
+    int64_t priority_levels;     /* 0: no levels (a request's priority picks its lane) */
+    int64_t default_priority_level; /* 0: none */
+    struct rtx__queue_policy default_policy;
+    int n_level_policies;
+    struct {
+        int64_t level;
+        struct rtx__queue_policy policy;
+    } level_policies[RTX__MAX_LEVEL_POLICIES];
     /* platform "rtx_generate": the "generation" object (docs/generation.md); 0 / "": the
      * engine's defaults */
     struct {
@@ -87,6 +124,33 @@ struct rtx__model_config {
  * field ("input[1].dims[0]: expected an integer"); a datatype rtxd lacks RTX_EUNSUPPORTED. */
 int rtx__model_config_parse(const char *json, size_t len, const char *dir_name, const char *what,
                             struct rtx__model_config *out, struct rtx_err *err);
+/* Parses config.pbtxt text (Triton's ModelConfig in protobuf text format, formats/pbtext.c)
+ * for the model whose directory is dir_name. Syntax errors are RTX_EFORMAT "WHAT:LINE:COL:
+ * path: problem"; every field the text sets is mapped, or named: fields rtxd refuses
+ * (sequence batching, ensembles, ...) all in one RTX_EUNSUPPORTED, fields without effect here
+ * (optimization, model_warmup, ...) each in a warning through log (docs/serving.md has the
+ * table). A bad value is RTX_EFORMAT naming the field. */
+int rtx__model_config_pbtxt(const char *text, size_t len, const char *dir_name, const char *what,
+                            rtx_serving_log_fn log, struct rtx__model_config *out,
+                            struct rtx_err *err);
+/* The config of a model directory without config.pbtxt or config.json whose versions hold
+ * model.onnx: an ONNX model whose inputs, outputs and batch size come from the model
+ * (Triton's auto-complete). */
+void rtx__model_config_auto(const char *dir_name, struct rtx__model_config *out);
+/* Reads a model's config: config_json when not NULL (a load request's override), else
+ * MDIR/config.pbtxt or MDIR/config.json (both present: RTX_EFORMAT), else the auto-completed
+ * config when a version directory holds model.onnx, else RTX_EIO naming config.pbtxt. */
+int rtx__model_config_read(const char *mdir, const char *name, const char *config_json,
+                           rtx_serving_log_fn log, struct rtx__model_config *out,
+                           struct rtx_err *err);
+/* Whether the config is an ONNX model's (platform onnxruntime_onnx). */
+bool rtx__model_config_onnx(const struct rtx__model_config *c);
+/* Whether a reshape fits its tensor's dims: the same dims, or fixed sizes of the same element
+ * count (RTX_EFORMAT otherwise; RTX_EUNSUPPORTED for -1 sizes that differ from dims, and for
+ * any reshape of a model that is not ONNX). */
+int rtx__config_reshape_check(const struct rtx__model_config *cfg, const char *what,
+                              const char *field, const struct rtx_model_io *io,
+                              const struct rtx__reshape *rs, struct rtx_err *err);
 /* The config in Triton's JSON form (GET /v2/models/{m}/config); rtx_malloc'ed, NULL on OOM. */
 char *rtx__model_config_dump(const struct rtx__model_config *c);
 /* "TYPE_FP32" ... for a dtype, and back (RTX_EUNSUPPORTED naming a Triton type rtxd lacks,

@@ -12,9 +12,10 @@
  * (warm-up included) before it swaps them in under `mu`; only then are the old versions
  * stopped (their queued requests still run) and released, so a failed reload leaves the old
  * versions serving and a successful one never refuses a request in between.
- * The poll signature hashes the size, modification time and inode of config.json and of
- * every version directory's model.rtxg and model.safetensors, and the list of version
- * directories: any change reloads the model; a model directory that disappears is unloaded.
+ * The poll signature hashes the size, modification time and inode of config.json,
+ * config.pbtxt and of every entry of the version directories (one level into directories
+ * such as an ONNX model's model.onnx/), and the list of version directories: any change
+ * reloads the model; a model directory that disappears is unloaded.
  * Learned costs (kept by the device set's book, device/device.h, which persists them in the
  * store): a version's first load in this process reads the book's cost for its key (place
  * RTX__COST_DEVICE) into its statistics record, from which its scheduler starts (later loads
@@ -204,61 +205,42 @@ static uint64_t sig_file(uint64_t h, const char *path) {
     return fnv(h, f, sizeof f);
 }
 
+/* The signature of a version directory's entries, in any order: each one's name and stat,
+ * and, for a directory (an ONNX model's model.onnx/), its own entries. */
+static uint64_t sig_dir(const char *dir, int depth) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    uint64_t sum = 0;
+    struct dirent *e;
+    char path[4800];
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        uint64_t h = sig_file(fnv(0xcbf29ce484222325ull, e->d_name, strlen(e->d_name)), path);
+        if (depth > 0 && is_dir(path)) h = fnv(h, &(uint64_t){sig_dir(path, depth - 1)}, 8);
+        sum += h; /* readdir's order does not count */
+    }
+    closedir(d);
+    return sum;
+}
+
 /* The poll signature of a model directory (never 0). */
 static uint64_t model_signature(const char *repo, const char *name) {
     char mdir[4400], path[4600];
     snprintf(mdir, sizeof mdir, "%s/%s", repo, name);
     snprintf(path, sizeof path, "%s/config.json", mdir);
     uint64_t h = sig_file(0xcbf29ce484222325ull, path);
+    snprintf(path, sizeof path, "%s/config.pbtxt", mdir);
+    h = sig_file(h, path);
     int64_t vs[RTX__MAX_VERSIONS];
     int n = list_versions(mdir, vs, RTX__MAX_VERSIONS);
     for (int i = 0; i < n; i++) {
         h = fnv(h, &vs[i], sizeof vs[i]);
-        snprintf(path, sizeof path, "%s/%lld/model.rtxg", mdir, (long long)vs[i]);
-        h = sig_file(h, path);
-        snprintf(path, sizeof path, "%s/%lld/model.safetensors", mdir, (long long)vs[i]);
-        h = sig_file(h, path);
+        snprintf(path, sizeof path, "%s/%lld", mdir, (long long)vs[i]);
+        uint64_t v = sig_dir(path, 1);
+        h = fnv(h, &v, sizeof v);
     }
     return h ? h : 1;
-}
-
-static int read_text(const char *path, char **out, size_t *len, struct rtx_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return rtx_err_set(err, RTX_EIO, "%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (n + 4096 > cap) {
-            if (cap >= (size_t)16 << 20) {
-                rc = rtx_err_set(err, RTX_EFORMAT, "%s: larger than 16 MiB", path);
-                break;
-            }
-            size_t nc = cap ? cap * 2 : 8192;
-            char *b = rtx_realloc(buf, nc);
-            if (!b) {
-                rc = rtx_err_set(err, RTX_ENOMEM, "out of memory reading %s", path);
-                break;
-            }
-            buf = b;
-            cap = nc;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) rc = rtx_err_set(err, RTX_EIO, "%s: read error", path);
-            break;
-        }
-    }
-    fclose(f);
-    if (rc) {
-        rtx_free(buf);
-        return rc;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -466,7 +448,7 @@ static void catch_up_lanes(struct rtx_serving *s, const char *name, struct rtx_m
 
 static int do_load(struct rtx_serving *s, const char *name, const char *config_json,
                    bool at_start, struct rtx_err *err) {
-    char mdir[4400], cpath[4600], vdir[4600];
+    char mdir[4400], vdir[4600];
     if (!valid_name(name))
         return rtx_err_set(err, RTX_ENOTFOUND, "'%.128s' is not a model name", name ? name : "");
     snprintf(mdir, sizeof mdir, "%s/%s", s->repo, name);
@@ -496,19 +478,11 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
     struct rtx_model *loaded[RTX__MAX_VERSIONS];
     int n_loaded = 0, rc = 0;
     int64_t have[RTX__MAX_VERSIONS], want[RTX__MAX_VERSIONS], failed = 0;
-    char *text = NULL;
-    size_t len = 0;
     if (!cfg) {
         rc = rtx_err_set(err, RTX_ENOMEM, "out of memory loading '%s'", name);
         goto done;
     }
-    snprintf(cpath, sizeof cpath, "%s/config.json", mdir);
-    if (config_json)
-        rc = rtx__model_config_parse(config_json, strlen(config_json), name,
-                                     "the load request's config", cfg, err);
-    else if ((rc = read_text(cpath, &text, &len, err)) == 0)
-        rc = rtx__model_config_parse(text, len, name, cpath, cfg, err);
-    if (rc) goto done;
+    if ((rc = rtx__model_config_read(mdir, name, config_json, s->log, cfg, err))) goto done;
     int n_have = list_versions(mdir, have, RTX__MAX_VERSIONS);
     if (n_have < 0) {
         rc = rtx_err_set(err, RTX_EIO, "%s: %s", mdir, strerror(-n_have));
@@ -542,7 +516,6 @@ static int do_load(struct rtx_serving *s, const char *name, const char *config_j
         n_loaded++;
     }
 done:
-    rtx_free(text);
     rtx_free(cfg);
     if (rc) {
         release_versions(s, loaded, n_loaded, true);

@@ -52,5 +52,6 @@
     X(kserve)                                                                                   \
     X(http_gen)                                                                                 \
     X(chat_template)                                                                            \
+    X(pbtext)                                                                                   \
     X(gen_stats)                                                                                \
     X(onnx)

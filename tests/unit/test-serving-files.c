@@ -103,7 +103,7 @@ static const struct {
     {"[1, 2]", RTX_EFORMAT, "expected a JSON object"},
     {"{\"name\": \"other\", " IO_OK "}", RTX_EFORMAT, "differs from the directory"},
     {"{\"name\": 5, " IO_OK "}", RTX_EFORMAT, "name: expected a string"},
-    {"{\"platform\": \"onnxruntime_onnx\", " IO_OK "}", RTX_EUNSUPPORTED, "onnxruntime_onnx"},
+    {"{\"platform\": \"tensorrt_plan\", " IO_OK "}", RTX_EUNSUPPORTED, "tensorrt_plan"},
     {"{\"max_batch_size\": \"x\", " IO_OK "}", RTX_EFORMAT, "max_batch_size: expected an integer"},
     {"{\"max_batch_size\": -1, " IO_OK "}", RTX_EFORMAT, "out of range"},
     {"{\"max_batch_size\": 1.5, " IO_OK "}", RTX_EFORMAT, "max_batch_size"},
