@@ -50,7 +50,7 @@
 struct entry {
     char name[128];
     enum rtx_model_state state;
-    char reason[256];
+    char reason[1024];
     int n_ready;
     struct rtx_model *ready[RTX__MAX_VERSIONS]; /* ascending versions; one reference each */
     int64_t failed_version;

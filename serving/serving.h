@@ -132,7 +132,7 @@ struct rtx_model_index_entry {
     char name[128];
     int64_t version;         /* 0 when the model has no loaded or failed version */
     enum rtx_model_state state;
-    char reason[256];        /* why UNAVAILABLE; "" otherwise */
+    char reason[1024];        /* why UNAVAILABLE; "" otherwise */
 };
 
 /* Every model in the repository directory and every model loaded (ready_only: READY ones),
@@ -257,7 +257,7 @@ struct rtx_infer_request {
 
 struct rtx_infer_result {
     int code;               /* 0, or an RTX_E* code with msg */
-    char msg[256];
+    char msg[1024];
     const char *id;         /* the request's id */
     const struct rtx_model_info *model;
     int n_outputs;

@@ -240,7 +240,30 @@ def repo(tmp_path_factory):
     for name, (text, *_) in {**BAD, **UNSUPPORTED}.items():
         mlp(r / name / "1" / "model.onnx", seed=9)
         (r / name / "config.pbtxt").write_text(text)
+    unsupported_ops(r / "onnx_ops" / "1" / "model.onnx")
     return r
+
+
+def unsupported_ops(path):
+    """A model with ops rtxd does not lower (and no config: auto-complete reads it first)."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="fine"),
+             helper.make_node("Hardmax", ["a"], ["b"], name="hardmax_1"),
+             helper.make_node("LpNormalization", ["b"], ["c"], name="lpnorm_1"),
+             helper.make_node("Hardmax", ["c"], ["y"], name="hardmax_2")]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 8]) for n in ("x", "y")]
+    return finish(helper.make_graph(nodes, "ops", io[:1], io[1:]), path)
+
+
+def test_unsupported_onnx_ops_are_all_named(server, gc):
+    """The load fails with every unsupported op of the model (type, node, opset), in the
+    repository index and the log; the other models serve on."""
+    reason = index(gc)["onnx_ops"][2]
+    for needle in ("3 nodes with ops rtxd does not support",
+                   "Hardmax (node 'hardmax_1', opset 17)",
+                   "LpNormalization (node 'lpnorm_1', opset 17)",
+                   "Hardmax (node 'hardmax_2', opset 17)"):
+        assert needle in reason, (needle, reason)
+    assert gc.is_model_ready("mlp")
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,7 @@ static int infer(struct serving_fx *sf, const char *name, int rows, char msg[256
     if (rc == 0) {
         call_wait(&c);
         rc = c.code;
-        snprintf(msg, 256, "%s", c.msg);
+        snprintf(msg, 256, "%.255s", c.msg);
         if (rc == 0) check_scale(&c, rows, 1.0f, 1.0f);
     } else {
         snprintf(msg, 256, "%.*s", (int)(256) - 1, err.msg);

@@ -330,7 +330,7 @@ enum rtx_model_state index_state(struct rtx_serving *s, const char *name, char *
     for (int i = 0; i < n; i++)
         if (strcmp(e[i].name, name) == 0) {
             st = e[i].state;
-            if (reason) snprintf(reason, 256, "%s", e[i].reason);
+            if (reason) snprintf(reason, 256, "%.255s", e[i].reason);
         }
     rtx_free(e);
     return st;

@@ -32,7 +32,7 @@ struct call {
     pthread_cond_t cv;
     int done;
     int code;
-    char msg[256];
+    char msg[1024];
     int batch_size;
     int64_t queue_ns;
     int n_outputs;
