@@ -274,6 +274,8 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
     Inference__ModelConfig cfg = INFERENCE__MODEL_CONFIG__INIT;
     cfg.name = (char *)info->name;
     cfg.platform = (char *)info->platform;
+    /* Triton names the backend beside the platform of an ONNX model */
+    if (strcmp(info->platform, "onnxruntime_onnx") == 0) cfg.backend = (char *)"onnxruntime";
     cfg.max_batch_size = info->max_batch_size;
 
     Inference__ModelInput **ins = rtx__infer_arena_alloc(&a, (size_t)info->n_inputs * sizeof *ins);

@@ -380,6 +380,7 @@ def test_mlp_versions_match_onnxruntime_over_grpc_and_http(server, gc, hc, repo)
                                                                {"x": x}))
     cfg = gc.get_model_config("mlp", as_json=True)["config"]
     assert cfg["platform"] == "onnxruntime_onnx" and int(cfg["max_batch_size"]) == 8
+    assert cfg["backend"] == "onnxruntime", cfg
     meta = hc.get_model_metadata("mlp")
     assert meta["platform"] == "onnxruntime_onnx"
     assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 8]}]
