@@ -78,55 +78,43 @@ def wait_running(job, timeout=30.0):
 # Without a daemon: the builder and the enums
 # ------------------------------------------------------------------------------------------
 
-def test_graph_encodes_as_rtxgraph_does():
+def encoding_case(b, init, attr):
+    """The same graph through either builder (rtxd.Graph or rtxgraph.GraphBuilder: the same
+    method signatures but the initializer's name); init and attr are that builder's."""
     rng = np.random.default_rng(3)
-    w = rng.standard_normal((4, 3)).astype(np.float32)
-    wh = rng.standard_normal((3,)).astype(np.float16)
-    wb = rng.standard_normal((2, 2)).astype(np.float32)
-    idx = np.array([[0, 2], [1, 1]], np.int64)
-    mask = np.array([True, False, True])
+    b.input("x", "f32", [-1, 4])
+    b.input("any", "i32", None)
+    init("w", rng.standard_normal((4, 3)).astype(np.float32))
+    init("wh", rng.standard_normal((3,)).astype(np.float16))
+    init("wb", rng.standard_normal((2, 2)).astype(np.float32), "bf16")
+    init("idx", np.array([[0, 2], [1, 1]], np.int64))
+    init("mask", np.array([True, False, True]))
+    b.node("gemm", ["x", "w"], "h", alpha=0.5, trans_b=0)
+    b.node("gelu", ["h"], "g", approximate="tanh")
+    b.node("reshape", ["g"], "r", name="flat", shape=[-1])
+    b.node("constant", [], "c", value=np.arange(3, dtype=np.float32))
+    b.node("layer_norm", ["g", None], "ln", epsilon=1e-5)
+    b.node("slice", ["r"], "s", starts=[0], ends=[2], steps=attr("ints", []))
+    b.node("rope", ["g", "g", "g"], "q", interleaved=True)
+    b.output("ln")
+    b.output("s", "f32", [2])
+    return b
 
+
+def test_graph_encodes_as_rtxgraph_does():
     ours = rtxd.Graph("encode")
-    ours.input("x", "f32", [None, 4])
-    ours.input("any", np.int32, None)
-    ours.initializer("w", w)
-    ours.initializer("wh", wh)
-    ours.initializer("wb", wb, "bf16")
-    ours.initializer("idx", idx)
-    ours.initializer("mask", mask)
-    ours.node("gemm", ["x", "w"], "h", alpha=0.5, trans_b=0)
-    ours.node("gelu", ["h"], "g", approximate="tanh")
-    ours.node("reshape", ["g"], "r", name="flat", shape=[-1])
-    ours.node("constant", [], "c", value=np.arange(3, dtype=np.float32))
-    ours.node("layer_norm", ["g", None], "ln", epsilon=1e-5)
-    ours.node("slice", ["r"], "s", starts=[0], ends=[2], steps=rtxd.Attr("ints", []))
-    ours.node("rope", ["g", "g", "g"], "q", interleaved=True)
-    ours.output("ln")
-    ours.output("s", "f32", [2])
-
+    encoding_case(ours, ours.initializer, rtxd.Attr)
     ref = rg.GraphBuilder("encode")
-    ref.input("x", "f32", [-1, 4])
-    ref.input("any", "i32", None)
-    ref.init("w", w)
-    ref.init("wh", wh)
-    ref.init("wb", wb, "bf16")
-    ref.init("idx", idx)
-    ref.init("mask", mask)
-    ref.node("gemm", ["x", "w"], "h", alpha=0.5, trans_b=0)
-    ref.node("gelu", ["h"], "g", approximate="tanh")
-    ref.node("reshape", ["g"], "r", name="flat", shape=[-1])
-    ref.node("constant", [], "c", value=np.arange(3, dtype=np.float32))
-    ref.node("layer_norm", ["g", None], "ln", epsilon=1e-5)
-    ref.node("slice", ["r"], "s", starts=[0], ends=[2], steps=rg.Attr("ints", []))
-    ref.node("rope", ["g", "g", "g"], "q", interleaved=True)
-    ref.output("ln")
-    ref.output("s", "f32", [2])
-
+    encoding_case(ref, ref.init, rg.Attr)
     assert ours.to_bytes() == ref.bytes()
     again = rtxd.Graph.from_bytes(ref.bytes())
     assert again.to_bytes() == ref.bytes()
     assert again.outputs == ["ln", "s"]
     assert again.inputs == {"x": (rtxd.DataType.F32, (-1, 4)), "any": (rtxd.DataType.I32, None)}
+    # None is -1; a dtype may be NumPy's
+    g = rtxd.Graph("encode")
+    g.input("x", np.float32, [None, 4])
+    assert g.inputs == {"x": (rtxd.DataType.F32, (-1, 4))}
     # node names follow the builder's count; a default output is named after its node
     assert ours.node("relu", ["c"]) == "relu_8"
 
@@ -541,6 +529,11 @@ def test_onnx_file_equals_onnxruntime(rc, tmp_path):
         assert list(outs) == ["y"] and outs["y"].shape == (rows, 4)
         np.testing.assert_allclose(outs["y"], want, rtol=1e-4, atol=1e-5,
                                    err_msg=f"{rows} rows from {type(source).__name__}")
+    # a model rtxd cannot run: refused at submit, the daemon's message naming the op
+    bad = onnx_mlp()
+    bad.graph.node[2].op_type = "Hardmax"
+    with pytest.raises(rtxd.InvalidArgument, match=r"Hardmax \(node 'relu', opset 17\)"):
+        rc.submit(bad, {"x": np.ones((2, 6), np.float32)})
 
 
 # ------------------------------------------------------------------------------------------
