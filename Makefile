@@ -339,12 +339,19 @@ run-examples: all
 	$(BUILD)/bin/rtxrun $(BUILD)/examples/mlp.rtxg --random-inputs --seed 1
 	$(BUILD)/bin/rtxrun $(BUILD)/examples/transformer_block.rtxg --random-inputs --seed 1
 
-# The Python side: a venv of tests/requirements.txt and the generated rtx.v1 code (defined
-# before the targets that depend on them: make expands prerequisites as it reads them).
+# The Python side: a venv of tests/requirements.txt with the Python client installed in it
+# (client/python: pip builds it, generating its protocol code from proto/; without build
+# isolation, so with the venv's own grpcio-tools and setuptools: the generated code fits the
+# venv's protobuf and nothing is fetched), and the generated rtx.v1 code (defined before the
+# targets that depend on them: make expands prerequisites as it reads them).
 VENV := $(BUILD)/venv
-$(VENV)/.ok: tests/requirements.txt
+PY_CLIENT := $(wildcard client/python/pyproject.toml client/python/setup.py \
+                        client/python/rtxd/*.py client/python/rtxd/_proto/*.py)
+$(VENV)/.ok: tests/requirements.txt $(PY_CLIENT) $(PROTOS)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation \
+	  ./client/python
 	touch $@
 
 PY_GEN := $(BUILD)/py/rtx/v1/graph_pb2.py
