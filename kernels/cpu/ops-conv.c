@@ -60,6 +60,12 @@ static void im2col_rows(const struct conv_job *j, const float *img, float *col, 
                 continue;
             }
             const float *srow = plane + ih * w->W;
+            if (w->Wo < 32) { /* short rows (late ResNet stages): calls would cost more */
+                for (int64_t ow = 0; ow < lo; ow++) d[ow] = 0.0f;
+                for (int64_t ow = lo; ow <= hi; ow++) d[ow] = srow[ow * w->sw + off];
+                for (int64_t ow = hi + 1; ow < w->Wo; ow++) d[ow] = 0.0f;
+                continue;
+            }
             memset(d, 0, (size_t)lo * sizeof *d);
             if (w->sw == 1) {
                 memcpy(d + lo, srow + lo + off, (size_t)(hi - lo + 1) * sizeof *d);
