@@ -659,6 +659,7 @@ out:
 }
 
 int main(int argc, char **argv) {
+    rtx_host_memory_keep_freed();
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);

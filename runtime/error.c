@@ -3,6 +3,7 @@
  * for out-of-memory tests).
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -109,4 +110,9 @@ int64_t rtx_err_retry_after_ms(const char *msg, size_t len) {
         ms = ms * 10 + (*p - '0');
     }
     return ms;
+}
+
+void rtx_host_memory_keep_freed(void) {
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }

@@ -91,6 +91,13 @@ char *rtx_strdup(const char *s);
 void *rtx_malloc_aligned(size_t bytes);
 void rtx_free_aligned(void *p);
 
+/* Process policy for programs that run graphs repeatedly (rtxd, rtxrun): the C library keeps
+ * freed memory of up to 64 MiB blocks (and up to 512 MiB at the top of the heap) for reuse
+ * instead of returning it to the kernel at once. Executions allocate and free the same
+ * arenas, outputs and scratch run after run; without this every run of a graph of a few MiB
+ * faulted its pages in again (a quarter of a small CNN's time on the CPU). Call once at
+ * start, before threads. */
+void rtx_host_memory_keep_freed(void);
 /* Test hook: the n-th allocation from now (1-based) and every later one fail until reset with
  * n = 0. Counts only allocations made through the functions above. */
 void rtx_alloc_fail_after(long n);

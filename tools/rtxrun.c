@@ -952,6 +952,7 @@ static int run_batch(const struct options *opt, struct rtx_backend **be) {
 }
 
 int main(int argc, char **argv) {
+    rtx_host_memory_keep_freed();
     struct rtx_backend *be = NULL;
     struct run r = {.be = &be};
     int rc = parse_args(argc, argv, &r.opt);

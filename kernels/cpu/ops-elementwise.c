@@ -126,9 +126,21 @@ static inline float f_relu(float x) { return x < 0.0f ? 0.0f : x; }
 /* x * Phi(x) with Phi(x) = (1 + erf(x / sqrt 2)) / 2; below -1.5 through erfc(-x / sqrt 2),
  * where 1 + erf would cancel (Phi is tiny there), so the result stays exact relative to
  * itself on the whole line. */
-static inline float f_gelu(float x) {
-    return x >= -1.5f ? 0.5f * x * (1.0f + fast_erf(x * SQRT_1_2))
-                      : 0.5f * x * erfcf(-x * SQRT_1_2);
+static inline float f_gelu_erf(float x) { return 0.5f * x * (1.0f + fast_erf(x * SQRT_1_2)); }
+static inline float f_gelu_tail(float x) { return 0.5f * x * erfcf(-x * SQRT_1_2); }
+static inline float f_gelu(float x) { return x >= -1.5f ? f_gelu_erf(x) : f_gelu_tail(x); }
+
+/* GELU over a run: every element through the branch-free erf form (vectorizable), then the
+ * few below -1.5 again through erfc. An output that is its own input goes element by
+ * element. */
+static void gelu_run(float *o, const float *x, int64_t sx, int64_t n) {
+    if (o == x) {
+        for (int64_t i = 0; i < n; i++) o[i] = f_gelu(o[i]);
+        return;
+    }
+    UN_RUN(float, f_gelu_erf, o, x, sx, n);
+    for (int64_t i = 0; i < n; i++)
+        if (x[i * sx] < -1.5f) o[i] = f_gelu_tail(x[i * sx]);
 }
 /* 0.5 x (1 + tanh u) = x / (1 + exp(-2u)). */
 static inline float f_gelu_tanh(float x) {
@@ -218,7 +230,7 @@ static void un_f32(enum rtx_op op, bool gelu_tanh, float *o, const float *x, int
         if (gelu_tanh)
             UN_RUN(float, f_gelu_tanh, o, x, sx, n);
         else
-            UN_RUN(float, f_gelu, o, x, sx, n);
+            gelu_run(o, x, sx, n);
         break;
     default: break;
     }
