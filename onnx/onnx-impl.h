@@ -202,6 +202,14 @@ int ox_lower_batchnorm(struct ox *c, struct rtx_err *err);
 int ox_lower_pool(struct ox *c, struct rtx_err *err);       /* arg: rtx op */
 int ox_lower_global_pool(struct ox *c, struct rtx_err *err); /* arg: rtx reduce op */
 
+/* compositions (ops-extra.c) */
+int ox_lower_clip(struct ox *c, struct rtx_err *err);
+int ox_lower_variadic(struct ox *c, struct rtx_err *err);   /* arg: max, min, sum, mean */
+int ox_lower_leaky_relu(struct ox *c, struct rtx_err *err);
+int ox_lower_hard_sigmoid(struct ox *c, struct rtx_err *err); /* arg: sigmoid, swish */
+int ox_lower_pad(struct ox *c, struct rtx_err *err);
+int ox_lower_tile(struct ox *c, struct rtx_err *err);
+
 /* Decomposed patterns ending at the current node (fuse.c): lowers the whole pattern to one
  * fused op and returns 1, or returns 0 when the node ends no pattern. */
 int rtx__onnx_fuse(struct ox *c, struct rtx_err *err);

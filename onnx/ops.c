@@ -15,6 +15,7 @@
     X(AveragePool, ox_lower_pool, "avg_pool2d")               \
     X(BatchNormalization, ox_lower_batchnorm, NULL)           \
     X(Cast, ox_lower_cast, NULL)                              \
+    X(Clip, ox_lower_clip, NULL)                              \
     X(Concat, ox_lower_concat, NULL)                          \
     X(Constant, ox_lower_constant, NULL)                      \
     X(ConstantOfShape, ox_lower_constant_of_shape, NULL)      \
@@ -33,18 +34,25 @@
     X(GlobalMaxPool, ox_lower_global_pool, "reduce_max")      \
     X(Greater, ox_lower_binary, "greater")                    \
     X(GreaterOrEqual, ox_lower_compare, ">=")                 \
+    X(HardSigmoid, ox_lower_hard_sigmoid, "sigmoid")          \
+    X(HardSwish, ox_lower_hard_sigmoid, "swish")              \
     X(Identity, ox_lower_identity, NULL)                      \
     X(LayerNormalization, ox_lower_layernorm, NULL)           \
+    X(LeakyRelu, ox_lower_leaky_relu, NULL)                   \
     X(Less, ox_lower_binary, "less")                          \
     X(LessOrEqual, ox_lower_compare, "<=")                    \
     X(Log, ox_lower_unary, "log")                             \
     X(LogSoftmax, ox_lower_softmax, "log_softmax")            \
     X(MatMul, ox_lower_matmul, NULL)                          \
+    X(Max, ox_lower_variadic, "max")                          \
     X(MaxPool, ox_lower_pool, "max_pool2d")                   \
+    X(Mean, ox_lower_variadic, "mean")                        \
+    X(Min, ox_lower_variadic, "min")                          \
     X(Mul, ox_lower_binary, "mul")                            \
     X(Neg, ox_lower_unary, "neg")                             \
     X(Not, ox_lower_logic, "not")                             \
     X(Or, ox_lower_logic, "or")                               \
+    X(Pad, ox_lower_pad, NULL)                                \
     X(Pow, ox_lower_binary, "pow")                            \
     X(Range, ox_lower_range, NULL)                            \
     X(Reciprocal, ox_lower_reciprocal, NULL)                  \
@@ -63,7 +71,9 @@
     X(Sqrt, ox_lower_unary, "sqrt")                           \
     X(Squeeze, ox_lower_squeeze, "squeeze")                   \
     X(Sub, ox_lower_binary, "sub")                            \
+    X(Sum, ox_lower_variadic, "sum")                          \
     X(Tanh, ox_lower_unary, "tanh")                           \
+    X(Tile, ox_lower_tile, NULL)                              \
     X(Transpose, ox_lower_transpose, NULL)                    \
     X(Trilu, ox_lower_trilu, NULL)                            \
     X(Unsqueeze, ox_lower_squeeze, "unsqueeze")               \

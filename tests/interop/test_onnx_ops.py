@@ -723,6 +723,71 @@ for variant in ("plain", "mask", "mask-broadcast", "causal-const", "mul-scale"):
 
 
 # ------------------------------------------------------------------------------------------
+# Compositions: Clip, Min / Max / Sum / Mean, LeakyRelu, HardSigmoid, HardSwish, Pad, Tile
+# ------------------------------------------------------------------------------------------
+
+for i, (lo, hi) in enumerate([(-0.5, 0.5), (None, 1.0), (-1.0, None), (None, None)]):
+    cid = f"Clip-{i}"
+    r = R(cid)
+    inits = {}
+    ins = ["x", "", ""]
+    if lo is not None:
+        inits["lo"] = np.array(lo, np.float32)
+        ins[1] = "lo"
+    if hi is not None:
+        inits["hi"] = np.array(hi, np.float32)
+        ins[2] = "hi"
+    while ins and ins[-1] == "":
+        ins.pop()
+    one(cid, "Clip", {"x": qnt(r, [3, 5])}, inits, ins=ins, sym=(0,))
+for op in ("Max", "Min", "Sum", "Mean"):
+    for i, shapes in enumerate([([3, 4],), ([3, 4], [3, 4]), ([2, 3, 4], [4], [3, 1]),
+                                ([5], [])]):
+        cid = f"{op}-{i}"
+        r = R(cid)
+        feeds = {f"x{k}": qnt(r, sh) for k, sh in enumerate(shapes)}
+        one(cid, op, feeds, sym=(0,) if i == 1 else ())
+    if op in ("Max", "Min"):  # Sum and Mean are float-only in ONNX
+        cid = f"{op}-int64"
+        r = R(cid)
+        one(cid, op, {"a": ints(r, [3, 4]), "b": ints(r, [4])}, kind="exact")
+for i, alpha in enumerate([None, 0.2]):
+    cid = f"LeakyRelu-{i}"
+    r = R(cid)
+    one(cid, "LeakyRelu", {"x": uni(r, [4, 6], -3, 3)},
+        attrs={} if alpha is None else {"alpha": alpha})
+for i, attrs in enumerate([{}, {"alpha": 0.5, "beta": 0.25}]):
+    cid = f"HardSigmoid-{i}"
+    r = R(cid)
+    one(cid, "HardSigmoid", {"x": uni(r, [4, 6], -6, 6)}, attrs=attrs)
+cid = "HardSwish-0"
+one(cid, "HardSwish", {"x": uni(R(cid), [2, 3, 8], -6, 6)}, opset=17)
+for i, (shape, pads, value, axes, opset) in enumerate([
+        ([2, 3], [1, 2, 0, 1], None, None, 13),
+        ([2, 3, 4], [0, 0, 1, 0, 1, 2], 1.5, None, 17),
+        ([3, 5], [0, -1, 1, -2], None, None, 17),      # negative pads cut
+        ([2, 3, 4], [2, 1], -1.0, [-1], 18),           # axes as an input (18)
+        ([1, 2, 4, 4], [0, 0, 1, 1, 0, 0, 1, 1], None, None, 21)]):
+    cid = f"Pad-{i}"
+    r = R(cid)
+    inits = {"pads": np.array(pads, np.int64)}
+    ins = ["x", "pads"]
+    if value is not None or axes is not None:
+        inits["value"] = np.array(value if value is not None else 0, np.float32)
+        ins.append("value")
+    if axes is not None:
+        inits["axes"] = np.array(axes, np.int64)
+        ins.append("axes")
+    one(cid, "Pad", {"x": uni(r, shape)}, inits, ins=ins, opset=opset)
+for i, (shape, reps) in enumerate([([2, 3], [2, 1]), ([3], [4]), ([2, 1, 3], [1, 3, 2]),
+                                   ([2, 2], [1, 1])]):
+    cid = f"Tile-{i}"
+    r = R(cid)
+    one(cid, "Tile", {"x": uni(r, shape)}, {"reps": np.array(reps, np.int64)}, kind="exact")
+cid = "Tile-int64-sym"
+one(cid, "Tile", {"x": ints(R(cid), [3, 2])}, {"reps": np.array([2, 2], np.int64)},
+    kind="exact", sym=(0,))
+# ------------------------------------------------------------------------------------------
 # The tests
 # ------------------------------------------------------------------------------------------
 
