@@ -235,7 +235,7 @@ int rtx_backend_cpu_new(const struct rtx_cpu_options *opt, struct rtx_backend **
     }
     be->iface = &cpu_iface;
     be->ctx = cpu;
-    openblas_set_num_threads(rtx__cpu_n_threads(cpu));
+    openblas_set_num_threads(1); /* the pool splits products itself (rtx__cpu_sgemm) */
     *out = be;
     return 0;
 }

@@ -5,7 +5,8 @@
  * Kernels receive contiguous inputs and preallocated contiguous outputs (struct rtx_node_args)
  * and return 0 or a negative code with err filled. f16/bf16 are loaded to f32, computed in
  * f32 and rounded once on store. Heavy loops are split across a small fixed thread pool with
- * rtx__cpu_parallel_for; GEMM and batched matmul go to OpenBLAS, which has threads of its own.
+ * rtx__cpu_parallel_for; GEMMs go to OpenBLAS single-threaded, split over the same pool
+ * (rtx__cpu_sgemm).
  */
 #ifndef RTX_CPU_IMPL_H
 #define RTX_CPU_IMPL_H
@@ -28,6 +29,15 @@ void rtx__cpu_pool_free(struct rtx_cpu *cpu);
 void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
                            void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
 int rtx__cpu_n_threads(const struct rtx_cpu *cpu);
+
+/* One row-major product C = alpha op(A) op(B) + beta C (op: transposed when ta / tb) through
+ * OpenBLAS, which runs single-threaded in the backend: a large product is split in column
+ * panels (row panels when it is narrow) over the pool, each panel one sgemm on its thread
+ * (kernels/cpu/ops-linalg.c). OpenBLAS's own workers spin between calls and took turns with
+ * the pool's on the cores; one set of threads does not. */
+void rtx__cpu_sgemm(struct rtx_cpu *cpu, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                    float beta, float *c, int64_t ldc);
 
 /* Element access by dtype for generic (slow) paths. */
 static inline float rtx__load_f32(const void *base, enum rtx_dtype dt, int64_t i) {

@@ -104,9 +104,15 @@ static void conv_group(const struct conv_job *j, int64_t ng, float *col, struct 
         }
         cols = col;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->g.Og, (int)j->g.P,
-                (int)j->g.K, 1.0f, j->wt + g * j->g.Og * j->g.K, (int)j->g.K, cols, (int)j->g.P,
-                0.0f, j->y + ng * j->g.Og * j->g.P, (int)j->g.P);
+    const float *wg = j->wt + g * j->g.Og * j->g.K;
+    float *y = j->y + ng * j->g.Og * j->g.P;
+    if (cpu) /* one group at a time: the product goes over the pool */
+        rtx__cpu_sgemm(cpu, false, false, j->g.Og, j->g.P, j->g.K, 1.0f, wg, j->g.K, cols,
+                       j->g.P, 0.0f, y, j->g.P);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->g.Og, (int)j->g.P,
+                    (int)j->g.K, 1.0f, wg, (int)j->g.K, cols, (int)j->g.P, 0.0f, y,
+                    (int)j->g.P);
 }
 
 static void conv_groups_chunk(void *ctx, int64_t begin, int64_t end) {
@@ -199,8 +205,8 @@ static int conv_batched(struct rtx_cpu *cpu, const struct conv_job *j) {
         rtx__cpu_parallel_for(cpu, b.nb * K, 1 + (1 << 16) / (P > 0 ? P : 1),
                               batch_im2col_chunk, &b);
         float *dst = b.nb > 1 ? b.t : j->y + b.n0 * O * P;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)O, (int)width, (int)K, 1.0f,
-                    j->wt, (int)K, b.col, (int)width, 0.0f, dst, (int)width);
+        rtx__cpu_sgemm(cpu, false, false, O, width, K, 1.0f, j->wt, K, b.col, width, 0.0f, dst,
+                       width);
         if (b.nb > 1)
             rtx__cpu_parallel_for(cpu, b.nb * O, 1 + (1 << 16) / (P > 0 ? P : 1),
                                   batch_scatter_chunk, &b);

@@ -3,13 +3,13 @@
  *
  * DESIGN
  * All three go through OpenBLAS cblas_sgemm. f16/bf16 operands are widened to f32 scratch
- * first and the f32 result is rounded once on store. One product (2-D matmul, gemm, or a
- * batch folded into the rows of a when b is one shared matrix and a is not transposed) is one
- * sgemm call that OpenBLAS threads itself. A real batch is cut into tiles of at most
- * RTX__CPU_SMALL_GEMM_MACS multiply-adds spread over our pool: OpenBLAS computes calls that
- * small on the calling thread, whereas a larger call made from several pool workers at once
- * starts OpenBLAS threads on top of ours and runs several times slower (measured). When K is
- * so long that such tiles would be slivers, the batch goes one call at a time on the caller
+ * first and the f32 result is rounded once on store. OpenBLAS runs single-threaded: one
+ * product (2-D matmul, gemm, or a batch folded into the rows of a when b is one shared matrix
+ * and a is not transposed) is split in column panels over our pool (rtx__cpu_sgemm), since
+ * OpenBLAS's own workers spin between calls and took turns with ours on the cores (on 2
+ * cores, 28% of a small transformer's time went to the scheduler). A real batch is cut into
+ * tiles of at most RTX__CPU_SMALL_GEMM_MACS multiply-adds spread over our pool. When K is so
+ * long that such tiles would be slivers, the batch goes one call at a time on the caller
  * instead.
  * Attention splits batch x heads x blocks of query rows over the pool, under the same bound:
  * the scores and p.v products of a block are made in key blocks that stay under it. With
@@ -34,6 +34,60 @@
 
 static bool fits_int(int64_t v) {
     return v >= 0 && v <= INT_MAX;
+}
+
+struct panel_job {
+    bool ta, tb, by_rows;
+    int64_t M, N, K, lda, ldb, ldc, width; /* width: columns (or rows) per panel */
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+};
+
+static void panel_chunk(void *ctx, int64_t begin, int64_t end) {
+    const struct panel_job *j = ctx;
+    for (int64_t p = begin; p < end; p++) {
+        int64_t s = p * j->width, total = j->by_rows ? j->M : j->N;
+        int64_t n = total - s < j->width ? total - s : j->width;
+        const float *a = j->a, *b = j->b;
+        float *c = j->c;
+        int64_t m = j->M, cols = j->N;
+        if (j->by_rows) { /* rows s.. of op(a): a column block of a when transposed */
+            a += j->ta ? s : s * j->lda;
+            c += s * j->ldc;
+            m = n;
+        } else { /* columns s.. of op(b): rows of b when transposed */
+            b += j->tb ? s * j->ldb : s;
+            c += s;
+            cols = n;
+        }
+        cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans,
+                    j->tb ? CblasTrans : CblasNoTrans, (int)m, (int)cols, (int)j->K, j->alpha, a,
+                    (int)j->lda, b, (int)j->ldb, j->beta, c, (int)j->ldc);
+    }
+}
+
+void rtx__cpu_sgemm(struct rtx_cpu *cpu, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                    float beta, float *c, int64_t ldc) {
+    int threads = rtx__cpu_n_threads(cpu);
+    struct panel_job j = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb,
+                          .ldc = ldc, .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
+    /* panels of at least 32 columns (rows), one per thread; small products stay whole */
+    if (threads > 1 && M * N * K >= 4 * RTX__CPU_SMALL_GEMM_MACS) {
+        j.by_rows = N < 32 * threads;
+        int64_t total = j.by_rows ? M : N;
+        j.width = (total + threads - 1) / threads;
+        if (j.width < 32) j.width = 32;
+        j.width = (j.width + 15) / 16 * 16;
+        int64_t panels = (total + j.width - 1) / j.width;
+        if (panels > 1) {
+            rtx__cpu_parallel_for(cpu, panels, 1, panel_chunk, &j);
+            return;
+        }
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -122,9 +176,7 @@ static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     if (K == 0) {
         memset(yf, 0, (size_t)(nbatch * M * N) * sizeof *yf);
     } else if (fold || nbatch == 1) {
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (int)rows, (int)N, (int)K, 1.0f, af, (int)lda, bf, (int)ldb, 0.0f, yf,
-                    (int)N);
+        rtx__cpu_sgemm(cpu, ta, tb, rows, N, K, 1.0f, af, lda, bf, ldb, 0.0f, yf, N);
     } else {
         offs = rtx_malloc((size_t)nbatch * 2 * sizeof *offs);
         if (offs == NULL) {
@@ -222,9 +274,8 @@ static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
     if (K == 0) {
         if (!C) memset(yf, 0, (size_t)(M * N) * sizeof *yf);
     } else {
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (int)M, (int)N, (int)K, alpha, af, ta ? (int)M : (int)K, bf,
-                    tb ? (int)K : (int)N, C ? 1.0f : 0.0f, yf, (int)N);
+        rtx__cpu_sgemm(cpu, ta, tb, M, N, K, alpha, af, ta ? M : K, bf, tb ? K : N,
+                       C ? 1.0f : 0.0f, yf, N);
     }
     rtx__cpu_finish_f32(cpu, Y, y_own);
 done:
