@@ -355,7 +355,10 @@ def test_overload_429(make_server, tmp_path):
     refused = [r for r in results if r.status == 429]
     assert len(ok) + len(refused) == len(results), [r for r in results if r.status not in
                                                     (200, 429)][:3]
-    assert len(ok) >= 3 and refused, f"{len(ok)} answered, {len(refused)} refused"
+    # the two sequences the engine runs are always admitted; the one the lane may queue is
+    # admitted only when the learned step time says it can start in time, which a loaded
+    # machine (or a sanitizer build beside another test worker) can make it refuse
+    assert len(ok) >= 2 and refused, f"{len(ok)} answered, {len(refused)} refused"
     for r in refused:
         assert int(r.headers["retry-after"]) >= 1
         e = r.json()["error"]
