@@ -274,8 +274,10 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
     Inference__ModelConfig cfg = INFERENCE__MODEL_CONFIG__INIT;
     cfg.name = (char *)info->name;
     cfg.platform = (char *)info->platform;
-    /* Triton names the backend beside the platform of an ONNX model */
-    if (strcmp(info->platform, "onnxruntime_onnx") == 0) cfg.backend = (char *)"onnxruntime";
+    /* Triton names the backend beside the platform of an ONNX model, and its file */
+    if (info->backend[0]) cfg.backend = (char *)info->backend;
+    if (info->default_model_filename[0])
+        cfg.default_model_filename = (char *)info->default_model_filename;
     cfg.max_batch_size = info->max_batch_size;
 
     Inference__ModelInput **ins = rtx__infer_arena_alloc(&a, (size_t)info->n_inputs * sizeof *ins);
@@ -312,6 +314,8 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
         db.n_preferred_batch_size = (size_t)info->n_preferred;
         db.preferred_batch_size = (int32_t *)info->preferred_batch_sizes;
         db.max_queue_delay_microseconds = (uint64_t)info->max_queue_delay_us;
+        db.priority_levels = (uint64_t)info->priority_levels;
+        db.default_priority_level = (uint64_t)info->default_priority_level;
         cfg.scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_DYNAMIC_BATCHING;
         cfg.dynamic_batching = &db;
     }

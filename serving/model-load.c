@@ -253,6 +253,14 @@ static int make_instances(struct rtx_model *m, const struct rtx__model_load_opts
     m->cfg.info.instances = n;
     snprintf(m->cfg.info.instance_kind, sizeof m->cfg.info.instance_kind, "%s",
              any_gpu ? "KIND_GPU" : "KIND_CPU");
+    /* what the KServe gRPC ModelConfig reports beside the HTTP config */
+    struct rtx_model_info *info = &m->cfg.info;
+    snprintf(info->backend, sizeof info->backend, "%s", m->cfg.backend);
+    if (m->cfg.backend[0])
+        snprintf(info->default_model_filename, sizeof info->default_model_filename, "%s",
+                 m->cfg.model_filename[0] ? m->cfg.model_filename : "model.onnx");
+    info->priority_levels = m->cfg.priority_levels;
+    info->default_priority_level = m->cfg.default_priority_level;
     return 0;
 }
 

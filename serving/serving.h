@@ -204,6 +204,10 @@ struct rtx_model_info {
     char default_lane[32];      /* "" when the config names none */
     int instances;              /* instance groups' total count */
     char instance_kind[16];     /* "KIND_CPU" or "KIND_GPU" (Triton's spellings) */
+    char backend[32];           /* "onnxruntime" for an ONNX model, else "" */
+    char default_model_filename[256]; /* an ONNX model's file ("model.onnx" by default) */
+    int64_t priority_levels;    /* dynamic_batching's; 0: none */
+    int64_t default_priority_level;
 };
 /* The model's description; valid as long as the reference is held. */
 const struct rtx_model_info *rtx_model_info(const struct rtx_model *m);

@@ -458,6 +458,11 @@ def test_external_data_directory_and_default_model_filename(gc, hc, repo):
     assert_like_ort(infer_http(hc, "renamed", {"x": x}),
                     reference(repo / "renamed/1/net.onnx", {"x": x}))
     assert hc.get_model_config("renamed")["default_model_filename"] == "net.onnx"
+    # the gRPC ModelConfig says the same as the HTTP one
+    g = gc.get_model_config("renamed", as_json=True)["config"]
+    assert g["backend"] == "onnxruntime" and g["default_model_filename"] == "net.onnx", g
+    q = gc.get_model_config("queued", as_json=True)["config"]["dynamic_batching"]
+    assert int(q["priority_levels"]) == 2 and int(q["default_priority_level"]) == 2, q
 
 
 def test_ignored_fields_are_logged_by_name(server, gc, repo):
