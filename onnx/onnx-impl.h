@@ -209,6 +209,10 @@ int ox_lower_leaky_relu(struct ox *c, struct rtx_err *err);
 int ox_lower_hard_sigmoid(struct ox *c, struct rtx_err *err); /* arg: sigmoid, swish */
 int ox_lower_pad(struct ox *c, struct rtx_err *err);
 int ox_lower_tile(struct ox *c, struct rtx_err *err);
+int ox_lower_isnan(struct ox *c, struct rtx_err *err);
+int ox_lower_gather_elements(struct ox *c, struct rtx_err *err);
+int ox_lower_gather_nd(struct ox *c, struct rtx_err *err);
+int ox_lower_cumsum(struct ox *c, struct rtx_err *err);
 
 /* Decomposed patterns ending at the current node (fuse.c): lowers the whole pattern to one
  * fused op and returns 1, or returns 0 when the node ends no pattern. */

@@ -213,3 +213,158 @@ int ox_lower_tile(struct ox *c, struct rtx_err *err) {
         return RTX_EGRAPH;
     return ox_reshape(c, w, n, out, ox_out_name(c, 0), err);
 }
+
+/* IsNaN: x != x, as not(equal(x, x)). */
+int ox_lower_isnan(struct ox *c, struct rtx_err *err) {
+    struct rtx_value *x = ox_in(c, 0, err);
+    if (!x) return RTX_EGRAPH;
+    const char *same = bin(c, "equal", x->name, x->name, NULL, err);
+    return bin(c, "equal", same, ox_scalar(c, RTX_BOOL, 0, err), ox_out_name(c, 0), err)
+               ? 0
+               : RTX_EGRAPH;
+}
+
+/* GatherElements of constants (an exporter's index buffers, computed at instantiation):
+ * out[i...] = data[i... with index[i...] along axis]. Data-dependent indices are refused. */
+int ox_lower_gather_elements(struct ox *c, struct rtx_err *err) {
+    struct rtx_value *d = ox_in(c, 0, err), *ix = d ? ox_in(c, 1, err) : NULL;
+    if (!ix) return RTX_EGRAPH;
+    if (!d->constant || !ix->constant)
+        return ox_unsupported(c, err, "data or indices computed from the model's inputs (rtxd "
+                              "computes GatherElements of constants only)");
+    int axis, rc;
+    if ((rc = ox_axis(c, ox_attr_int(c, "axis", 0), d->ndim, &axis, err))) return rc;
+    if (ix->ndim != d->ndim)
+        return rtx_err_set(err, RTX_EGRAPH, "node '%s' (GatherElements): indices of rank %d "
+                           "for data of rank %d", c->node->name, ix->ndim, d->ndim);
+    struct rtx_tensor *t = NULL;
+    if ((rc = rtx_tensor_new(d->dtype, ix->ndim, ix->dims, &t, err))) return rc;
+    int64_t n = rtx_tensor_numel(t), pos[RTX_MAX_DIMS] = {0};
+    size_t esz = rtx_dtype_size(d->dtype);
+    const uint8_t *src = rtx_tensor_data(d->constant);
+    uint8_t *dst = rtx_tensor_data(t);
+    for (int64_t i = 0; i < n && !rc; i++) {
+        int64_t k = (int64_t)rtx_tensor_get(ix->constant, i), off = 0;
+        if (k < 0) k += d->dims[axis];
+        if (k < 0 || k >= d->dims[axis]) {
+            rc = rtx_err_set(err, RTX_EGRAPH, "node '%s' (GatherElements): index %lld out of "
+                             "range for dimension %lld", c->node->name,
+                             (long long)rtx_tensor_get(ix->constant, i),
+                             (long long)d->dims[axis]);
+            break;
+        }
+        for (int a = 0; a < d->ndim; a++) {
+            int64_t p = a == axis ? k : pos[a];
+            if (a != axis && p >= d->dims[a]) {
+                rc = rtx_err_set(err, RTX_EGRAPH, "node '%s' (GatherElements): indices wider "
+                                 "than the data in dimension %d", c->node->name, a);
+                break;
+            }
+            off = off * d->dims[a] + p;
+        }
+        if (!rc) memcpy(dst + (size_t)i * esz, src + (size_t)off * esz, esz);
+        for (int a = ix->ndim - 1; a >= 0; a--) /* next index position, row-major */
+            if (++pos[a] < ix->dims[a]) break;
+            else pos[a] = 0;
+    }
+    if (!rc) rc = ox_const(c, ox_out_name(c, 0), t, err);
+    rtx_tensor_unref(t);
+    return rc;
+}
+
+/* GatherND of constants (masks and index buffers exporters build from shapes): for every
+ * index tuple of `indices` (its last dimension, k long, after batch_dims shared leading
+ * dimensions), the slice of data it names. Data-dependent inputs are refused. */
+int ox_lower_gather_nd(struct ox *c, struct rtx_err *err) {
+    struct rtx_value *d = ox_in(c, 0, err), *ix = d ? ox_in(c, 1, err) : NULL;
+    if (!ix) return RTX_EGRAPH;
+    if (!d->constant || !ix->constant)
+        return ox_unsupported(c, err, "data or indices computed from the model's inputs (rtxd "
+                              "computes GatherND of constants only)");
+    int64_t b = ox_attr_int(c, "batch_dims", 0);
+    int q = ix->ndim, r = d->ndim;
+    int64_t k = q ? ix->dims[q - 1] : 0;
+    if (q < 1 || b < 0 || b >= q || k < 1 || b + k > r)
+        return rtx_err_set(err, RTX_EGRAPH, "node '%s' (GatherND): indices %d-D with last "
+                           "dimension %lld, batch_dims %lld, for data of rank %d",
+                           c->node->name, q, (long long)k, (long long)b, r);
+    for (int a = 0; a < b; a++)
+        if (ix->dims[a] != d->dims[a])
+            return rtx_err_set(err, RTX_EGRAPH, "node '%s' (GatherND): batch dimension %d "
+                               "differs", c->node->name, a);
+    int64_t odims[RTX_MAX_DIMS];
+    int on = 0;
+    for (int a = 0; a < q - 1; a++) odims[on++] = ix->dims[a];
+    for (int a = (int)(b + k); a < r; a++) {
+        if (on == RTX_MAX_DIMS) return ox_unsupported(c, err, "an output of rank over %d",
+                                                      RTX_MAX_DIMS);
+        odims[on++] = d->dims[a];
+    }
+    int64_t slice = rtx_shape_numel(r - (int)(b + k), d->dims + b + k);
+    int64_t per_batch = rtx_shape_numel(r - (int)b, d->dims + b);
+    int64_t tuples = rtx_shape_numel(q - 1, ix->dims), in_batch = 1;
+    for (int a = (int)b; a < q - 1; a++) in_batch *= ix->dims[a];
+    struct rtx_tensor *t = NULL;
+    int rc = rtx_tensor_new(d->dtype, on, odims, &t, err);
+    if (rc) return rc;
+    size_t esz = rtx_dtype_size(d->dtype);
+    const uint8_t *src = rtx_tensor_data(d->constant);
+    uint8_t *dst = rtx_tensor_data(t);
+    for (int64_t i = 0; i < tuples && !rc; i++) {
+        int64_t off = 0;
+        for (int64_t j = 0; j < k; j++) {
+            int64_t dim = d->dims[b + j], v = (int64_t)rtx_tensor_get(ix->constant, i * k + j);
+            if (v < 0) v += dim;
+            if (v < 0 || v >= dim) {
+                rc = rtx_err_set(err, RTX_EGRAPH, "node '%s' (GatherND): index %lld out of "
+                                 "range for dimension %lld", c->node->name,
+                                 (long long)rtx_tensor_get(ix->constant, i * k + j),
+                                 (long long)dim);
+                break;
+            }
+            off = off * dim + v;
+        }
+        if (rc) break;
+        off = (i / in_batch) * per_batch + off * slice;
+        memcpy(dst + (size_t)(i * slice) * esz, src + (size_t)off * esz, (size_t)slice * esz);
+    }
+    if (!rc) rc = ox_const(c, ox_out_name(c, 0), t, err);
+    rtx_tensor_unref(t);
+    return rc;
+}
+
+/* CumSum of a constant (position ids and masks exporters build from shapes): the running sum
+ * along axis, exclusive and reverse as attributes say. Data-dependent inputs are refused. */
+int ox_lower_cumsum(struct ox *c, struct rtx_err *err) {
+    struct rtx_value *x = ox_in(c, 0, err);
+    if (!x) return RTX_EGRAPH;
+    if (!x->constant)
+        return ox_unsupported(c, err, "an input computed from the model's inputs (rtxd computes "
+                              "CumSum of constants only)");
+    double av;
+    int axis, rc;
+    if ((rc = ox_const_scalar(c, 1, &av, err))) return rc;
+    if ((rc = ox_axis(c, (int64_t)av, x->ndim, &axis, err))) return rc;
+    bool excl = ox_attr_int(c, "exclusive", 0) != 0, rev = ox_attr_int(c, "reverse", 0) != 0;
+    struct rtx_tensor *t = NULL;
+    if ((rc = rtx_tensor_new(x->dtype, x->ndim, x->dims, &t, err))) return rc;
+    int64_t n = x->dims[axis], inner = rtx_shape_numel(x->ndim - axis - 1, x->dims + axis + 1);
+    int64_t outer = rtx_shape_numel(axis, x->dims);
+    bool ints = !rtx_dtype_is_float(x->dtype);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t in = 0; in < inner; in++) {
+            double sum = 0;
+            int64_t isum = 0;
+            for (int64_t s = 0; s < n; s++) {
+                int64_t p = rev ? n - 1 - s : s, at = (o * n + p) * inner + in;
+                double v = rtx_tensor_get(x->constant, at);
+                if (excl) rtx_tensor_set(t, at, ints ? (double)isum : sum);
+                if (ints) isum += (int64_t)v;
+                else sum += v;
+                if (!excl) rtx_tensor_set(t, at, ints ? (double)isum : sum);
+            }
+        }
+    rc = ox_const(c, ox_out_name(c, 0), t, err);
+    rtx_tensor_unref(t);
+    return rc;
+}

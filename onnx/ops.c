@@ -20,6 +20,7 @@
     X(Constant, ox_lower_constant, NULL)                      \
     X(ConstantOfShape, ox_lower_constant_of_shape, NULL)      \
     X(Conv, ox_lower_conv, NULL)                              \
+    X(CumSum, ox_lower_cumsum, NULL)                          \
     X(Div, ox_lower_binary, "div")                            \
     X(Dropout, ox_lower_identity, NULL)                       \
     X(Equal, ox_lower_binary, "equal")                        \
@@ -28,6 +29,8 @@
     X(Expand, ox_lower_expand, NULL)                          \
     X(Flatten, ox_lower_flatten, NULL)                        \
     X(Gather, ox_lower_gather, NULL)                          \
+    X(GatherElements, ox_lower_gather_elements, NULL)         \
+    X(GatherND, ox_lower_gather_nd, NULL)                     \
     X(Gelu, ox_lower_gelu, NULL)                              \
     X(Gemm, ox_lower_gemm, NULL)                              \
     X(GlobalAveragePool, ox_lower_global_pool, "reduce_mean") \
@@ -37,6 +40,7 @@
     X(HardSigmoid, ox_lower_hard_sigmoid, "sigmoid")          \
     X(HardSwish, ox_lower_hard_sigmoid, "swish")              \
     X(Identity, ox_lower_identity, NULL)                      \
+    X(IsNaN, ox_lower_isnan, NULL)                            \
     X(LayerNormalization, ox_lower_layernorm, NULL)           \
     X(LeakyRelu, ox_lower_leaky_relu, NULL)                   \
     X(Less, ox_lower_binary, "less")                          \

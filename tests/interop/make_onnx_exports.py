@@ -10,7 +10,9 @@ folded by the exporter, MaxPool, residual Add, global pooling, Linear), a BERT-s
 decoder (fused QKV split, causal mask from a registered buffer, tanh GELU with Pow, tied LM
 head), each through the TorchScript exporter (opset 17, dynamic_axes) and the dynamo
 exporter (torch.export, dynamic batch); every file has a dynamic batch dimension.
-test_onnx_exports.py runs them against onnxruntime.
+With transformers installed, also Hugging Face's own BertModel (TorchScript exporter),
+GPT2LMHeadModel and LlamaForCausalLM (dynamo exporter) at tiny random configurations
+(hf-*.onnx), as users export them. test_onnx_exports.py runs them against onnxruntime.
 """
 
 import math
@@ -127,6 +129,40 @@ def export(model, args, names, path, dynamo):
                           dynamic_axes={n: {0: "batch"} for n in names + ["y"]})
 
 
+class HFWrapper(nn.Module):
+    """A transformers model called as exporters call it: tensors in, one tensor out."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask=None):
+        kw = {"input_ids": input_ids, "use_cache": False, "return_dict": True}
+        if attention_mask is not None:
+            kw["attention_mask"] = attention_mask
+        o = self.model(**kw)
+        return o.logits if hasattr(o, "logits") else o.last_hidden_state
+
+
+def export_hf(out, ids, mask):
+    try:
+        import transformers as tf
+    except ImportError:
+        print("transformers is not installed: no hf-*.onnx")
+        return
+    bert = tf.BertModel(tf.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2,
+                                      num_attention_heads=4, intermediate_size=64))
+    gpt2 = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4,
+                                            bos_token_id=0, eos_token_id=0))
+    llama = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=64, hidden_size=32,
+                                               intermediate_size=64, num_hidden_layers=2,
+                                               num_attention_heads=4, num_key_value_heads=2))
+    export(HFWrapper(bert.eval()), (ids, mask), ["input_ids", "attention_mask"],
+           out / "hf-bert-ts.onnx", False)
+    export(HFWrapper(gpt2.eval()), (ids,), ["input_ids"], out / "hf-gpt2-dynamo.onnx", True)
+    export(HFWrapper(llama.eval()), (ids,), ["input_ids"], out / "hf-llama-dynamo.onnx", True)
+
+
 def main(out):
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -141,6 +177,7 @@ def main(out):
         for dynamo in (False, True):
             export(model, args, names, out / f"{name}-{'dynamo' if dynamo else 'ts'}.onnx",
                    dynamo)
+    export_hf(out, ids, mask)
 
 
 if __name__ == "__main__":

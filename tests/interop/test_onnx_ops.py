@@ -787,6 +787,41 @@ for i, (shape, reps) in enumerate([([2, 3], [2, 1]), ([3], [4]), ([2, 1, 3], [1,
 cid = "Tile-int64-sym"
 one(cid, "Tile", {"x": ints(R(cid), [3, 2])}, {"reps": np.array([2, 2], np.int64)},
     kind="exact", sym=(0,))
+# IsNaN (NaN, infinities, zeros); GatherElements of constants (an exporter's index buffers)
+cid = "IsNaN-0"
+one(cid, "IsNaN", {"x": np.array([[np.nan, 1.0, -np.inf], [0.0, np.nan, np.inf]], np.float32)},
+    kind="exact")
+for i, (dshape, ishape, axis) in enumerate([([3, 4], [2, 4], 0), ([3, 4], [3, 2], 1),
+                                             ([2, 3, 4], [2, 3, 2], -1)]):
+    cid = f"GatherElements-{i}"
+    r = R(cid)
+    ax = axis % len(dshape)
+    idx = r.integers(-dshape[ax], dshape[ax], size=ishape).astype(np.int64)
+    one(cid, "GatherElements", {"x": uni(r, [2])},
+        {"data": uni(r, dshape), "idx": idx}, ins=["data", "idx"], attrs={"axis": axis},
+        kind="exact", what="constants only: the graph input is unused")
+
+
+# GatherND and CumSum of constants (exporters' masks and position ids built from shapes)
+for i, (dshape, idx, bd) in enumerate([([3, 4], [[0, 1], [2, 3]], 0), ([3, 4, 2], [[1], [0]], 0),
+                                       ([2, 3, 4], [[[1], [0]], [[2], [2]]], 1)]):
+    cid = f"GatherND-{i}"
+    r = R(cid)
+    one(cid, "GatherND", {"x": uni(r, [2])},
+        {"data": uni(r, dshape), "idx": np.array(idx, np.int64)}, ins=["data", "idx"],
+        attrs={"batch_dims": bd}, kind="exact", opset=17)
+for i, (shape, axis, attrs, dt) in enumerate([([5], 0, {}, np.int64), ([3, 4], 1, {}, np.float32),
+                                               ([3, 4], 0, {"exclusive": 1}, np.int64),
+                                               ([2, 5], -1, {"reverse": 1}, np.float32),
+                                               ([2, 5], 1, {"reverse": 1, "exclusive": 1},
+                                                np.int32)]):
+    cid = f"CumSum-{i}"
+    r = R(cid)
+    data = ints(r, shape, -5, 5, dt) if dt != np.float32 else qnt(r, shape)
+    one(cid, "CumSum", {"x": uni(r, [2])}, {"data": data, "axis": np.array(axis, np.int64)},
+        ins=["data", "axis"], attrs=attrs, kind="exact")
+
+
 # ------------------------------------------------------------------------------------------
 # The tests
 # ------------------------------------------------------------------------------------------
