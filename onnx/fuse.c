@@ -7,6 +7,9 @@
  *   layer_norm   Div(Sub(x, ReduceMean(x)), Sqrt(Add(ReduceMean(Pow(Sub.., 2)), eps)))
  *                over the trailing axes, keepdims (the scale and bias Mul / Add after it
  *                stay elementwise ops)
+ *   rms_norm     Mul(x, Reciprocal(Sqrt(Add(ReduceMean(Pow(x, 2)), eps)))) (or Div(1, ..)),
+ *                and Div(x, Sqrt(..)), over the trailing axes, keepdims (Llama's RMSNorm;
+ *                the weight's Mul after it stays)
  *   gelu         x * 0.5 * (1 + Erf(x / sqrt 2)) in any association and order (Div by sqrt 2
  *                or Mul by 1/sqrt 2), and the tanh form
  *                x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * Pow(x, 3))))
@@ -121,6 +124,60 @@ static int fuse_layernorm(struct ox *c, struct rtx_err *err) {
     if (!rc) rc = rtx_graph_set_attr_float(c->g, node, "epsilon", eps, err);
     if (!rc) rc = ox_finish(c, node, err);
     return rc ? rc : 1;
+}
+
+/* ---- RMS norm, at its Mul (x * 1/sqrt) or Div (x / sqrt) ---- */
+
+/* Whether s is Sqrt(Add(ReduceMean(x^2), eps)) over trailing axes of x; k and eps set. */
+static bool rms_root(struct ox *c, const char *s, const char *x, int rank, int *k, double *eps) {
+    const Onnx__NodeProto *sq = prod(c, s, "Sqrt", true);
+    const Onnx__NodeProto *add = sq ? prod(c, in_of(sq, 0), "Add", true) : NULL;
+    if (!add) return false;
+    const char *mean = in_of(add, 0);
+    if (!scalar(c, in_of(add, 1), eps)) {
+        mean = in_of(add, 1);
+        if (!scalar(c, in_of(add, 0), eps)) return false;
+    }
+    const Onnx__NodeProto *rm = prod(c, mean, "ReduceMean", true);
+    const Onnx__NodeProto *sqr = rm ? rtx__onnx_producer(c->m, in_of(rm, 0)) : NULL;
+    double two;
+    bool squared = (is(sqr, "Pow") && !strcmp(in_of(sqr, 0), x) && scalar(c, in_of(sqr, 1), &two) &&
+                    two == 2) ||
+                   (is(sqr, "Mul") && !strcmp(in_of(sqr, 0), x) && !strcmp(in_of(sqr, 1), x));
+    if (!squared || *eps < 0) return false;
+    *k = trailing_axes(c, rm, rank);
+    return *k > 0;
+}
+
+static int fuse_rmsnorm(struct ox *c, struct rtx_err *err) {
+    const Onnx__NodeProto *n = c->node;
+    for (int i = 0; i < 2; i++) {
+        const char *x = in_of(n, (size_t)i), *r = in_of(n, (size_t)(1 - i)), *root = NULL;
+        if (is(n, "Div")) {
+            if (i == 1) break;
+            root = r;                                   /* x / sqrt(..) */
+        } else {
+            const Onnx__NodeProto *rc = prod(c, r, "Reciprocal", true);
+            const Onnx__NodeProto *dv = rc ? NULL : prod(c, r, "Div", true);
+            double one;
+            if (rc) root = in_of(rc, 0);
+            else if (dv && scalar(c, in_of(dv, 0), &one) && one == 1) root = in_of(dv, 1);
+            else continue;
+        }
+        const struct rtx_value *xv = ox_value(c, x);
+        int k;
+        double eps;
+        if (!xv || !rtx_dtype_is_float(xv->dtype) || !rms_root(c, root, x, xv->ndim, &k, &eps))
+            continue;
+        int rank = xv->ndim;
+        int node = ox_node(c, "rms_norm", &x, 1, ox_out_name(c, 0), err);
+        if (node < 0) return node;
+        int rc = rtx_graph_set_attr_int(c->g, node, "axis", rank - k, err);
+        if (!rc) rc = rtx_graph_set_attr_float(c->g, node, "epsilon", eps, err);
+        if (!rc) rc = ox_finish(c, node, err);
+        return rc ? rc : 1;
+    }
+    return 0;
 }
 
 /* ---- GELU, at its last Mul ---- */
@@ -337,8 +394,10 @@ static int fuse_attention(struct ox *c, struct rtx_err *err) {
 }
 
 int rtx__onnx_fuse(struct ox *c, struct rtx_err *err) {
-    if (is(c->node, "Div")) return fuse_layernorm(c, err);
-    if (is(c->node, "Mul")) return fuse_gelu(c, err);
+    int rc = 0;
+    if (is(c->node, "Div") && (rc = fuse_layernorm(c, err)) == 0) rc = fuse_rmsnorm(c, err);
+    if (is(c->node, "Mul") && (rc = fuse_gelu(c, err)) == 0) rc = fuse_rmsnorm(c, err);
+    if (rc) return rc;
     if (is(c->node, "MatMul")) return fuse_attention(c, err);
     return 0;
 }
