@@ -16,7 +16,8 @@
  *   attention    MatMul(Softmax(S, last axis), V) with S = [Add(S0, mask) | Where(cond, S0,
  *                large negative) | S0], S0 = [Div(QK, c) | Mul(QK, c) | QK] and
  *                QK = MatMul(Q, Kt), Kt the transposed keys (a Transpose folded into the
- *                keys' own transpose)
+ *                keys' own transpose); Q and Kt may each be scaled by a constant, and the
+ *                probabilities may pass the NaN guard Where(IsNaN(P), 0, P)
  * Matching reads the ONNX graph for structure and the work graph for shapes and constants.
  */
 #include <math.h>
@@ -333,8 +334,24 @@ static const char *keys(struct ox *c, const char *kt, int r, struct rtx_err *err
     return out;
 }
 
+/* The Softmax that produces the probabilities p of an attention's second product: directly,
+ * or through the NaN guard Where(IsNaN(p), 0, p) that sets fully masked rows to zero (what
+ * rtx's attention gives such rows). */
+static const Onnx__NodeProto *attention_softmax(struct ox *c, const char *p) {
+    const Onnx__NodeProto *sm = prod(c, p, "Softmax", true);
+    if (sm) return sm;
+    const Onnx__NodeProto *w = prod(c, p, "Where", true);
+    const Onnx__NodeProto *isn = w ? prod(c, in_of(w, 0), "IsNaN", true) : NULL;
+    double z;
+    const char *probs = in_of(w, 2);
+    if (!isn || strcmp(in_of(isn, 0), probs) || !scalar(c, in_of(w, 1), &z) || z != 0 ||
+        rtx__onnx_uses(c->m, probs) != 2)
+        return NULL;
+    return prod(c, probs, "Softmax", false);
+}
+
 static int fuse_attention(struct ox *c, struct rtx_err *err) {
-    const Onnx__NodeProto *sm = prod(c, in_of(c->node, 0), "Softmax", true);
+    const Onnx__NodeProto *sm = attention_softmax(c, in_of(c->node, 0));
     if (!sm) return 0;
     const char *s = in_of(sm, 0), *mask = NULL;
     const struct rtx_value *sv = ox_value(c, s);
@@ -371,7 +388,20 @@ static int fuse_attention(struct ox *c, struct rtx_err *err) {
     }
     const Onnx__NodeProto *mm = prod(c, qk, "MatMul", true);
     if (!mm) return 0;
-    const struct rtx_value *q = ox_value(c, in_of(mm, 0)), *kt = ox_value(c, in_of(mm, 1)),
+    /* a scale applied to the queries and the keys before their product (Hugging Face's
+     * BERT multiplies each by the fourth root of 1/d) folds into the attention's scale */
+    const char *qn = in_of(mm, 0), *ktn = in_of(mm, 1);
+    const char **sides[2] = {&qn, &ktn};
+    for (int i = 0; i < 2; i++) {
+        const Onnx__NodeProto *ms = prod(c, *sides[i], "Mul", true);
+        for (int j = 0; ms && j < 2; j++)
+            if (scalar(c, in_of(ms, (size_t)j), &v)) {
+                scale *= v;
+                *sides[i] = in_of(ms, (size_t)(1 - j));
+                break;
+            }
+    }
+    const struct rtx_value *q = ox_value(c, qn), *kt = ox_value(c, ktn),
                            *vv = ox_value(c, in_of(c->node, 1));
     if (!q || !kt || !vv || q->ndim < 2 || kt->ndim != q->ndim || vv->ndim != q->ndim ||
         !rtx_dtype_is_float(q->dtype) || kt->dtype != q->dtype || vv->dtype != q->dtype)
