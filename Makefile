@@ -1,6 +1,7 @@
 # rtxd - one entry point. `make` builds everything into build/ (binaries in build/bin).
 # Targets: all, run, test, test-unit, test-py, test-asan, bench, examples, clean, deps,
-# gpu-bundle, gpu-pack, test-gpu, bench-gpu, bench-generate, bench-onnx, bench-onnx-gpu (see docs/gpu.md). Set BUILD and SAN=1 for a sanitizer build
+# gpu-bundle, gpu-pack, test-gpu, bench-gpu, bench-generate, bench-onnx, bench-onnx-gpu,
+# bench-onnx-served (see docs/gpu.md). Set BUILD and SAN=1 for a sanitizer build
 # (test-asan does this into build-asan/). CUDA_HOME: the CUDA toolkit (nvcc, cudart), not
 # installed by deploy/install-deps.sh.
 
@@ -13,7 +14,7 @@ NVCC     ?= $(CUDA_HOME)/bin/nvcc
 
 # Goals that build nothing (test-gpu runs on the GPU machine, where nothing can be installed):
 # no dependency check for them.
-NOBUILD_GOALS := test-gpu bench-gpu bench-generate bench-onnx-gpu clean
+NOBUILD_GOALS := test-gpu bench-gpu bench-generate bench-onnx-gpu bench-onnx-served clean
 ifneq ($(MAKECMDGOALS),)
 ifeq ($(filter-out $(NOBUILD_GOALS),$(MAKECMDGOALS)),)
 NOBUILD := yes
@@ -163,7 +164,7 @@ EXAMPLES := $(BUILD)/examples/mlp.rtxg $(BUILD)/examples/transformer_block.rtxg 
 .PHONY: all run run-examples test test-unit test-py test-integration test-serving test-asan \
         test-py-only \
         bench examples clean deps gpu-bundle gpu-pack test-gpu bench-gpu bench-generate \
-        bench-onnx bench-onnx-gpu
+        bench-onnx bench-onnx-gpu bench-onnx-served
 all: $(BINS) $(EXAMPLES)
 
 deps:
@@ -484,7 +485,8 @@ gpu-bundle: $(GPU_BUNDLE_BINS)
 # limit what travels; unpack it in the working tree on the GPU machine (docs/gpu.md).
 GPU_PACK ?= gpuc/pack.tar.xz
 gpu-pack: gpu-bundle $(BUILD)/bin/make-examples
-	BUILD=$(BUILD) bash deploy/gpu-pack.sh $(GPU_PACK) $(GPU_BUNDLE_BINS) $(BUILD)/bin/make-examples
+	BUILD=$(BUILD) VENV=$(VENV) bash deploy/gpu-pack.sh $(GPU_PACK) $(GPU_BUNDLE_BINS) \
+	  $(BUILD)/bin/make-examples
 
 # On the GPU machine, after `make all gpu-bundle` elsewhere and with LD_LIBRARY_PATH set to
 # .gpu/lib and the CUDA libraries: runs what is built, builds nothing. A GPU and cuDNN are
@@ -544,6 +546,16 @@ bench-gpu:
 RTX_BENCH_ONNX_ARGS ?=
 bench-onnx: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python bench/bench_onnx.py $(RTX_BENCH_ONNX_ARGS)
+
+# bench/bench_onnx_served.py: issue 14's GPU target - the encoder and the decoder exported by
+# torch.onnx.export, served from a Triton repository and driven by perf_analyzer at batch 32
+# (from .gpu/tools, which make gpu-pack fills), against PyTorch eager on the same GPU.
+# On the GPU machine; builds nothing; judged (>= 1.2x) unless RTX_BENCH_REPORT=1.
+bench-onnx-served:
+	@[ -x $(BUILD)/bin/rtxd ] || { echo "bench-onnx-served: $(BUILD)/bin/rtxd is missing: build" \
+	  "with 'make all gpu-bundle' first (bench-onnx-served never builds)" >&2; exit 2; }
+	$(GPU_ENV) RTX_BUILD=$(abspath $(BUILD)) $(PYTHON) bench/bench_onnx_served.py \
+	  $(RTX_BENCH_ONNX_SERVED_ARGS)
 
 bench-onnx-gpu:
 	@[ -x $(BUILD)/bin/rtxrun ] || { echo "bench-onnx-gpu: $(BUILD)/bin/rtxrun is missing:" \

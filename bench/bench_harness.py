@@ -22,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+import traceback
 import time
 
 
@@ -204,3 +205,20 @@ class Report:
 
     def exit_status(self):
         return 1 if self.failed or (self.judge and self.missed) else 0
+
+    def run_case(self, case, fn):
+        """Runs fn(); a CaseError, or any other exception (its traceback printed), becomes a
+        failed row of case, so that the other cases still run."""
+        try:
+            fn()
+        except CaseError as e:
+            self.error(case, "", str(e))
+        except Exception as e:  # noqa: BLE001 - a failed case is a row, the rest go on
+            traceback.print_exc()
+            self.error(case, "", f"{type(e).__name__}: {e}")
+
+    def finish(self):
+        """Prints the table after a blank line; -> the exit status."""
+        print()
+        self.print_table()
+        return self.exit_status()

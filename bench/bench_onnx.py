@@ -45,7 +45,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
@@ -308,19 +307,9 @@ def main(argv=None):
           f"window (+- half its spread) of per-window median run times", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            try:
-                if gpu:
-                    gpu_case(args, name, report, tmp, torch, ort)
-                else:
-                    cpu_case(args, name, report, tmp)
-            except harness.CaseError as e:
-                report.error(LABEL[name], "", str(e))
-            except Exception as e:  # noqa: BLE001 - a failed case is a row, the rest go on
-                traceback.print_exc()
-                report.error(LABEL[name], "", f"{type(e).__name__}: {e}")
-    print()
-    report.print_table()
-    return report.exit_status()
+            report.run_case(LABEL[name], lambda: gpu_case(args, name, report, tmp, torch, ort)
+                            if gpu else cpu_case(args, name, report, tmp))
+    return report.finish()
 
 
 if __name__ == "__main__":

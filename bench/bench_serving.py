@@ -118,6 +118,15 @@ def start_rtxd(build, tmp, models, repository=None, wait_s=60, who="bench_servin
     raise SystemExit(f"{who}: rtxd did not become ready within {wait_s} s")
 
 
+def stop_rtxd(p):
+    """SIGTERM (rtxd's graceful shutdown), then SIGKILL after 30 s."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+
+
 def http_json(port, path):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
         return json.load(r)
@@ -289,11 +298,7 @@ def main():
                       f"{', '.join(f'{p} {m} c={c}' for p, m, c in failed)}")
                 ok = False
         finally:
-            rtxd.send_signal(signal.SIGTERM)
-            try:
-                rtxd.wait(30)
-            except subprocess.TimeoutExpired:
-                rtxd.kill()
+            stop_rtxd(rtxd)
     return 0 if ok else 1
 
 

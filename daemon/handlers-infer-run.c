@@ -450,7 +450,7 @@ static int build_response(struct infer_ctx *c, const struct rtx_infer_result *re
         rtx__infer_arena_alloc(a, n * sizeof *os);
     ProtobufCBinaryData *raw = rtx__infer_arena_alloc(a, n * sizeof *raw);
     if (!os || !raw) return rtx_err_set(err, RTX_ENOMEM, "out of memory building the reply");
-    bool any_raw = false;
+    bool any_raw = false, any_shm = false;
     for (size_t i = 0; i < n; i++) {
         const struct rtx_tensor *t = res->outputs[i];
         const struct out_spec *sp = out_spec_of(c, res->output_names[i]);
@@ -477,6 +477,7 @@ static int build_response(struct infer_ctx *c, const struct rtx_infer_result *re
             pe[2] = out_param(a, "shared_memory_offset", NULL, sp->shm.offset);
             o->n_parameters = 3;
             o->parameters = pe;
+            any_shm = true;
         } else if (sp && sp->typed && typed_field(t->dtype)) {
             o->contents = typed_contents(a, t);
         } else {
@@ -489,8 +490,9 @@ static int build_response(struct infer_ctx *c, const struct rtx_infer_result *re
     if (a->failed) return rtx_err_set(err, RTX_ENOMEM, "out of memory building the reply");
     out->n_outputs = n;
     out->outputs = os;
-    /* one entry per output (empty for shared memory) when any output travels raw */
-    out->n_raw_output_contents = any_raw ? n : 0;
+    /* one entry per output (empty for shared memory) when any output travels raw or in shared
+     * memory: Triton's C++ client (perf_analyzer's) reads entry i for output i */
+    out->n_raw_output_contents = any_raw || any_shm ? n : 0;
     out->raw_output_contents = raw;
     return 0;
 }

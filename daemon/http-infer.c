@@ -661,16 +661,9 @@ static int render_outputs(const struct rtx_http_infer *q, const struct rtx_infer
                                    "output '%s': %zu bytes do not fit shared-memory region '%s' "
                                    "(shared_memory_byte_size %" PRIu64 ")",
                                    name, bytes, opt->shm_region, opt->shm_byte_size);
+            /* name, datatype and shape only, as Triton answers: its C++ client reads
+             * binary_data_size from any output that has parameters */
             if (bytes) memcpy(opt->shm_addr, rtx_tensor_data(t), bytes);
-            json_t *p = json_object();
-            if (!p || json_object_set_new(o, "parameters", p) ||
-                json_object_set_new(p, "shared_memory_region", json_string(opt->shm_region)) ||
-                json_object_set_new(p, "shared_memory_byte_size", json_integer((int64_t)bytes)))
-                return rtx_err_set(err, RTX_ENOMEM, "out of memory");
-            if (opt->shm_offset &&
-                json_object_set_new(p, "shared_memory_offset",
-                                    json_integer((int64_t)opt->shm_offset)))
-                return rtx_err_set(err, RTX_ENOMEM, "out of memory");
             continue;
         }
         bool bin = opt && opt->binary >= 0 ? opt->binary == 1 : q->binary_output;

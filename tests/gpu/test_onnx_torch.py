@@ -194,8 +194,12 @@ def make_models(torch):
             return x + self.mlp_proj(self.act(self.c_fc(self.ln_2(x))))
 
     class GPT2(nn.Module):
-        def __init__(self, vocab=100, d=64, heads=4, layers=2, max_pos=64):
+        """last_only: the logits of the last position only ([batch, vocab], what a served
+        decoder answers with) instead of every position's."""
+
+        def __init__(self, vocab=100, d=64, heads=4, layers=2, max_pos=64, last_only=False):
             super().__init__()
+            self.last_only = last_only
             self.wte = nn.Embedding(vocab, d)
             self.wpe = nn.Embedding(max_pos, d)
             self.blocks = nn.ModuleList(GPT2Block(d, heads, max_pos) for _ in range(layers))
@@ -207,7 +211,8 @@ def make_models(torch):
             x = self.wte(input_ids) + self.wpe(pos)
             for blk in self.blocks:
                 x = blk(x)
-            return torch.matmul(self.ln_f(x), self.wte.weight.t())
+            x = self.ln_f(x)
+            return torch.matmul(x[:, -1] if self.last_only else x, self.wte.weight.t())
 
     def randomize(m, seed):
         """Random weights, and BatchNorm/LayerNorm parameters and statistics away from the

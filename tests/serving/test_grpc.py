@@ -330,6 +330,9 @@ def test_shared_memory_inputs_and_outputs(server, c):
         r = c.infer("simple", ins, outputs=outs)
         o = r.get_output("OUTPUT0")
         assert o.datatype == "INT32" and list(o.shape) == [2, 16]
+        # one raw_output_contents entry per output, empty for those in shared memory, as
+        # Triton answers (its C++ client, perf_analyzer's, reads entry i for output i)
+        assert list(r.get_response().raw_output_contents) == [b"", b""]
         got = shm.get_contents_as_numpy(h_out, np.int32, [2 * nbytes // 4 + 16])
         np.testing.assert_array_equal(got[16:16 + 32].reshape(2, 16), a + b)
         np.testing.assert_array_equal(got[48:80].reshape(2, 16), a - b)
