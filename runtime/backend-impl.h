@@ -26,7 +26,7 @@ struct rtx_backend_i {
     /* Runs one node on its inputs into its preallocated outputs. */
     int (*run_node)(struct rtx_backend *be, const struct rtx_node_args *args,
                     struct rtx_err *err);
-    /* Optional: waits for queued work. */
+    /* Optional: waits for queued work; fails with a node's deferred error (backend.h). */
     int (*synchronize)(struct rtx_backend *be, struct rtx_err *err);
     /* Optional (NULL on host backends): copies a contiguous host tensor to a new device
      * tensor, ordered before later run_node calls. */

@@ -42,7 +42,9 @@ int rtx_backend_buffer_new(struct rtx_backend *be, size_t bytes, struct rtx_buff
 /* Runs one node. */
 int rtx_backend_run_node(struct rtx_backend *be, const struct rtx_node_args *args,
                          struct rtx_err *err);
-/* Waits for queued work (a no-op on backends that run synchronously). */
+/* Waits for queued work (a no-op on backends that run synchronously). A device backend may
+ * report here a node's error found on the device after the node was queued (the CUDA gather's
+ * index range): RTX_EINVAL with the node's message, the device still healthy. */
 int rtx_backend_synchronize(struct rtx_backend *be, struct rtx_err *err);
 /* Whether the backend computes on host memory (then upload/download are references). */
 bool rtx_backend_is_host(struct rtx_backend *be);

@@ -51,6 +51,11 @@
  * cannot stop between ops, which costs at most one graph's run time (well under a millisecond
  * for the transformer block) against the per-op launch overhead it saves.
  *
+ * Deferred errors. A device backend may find a node's error only when the run synchronizes
+ * (the CUDA gather's index range, read at the end so that it can be captured): every run ends
+ * with rtx_backend_synchronize before its outputs are read, and a failed run synchronizes too,
+ * ignoring the result, so that what the backend kept of it cannot fail the next run.
+ *
  * In-place writes. An op marked in the op table as writing some of its inputs
  * (rtx__op_info.writes_inputs: paged_attention's KV caches) updates the caller's tensors;
  * validation has made sure those inputs are graph inputs. A node that writes inputs is never
@@ -906,11 +911,15 @@ static int execute(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tensor
         if (p->rp_vals) drop_replay(p); /* replay is off, or another backend runs the plan */
         rc = exec_plain(p, be, inputs, on_device, outputs, cancel, &nodes_run, &peak, err);
     }
-    if (rc)
+    if (rc) {
+        /* work queued before the failure may have left deferred checks on the backend (a CUDA
+         * gather's index range): they belong to this run, not to the next one's synchronize */
+        if (be && !rtx_backend_is_host(be)) (void)rtx_backend_synchronize(be, NULL);
         for (int i = 0; i < n_outputs; i++) {
             rtx_tensor_unref(outputs[i]);
             outputs[i] = NULL;
         }
+    }
     if (stats) {
         stats->wall_ms = now_ms() - t0;
         stats->peak_bytes = peak;

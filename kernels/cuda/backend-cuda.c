@@ -31,10 +31,14 @@
  * other threads are never affected); run_node then records instead of running. Scratch
  * blocks that kernels release during the capture stay with the graph (struct
  * rtx_backend_graph's held list) until it is freed, since every replay writes them again.
- * capture_end instantiates the graph; an invalidated capture (a kernel that synchronizes,
- * such as gather's range check) ends with RTX_EGPU naming the CUDA error, and the executor
- * runs those nodes one by one instead. Graphs are counted with the live buffers,
+ * capture_end instantiates the graph; an invalidated capture (a kernel that synchronizes or
+ * calls something a capture cannot record) ends with RTX_EGPU naming the CUDA error, and the
+ * executor runs those nodes one by one instead. Graphs are counted with the live buffers,
  * so a backend freed while a plan still holds a graph is destroyed after the graph.
+ *
+ * Deferred checks (checks.c, DESIGN). No node waits for the stream mid-run: a result that a
+ * kernel finds on the device (gather's indices out of range) is registered as a check that
+ * synchronize reads; a captured graph keeps its checks and arms them again at each launch.
  *
  * Health. A CUDA error that corrupts the context (an illegal address in a kernel, say) is
  * sticky: every later call on the device fails. The first such error seen (by a call's
@@ -83,7 +87,8 @@ struct rtx_backend_graph {
     cudaGraphExec_t exec;        /* NULL until instantiated */
     void **held;                 /* scratch blocks released during the capture */
     int n_held, cap_held;
-    bool failed;                 /* a held block could not be recorded: discard */
+    struct rtx__cuda_checks checks; /* deferred checks of the captured nodes */
+    bool failed;                 /* a held block or check could not be recorded: discard */
 };
 
 /* Pinned blocks belong to this pseudo stream: the host is what writes them next. */
@@ -234,6 +239,7 @@ static void destroy(struct cuda_backend *b) {
     if (cudaSetDevice(cu->device) != cudaSuccess) (void)cudaGetLastError();
     if (b->have_stream && cudaStreamSynchronize(cu->stream) != cudaSuccess)
         (void)cudaGetLastError();
+    rtx__cuda_checks_close(cu);
     rtx__cudnn_free(cu);
     if (cu->blaslt) cublasLtDestroy((cublasLtHandle_t)cu->blaslt);
     if (cu->blaslt_workspace) dev_free(cu, cu->blaslt_workspace);
@@ -288,6 +294,25 @@ void rtx__cuda_scratch_release(struct rtx_cuda *cu, void *ptr) {
         }
     }
     (void)rtx_mem_pool_release(cu->pool, ptr, NULL);
+}
+
+int rtx__cuda_check_defer(struct rtx_cuda *cu, const struct rtx__cuda_check *c,
+                          struct rtx_err *err) {
+    struct rtx_backend_graph *gr = cu->capture;
+    struct rtx__cuda_check own = *c;
+    own.owner = NULL;
+    if (gr) {
+        rtx__cuda_scratch_release(cu, c->flag); /* held by the graph, or failed */
+        if (gr->failed || rtx__cuda_checks_push(&gr->checks, &own)) {
+            gr->failed = true;
+            rtx_free(c->label);
+        }
+        return 0;
+    }
+    if (rtx__cuda_checks_push(&cu->pending, &own) == 0) return 0;
+    (void)rtx_mem_pool_release(cu->pool, c->flag, NULL); /* stream-ordered after the kernels */
+    rtx_free(c->label);
+    return rtx_err_set(err, RTX_ENOMEM, "cuda:%d: out of memory deferring a check", cu->device);
 }
 
 static void buffer_release(void *ctx, void *data) {
@@ -494,6 +519,7 @@ static void graph_destroy(struct cuda_backend *b, struct rtx_backend_graph *gr) 
     if (gr->exec && cudaGraphExecDestroy(gr->exec) != cudaSuccess) (void)cudaGetLastError();
     if (gr->graph && cudaGraphDestroy(gr->graph) != cudaSuccess) (void)cudaGetLastError();
     rtx_free(gr->held);
+    rtx__cuda_checks_free(&gr->checks); /* their flags are among the held blocks */
     rtx_free(gr);
 }
 
@@ -532,8 +558,8 @@ static int cuda_capture_end(struct rtx_backend *be, bool keep, struct rtx_backen
         rc = rtx_err_set(err, RTX_EGPU, "%s: the graph capture failed: %s (%s)", b->name,
                          cudaGetErrorName(e), cudaGetErrorString(e));
     } else if (gr->failed) {
-        rc = rtx_err_set(err, RTX_ENOMEM, "%s: out of memory recording the graph's scratch",
-                         b->name);
+        rc = rtx_err_set(err, RTX_ENOMEM,
+                         "%s: out of memory recording the graph's scratch or checks", b->name);
     } else if (keep) {
         rc = RTX_CUDA_CHECK(err, cudaGraphInstantiateWithFlags(&gr->exec, gr->graph, 0));
         if (rc) {
@@ -555,9 +581,16 @@ static int cuda_graph_launch(struct rtx_backend *be, struct rtx_backend_graph *g
     struct cuda_backend *b = be->ctx;
     int rc = enter(b, err);
     if (rc) return rc;
+    if (rtx__cuda_checks_reserve(&b->cu.pending, gr->checks.n))
+        return rtx_err_set(err, RTX_ENOMEM, "%s graph: out of memory arming its checks",
+                           b->name);
     rc = RTX_CUDA_CHECK(err, cudaGraphLaunch(gr->exec, b->cu.stream));
-    if (rc) rtx_err_prefix(err, "%s graph", b->name);
-    return leave(b, rc, err);
+    if (rc) {
+        rtx_err_prefix(err, "%s graph", b->name);
+        return leave(b, rc, err);
+    }
+    rtx__cuda_checks_arm(&b->cu, &gr->checks, gr);
+    return 0;
 }
 
 static void cuda_graph_free(struct rtx_backend *be, struct rtx_backend_graph *gr) {
@@ -565,6 +598,7 @@ static void cuda_graph_free(struct rtx_backend *be, struct rtx_backend_graph *gr
     if (cudaSetDevice(b->cu.device) != cudaSuccess) (void)cudaGetLastError();
     /* replays still queued use the held scratch: wait for them before it goes back */
     if (cudaStreamSynchronize(b->cu.stream) != cudaSuccess) (void)cudaGetLastError();
+    rtx__cuda_checks_forget(&b->cu, gr); /* launches not yet read lose them with the graph */
     graph_destroy(b, gr);
     if (atomic_fetch_sub(&b->live_buffers, 1) == 1 && atomic_load(&b->closing)) destroy(b);
 }
@@ -623,12 +657,31 @@ static int dispatch(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
     return rc;
 }
 
+/* The result of nodes that ran (the backend is entered): a failure reads the pending checks
+ * first, since their nodes ran before, and one that failed is the error (checks.c, DESIGN). */
+static int nodes_done(struct cuda_backend *b, int rc, struct rtx_err *err) {
+    rc = leave(b, rc, err);
+    if (rc == 0 || b->cu.pending.n == 0 || b->cu.capture) return rc;
+    if (b->faulted) {
+        rtx__cuda_checks_drop(&b->cu);
+        return rc;
+    }
+    struct rtx_err ce = {0};
+    int crc = rtx__cuda_checks_settle(&b->cu, &ce);
+    if (crc == RTX_EINVAL) {
+        if (err) *err = ce;
+        return crc;
+    }
+    if (crc) note_failure(b, &ce);
+    return rc;
+}
+
 static int cuda_run_node(struct rtx_backend *be, const struct rtx_node_args *a,
                          struct rtx_err *err) {
     struct cuda_backend *b = be->ctx;
     int rc = enter(b, err);
     if (rc) return rc;
-    return leave(b, dispatch(&b->cu, a, err), err);
+    return nodes_done(b, dispatch(&b->cu, a, err), err);
 }
 
 static int cuda_fused_span(struct rtx_backend *be, const struct rtx_graph *g, const int *order,
@@ -641,14 +694,18 @@ static int cuda_run_fused(struct rtx_backend *be, const struct rtx_node_args *ar
     struct cuda_backend *b = be->ctx;
     int rc = enter(b, err);
     if (rc) return rc;
-    return leave(b, rtx__cuda_run_fused(&b->cu, args, n, dispatch, err), err);
+    return nodes_done(b, rtx__cuda_run_fused(&b->cu, args, n, dispatch, err), err);
 }
 
 static int cuda_synchronize(struct rtx_backend *be, struct rtx_err *err) {
     struct cuda_backend *b = be->ctx;
     int rc = enter(b, err);
-    if (rc) return rc;
-    rc = RTX_CUDA_CHECK(err, cudaStreamSynchronize(b->cu.stream));
+    if (rc) {
+        rtx__cuda_checks_drop(&b->cu);
+        return rc;
+    }
+    rc = rtx__cuda_checks_settle(&b->cu, err); /* waits for the stream */
+    if (rc == RTX_EINVAL) return rc; /* a node's message, as the CPU backend words it */
     if (rc == 0) {
         /* an asynchronous error raised by earlier work, not yet reported */
         cudaError_t e = cudaPeekAtLastError();
@@ -664,7 +721,7 @@ static int cuda_synchronize(struct rtx_backend *be, struct rtx_err *err) {
     .supports_node = cuda_supports_node, /* the union of the op groups' supports */             \
     .buffer_new = cuda_buffer_new,       /* a block of the device pool, on cu->stream */         \
     .run_node = cuda_run_node,           /* one switch over the op groups */                     \
-    .synchronize = cuda_synchronize,     /* waits for the stream, detects sticky errors */       \
+    .synchronize = cuda_synchronize,     /* waits, reads deferred checks, sticky errors */       \
     .upload = cuda_upload,               /* host -> (pinned, chunked) -> device */               \
     .download = cuda_download,           /* device -> a pinned block as the new host tensor */   \
     .copy_into = cuda_copy_into,         /* host or device -> an existing device tensor */       \
@@ -739,6 +796,7 @@ int rtx_backend_cuda_new(const struct rtx_cuda_options *opt, struct rtx_backend 
         goto fail;
     }
     b->have_events = true;
+    if ((rc = rtx__cuda_checks_open(cu, err))) goto fail;
     struct rtx_mem_pool_config pc = {.name = b->name,
                                      .cap_bytes = opt ? opt->memory_cap_bytes : 0,
                                      .account = opt ? opt->account : NULL};

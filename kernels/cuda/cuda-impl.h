@@ -47,6 +47,24 @@ struct rtx_node_args;
 struct rtx_graph;
 struct rtx_node;
 
+/* A gather's index range check, read at the backend's next synchronize (checks.c, DESIGN).
+ * The queued kernels leave in flag[0] the first indices element out of range (all ones: none)
+ * and in flag[1] that index; a set flag fails the synchronize with RTX_EINVAL: label, then
+ * "index I (indices element E) out of range for axis A of size S". */
+struct rtx__cuda_check {
+    unsigned long long *flag;      /* device scratch (rtx__cuda_scratch), 2 words */
+    char *label;                   /* rtx_malloc'd "node N 'name' (op): ", how
+                                      rtx__backend_node_err starts the node's messages */
+    int64_t axis, axis_dim;
+    const void *owner;             /* pending: the graph owning flag and label; NULL: the entry */
+};
+
+/* Checks in the order their nodes ran. */
+struct rtx__cuda_checks {
+    struct rtx__cuda_check *v;
+    int n, cap;
+};
+
 struct rtx_cuda {
     int device;                    /* CUDA device index */
     cudaStream_t stream;           /* the compute stream: every kernel of a plan */
@@ -62,6 +80,8 @@ struct rtx_cuda {
     struct rtx_backend_graph *capture; /* the graph being captured on stream, else NULL */
     void *cudnn;                   /* attention-cudnn.c's state, made on first use, else NULL */
     const char *attention_route;   /* the route the last attention node took; NULL before one */
+    struct rtx__cuda_checks pending; /* deferred checks synchronize reads (checks.c) */
+    unsigned long long *check_flags; /* pinned host memory they are read into */
 };
 
 /* Device scratch memory from the backend's pool, ordered on cu->stream; release with
@@ -70,6 +90,32 @@ struct rtx_cuda {
  * with the captured graph, whose replays use it, until the graph is freed. */
 int rtx__cuda_scratch(struct rtx_cuda *cu, size_t bytes, void **ptr, struct rtx_err *err);
 void rtx__cuda_scratch_release(struct rtx_cuda *cu, void *ptr);
+/* Registers c once its kernels are queued and takes its flag and label, also on failure:
+ * while cu->capture is set the check goes with the captured graph (every launch of it arms the
+ * check again) and the flag with its held scratch, else it waits in cu->pending until
+ * synchronize reads it (checks.c, DESIGN). 0, or RTX_ENOMEM (outside a capture; nothing is
+ * pending then). backend-cuda.c. */
+int rtx__cuda_check_defer(struct rtx_cuda *cu, const struct rtx__cuda_check *c,
+                          struct rtx_err *err);
+/* checks.c: the pinned flags array (open) and everything pending (close: dropped, freed). */
+int rtx__cuda_checks_open(struct rtx_cuda *cu, struct rtx_err *err);
+void rtx__cuda_checks_close(struct rtx_cuda *cu);
+/* Room for `more` checks in l (0 or RTX_ENOMEM, l unchanged); push appends c (its flag and
+ * label then belong to l's owner); free frees the labels and the array of a graph's list. */
+int rtx__cuda_checks_reserve(struct rtx__cuda_checks *l, int more);
+int rtx__cuda_checks_push(struct rtx__cuda_checks *l, const struct rtx__cuda_check *c);
+void rtx__cuda_checks_free(struct rtx__cuda_checks *l);
+/* A launch of the graph `owner` whose checks are l: copies into cu->pending, owned by it (room
+ * reserved before the launch). forget takes owner's copies off cu->pending. */
+void rtx__cuda_checks_arm(struct rtx_cuda *cu, const struct rtx__cuda_checks *l,
+                          const void *owner);
+void rtx__cuda_checks_forget(struct rtx_cuda *cu, const void *owner);
+/* drop forgets every pending check, releasing the flags and labels of those no graph owns.
+ * settle waits for cu->stream, reads the pending flags and drops them: 0; RTX_EINVAL with the
+ * first failed check's message; RTX_EGPU (err filled by the CUDA call) when a copy or the
+ * wait failed. */
+void rtx__cuda_checks_drop(struct rtx_cuda *cu);
+int rtx__cuda_checks_settle(struct rtx_cuda *cu, struct rtx_err *err);
 /* One row-major product through cuBLASLt, the backend's only cuBLASLt path
  * (kernels/cuda/gemm-lt.c): for b < batch, d[b] [M, N] = alpha op(a[b]) op(b[b]) + beta c[b]
  * + bias, then GELU (tanh) when gelu is set, accumulated in f32 and rounded once to d's type.

@@ -66,7 +66,9 @@ cudaError_t rtx__cuda_copy_launch(const struct rtx_cuda_copy *p, cudaStream_t st
 /* gather along one axis, in units of `unit` bytes (1, 2, 4 or 8; divides a row): out has
  * outer x n_idx rows of `inner` units, row (o, i) copied from data row o * axis_dim + idx[i]
  * (negative indices wrap once). An index outside [-axis_dim, axis_dim) writes zeros and
- * lowers *bad (all ones, set by the caller) to its position in idx. */
+ * lowers bad[0] (all ones, set by the caller) to its position in idx; a second kernel then
+ * copies the index found there into bad[1] (as an int64), so the check can be read after the
+ * indices' memory was reused. */
 struct rtx_cuda_gather {
     int32_t unit;                  /* bytes per copied unit */
     int32_t idx64;                 /* indices are i64 (else i32) */
@@ -74,7 +76,7 @@ struct rtx_cuda_gather {
     const void *data;
     const void *idx;
     void *out;
-    unsigned long long *bad;       /* device: first bad position, or all ones */
+    unsigned long long *bad;       /* device, 2 words: first bad position or all ones, index */
 };
 
 cudaError_t rtx__cuda_gather_launch(const struct rtx_cuda_gather *p, cudaStream_t stream);

@@ -17,11 +17,13 @@
  * copy.
  * concat is one cudaMemcpy2DAsync per input: the input's rows (its slab along the axis and
  * everything after it) into the matching columns of the output's rows. constant copies its
- * attribute tensor from the host. gather checks its indices on the device and, when one is
- * out of range, fails after a stream sync with the CPU's message; that sync is the price of
- * failing the node rather than the job's next sync.
+ * attribute tensor from the host. gather checks its indices on the device without waiting
+ * for the result: its kernels record the first out-of-range index in a scratch flag and the
+ * node hands the flag to the backend as a deferred check (rtx__cuda_check_defer), which the
+ * backend's next synchronize reads and turns into the CPU's message for this node. Nothing
+ * stalls the stream mid-run, and a gather can be captured into a CUDA graph (every replay
+ * re-arms the flag with its recorded memset).
  */
-#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -190,33 +192,28 @@ static int run_gather(struct rtx_cuda *cu, const struct rtx_node_args *a, struct
     if (p.n_idx == 0) return 0;
     p.unit = inner_bytes % 8 == 0 ? 8 : inner_bytes % 4 == 0 ? 4 : inner_bytes % 2 == 0 ? 2 : 1;
     p.inner = inner_bytes / p.unit;
-    void *bad = NULL;
-    unsigned long long first_bad = ULLONG_MAX;
-    int rc = rtx__cuda_scratch(cu, sizeof first_bad, &bad, err);
-    if (rc) return node_gpu_err(a, rc, err);
-    p.bad = bad;
-    rc = RTX_CUDA_CHECK(err, cudaMemsetAsync(bad, 0xff, sizeof first_bad, cu->stream));
+    /* the check's label: how rtx__backend_node_err starts this node's messages */
+    struct rtx_err label;
+    rtx__backend_node_err(&label, a, RTX_EINVAL, "%s", "");
+    struct rtx__cuda_check c = {.label = rtx_strdup(label.msg), .axis = axis,
+                                .axis_dim = p.axis_dim};
+    if (c.label == NULL) return rtx__backend_node_err(err, a, RTX_ENOMEM, "out of memory");
+    void *flag = NULL;
+    int rc = rtx__cuda_scratch(cu, 2 * sizeof *c.flag, &flag, err);
+    if (rc) {
+        rtx_free(c.label);
+        return node_gpu_err(a, rc, err);
+    }
+    p.bad = c.flag = flag;
+    rc = RTX_CUDA_CHECK(err, cudaMemsetAsync(flag, 0xff, sizeof *c.flag, cu->stream));
     if (rc == 0) rc = RTX_CUDA_CHECK(err, rtx__cuda_gather_launch(&p, cu->stream));
-    if (rc == 0)
-        rc = RTX_CUDA_CHECK(err, cudaMemcpyAsync(&first_bad, bad, sizeof first_bad,
-                                                 cudaMemcpyDeviceToHost, cu->stream));
-    if (rc == 0) rc = RTX_CUDA_CHECK(err, cudaStreamSynchronize(cu->stream));
-    rtx__cuda_scratch_release(cu, bad);
-    if (rc) return node_gpu_err(a, rc, err);
-    if (first_bad == ULLONG_MAX) return 0;
-    int64_t ix = 0;
-    size_t isz = rtx_dtype_size(ind->dtype);
-    int32_t ix32 = 0;
-    rc = RTX_CUDA_CHECK(err, cudaMemcpy(p.idx64 ? (void *)&ix : (void *)&ix32,
-                                        (const char *)p.idx + first_bad * isz, isz,
-                                        cudaMemcpyDeviceToHost));
-    if (rc) return node_gpu_err(a, rc, err);
-    if (!p.idx64) ix = ix32;
-    return rtx__backend_node_err(err, a, RTX_EINVAL,
-                                 "index %lld (indices element %llu) out of range for axis %lld of "
-                                 "size %lld",
-                                 (long long)ix, first_bad, (long long)axis,
-                                 (long long)p.axis_dim);
+    if (rc) {
+        rtx__cuda_scratch_release(cu, flag);
+        rtx_free(c.label);
+        return node_gpu_err(a, rc, err);
+    }
+    rc = rtx__cuda_check_defer(cu, &c, err);
+    return rc ? node_gpu_err(a, rc, err) : 0;
 }
 
 static int run_constant(struct rtx_cuda *cu, const struct rtx_node_args *a,

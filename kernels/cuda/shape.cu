@@ -14,9 +14,11 @@
  * of padding against bank conflicts): a warp loads 32 units along the stride-1 dim and stores
  * 32 along the last dim, one block per tile in a grid-stride loop over batches x tiles, the
  * batch offsets decomposed once per tile. gather copies
- * whole rows in the widest unit that divides them; an index out of range writes zeros and
- * records its position with atomicMin, which the C side reads after a stream sync to fail
- * the node with the same message as the CPU.
+ * whole rows in the widest unit that divides them; an index out of range reads nothing,
+ * writes zeros and records its position with atomicMin, and a one-thread kernel after it
+ * copies the first bad index's value beside that position. Nothing waits for them: the
+ * backend reads both words at its next synchronize (checks.c, DESIGN) and fails with the
+ * CPU's message, so a gather can be captured into a CUDA graph.
  */
 #include <stdint.h>
 
@@ -123,6 +125,14 @@ __global__ void gather_rows(const rtx_cuda_gather p) {
     }
 }
 
+/* After gather_rows: the first out-of-range index's value beside its position. */
+__global__ void gather_note(const rtx_cuda_gather p) {
+    unsigned long long i = p.bad[0];
+    if (i == ~0ull) return;
+    int64_t ix = p.idx64 ? ((const int64_t *)p.idx)[i] : ((const int32_t *)p.idx)[i];
+    p.bad[1] = (unsigned long long)ix;
+}
+
 static unsigned blocks_for(int64_t work) {
     int64_t b = (work + SHAPE_THREADS - 1) / SHAPE_THREADS;
     if (b < 1) b = 1;
@@ -174,5 +184,8 @@ extern "C" cudaError_t rtx__cuda_gather_launch(const struct rtx_cuda_gather *p,
     case 8: gather_rows<uint64_t><<<b, SHAPE_THREADS, 0, stream>>>(*p); break;
     default: return cudaErrorInvalidValue;
     }
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    gather_note<<<1, 1, 0, stream>>>(*p);
     return cudaGetLastError();
 }

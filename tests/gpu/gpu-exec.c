@@ -11,8 +11,10 @@
  * must be the same bits. Each replay case checks the execution modes a plan goes through
  * (fixed buffers, captured, replayed), runs the graph 100 times on two alternating input
  * sets (so stale inputs would show), changes the input shape through a second plan, and
- * moves a plan between backends. Gather synchronizes inside its kernel, so its graph cannot
- * be captured: that plan must fall back to node-by-node execution with a note saying why.
+ * moves a plan between backends. A graph whose first node is a gather (an embedding) must be
+ * captured and replayed like the rest: its index check is read at the run's end, and an index
+ * out of range in the capturing run or a replay fails that run with the CPU backend's message
+ * while the next good run replays again, without pool memory left held.
  * RTX_GPU_LIGHT=1 cuts the 100 replays to 10 and skips the timing, for compute-sanitizer.
  * The bf16 transformer block (block-graph.h) runs end to end against the CPU backend: fused
  * GEMM epilogues, reshape views, the fused arena layout and cuDNN's attention all take part,
@@ -497,43 +499,113 @@ static int random_graph(uint64_t seed, struct rtx_graph **out, struct rtx_err *e
     return 0;
 }
 
-/* A gather syncs inside its kernel: the capture fails and the plan runs node by node. */
-static void capture_fallback_test(void) {
+/* x [10, 6] f32 and indices [4] of idt; y = tanh(gather(x, i)): a gather first, as in every
+ * ONNX transformer's embedding. */
+static int gather_graph(enum rtx_dtype idt, struct rtx_graph **out, struct rtx_err *err) {
+    struct rtx_graph *g = NULL;
+    const int64_t xd[2] = {10, 6}, id[1] = {4};
+    const char *gin[] = {"x", "i"}, *gout[] = {"g"}, *tin[] = {"g"}, *tout[] = {"y"};
+    int rc = rtx_graph_new("gather", &g, err);
+    if (rc == 0) rc = rtx_graph_add_input(g, "x", RTX_F32, 2, xd, err);
+    if (rc >= 0) rc = rtx_graph_add_input(g, "i", idt, 1, id, err);
+    if (rc >= 0) rc = rtx_graph_add_node(g, "gather", "gather", gin, 2, gout, 1, err);
+    if (rc >= 0) rc = rtx_graph_add_node(g, "tanh", "tanh", tin, 1, tout, 1, err);
+    if (rc >= 0) rc = rtx_graph_add_output(g, "y", err);
+    if (rc < 0) {
+        rtx_graph_free(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+/* Device memory held by callers of gpu_be's pools (device and pinned), for leak checks. */
+static size_t held_bytes(void) {
+    struct rtx_mem_pool_stats d, h;
+    if (rtx_backend_cuda_pool_stats(gpu_be, &d, &h, NULL) != 0) return (size_t)-1;
+    return d.total.bytes_allocated + h.total.bytes_allocated;
+}
+
+/* One run of plan on `in` that must fail with the CPU backend's message for the same inputs,
+ * in mode `want`. */
+static void gather_bad_run(const char *what, struct rtx_plan *plan, const struct rtx_graph *g,
+                           struct rtx_tensor **in, enum rtx_exec_mode want) {
+    struct rtx_err ec = {0}, eg = {0};
+    struct rtx_tensor *out[MAX_IO] = {NULL};
+    struct rtx_exec_stats st = {0};
+    int rc_cpu = run_once(cpu_be, g, in, out, &ec);
+    unref_all(out, MAX_IO);
+    int rc = rtx_plan_execute(plan, gpu_be, in, g->n_inputs, out, g->n_outputs, NULL, &st, &eg);
+    unref_all(out, MAX_IO);
+    gpu_check(rc_cpu == RTX_EINVAL && rc == RTX_EINVAL && st.mode == want &&
+                  strcmp(ec.msg, eg.msg) == 0 && strstr(eg.msg, "'gather'"),
+              "%s: an index out of range fails the %s run with the CPU's message (gpu: %s; "
+              "cpu: %s)", what, rtx_exec_mode_name(want), eg.msg, ec.msg);
+}
+
+/* A plan whose first node is a gather is captured on run 2 and replayed after: the gather's
+ * index check is read at the run's end, not inside the node. A bad index fails the captured
+ * and the replayed run with the CPU's message, and the next good run replays again (the
+ * graph re-arms its check); nothing stays allocated. */
+static void gather_capture_test(enum rtx_dtype idt, int64_t bad_index) {
     struct rtx_graph *g = NULL;
     struct rtx_err err = {0};
     const int64_t xd[2] = {10, 6}, id[1] = {4};
-    const char *gin[] = {"x", "i"}, *gout[] = {"g"}, *tin[] = {"g"}, *tout[] = {"y"};
-    int rc = rtx_graph_new("gather", &g, &err);
-    if (rc == 0) rc = rtx_graph_add_input(g, "x", RTX_F32, 2, xd, &err);
-    if (rc >= 0) rc = rtx_graph_add_input(g, "i", RTX_I64, 1, id, &err);
-    if (rc >= 0) rc = rtx_graph_add_node(g, "gather", "gather", gin, 2, gout, 1, &err);
-    if (rc >= 0) rc = rtx_graph_add_node(g, "tanh", "tanh", tin, 1, tout, 1, &err);
-    if (rc >= 0) rc = rtx_graph_add_output(g, "y", &err);
     struct rtx_tensor *in[2][MAX_IO] = {{NULL}}, *ref[2][MAX_IO] = {{NULL}};
-    struct rtx_plan *plan = NULL;
-    for (int s = 0; s < 2 && rc >= 0; s++) {
+    struct rtx_tensor *bad[MAX_IO] = {NULL};
+    struct rtx_plan *plan[2] = {NULL};
+    char what[64];
+    snprintf(what, sizeof what, "gather graph, %s indices", rtx_dtype_name(idt));
+    size_t held0 = held_bytes();
+    int rc = gather_graph(idt, &g, &err);
+    for (int s = 0; s < 2 && rc == 0; s++) {
         rc = rtx_tensor_random(&rng, RTX_F32, 2, xd, &in[s][0], &err);
-        if (rc == 0) rc = rtx_tensor_new(RTX_I64, 1, id, &in[s][1], &err);
-        for (int k = 0; k < 4 && rc == 0; k++)
-            rtx_tensor_set(in[s][1], k, (double)((k * 3 + s) % 10));
+        if (rc == 0) rc = rtx_tensor_new(idt, 1, id, &in[s][1], &err);
+        for (int k = 0; k < 4 && rc == 0; k++) /* negative ones too: they wrap */
+            rtx_tensor_set(in[s][1], k, (double)((k * 3 + s) % 10 - (k == 1 ? 10 : 0)));
     }
-    if (rc >= 0) rc = references(g, in, ref, &err);
-    if (rc >= 0) rc = rtx_plan_new(g, (const struct rtx_tensor *const *)in[0], 2, NULL, &plan,
-                                   &err);
-    if (gpu_check(rc >= 0, "gather graph%s%s", rc < 0 ? ": " : "", err.msg)) {
-        const enum rtx_exec_mode want[3] = {RTX_EXEC_FIXED, RTX_EXEC_FIXED, RTX_EXEC_PLAIN};
-        replay_runs("gather graph (capture fails, runs node by node)", plan, g, in, ref, 6,
-                    want);
-        const char *note = rtx_plan_capture_note(plan);
-        gpu_check(strstr(note, "capture") != NULL && strstr(note, "cuda:") != NULL,
-                  "the failed capture is explained: %s", note);
+    if (rc == 0) rc = rtx_tensor_new(idt, 1, id, &bad[1], &err);
+    for (int k = 0; k < 4 && rc == 0; k++)
+        rtx_tensor_set(bad[1], k, k == 2 ? (double)bad_index : (double)k);
+    if (rc == 0) bad[0] = rtx_tensor_ref(in[0][0]);
+    if (rc == 0) rc = references(g, in, ref, &err);
+    for (int k = 0; k < 2 && rc == 0; k++)
+        rc = rtx_plan_new(g, (const struct rtx_tensor *const *)in[0], 2, NULL, &plan[k], &err);
+    if (!gpu_check(rc == 0, "%s%s%s", what, rc ? ": " : "", err.msg)) goto out;
+    if (replay_runs(what, plan[0], g, in, ref, 6, replay_modes))
+        gpu_check(rtx_plan_capture_note(plan[0])[0] == '\0',
+                  "%s: the capture succeeded, with no note (%s)", what,
+                  rtx_plan_capture_note(plan[0]));
+    /* run 7 replays with a bad index, run 8 and on replay good ones */
+    gather_bad_run(what, plan[0], g, bad, RTX_EXEC_REPLAYED);
+    const enum rtx_exec_mode again[3] = {RTX_EXEC_REPLAYED, RTX_EXEC_REPLAYED,
+                                         RTX_EXEC_REPLAYED};
+    char after[96];
+    snprintf(after, sizeof after, "%s after the error", what);
+    replay_runs(after, plan[0], g, in, ref, 3, again);
+    /* a bad index in the run that captures: its check goes with the graph it launches */
+    struct rtx_tensor *out[MAX_IO] = {NULL};
+    rc = rtx_plan_execute(plan[1], gpu_be, in[0], 2, out, 1, NULL, NULL, &err);
+    unref_all(out, MAX_IO);
+    if (gpu_check(rc == 0, "%s: second plan, run 1%s%s", what, rc ? ": " : "", err.msg)) {
+        snprintf(after, sizeof after, "%s, second plan", what);
+        gather_bad_run(after, plan[1], g, bad, RTX_EXEC_CAPTURED);
+        snprintf(after, sizeof after, "%s, second plan after the error", what);
+        replay_runs(after, plan[1], g, in, ref, 2, again);
     }
-    rtx_plan_free(plan);
+out:
+    rtx_plan_free(plan[0]);
+    rtx_plan_free(plan[1]);
     for (int s = 0; s < 2; s++) {
         unref_all(in[s], MAX_IO);
         unref_all(ref[s], MAX_IO);
     }
+    unref_all(bad, MAX_IO);
     rtx_graph_free(g);
+    size_t held1 = held_bytes();
+    gpu_check(held0 != (size_t)-1 && held1 == held0,
+              "%s: the plans, their graphs and the checks leave no pool memory held (%zu bytes "
+              "before, %zu after)", what, held0, held1);
 }
 
 /* Time per run of the transformer example, node by node and replayed. */
@@ -596,7 +668,8 @@ static void replay_tests(void) {
         replay_graph(name, g, 5, 17);
         rtx_graph_free(g);
     }
-    capture_fallback_test();
+    gather_capture_test(RTX_I64, 10);
+    gather_capture_test(RTX_I32, -11);
     if (tb && !light) replay_speed(tb);
     rtx_graph_free(tb);
 }
