@@ -175,7 +175,7 @@ int ox_lower_matmul(struct ox *c, struct rtx_err *err);
 int ox_lower_gemm(struct ox *c, struct rtx_err *err);
 int ox_lower_reduce(struct ox *c, struct rtx_err *err);     /* arg: rtx op */
 int ox_lower_argmax(struct ox *c, struct rtx_err *err);
-int ox_lower_layernorm(struct ox *c, struct rtx_err *err);
+int ox_lower_layernorm(struct ox *c, struct rtx_err *err);  /* arg: rtx op */
 /* shapes and data movement (ops-shape.c) */
 int ox_lower_reshape(struct ox *c, struct rtx_err *err);
 int ox_lower_flatten(struct ox *c, struct rtx_err *err);
@@ -213,6 +213,9 @@ int ox_lower_isnan(struct ox *c, struct rtx_err *err);
 int ox_lower_gather_elements(struct ox *c, struct rtx_err *err);
 int ox_lower_gather_nd(struct ox *c, struct rtx_err *err);
 int ox_lower_cumsum(struct ox *c, struct rtx_err *err);
+
+/* Attention, opset 23 (ops-attention.c) */
+int ox_lower_attention(struct ox *c, struct rtx_err *err);
 
 /* Decomposed patterns ending at the current node (fuse.c): lowers the whole pattern to one
  * fused op and returns 1, or returns 0 when the node ends no pattern. */

@@ -243,6 +243,8 @@ int ox_lower_argmax(struct ox *c, struct rtx_err *err) {
     return ox_emit(c, "sub", ins, 2, ox_out_name(c, 0), err);
 }
 
+/* LayerNormalization (x, scale, bias) and RMSNormalization (x, scale); arg: the rtx op.
+ * stash_type needs nothing: both compute in f32 whatever x's type. */
 int ox_lower_layernorm(struct ox *c, struct rtx_err *err) {
     struct rtx_value *x = ox_in(c, 0, err);
     if (!x) return RTX_EGRAPH;
@@ -268,7 +270,7 @@ int ox_lower_layernorm(struct ox *c, struct rtx_err *err) {
         if (rc || (rc = ox_finish(c, k, err))) return rc;
         ins[j] = e;
     }
-    int k = ox_node(c, "layer_norm", ins, n_in, ox_out_name(c, 0), err);
+    int k = ox_node(c, arg_of(c), ins, n_in, ox_out_name(c, 0), err);
     if (k < 0) return k;
     rc = rtx_graph_set_attr_int(c->g, k, "axis", axis, err);
     if (!rc)

@@ -12,6 +12,7 @@
     X(Add, ox_lower_binary, "add")                            \
     X(And, ox_lower_logic, "and")                             \
     X(ArgMax, ox_lower_argmax, NULL)                          \
+    X(Attention, ox_lower_attention, NULL)                    \
     X(AveragePool, ox_lower_pool, "avg_pool2d")               \
     X(BatchNormalization, ox_lower_batchnorm, NULL)           \
     X(Cast, ox_lower_cast, NULL)                              \
@@ -41,7 +42,7 @@
     X(HardSwish, ox_lower_hard_sigmoid, "swish")              \
     X(Identity, ox_lower_identity, NULL)                      \
     X(IsNaN, ox_lower_isnan, NULL)                            \
-    X(LayerNormalization, ox_lower_layernorm, NULL)           \
+    X(LayerNormalization, ox_lower_layernorm, "layer_norm")   \
     X(LeakyRelu, ox_lower_leaky_relu, NULL)                   \
     X(Less, ox_lower_binary, "less")                          \
     X(LessOrEqual, ox_lower_compare, "<=")                    \
@@ -58,6 +59,7 @@
     X(Or, ox_lower_logic, "or")                               \
     X(Pad, ox_lower_pad, NULL)                                \
     X(Pow, ox_lower_binary, "pow")                            \
+    X(RMSNormalization, ox_lower_layernorm, "rms_norm")     \
     X(Range, ox_lower_range, NULL)                            \
     X(Reciprocal, ox_lower_reciprocal, NULL)                  \
     X(ReduceMax, ox_lower_reduce, "reduce_max")               \

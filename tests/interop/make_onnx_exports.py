@@ -9,10 +9,12 @@ folded by the exporter, MaxPool, residual Add, global pooling, Linear), a BERT-s
 (embeddings, LayerNorm, attention with an additive padding mask, GELU) and a GPT-2-style
 decoder (fused QKV split, causal mask from a registered buffer, tanh GELU with Pow, tied LM
 head), each through the TorchScript exporter (opset 17, dynamic_axes) and the dynamo
-exporter (torch.export, dynamic batch); every file has a dynamic batch dimension.
+exporter (torch.export, dynamic batch); every file has a dynamic batch dimension. A
+Llama-style decoder of nn.RMSNorm and scaled_dot_product_attention (grouped queries) exported
+at opset 23, where they become ONNX's RMSNormalization and Attention ops.
 With transformers installed, also Hugging Face's own BertModel (TorchScript exporter),
-GPT2LMHeadModel and LlamaForCausalLM (dynamo exporter) at tiny random configurations
-(hf-*.onnx), as users export them. test_onnx_exports.py runs them against onnxruntime.
+GPT2LMHeadModel and LlamaForCausalLM (dynamo exporter; the Llama also at opset 23) at tiny
+random configurations (hf-*.onnx), as users export them. test_onnx_exports.py runs them against onnxruntime.
 """
 
 import math
@@ -117,12 +119,47 @@ class GPT2(nn.Module):
         return self.lnf(x) @ self.wte.weight.t()
 
 
-def export(model, args, names, path, dynamo):
+class Llama(nn.Module):
+    """A Llama-style decoder written with PyTorch's own modules: nn.RMSNorm and
+    F.scaled_dot_product_attention (causal, grouped queries), which the dynamo exporter at
+    opset 23 writes as ONNX's RMSNormalization and Attention ops."""
+
+    def __init__(self, vocab=64, d=32, heads=4, kv_heads=2, layers=2):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+        self.layers = nn.ModuleList([nn.ModuleDict(dict(
+            n1=nn.RMSNorm(d, eps=1e-6), q=nn.Linear(d, d, bias=False),
+            k=nn.Linear(d, kv_heads * self.hd, bias=False),
+            v=nn.Linear(d, kv_heads * self.hd, bias=False), o=nn.Linear(d, d, bias=False),
+            n2=nn.RMSNorm(d, eps=1e-6), gate=nn.Linear(d, 2 * d, bias=False),
+            up=nn.Linear(d, 2 * d, bias=False), down=nn.Linear(2 * d, d, bias=False)))
+            for _ in range(layers)])
+        self.norm = nn.RMSNorm(d, eps=1e-6)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        b, s = ids.shape
+        x = self.emb(ids)
+        for layer in self.layers:
+            h = layer.n1(x)
+            q = layer.q(h).view(b, s, self.heads, self.hd).transpose(1, 2)
+            k = layer.k(h).view(b, s, self.kv_heads, self.hd).transpose(1, 2)
+            v = layer.v(h).view(b, s, self.kv_heads, self.hd).transpose(1, 2)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            x = x + layer.o(a.transpose(1, 2).reshape(b, s, -1))
+            h = layer.n2(x)
+            x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
+        return self.head(self.norm(x))
+
+
+def export(model, args, names, path, dynamo, opset=None):
     model.eval()
     if dynamo:
         batch = torch.export.Dim("batch", min=1, max=64)
         torch.onnx.export(model, args, str(path), input_names=names, output_names=["y"],
-                          dynamo=True, dynamic_shapes={n: {0: batch} for n in names})
+                          dynamo=True, dynamic_shapes={n: {0: batch} for n in names},
+                          opset_version=opset)
     else:
         torch.onnx.export(model, args, str(path), input_names=names, output_names=["y"],
                           dynamo=False, opset_version=17,
@@ -161,6 +198,9 @@ def export_hf(out, ids, mask):
            out / "hf-bert-ts.onnx", False)
     export(HFWrapper(gpt2.eval()), (ids,), ["input_ids"], out / "hf-gpt2-dynamo.onnx", True)
     export(HFWrapper(llama.eval()), (ids,), ["input_ids"], out / "hf-llama-dynamo.onnx", True)
+    # at opset 23 transformers' scaled_dot_product_attention call becomes ONNX's Attention op
+    export(HFWrapper(llama.eval()), (ids,), ["input_ids"], out / "hf-llama-op23-dynamo.onnx",
+           True, opset=23)
 
 
 def main(out):
@@ -178,6 +218,7 @@ def main(out):
             export(model, args, names, out / f"{name}-{'dynamo' if dynamo else 'ts'}.onnx",
                    dynamo)
     export_hf(out, ids, mask)
+    export(Llama(), (ids,), ["ids"], out / "llama-op23-dynamo.onnx", True, opset=23)
 
 
 if __name__ == "__main__":

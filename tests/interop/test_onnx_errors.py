@@ -409,3 +409,22 @@ def test_data_dependent_constant_ops_are_refused_by_name(tmp_path):
         r = run_model(d, m, X24)
         expect(r, GRAPH, f"node 'dd' ({op}, opset 17)")
         assert "computed from the model's inputs" in r.stderr, r.describe()
+
+
+def test_attention_features_rtxd_lacks_are_refused_by_name(tmp_path):
+    """Attention (opset 23) with softcap, with its qk_matmul_output output, or 3-D inputs
+    without their head counts: refused naming the node and what, never a wrong answer."""
+    q4 = om.value_info("q", om.F32, [1, 2, 4, 8])
+    q3 = om.value_info("q", om.F32, [1, 4, 16])
+    for what, inputs, attrs, outs, needle in (
+            ("softcap", [q4], {"softcap": 30.0}, ["y"], "softcap"),
+            ("qk", [q4], {}, ["y", "", "", "qk"], "qk_matmul_output"),
+            ("heads", [q3], {}, ["y"], "q_num_heads")):
+        n = helper.make_node("Attention", ["q", "q", "q"], outs, name="att", **attrs)
+        m = om.make_model([n], inputs, [om.value_info(o, om.F32, None) for o in outs if o], {},
+                          opset=23, infer=False)
+        d = tmp_path / what
+        d.mkdir()
+        shape = [1, 2, 4, 8] if inputs[0] is q4 else [1, 4, 16]
+        r = run_model(d, m, {"q": np.ones(shape, np.float32)})
+        expect(r, GRAPH, "att", needle)

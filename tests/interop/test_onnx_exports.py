@@ -5,7 +5,10 @@ own opset with weights as external data) run through rtxrun at two batch sizes, 
 with onnxruntime's CPU provider on the same inputs. The decomposed attention, GELU and layer
 norm of the encoder and decoder must run as rtxd's fused ops (rtxrun --json lists the ops).
 The hf-*.onnx files are Hugging Face transformers' own BertModel, GPT2LMHeadModel and
-LlamaForCausalLM (tiny random configurations) as exported from transformers 5.
+LlamaForCausalLM (tiny random configurations) as exported from transformers 5; the *-op23-*
+files (a Llama-style decoder of nn.RMSNorm and scaled_dot_product_attention, and
+transformers' Llama) are exported at opset 23, where ONNX's Attention and RMSNormalization
+ops carry them.
 """
 
 import json
@@ -43,7 +46,7 @@ def inputs_for(model, batch, rng):
 
 
 def test_every_export_is_here():
-    assert len(MODELS) == 9, MODELS
+    assert len(MODELS) == 11, MODELS
     # the dynamo exporter keeps the weights beside the model
     assert all((HERE / f"{m}.data").exists() for m in MODELS if "dynamo" in m)
 
@@ -92,7 +95,12 @@ def test_export_matches_onnxruntime(results, name, batch):
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
     ops = doc["ops"]
-    if name.startswith("hf-"):
+    if "op23" in name:
+        # opset 23: ONNX's own Attention (causal, grouped queries; transformers' with its
+        # mask) and RMSNormalization ops, each one rtx op
+        assert ops.get("attention") == 2 and ops.get("rms_norm") == 5, ops
+        assert "softmax" not in ops and "sqrt" not in ops, ops
+    elif name.startswith("hf-"):
         # transformers' own graphs: GELU, layer norm and attention fused where written out,
         # Llama's RMSNorm (x * reciprocal(sqrt(mean(x^2) + eps))) as rms_norm
         assert "erf" not in ops and "tanh" not in ops, ops

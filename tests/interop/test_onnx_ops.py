@@ -802,6 +802,55 @@ for i, (dshape, ishape, axis) in enumerate([([3, 4], [2, 4], 0), ([3, 4], [3, 2]
         kind="exact", what="constants only: the graph input is unused")
 
 
+# Attention and RMSNormalization (opset 23: torch.onnx.export writes them for
+# scaled_dot_product_attention and torch.nn.RMSNorm at opset_version=23)
+ATTN = [  # (q, k, v shapes, attrs, mask (shape, "bool"/"float") or None, past length)
+    ([2, 3, 6, 8], [2, 3, 6, 8], [2, 3, 6, 8], {}, None, 0),
+    ([2, 3, 6, 8], [2, 3, 6, 8], [2, 3, 6, 8], {"is_causal": 1}, None, 0),
+    ([1, 2, 3, 8], [1, 2, 5, 8], [1, 2, 5, 6], {"is_causal": 1, "scale": 0.25}, None, 0),
+    ([2, 3, 6, 8], [2, 3, 6, 8], [2, 3, 6, 8], {}, ([2, 1, 6, 6], "bool"), 0),
+    ([2, 3, 6, 8], [2, 3, 6, 8], [2, 3, 6, 8], {}, ([6, 6], "float"), 0),
+    ([2, 5, 32], [2, 5, 16], [2, 5, 16], {"q_num_heads": 4, "kv_num_heads": 2}, None, 0),
+    ([2, 5, 32], [2, 7, 16], [2, 7, 24], {"q_num_heads": 4, "kv_num_heads": 2, "is_causal": 1},
+     ([2, 1, 5, 7], "bool"), 0),
+    ([1, 4, 5, 8], [1, 2, 5, 8], [1, 2, 5, 8], {"is_causal": 1}, None, 0),
+    ([1, 2, 3, 8], [1, 2, 3, 8], [1, 2, 3, 8], {"is_causal": 1}, None, 4),
+    ([2, 4, 1, 8], [2, 2, 1, 8], [2, 2, 1, 8], {"is_causal": 1}, ([2, 1, 1, 6], "float"), 5),
+    ([1, 2, 3, 8], [1, 2, 3, 8], [1, 2, 3, 8], {}, ([1, 1, 3, 7], "bool"), 4),
+]
+for i, (qs, ks, vs, attrs, mask, past) in enumerate(ATTN):
+    cid = f"Attention-op23-{i}"
+    r = R(cid)
+    feeds = {"q": uni(r, qs, -2, 2), "k": uni(r, ks, -2, 2), "v": uni(r, vs, -2, 2)}
+    ins = ["q", "k", "v"]
+    if mask:
+        mshape, kind = mask
+        keep = r.random(mshape) < 0.75
+        keep[..., 0] = True  # no row without a key (onnxruntime gives NaN there, rtx zeros)
+        feeds["mask"] = keep if kind == "bool" else np.where(keep, 0.0, -1e4).astype(np.float32)
+        ins.append("mask")
+    if past:
+        four = len(ks) == 4
+        hk = ks[1] if four else attrs["kv_num_heads"]
+        dk = ks[3] if four else ks[2] // hk
+        dv = vs[3] if four else vs[2] // hk
+        feeds["past_k"] = uni(r, [qs[0], hk, past, dk], -2, 2)
+        feeds["past_v"] = uni(r, [qs[0], hk, past, dv], -2, 2)
+        ins += ([""] if len(ins) == 3 else []) + ["past_k", "past_v"]  # no mask: ''
+    one(cid, "Attention", feeds, attrs=attrs, ins=ins, opset=23, nout=3 if past else 1,
+        kind="sum")
+
+for i, (shape, axis, eps, sshape) in enumerate([([2, 5, 16], -1, 1e-5, [16]),
+                                                 ([2, 3, 4, 6], -2, 1e-3, [4, 6]),
+                                                 ([3, 4, 6], 1, 1e-6, [1, 6]),
+                                                 ([2, 7, 32], -1, None, [32])]):
+    cid = f"RMSNormalization-{i}"
+    r = R(cid)
+    attrs = {"axis": axis} if eps is None else {"axis": axis, "epsilon": eps}
+    one(cid, "RMSNormalization", {"x": uni(r, shape, -3, 3)},
+        {"scale": uni(r, sshape, 0.5, 1.5)}, attrs=attrs, opset=23, kind="sum", sym=(0,))
+
+
 # GatherND and CumSum of constants (exporters' masks and position ids built from shapes)
 for i, (dshape, idx, bd) in enumerate([([3, 4], [[0, 1], [2, 3]], 0), ([3, 4, 2], [[1], [0]], 0),
                                        ([2, 3, 4], [[[1], [0]], [[2], [2]]], 1)]):
