@@ -11,7 +11,7 @@ PyTorch on the CPU.
              --keep DIR (write the models and the batch there and keep them), --repeat N
              (default 2: the second run reuses the first's buffers, on CUDA a graph replay)
 
-Three models with random weights (fixed seeds), in eval mode, written the way PyTorch users
+Four models with random weights (fixed seeds), in eval mode, written the way PyTorch users
 write them:
   * resnet: a small ResNet (stem Conv/BatchNorm/ReLU/MaxPool, a basic block, a downsampling
     block with a 1x1 stride-2 shortcut, AdaptiveAvgPool2d, Linear), input [batch, 3, 32, 32];
@@ -20,7 +20,10 @@ write them:
     tanh pooler), inputs input_ids and attention_mask [batch, sequence];
   * gpt2: a GPT-2-style decoder of 2 layers (fused QKV Linear split in three, a causal
     mask sliced from a lower-triangular buffer and applied with torch.where, the tanh GELU
-    with torch.pow, tied logits), input input_ids [batch, sequence].
+    with torch.pow, tied logits), input input_ids [batch, sequence];
+  * llama: a Llama-style decoder of 2 layers of nn.RMSNorm, scaled_dot_product_attention
+    (causal, 4 query heads on 2 KV heads) and SwiGLU, exported at opset 23, where ONNX's
+    RMSNormalization and Attention ops carry them.
 Each is exported once with torch.onnx.export (the exporter's default, dynamo, at its default
 opset) with the batch dimension dynamic (and the sequence for the transformers); the one
 .onnx file then runs at several batch sizes (and sequence lengths) as case directories of ONE
@@ -67,6 +70,7 @@ SHAPES = {
     "resnet": [(1, None), (3, None), (8, None)],
     "bert": [(1, 16), (3, 16), (8, 16), (2, 7)],
     "gpt2": [(1, 16), (3, 16), (8, 16), (2, 9)],
+    "llama": [(1, 16), (3, 16), (2, 9)],
 }
 
 
@@ -214,12 +218,46 @@ def make_models(torch):
             x = self.ln_f(x)
             return torch.matmul(x[:, -1] if self.last_only else x, self.wte.weight.t())
 
+    class Llama(nn.Module):
+        """nn.RMSNorm and scaled_dot_product_attention (causal, grouped queries), which the
+        exporter at opset 23 writes as ONNX's RMSNormalization and Attention ops."""
+
+        def __init__(self, vocab=100, d=64, heads=4, kv_heads=2, layers=2):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d)
+            self.h, self.hkv, self.hd = heads, kv_heads, d // heads
+            self.layers = nn.ModuleList(nn.ModuleDict(dict(
+                n1=nn.RMSNorm(d, eps=1e-6), q=nn.Linear(d, d, bias=False),
+                k=nn.Linear(d, kv_heads * self.hd, bias=False),
+                v=nn.Linear(d, kv_heads * self.hd, bias=False), o=nn.Linear(d, d, bias=False),
+                n2=nn.RMSNorm(d, eps=1e-6), gate=nn.Linear(d, 2 * d, bias=False),
+                up=nn.Linear(d, 2 * d, bias=False), down=nn.Linear(2 * d, d, bias=False)))
+                for _ in range(layers))
+            self.norm = nn.RMSNorm(d, eps=1e-6)
+            self.head = nn.Linear(d, vocab, bias=False)
+
+        def forward(self, input_ids):
+            b, s = input_ids.shape
+            x = self.emb(input_ids)
+            for ly in self.layers:
+                h = ly.n1(x)
+                q = ly.q(h).view(b, s, self.h, self.hd).transpose(1, 2)
+                k = ly.k(h).view(b, s, self.hkv, self.hd).transpose(1, 2)
+                v = ly.v(h).view(b, s, self.hkv, self.hd).transpose(1, 2)
+                a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                x = x + ly.o(a.transpose(1, 2).reshape(b, s, -1))
+                h = ly.n2(x)
+                x = x + ly.down(F.silu(ly.gate(h)) * ly.up(h))
+            return self.head(self.norm(x))
+
     def randomize(m, seed):
         """Random weights, and BatchNorm/LayerNorm parameters and statistics away from the
         identity, so that every layer matters."""
         torch.manual_seed(seed)
         with torch.no_grad():
             for mod in m.modules():
+                if isinstance(mod, nn.RMSNorm):
+                    mod.weight.uniform_(0.5, 1.5)
                 if isinstance(mod, (nn.BatchNorm2d, nn.LayerNorm)):
                     mod.weight.uniform_(0.5, 1.5)
                     mod.bias.uniform_(-0.2, 0.2)
@@ -231,7 +269,8 @@ def make_models(torch):
     # keyword arguments: the sizes (bench/bench_onnx.py --device cuda builds larger ones)
     return {"resnet": lambda **kw: randomize(ResNet(**kw), 1),
             "bert": lambda **kw: randomize(Bert(**kw), 2),
-            "gpt2": lambda **kw: randomize(GPT2(**kw), 3)}
+            "gpt2": lambda **kw: randomize(GPT2(**kw), 3),
+            "llama": lambda **kw: randomize(Llama(**kw), 4)}
 
 
 def example_inputs(name, batch, seq, seed, vocab=100):
@@ -240,7 +279,7 @@ def example_inputs(name, batch, seq, seed, vocab=100):
     if name == "resnet":
         return {"x": r.uniform(-1, 1, (batch, 3, 32, 32)).astype(np.float32)}
     ids = r.integers(0, vocab, (batch, seq)).astype(np.int64)
-    if name == "gpt2":
+    if name in ("gpt2", "llama"):
         return {"input_ids": ids}
     mask = np.ones((batch, seq), np.int64)
     for b in range(1, batch, 2):  # padding at the end of every other sequence
@@ -249,7 +288,10 @@ def example_inputs(name, batch, seq, seed, vocab=100):
 
 
 OUTPUT_NAMES = {"resnet": ["logits"], "bert": ["last_hidden_state", "pooler_output"],
-                "gpt2": ["logits"]}
+                "gpt2": ["logits"], "llama": ["logits"]}
+# the exporter's opset per model (None: its default); at 23 it writes ONNX's Attention and
+# RMSNormalization ops
+OPSET = {"llama": 23}
 
 
 def export(torch, name, model, path, max_seq=64):
@@ -266,7 +308,8 @@ def export(torch, name, model, path, max_seq=64):
         seq = torch.export.Dim("sequence", min=1, max=max_seq)
         dyn = {k: {0: batch, 1: seq} for k in feeds}
     torch.onnx.export(model, args, str(path), input_names=list(feeds),
-                      output_names=OUTPUT_NAMES[name], dynamic_shapes=dyn, dynamo=True)
+                      output_names=OUTPUT_NAMES[name], dynamic_shapes=dyn, dynamo=True,
+                      opset_version=OPSET.get(name))
     m = onnx.load(str(path))
     dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
             for i in m.graph.input}
