@@ -66,9 +66,13 @@ struct rtx_backend_i {
     void (*graph_free)(struct rtx_backend *be, struct rtx_backend_graph *graph);
 };
 
+struct rtx__const_cache;
 struct rtx_backend {
     const struct rtx_backend_i *iface;
     void *ctx;
+    /* device copies of plans' constants, shared by the plans on this backend (runtime/
+     * const-cache.c); NULL until first used; dropped by rtx_backend_free */
+    struct rtx__const_cache *consts;
 };
 
 /* Error helper for kernels: sets err to fmt's message prefixed with "node N 'name' (op): " (as

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/backend-impl.h"
+#include "runtime/runtime-impl.h"
 
 const char *rtx_backend_name(struct rtx_backend *be) {
     return be ? be->iface->name(be) : "?";
@@ -15,6 +16,7 @@ const char *rtx_backend_name(struct rtx_backend *be) {
 
 void rtx_backend_free(struct rtx_backend *be) {
     if (be == NULL) return;
+    rtx__const_cache_close(be);
     be->iface->free(be);
 }
 

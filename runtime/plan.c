@@ -99,6 +99,7 @@ struct rtx_plan {
     /* Device copies of the initializers for a backend that is not host memory, made on the
      * first execution with that backend and reused by the next ones. */
     struct rtx_backend *const_be;
+    struct rtx__const_cache *const_cache; /* where dev_consts came from (shared copies) */
     struct rtx_tensor **dev_consts; /* per value; NULL for non-constants */
     /* Replay state for a backend that captures graphs (DESIGN): rp_be owns it. */
     struct rtx_backend *rp_be;
@@ -438,13 +439,19 @@ fail:
 
 static void drop_device_constants(struct rtx_plan *p) {
     if (p->dev_consts)
-        for (int v = 0; v < p->g->n_values; v++) rtx_tensor_unref(p->dev_consts[v]);
+        for (int v = 0; v < p->g->n_values; v++) {
+            if (!p->dev_consts[v]) continue;
+            rtx_tensor_unref(p->dev_consts[v]);
+            rtx__const_release(p->const_cache, p->g->values[v].constant);
+        }
     rtx_free(p->dev_consts);
     p->dev_consts = NULL;
     p->const_be = NULL;
+    p->const_cache = NULL;
 }
 
-/* The initializers on a device backend: uploaded once per plan and backend. */
+/* The initializers on a device backend: the backend's shared copies (runtime/const-cache.c),
+ * so plans of the same weights at other shapes upload them once. */
 static int device_constants(struct rtx_plan *p, struct rtx_backend *be, struct rtx_err *err) {
     if (p->const_be == be && p->dev_consts) return 0;
     drop_device_constants(p);
@@ -453,7 +460,7 @@ static int device_constants(struct rtx_plan *p, struct rtx_backend *be, struct r
     for (int v = 0; v < p->g->n_values; v++) {
         const struct rtx_value *val = &p->g->values[v];
         if (!val->constant) continue;
-        int rc = rtx_backend_upload(be, val->constant, &p->dev_consts[v], err);
+        int rc = rtx__const_acquire(be, val->constant, &p->const_cache, &p->dev_consts[v], err);
         if (rc) {
             rtx_err_prefix(err, "initializer '%s'", val->name);
             drop_device_constants(p);

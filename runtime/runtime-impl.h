@@ -58,4 +58,19 @@ int rtx__infer_graph(const struct rtx_graph *g, const int *order,
                      const struct rtx__shape *input_shapes, const struct rtx_limits *lim,
                      struct rtx__shape *shapes, struct rtx_err *err);
 
+/* Device copies of constant host tensors shared by the plans of one backend (const-cache.c,
+ * DESIGN): the copy of host on be, uploaded by the first use and kept while used; *dev gets a
+ * new reference, *cache the cache to release it in. RTX_ENOMEM or the upload's error. */
+struct rtx__const_cache;
+int rtx__const_acquire(struct rtx_backend *be, const struct rtx_tensor *host,
+                       struct rtx__const_cache **cache, struct rtx_tensor **dev,
+                       struct rtx_err *err);
+/* Ends one use of host's copy (the caller unrefs its own reference to the copy); the last use
+ * drops the copy. Valid after the backend is freed; NULL cache or host: a no-op. */
+void rtx__const_release(struct rtx__const_cache *cache, const struct rtx_tensor *host);
+/* At backend free: the backend's reference to its cache. */
+void rtx__const_cache_close(struct rtx_backend *be);
+/* The copies be's cache holds now (tests). */
+int rtx__const_cache_entries(struct rtx_backend *be);
+
 #endif /* RTX_RUNTIME_IMPL_H */

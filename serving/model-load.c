@@ -152,15 +152,15 @@ static int bind_graph(struct rtx_model *m, const char *gpath, const char *wpath,
 #define RESERVE_MARGIN_BYTES ((size_t)64 << 20)
 
 /* The reservation of the version on d, which holds k of its instances: config.json's
- * memory_reserve_bytes, else the default: on a GPU two copies of every initializer per
- * instance (each plan uploads its own: the one running and one more batch shape), on the CPU
+ * memory_reserve_bytes, else the default: on a GPU one copy of every initializer per
+ * instance (the plans of all its batch shapes share it: runtime/const-cache.c), on the CPU
  * none (plans read the mapped weights in place), plus a working margin of 64 MiB capped at a
  * quarter of what d's budget has unreserved now, so that a default never fails for want of
  * margin, only when the weights' copies do not fit. */
 static size_t reservation(const struct rtx_model *m, struct rtx_device *d, int k) {
     if (m->cfg.memory_reserve_bytes >= 0) return (size_t)m->cfg.memory_reserve_bytes;
     size_t weights = rtx_device_kind(d) == RTX_DEVICE_CUDA
-                         ? 2 * (size_t)m->const_bytes * (size_t)k
+                         ? (size_t)m->const_bytes * (size_t)k
                          : 0;
     struct rtx_device_info di;
     rtx_device_info(d, &di);

@@ -23,6 +23,7 @@
 
 #include "kernels/cpu/backend-cpu.h"
 #include "runtime/backend-impl.h"
+#include "runtime/runtime-impl.h"
 #include "tests/unit/test-util.h"
 
 #define MAX_IN 4
@@ -52,6 +53,7 @@ struct fake {
     int fused_groups;            /* run_fused calls */
     int reshapes;                /* reshape nodes given to run_node, run or recorded */
     int recorded;                /* nodes in the last kept capture */
+    int uploads;                 /* upload calls */
 };
 
 static const char *f_name(struct rtx_backend *be) {
@@ -143,6 +145,7 @@ static int f_copy(const struct rtx_tensor *src, struct rtx_tensor **dst, struct 
 }
 static int f_upload(struct rtx_backend *be, const struct rtx_tensor *host,
                     struct rtx_tensor **dev, struct rtx_err *err) {
+    ((struct fake *)be->ctx)->uploads++;
     return f_copy(host, dev, err);
 }
 static int f_download(struct rtx_backend *be, const struct rtx_tensor *dev,
@@ -318,7 +321,7 @@ START_TEST(replay_equals_plain_execution_over_100_runs) {
     ck_assert_str_eq(rtx_plan_capture_note(fx.p), "");
     fixture_close(&fx);
     ck_assert_int_eq(f.graphs_live, 0); /* freed with the plan */
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
 }
 END_TEST
 
@@ -338,7 +341,7 @@ START_TEST(failed_node_in_capture_falls_back_to_node_by_node) {
     ck_assert_int_eq(f.launches, 0);
     ck_assert_int_eq(f.graphs_live, 0);
     fixture_close(&fx);
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
 }
 END_TEST
 
@@ -354,7 +357,7 @@ START_TEST(failed_capture_end_falls_back_to_node_by_node) {
     ck_assert_int_eq(run_set(&fx, &f.be, 0), RTX_EXEC_PLAIN);
     ck_assert_int_eq(f.graphs_live, 0);
     fixture_close(&fx);
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
 }
 END_TEST
 
@@ -385,7 +388,7 @@ START_TEST(cancel_is_read_before_launch_and_inside_capture) {
     cancel = 0;
     ck_assert_int_eq(run_set(&fx, &f.be, 0), RTX_EXEC_REPLAYED);
     fixture_close(&fx);
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
 }
 END_TEST
 
@@ -428,7 +431,7 @@ START_TEST(device_resident_execution_replays_on_fixed_outputs) {
     rtx_tensor_unref(tv);
     for (int s = 0; s < 2; s++) rtx_tensor_unref(dx[s]);
     fixture_close(&fx);
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
 }
 END_TEST
 
@@ -458,7 +461,59 @@ START_TEST(another_backend_drops_the_graph_and_shapes_get_their_own) {
     fixture_close(&fx);
     fixture_close(&fx2);
     ck_assert_int_eq(f.graphs_live, 0);
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
+}
+END_TEST
+
+/* Plans of one graph at two shapes on one backend hold one device copy of each constant
+ * (runtime/const-cache.c), dropped with the last plan that uses it. */
+START_TEST(plans_of_one_graph_share_its_constants) {
+    struct fake f;
+    struct rtx_err err;
+    fake_init(&f);
+    struct rtx_graph *g = mixed_graph();
+    int64_t d1[] = {3, 8}, d2[] = {11, 8};
+    struct rtx_tensor *x[2] = {tu_tensor_random(RTX_F32, 2, d1, -2, 2, 31),
+                               tu_tensor_random(RTX_F32, 2, d2, -2, 2, 32)};
+    struct rtx_plan *p[2];
+    for (int i = 0; i < 2; i++) {
+        struct rtx_tensor *ref[2], *y[2];
+        reference(g, x[i], ref);
+        ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x[i], 1, NULL, &p[i],
+                                      &err), 0);
+        int before = f.uploads;
+        for (int run = 0; run < 3; run++) { /* fixed, captured, replayed */
+            ck_assert_msg(rtx_plan_execute(p[i], &f.be, &x[i], 1, y, 2, NULL, NULL, &err) == 0,
+                          "%s", err.msg);
+            ck_assert(same_bits(ref[0], y[0]) && same_bits(ref[1], y[1]));
+            rtx_tensor_unref(y[0]);
+            rtx_tensor_unref(y[1]);
+        }
+        /* the first plan uploads w and b; the second finds them */
+        ck_assert_int_eq(f.uploads - before, i == 0 ? 2 : 0);
+        ck_assert_int_eq(rtx__const_cache_entries(&f.be), 2);
+        rtx_tensor_unref(ref[0]);
+        rtx_tensor_unref(ref[1]);
+    }
+    rtx_plan_free(p[0]);
+    ck_assert_int_eq(rtx__const_cache_entries(&f.be), 2); /* the second plan still uses them */
+    rtx_plan_free(p[1]);
+    ck_assert_int_eq(rtx__const_cache_entries(&f.be), 0);
+    /* a plan freed after its backend releases into the closed cache */
+    struct fake f2;
+    fake_init(&f2);
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x[0], 1, NULL, &p[0],
+                                  &err), 0);
+    struct rtx_tensor *y[2];
+    ck_assert_int_eq(rtx_plan_execute(p[0], &f2.be, &x[0], 1, y, 2, NULL, NULL, &err), 0);
+    rtx_tensor_unref(y[0]);
+    rtx_tensor_unref(y[1]);
+    rtx_backend_free(&f2.be);
+    rtx_plan_free(p[0]);
+    rtx_tensor_unref(x[0]);
+    rtx_tensor_unref(x[1]);
+    rtx_graph_free(g);
+    rtx_backend_free(&f.be);
 }
 END_TEST
 
@@ -488,7 +543,7 @@ START_TEST(replay_survives_allocation_failures) {
     ck_assert_int_eq(run_set(&fx, &f.be, 1), RTX_EXEC_CAPTURED);
     ck_assert_int_eq(run_set(&fx, &f.be, 0), RTX_EXEC_REPLAYED);
     fixture_close(&fx);
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
 }
 END_TEST
 
@@ -524,7 +579,7 @@ START_TEST(fusion_needs_a_single_reader) {
     rtx_tensor_unref(in[1]);
     rtx_plan_free(p);
     rtx_graph_free(g);
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
 }
 END_TEST
 
@@ -626,7 +681,7 @@ START_TEST(views_replay_over_their_sources_memory) {
     ck_assert_int_eq(f.fused_groups, 2);   /* matmul + add, in run 1 and in the capture */
     ck_assert_int_eq(f.launches, 19);      /* the capture's run launches too */
     rtx_graph_free(g);
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
 }
 END_TEST
 
@@ -659,7 +714,7 @@ START_TEST(fused_group_keeps_its_inputs_until_it_ends) {
     /* h, m and s live at once, with the input and the output held by the plan */
     ck_assert_uint_eq(st.peak_bytes, 3 * 64 + 2 * 64);
     rtx_graph_free(g);
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
 }
 END_TEST
 
@@ -744,7 +799,7 @@ START_TEST(block_fuses_every_projection) {
     ck_assert_int_eq(f.recorded, 22);
     ck_assert_int_eq(f.reshapes, 0);
     rtx_graph_free(g);
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
 }
 END_TEST
 
@@ -781,7 +836,7 @@ START_TEST(block_survives_allocation_failures) {
     rtx_tensor_unref(ref);
     rtx_tensor_unref(x);
     rtx_graph_free(g);
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
 }
 END_TEST
 
@@ -877,7 +932,7 @@ START_TEST(in_place_writers_run_node_by_node_on_the_callers_tensors) {
     rtx_plan_free(p);
     rtx_backend_free(cpu);
     rtx_graph_free(g);
-    f_free(&f.be);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
 }
 END_TEST
 
@@ -890,6 +945,7 @@ Suite *rtx_plan_replay_suite(void) {
     tcase_add_test(tc, cancel_is_read_before_launch_and_inside_capture);
     tcase_add_test(tc, device_resident_execution_replays_on_fixed_outputs);
     tcase_add_test(tc, another_backend_drops_the_graph_and_shapes_get_their_own);
+    tcase_add_test(tc, plans_of_one_graph_share_its_constants);
     tcase_add_test(tc, replay_survives_allocation_failures);
     tcase_add_test(tc, fusion_needs_a_single_reader);
     tcase_add_test(tc, views_replay_over_their_sources_memory);
