@@ -19,9 +19,11 @@
  * row's sequence by a binary search of query_start, loads its G queries (scaled, f32) into
  * shared memory, then walks its keys in tiles: a tile of keys and values is gathered through
  * the block table into shared memory (16-byte loads where the rows allow), each warp takes
- * keys and computes their G scores with its lanes over the head dims and a shuffle sum; one
- * warp per head then folds the tile into that head's running max and sum (an online softmax,
- * f32, as FlashAttention), and the threads, one per (head, dim), fold the tile's p . v into
+ * keys and computes their G scores with its lanes over the head dims and a shuffle sum (when a
+ * key is at most 32 16-byte units, a warp takes several keys at once, a group of lanes per
+ * key summing within the group: tile_scores_grouped); one warp per head then folds the tile
+ * into that head's running max and sum (an online softmax, f32, as FlashAttention), and the
+ * threads, one per (head, dim), fold the tile's p . v into
  * f32 accumulators in shared memory. A row attends to keys 0 .. its position, so its last
  * partition simply ends there and no mask is needed. With one partition the block writes the
  * normalized row; when rows x KV heads are too few to fill the device (a short decode batch
@@ -197,27 +199,79 @@ __device__ static int64_t row_sequence(const int32_t *qs, int64_t S, int64_t t) 
     return lo - 1 >= 0 && lo - 1 < S ? lo - 1 : -1;
 }
 
-/* Keys kt0 .. kt0 + nk - 1 of sequence s, KV head hk, from the caches into sk and sv. */
+/* Keys kt0 .. kt0 + nk - 1 of sequence s, KV head hk, from the caches into sk and sv. The
+ * index math is 32-bit (a key position is below B x BS, checked at launch): 64-bit divisions
+ * per 16-byte unit cost more than the loads. When the block's threads are a multiple of a
+ * key's 16-byte units, each thread keeps one unit column and steps over keys, dividing once
+ * per key instead of per unit. */
 template <typename T>
 __device__ static void load_tile(const struct rtx_cuda_paged &p, int64_t s, int64_t hk,
                                  int64_t kt0, int64_t nk, T *sk, T *sv) {
     const struct rtx__paged_geom &g = p.g;
     const int32_t *table = p.tables + s * g.B;
+    const int bs = (int)g.BS, k0 = (int)kt0, n = (int)nk, nt = (int)blockDim.x;
+    const int64_t hkv = g.Hkv;
     if (p.vec16) {
-        int64_t upk = g.D * (int64_t)sizeof(T) / 16; /* 16-byte units per key */
-        for (int64_t u = threadIdx.x; u < nk * upk; u += blockDim.x) {
-            int64_t j = u / upk, c = u % upk, pos = kt0 + j;
-            int64_t row = ((int64_t)table[pos / g.BS] * g.BS + pos % g.BS) * g.Hkv + hk;
-            ((uint4 *)sk)[u] = ((const uint4 *)p.kc)[row * upk + c];
-            ((uint4 *)sv)[u] = ((const uint4 *)p.vc)[row * upk + c];
+        const int upk = (int)(g.D * (int64_t)sizeof(T) / 16); /* 16-byte units per key */
+        const uint4 *kc = (const uint4 *)p.kc, *vc = (const uint4 *)p.vc;
+        uint4 *dk = (uint4 *)sk, *dv = (uint4 *)sv;
+        if (nt % upk == 0) {
+            const int c = (int)threadIdx.x % upk, step = nt / upk;
+            for (int j = (int)threadIdx.x / upk; j < n; j += step) {
+                const int pos = k0 + j;
+                const int64_t row = ((int64_t)table[pos / bs] * bs + pos % bs) * hkv + hk;
+                dk[j * upk + c] = kc[row * upk + c];
+                dv[j * upk + c] = vc[row * upk + c];
+            }
+            return;
+        }
+        for (int u = (int)threadIdx.x; u < n * upk; u += nt) {
+            const int j = u / upk, c = u % upk, pos = k0 + j;
+            const int64_t row = ((int64_t)table[pos / bs] * bs + pos % bs) * hkv + hk;
+            dk[u] = kc[row * upk + c];
+            dv[u] = vc[row * upk + c];
         }
         return;
     }
-    for (int64_t e = threadIdx.x; e < nk * g.D; e += blockDim.x) {
-        int64_t j = e / g.D, d = e % g.D, pos = kt0 + j;
-        int64_t row = ((int64_t)table[pos / g.BS] * g.BS + pos % g.BS) * g.Hkv + hk;
-        sk[e] = ((const T *)p.kc)[row * g.D + d];
-        sv[e] = ((const T *)p.vc)[row * g.D + d];
+    const int D = (int)g.D;
+    for (int e = (int)threadIdx.x; e < n * D; e += nt) {
+        const int j = e / D, d = e % D, pos = k0 + j;
+        const int64_t row = ((int64_t)table[pos / bs] * bs + pos % bs) * hkv + hk;
+        sk[e] = ((const T *)p.kc)[row * D + d];
+        sv[e] = ((const T *)p.vc)[row * D + d];
+    }
+}
+
+/* The tile's scores ss[h, j] = q_h . k_j when a key is upk 16-byte units and upk divides 32:
+ * each warp takes 32 / upk keys at once, a lane one unit of one key (loaded once, dotted with
+ * the G queries' matching dims), and the upk lanes of a key sum by shuffles within their group
+ * (log2(upk) shuffles per head and key group instead of 5 per head and key). */
+template <typename T>
+__device__ static void tile_scores_grouped(const float *sq, const T *sk, float *ss, int64_t G,
+                                           int64_t D, int64_t tile, int64_t nk, int upk) {
+    constexpr int E = 16 / (int)sizeof(T); /* elements per unit */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kpw = 32 / upk;
+    const int sub = lane / upk, c = lane % upk;
+    for (int64_t j0 = (int64_t)warp * kpw; j0 < nk; j0 += (int64_t)PA_WARPS * kpw) {
+        const int64_t j = j0 + sub;
+        float x[E];
+        if (j < nk) {
+            uint4 u = ((const uint4 *)(sk + j * D))[c];
+            const T *e = (const T *)&u;
+#pragma unroll
+            for (int i = 0; i < E; i++) x[i] = to_f32(e[i]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < E; i++) x[i] = 0.0f;
+        }
+        for (int64_t h = 0; h < G; h++) {
+            const float *q = sq + h * D + (int64_t)c * E;
+            float a = 0.0f;
+#pragma unroll
+            for (int i = 0; i < E; i++) a += q[i] * x[i];
+            for (int off = upk / 2; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+            if (c == 0 && j < nk) ss[h * tile + j] = a;
+        }
     }
 }
 
@@ -235,6 +289,7 @@ template <typename T> __global__ static void attention_kernel(const struct rtx_c
     T *sk = (T *)((float *)smem4 + f32_floats(G, D, tile)); /* [tile, D] */
     T *sv = sk + tile * D;                                  /* [tile, D] */
 
+    const int upk = (int)(D * (int64_t)sizeof(T) / 16); /* a key's 16-byte units */
     int64_t s = row_sequence(p.qs, g.S, t), k1 = 0, k0 = (int64_t)part * p.part_keys;
     if (s >= 0) {
         int64_t n = (int64_t)p.qs[s + 1] - p.qs[s];
@@ -255,14 +310,17 @@ template <typename T> __global__ static void attention_kernel(const struct rtx_c
         int64_t nk = k1 - kt0 < tile ? k1 - kt0 : tile;
         load_tile<T>(p, s, hk, kt0, nk, sk, sv);
         __syncthreads();
-        for (int64_t j = warp; j < nk; j += PA_WARPS)
-            for (int64_t h = 0; h < G; h++) {
-                float a = 0.0f;
-                for (int64_t d = lane; d < D; d += 32)
-                    a += sq[h * D + d] * to_f32(sk[j * D + d]);
-                a = warp_sum(a);
-                if (lane == 0) ss[h * tile + j] = a;
-            }
+        if (p.vec16 && 32 % upk == 0)
+            tile_scores_grouped<T>(sq, sk, ss, G, D, tile, nk, upk);
+        else
+            for (int64_t j = warp; j < nk; j += PA_WARPS)
+                for (int64_t h = 0; h < G; h++) {
+                    float a = 0.0f;
+                    for (int64_t d = lane; d < D; d += 32)
+                        a += sq[h * D + d] * to_f32(sk[j * D + d]);
+                    a = warp_sum(a);
+                    if (lane == 0) ss[h * tile + j] = a;
+                }
         __syncthreads();
         for (int64_t h = warp; h < G; h += PA_WARPS) {
             float mx = -INFINITY, sum = 0.0f;
@@ -355,7 +413,8 @@ extern "C" cudaError_t rtx__cuda_paged_attention_launch(const struct rtx_cuda_pa
                                                         size_t smem, cudaStream_t stream) {
     if (p->g.T * p->g.H * p->g.D == 0) return cudaSuccess;
     if (p->g.T > INT32_MAX || p->g.Hkv > 65535 || p->g.H > 65535 || p->parts > 65535 ||
-        p->parts < 1 || p->tile < 1)
+        p->parts < 1 || p->tile < 1 || p->g.B * p->g.BS > INT32_MAX ||
+        p->tile * p->g.D > INT32_MAX)
         return cudaErrorInvalidValue;
     switch (p->dt) {
     case RTX_F32: return attention_launch<float>(p, smem, stream);
