@@ -9,20 +9,27 @@
  * job is published under `mu` with a new generation number and every worker is woken; items
  * are claimed in chunks through one atomic counter, and each worker checks out under `mu`
  * when it finds no chunk left. The caller returns only after every worker has checked out,
- * so no worker can still read a job's fields when the next job is published. Workers sleep
- * on condition variables between jobs and never spin. A second caller (another thread, or a
- * kernel calling parallel_for from inside a chunk) finds `submit` locked and runs inline, so
- * nesting cannot deadlock. OpenBLAS keeps threads of its own; it gets the same count.
+ * so no worker can still read a job's fields when the next job is published. A model runs
+ * one short job after another (tens of microseconds each), and waking a sleeping thread
+ * through a futex costs about as much: so a worker that finishes a job first spins for up to
+ * CPU_SPIN_NS on the generation number, and the caller spins up to as long on `busy`, before
+ * either sleeps on its condition variable (a broadcast or signal with nobody waiting makes no
+ * system call). Past that the pool sleeps: an idle daemon burns no CPU. A second caller
+ * (another thread, or a kernel calling parallel_for from inside a chunk) finds `submit`
+ * locked and runs inline, so nesting cannot deadlock. OpenBLAS runs single-threaded
+ * (rtx__cpu_sgemm).
  */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/cpu/cpu-impl.h"
 
 #define CPU_CHUNKS_PER_THREAD 4 /* chunks per thread, for load balance */
+#define CPU_SPIN_NS 200000      /* spinning before sleeping, after a job (DESIGN) */
 
 struct rtx_cpu {
     int n_threads;               /* workers + the calling thread */
@@ -32,8 +39,8 @@ struct rtx_cpu {
     pthread_mutex_t mu;          /* guards everything below but `next` */
     pthread_cond_t wake;         /* workers wait for a new generation or stop */
     pthread_cond_t done;         /* the caller waits for busy == 0 */
-    uint64_t gen;                /* job generation */
-    int busy;                    /* workers not yet checked out of the current job */
+    _Atomic uint64_t gen;        /* job generation: written under mu, read spinning too */
+    _Atomic int busy;            /* workers not yet checked out: likewise */
     bool stop;
     void (*fn)(void *ctx, int64_t begin, int64_t end);
     void *fn_ctx;
@@ -51,19 +58,65 @@ static void run_chunks(struct rtx_cpu *cpu) {
     }
 }
 
+static inline void spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spins until *v differs from `from` or CPU_SPIN_NS pass; whether it changed. The clock is
+ * read every 64 rounds only. */
+static bool spin_u64(_Atomic uint64_t *v, uint64_t from) {
+    int64_t until = 0;
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(v, memory_order_acquire) != from) return true;
+        spin_pause();
+        if (i % 64 == 0) {
+            int64_t now = mono_ns();
+            if (until == 0) until = now + CPU_SPIN_NS;
+            else if (now > until) return false;
+        }
+    }
+}
+
+static bool spin_zero(_Atomic int *v) {
+    int64_t until = 0;
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(v, memory_order_acquire) == 0) return true;
+        spin_pause();
+        if (i % 64 == 0) {
+            int64_t now = mono_ns();
+            if (until == 0) until = now + CPU_SPIN_NS;
+            else if (now > until) return false;
+        }
+    }
+}
+
 static void *worker_main(void *arg) {
     struct rtx_cpu *cpu = arg;
     rtx_thread_name("rtx-cpu-pool");
     uint64_t seen = 0;
-    pthread_mutex_lock(&cpu->mu);
     for (;;) {
-        while (!cpu->stop && cpu->gen == seen) pthread_cond_wait(&cpu->wake, &cpu->mu);
+        spin_u64(&cpu->gen, seen); /* stop is published with a new generation too */
+        pthread_mutex_lock(&cpu->mu);
+        while (!cpu->stop && atomic_load_explicit(&cpu->gen, memory_order_relaxed) == seen)
+            pthread_cond_wait(&cpu->wake, &cpu->mu);
         if (cpu->stop) break;
-        seen = cpu->gen;
+        seen = atomic_load_explicit(&cpu->gen, memory_order_relaxed);
         pthread_mutex_unlock(&cpu->mu);
         run_chunks(cpu);
         pthread_mutex_lock(&cpu->mu);
-        if (--cpu->busy == 0) pthread_cond_signal(&cpu->done);
+        if (atomic_fetch_sub_explicit(&cpu->busy, 1, memory_order_release) == 1)
+            pthread_cond_signal(&cpu->done);
+        pthread_mutex_unlock(&cpu->mu);
     }
     pthread_mutex_unlock(&cpu->mu);
     return NULL;
@@ -89,15 +142,17 @@ void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
     cpu->n = n;
     cpu->chunk = chunk;
     atomic_store_explicit(&cpu->next, 0, memory_order_relaxed);
-    cpu->busy = cpu->n_workers;
-    cpu->gen++;
+    atomic_store_explicit(&cpu->busy, cpu->n_workers, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cpu->gen, 1, memory_order_release);
     pthread_cond_broadcast(&cpu->wake);
     pthread_mutex_unlock(&cpu->mu);
 
     run_chunks(cpu);
 
+    spin_zero(&cpu->busy);
     pthread_mutex_lock(&cpu->mu);
-    while (cpu->busy > 0) pthread_cond_wait(&cpu->done, &cpu->mu);
+    while (atomic_load_explicit(&cpu->busy, memory_order_acquire) > 0)
+        pthread_cond_wait(&cpu->done, &cpu->mu);
     cpu->fn = NULL;
     cpu->fn_ctx = NULL;
     pthread_mutex_unlock(&cpu->mu);
@@ -112,6 +167,7 @@ void rtx__cpu_pool_free(struct rtx_cpu *cpu) {
     if (cpu == NULL) return;
     pthread_mutex_lock(&cpu->mu);
     cpu->stop = true;
+    atomic_fetch_add_explicit(&cpu->gen, 1, memory_order_release); /* ends the spinning */
     pthread_cond_broadcast(&cpu->wake);
     pthread_mutex_unlock(&cpu->mu);
     for (int i = 0; i < cpu->n_workers; i++) pthread_join(cpu->workers[i], NULL);
@@ -129,6 +185,8 @@ int rtx__cpu_pool_new(int n, struct rtx_cpu **out, struct rtx_err *err) {
     if (cpu == NULL) return rtx_err_set(err, RTX_ENOMEM, "cpu: backend context");
     cpu->n_threads = n;
     atomic_init(&cpu->next, 0);
+    atomic_init(&cpu->gen, 0);
+    atomic_init(&cpu->busy, 0);
     if (n > 1) {
         cpu->workers = rtx_calloc((size_t)n - 1, sizeof *cpu->workers);
         if (cpu->workers == NULL) {
