@@ -88,6 +88,15 @@ CUDA_OBJ    := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CUDA_SRC))
 RUNTIME_SRC := $(wildcard runtime/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c) \
                $(wildcard kernels/cuda/*.c)
 RUNTIME_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(RUNTIME_SRC)) $(CUDA_OBJ) $(GRAPH_PB_OBJ)
+# The CPU op files the compiler vectorizes, built a second time for AVX2 + FMA + F16C on x86-64
+# (kernels/cpu/cpu-impl.h, ISA variants): backend-cpu.c picks the build at run time.
+CPU_VARIANT_SRC := kernels/cpu/ops-elementwise.c kernels/cpu/ops-reduce.c \
+                   kernels/cpu/ops-linalg.c kernels/cpu/ops-conv.c
+ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
+CPU_AVX2_OBJ := $(patsubst %.c,$(BUILD)/obj/%-avx2.o,$(CPU_VARIANT_SRC))
+RUNTIME_OBJ  += $(CPU_AVX2_OBJ)
+$(BUILD)/obj/kernels/cpu/backend-cpu.o: CFLAGS += -DRTX_CPU_HAVE_AVX2
+endif
 LIBRT       := $(BUILD)/lib/librtxrt.a
 
 STORE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard store/*.c))
@@ -192,7 +201,11 @@ $(BUILD)/obj/kernels/cuda/%.o: CFLAGS += $(CUDA_CFLAGS)
 # the CPU elementwise kernels are written as fixed blocks of 8 for the vectorizer: -O3 with
 # -fno-trapping-math (rtxd never enables floating-point traps; results are unchanged) lets it
 # vectorize the selects and divisions of erf and GELU, which otherwise stay scalar branches
-$(BUILD)/obj/kernels/cpu/ops-elementwise.o: CFLAGS += -O3 -fno-trapping-math
+$(BUILD)/obj/kernels/cpu/ops-elementwise.o $(BUILD)/obj/kernels/cpu/ops-elementwise-avx2.o: \
+  CFLAGS += -O3 -fno-trapping-math
+$(BUILD)/obj/kernels/cpu/%-avx2.o: kernels/cpu/%.c | $(PROTO_H) $(ONNX_PB_C:.c=.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -mavx2 -mfma -mf16c -DRTX_CPU_VARIANT=avx2 -c $< -o $@
 $(BUILD)/obj/tests/unit/test-cuda-flash.o: CFLAGS += $(CUDA_CFLAGS)
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
@@ -376,8 +389,12 @@ test-serving: all $(PY_GEN)
 test-integration: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/integration
 
+# the CPU kernel suites run a second time on the generic build (the default is the best build
+# the CPU runs: kernels/cpu/cpu-impl.h, ISA variants)
+CPU_SUITES := cpu_elementwise cpu_reduce cpu_linalg cpu_shape cpu_conv cpu_generation onnx
 test-unit: $(BUILD)/bin/rtx-unit-tests $(EXAMPLES)
 	CK_FORK=yes RTX_TEST_GEN_MODEL=$(BUILD)/examples/models/tiny-chat/1 $(BUILD)/bin/rtx-unit-tests
+	CK_FORK=yes RTX_CPU_ISA=generic $(BUILD)/bin/rtx-unit-tests $(CPU_SUITES)
 
 test-py: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/interop

@@ -4,6 +4,8 @@
  * kernels/cpu/thread-pool.c.
  */
 #include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "kernels/cpu/backend-cpu.h"
@@ -12,10 +14,32 @@
 
 #define CPU_MAX_THREADS 1024
 
-/* The backend with what only buffer_new needs: be first, so cpu_free's rtx_free(be) frees it. */
+typedef int (*cpu_group_fn)(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                            struct rtx_err *err);
+
+/* One build of the op groups that have ISA variants (cpu-impl.h). */
+struct cpu_kernels {
+    const char *isa;
+    cpu_group_fn elementwise, reduce, linalg, conv;
+};
+
+static const struct cpu_kernels generic_kernels = {
+    .isa = "generic", .elementwise = rtx__cpu_elementwise, .reduce = rtx__cpu_reduce,
+    .linalg = rtx__cpu_linalg, .conv = rtx__cpu_conv,
+};
+#ifdef RTX_CPU_HAVE_AVX2
+static const struct cpu_kernels avx2_kernels = {
+    .isa = "avx2", .elementwise = rtx__cpu_elementwise_avx2, .reduce = rtx__cpu_reduce_avx2,
+    .linalg = rtx__cpu_linalg_avx2, .conv = rtx__cpu_conv_avx2,
+};
+#endif
+
+/* The backend with what only buffer_new and run_node need: be first, so cpu_free's
+ * rtx_free(be) frees it. */
 struct cpu_backend {
     struct rtx_backend be;
     struct rtx_mem_account *account; /* NULL: none */
+    const struct cpu_kernels *kern;  /* the ISA build the op groups run */
 };
 
 /* What a charged buffer gives back when released: its bytes to its account. One per buffer,
@@ -170,24 +194,25 @@ static int cpu_buffer_new(struct rtx_backend *be, size_t bytes, struct rtx_buffe
 static int cpu_run_node(struct rtx_backend *be, const struct rtx_node_args *a,
                         struct rtx_err *err) {
     struct rtx_cpu *cpu = be->ctx;
+    const struct cpu_kernels *k = ((struct cpu_backend *)be)->kern;
     switch (a->node->op) {
     case RTX_OP_ADD: case RTX_OP_SUB: case RTX_OP_MUL: case RTX_OP_DIV: case RTX_OP_POW:
     case RTX_OP_NEG: case RTX_OP_ABS: case RTX_OP_SQRT: case RTX_OP_RSQRT: case RTX_OP_EXP:
     case RTX_OP_LOG: case RTX_OP_TANH: case RTX_OP_ERF: case RTX_OP_RELU: case RTX_OP_GELU:
     case RTX_OP_SILU: case RTX_OP_SIGMOID: case RTX_OP_CAST: case RTX_OP_WHERE:
     case RTX_OP_EQUAL: case RTX_OP_LESS: case RTX_OP_GREATER:
-        return rtx__cpu_elementwise(cpu, a, err);
+        return k->elementwise(cpu, a, err);
     case RTX_OP_REDUCE_SUM: case RTX_OP_REDUCE_MEAN: case RTX_OP_REDUCE_MAX:
     case RTX_OP_REDUCE_MIN: case RTX_OP_ARGMAX: case RTX_OP_SOFTMAX: case RTX_OP_LOG_SOFTMAX:
     case RTX_OP_LAYER_NORM: case RTX_OP_RMS_NORM:
-        return rtx__cpu_reduce(cpu, a, err);
+        return k->reduce(cpu, a, err);
     case RTX_OP_MATMUL: case RTX_OP_GEMM: case RTX_OP_ATTENTION:
-        return rtx__cpu_linalg(cpu, a, err);
+        return k->linalg(cpu, a, err);
     case RTX_OP_TRANSPOSE: case RTX_OP_RESHAPE: case RTX_OP_EXPAND: case RTX_OP_CONCAT:
     case RTX_OP_SLICE: case RTX_OP_GATHER: case RTX_OP_CONSTANT:
         return rtx__cpu_shape(cpu, a, err);
     case RTX_OP_CONV2D: case RTX_OP_MAX_POOL2D: case RTX_OP_AVG_POOL2D:
-        return rtx__cpu_conv(cpu, a, err);
+        return k->conv(cpu, a, err);
     case RTX_OP_ROPE: case RTX_OP_PAGED_ATTENTION:
         return rtx__cpu_generation(cpu, a, err);
     case RTX_OP_COUNT:
@@ -210,6 +235,39 @@ static const struct rtx_backend_i cpu_iface = {
  * Creation
  * ---------------------------------------------------------------------------------------- */
 
+/* The best build this CPU runs, or the one RTX_CPU_ISA names (generic | avx2): a name this
+ * build lacks, or an ISA the CPU lacks, is an error rather than a silent fallback. */
+static int pick_kernels(const struct cpu_kernels **out, struct rtx_err *err) {
+    const char *want = getenv("RTX_CPU_ISA");
+    bool avx2 = false;
+#ifdef RTX_CPU_HAVE_AVX2
+    __builtin_cpu_init();
+    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#endif
+    *out = &generic_kernels;
+    if (want == NULL || *want == '\0') {
+#ifdef RTX_CPU_HAVE_AVX2
+        if (avx2) *out = &avx2_kernels;
+#endif
+        return 0;
+    }
+    if (strcmp(want, "generic") == 0) return 0;
+    if (strcmp(want, "avx2") == 0) {
+#ifdef RTX_CPU_HAVE_AVX2
+        if (avx2) {
+            *out = &avx2_kernels;
+            return 0;
+        }
+        return rtx_err_set(err, RTX_EUNSUPPORTED, "cpu: RTX_CPU_ISA=avx2: this CPU lacks "
+                                                  "AVX2, FMA or F16C");
+#else
+        return rtx_err_set(err, RTX_EUNSUPPORTED, "cpu: RTX_CPU_ISA=avx2: not an x86-64 build");
+#endif
+    }
+    return rtx_err_set(err, RTX_EINVAL, "cpu: RTX_CPU_ISA=%s: not generic or avx2", want);
+}
+
 int rtx_backend_cpu_new(const struct rtx_cpu_options *opt, struct rtx_backend **out,
                         struct rtx_err *err) {
     if (out == NULL) return rtx_err_set(err, RTX_EINVAL, "cpu: out is NULL");
@@ -223,12 +281,16 @@ int rtx_backend_cpu_new(const struct rtx_cpu_options *opt, struct rtx_backend **
         if (n < 1) n = 1;
         if (n > CPU_MAX_THREADS) n = CPU_MAX_THREADS;
     }
+    const struct cpu_kernels *kern;
+    int rc = pick_kernels(&kern, err);
+    if (rc != 0) return rc;
     struct cpu_backend *cb = rtx_calloc(1, sizeof *cb);
     if (cb == NULL) return rtx_err_set(err, RTX_ENOMEM, "cpu: backend");
     struct rtx_backend *be = &cb->be;
     cb->account = opt ? opt->account : NULL;
+    cb->kern = kern;
     struct rtx_cpu *cpu;
-    int rc = rtx__cpu_pool_new((int)n, &cpu, err);
+    rc = rtx__cpu_pool_new((int)n, &cpu, err);
     if (rc != 0) {
         rtx_free(cb);
         return rc;

@@ -7,6 +7,13 @@
  * f32 and rounded once on store. Heavy loops are split across a small fixed thread pool with
  * rtx__cpu_parallel_for; GEMMs go to OpenBLAS single-threaded, split over the same pool
  * (rtx__cpu_sgemm).
+ *
+ * ISA variants: the op files whose loops the compiler vectorizes (ops-elementwise.c,
+ * ops-reduce.c, ops-linalg.c, ops-conv.c) are compiled twice on x86-64: for the baseline ISA
+ * and, with RTX_CPU_VARIANT=avx2, for AVX2 + FMA + F16C; the second build's entry points get
+ * the suffix _avx2 (the renames below). backend-cpu.c picks one set at creation from
+ * __builtin_cpu_supports, or from RTX_CPU_ISA (generic | avx2) when set. The build is ISO C
+ * (-ffp-contract=off), so the two compute the same values, bit for bit.
  */
 #ifndef RTX_CPU_IMPL_H
 #define RTX_CPU_IMPL_H
@@ -14,6 +21,15 @@
 #include <string.h>
 
 #include "runtime/backend-impl.h"
+
+#ifdef RTX_CPU_VARIANT /* a variant build: its entry points carry the suffix */
+#define RTX__CPU_PASTE2(a, b) a##_##b
+#define RTX__CPU_PASTE(a, b) RTX__CPU_PASTE2(a, b)
+#define rtx__cpu_elementwise RTX__CPU_PASTE(rtx__cpu_elementwise, RTX_CPU_VARIANT)
+#define rtx__cpu_reduce RTX__CPU_PASTE(rtx__cpu_reduce, RTX_CPU_VARIANT)
+#define rtx__cpu_linalg RTX__CPU_PASTE(rtx__cpu_linalg, RTX_CPU_VARIANT)
+#define rtx__cpu_conv RTX__CPU_PASTE(rtx__cpu_conv, RTX_CPU_VARIANT)
+#endif
 
 struct rtx_cpu; /* the backend context: its thread pool (kernels/cpu/thread-pool.c) */
 
@@ -153,5 +169,14 @@ int rtx__cpu_shape(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rt
 int rtx__cpu_conv(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
 int rtx__cpu_generation(struct rtx_cpu *cpu, const struct rtx_node_args *a,
                         struct rtx_err *err); /* rope, paged_attention */
+
+#if !defined(RTX_CPU_VARIANT) && defined(RTX_CPU_HAVE_AVX2)
+/* The AVX2 builds of the op groups above (DESIGN: ISA variants). */
+int rtx__cpu_elementwise_avx2(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                              struct rtx_err *err);
+int rtx__cpu_reduce_avx2(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+int rtx__cpu_linalg_avx2(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+int rtx__cpu_conv_avx2(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+#endif
 
 #endif /* RTX_CPU_IMPL_H */

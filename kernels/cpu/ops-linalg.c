@@ -36,6 +36,7 @@ static bool fits_int(int64_t v) {
     return v >= 0 && v <= INT_MAX;
 }
 
+#ifndef RTX_CPU_VARIANT /* one rtx__cpu_sgemm: OpenBLAS does its arithmetic */
 struct panel_job {
     bool ta, tb, by_rows;
     int64_t M, N, K, lda, ldb, ldc, width; /* width: columns (or rows) per panel */
@@ -89,6 +90,7 @@ void rtx__cpu_sgemm(struct rtx_cpu *cpu, bool ta, bool tb, int64_t M, int64_t N,
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
+#endif
 
 /* ------------------------------------------------------------------------------------------
  * matmul
