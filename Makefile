@@ -85,13 +85,15 @@ CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart -Wl,-rpath,$(CUDA_HOME)/
 
 CUDA_SRC    := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJ    := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CUDA_SRC))
-RUNTIME_SRC := $(wildcard runtime/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c) \
+RUNTIME_SRC := $(wildcard runtime/*.c) $(wildcard kernels/*.c) \
+               $(filter-out kernels/cpu/conv-direct.c,$(wildcard kernels/cpu/*.c)) \
                $(wildcard kernels/cuda/*.c)
 RUNTIME_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(RUNTIME_SRC)) $(CUDA_OBJ) $(GRAPH_PB_OBJ)
 # The CPU op files the compiler vectorizes, built a second time for AVX2 + FMA + F16C on x86-64
 # (kernels/cpu/cpu-impl.h, ISA variants): backend-cpu.c picks the build at run time.
+# conv-direct.c exists in that build only (its generic fallback is ops-conv.c's im2col).
 CPU_VARIANT_SRC := kernels/cpu/ops-elementwise.c kernels/cpu/ops-reduce.c \
-                   kernels/cpu/ops-linalg.c kernels/cpu/ops-conv.c
+                   kernels/cpu/ops-linalg.c kernels/cpu/ops-conv.c kernels/cpu/conv-direct.c
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
 CPU_AVX2_OBJ := $(patsubst %.c,$(BUILD)/obj/%-avx2.o,$(CPU_VARIANT_SRC))
 RUNTIME_OBJ  += $(CPU_AVX2_OBJ)
@@ -203,6 +205,7 @@ $(BUILD)/obj/kernels/cuda/%.o: CFLAGS += $(CUDA_CFLAGS)
 # vectorize the selects and divisions of erf and GELU, which otherwise stay scalar branches
 $(BUILD)/obj/kernels/cpu/ops-elementwise.o $(BUILD)/obj/kernels/cpu/ops-elementwise-avx2.o: \
   CFLAGS += -O3 -fno-trapping-math
+$(BUILD)/obj/kernels/cpu/conv-direct-avx2.o: CFLAGS += -O3 -ffp-contract=fast
 $(BUILD)/obj/kernels/cpu/%-avx2.o: kernels/cpu/%.c | $(PROTO_H) $(ONNX_PB_C:.c=.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -mavx2 -mfma -mf16c -DRTX_CPU_VARIANT=avx2 -c $< -o $@

@@ -29,6 +29,8 @@
 #define rtx__cpu_reduce RTX__CPU_PASTE(rtx__cpu_reduce, RTX_CPU_VARIANT)
 #define rtx__cpu_linalg RTX__CPU_PASTE(rtx__cpu_linalg, RTX_CPU_VARIANT)
 #define rtx__cpu_conv RTX__CPU_PASTE(rtx__cpu_conv, RTX_CPU_VARIANT)
+#define rtx__cpu_conv_direct RTX__CPU_PASTE(rtx__cpu_conv_direct, RTX_CPU_VARIANT)
+#define rtx__cpu_conv_direct_fits RTX__CPU_PASTE(rtx__cpu_conv_direct_fits, RTX_CPU_VARIANT)
 #endif
 
 struct rtx_cpu; /* the backend context: its thread pool (kernels/cpu/thread-pool.c) */
@@ -169,6 +171,17 @@ int rtx__cpu_shape(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rt
 int rtx__cpu_conv(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
 int rtx__cpu_generation(struct rtx_cpu *cpu, const struct rtx_node_args *a,
                         struct rtx_err *err); /* rope, paged_attention */
+
+#ifdef RTX_CPU_VARIANT
+/* conv2d without im2col (kernels/cpu/conv-direct.c, built for the variants only): whether it
+ * takes this geometry (ungrouped, not the 1x1 case whose columns are x itself), and the conv
+ * of f32 x [N, C, H, W] by wt [O, C, kh, kw] plus bias [O] (NULL: none) into y [N, O, Ho, Wo].
+ * RTX_ENOMEM when its scratch cannot be allocated. */
+struct rtx__conv2d_geom;
+bool rtx__cpu_conv_direct_fits(const struct rtx__conv2d_geom *g);
+int rtx__cpu_conv_direct(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
+                         const float *wt, const float *bias, float *y);
+#endif
 
 #if !defined(RTX_CPU_VARIANT) && defined(RTX_CPU_HAVE_AVX2)
 /* The AVX2 builds of the op groups above (DESIGN: ISA variants). */

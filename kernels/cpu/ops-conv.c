@@ -246,6 +246,14 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     }
     if (j.g.K == 0) {
         memset(j.y, 0, (size_t)rtx_tensor_numel(Y) * sizeof *j.y);
+#ifdef RTX_CPU_VARIANT
+    } else if (rtx__cpu_conv_direct_fits(&j.g)) {
+        if (rtx__cpu_conv_direct(cpu, &j.g, j.x, j.wt, j.bias, j.y)) {
+            rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "direct conv scratch");
+            goto done;
+        }
+        j.bias = NULL; /* added with the tiles */
+#endif
     } else if (j.g.G == 1 && !j.g.direct) {
         if (conv_batched(cpu, &j)) {
             rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "im2col scratch");

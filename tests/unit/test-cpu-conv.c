@@ -115,6 +115,16 @@ START_TEST(conv_padding_stride_dilation) {
     c.kw = 2;
     c.sh = 2;
     check_conv(&c, 4);
+    /* the AVX2 build's direct conv: channel blocks with a partial last one, stride phases
+     * with dilation, asymmetric pads, several pixel tasks per image */
+    struct conv_case d = {.dt = RTX_F32, .N = 2, .C = 19, .H = 23, .W = 21, .O = 10, .kh = 5,
+                          .kw = 4, .sh = 3, .sw = 2, .pt = 2, .pl = 0, .pb = 1, .pr = 3,
+                          .dh = 2, .dw = 1, .groups = 1, .bias = true};
+    check_conv(&d, 5);
+    d.sh = d.sw = 1;
+    d.H = 40;
+    d.W = 37;
+    check_conv(&d, 6);
 }
 END_TEST
 
