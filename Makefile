@@ -203,7 +203,9 @@ $(BUILD)/obj/kernels/cuda/%.o: CFLAGS += $(CUDA_CFLAGS)
 # the CPU elementwise kernels are written as fixed blocks of 8 for the vectorizer: -O3 with
 # -fno-trapping-math (rtxd never enables floating-point traps; results are unchanged) lets it
 # vectorize the selects and divisions of erf and GELU, which otherwise stay scalar branches
-$(BUILD)/obj/kernels/cpu/ops-elementwise.o $(BUILD)/obj/kernels/cpu/ops-elementwise-avx2.o: \
+# (and the NaN-keeping max of max pooling in ops-conv.c)
+$(BUILD)/obj/kernels/cpu/ops-elementwise.o $(BUILD)/obj/kernels/cpu/ops-elementwise-avx2.o \
+$(BUILD)/obj/kernels/cpu/ops-conv.o $(BUILD)/obj/kernels/cpu/ops-conv-avx2.o: \
   CFLAGS += -O3 -fno-trapping-math
 $(BUILD)/obj/kernels/cpu/conv-direct-avx2.o: CFLAGS += -O3 -ffp-contract=fast
 $(BUILD)/obj/kernels/cpu/%-avx2.o: kernels/cpu/%.c | $(PROTO_H) $(ONNX_PB_C:.c=.h)
@@ -394,7 +396,8 @@ test-integration: all $(PY_GEN)
 
 # the CPU kernel suites run a second time on the generic build (the default is the best build
 # the CPU runs: kernels/cpu/cpu-impl.h, ISA variants)
-CPU_SUITES := cpu_elementwise cpu_reduce cpu_linalg cpu_shape cpu_conv cpu_generation onnx
+CPU_SUITES := cpu_elementwise cpu_reduce cpu_linalg cpu_shape cpu_conv cpu_generation cpu_fused \
+              onnx
 test-unit: $(BUILD)/bin/rtx-unit-tests $(EXAMPLES)
 	CK_FORK=yes RTX_TEST_GEN_MODEL=$(BUILD)/examples/models/tiny-chat/1 $(BUILD)/bin/rtx-unit-tests
 	CK_FORK=yes RTX_CPU_ISA=generic $(BUILD)/bin/rtx-unit-tests $(CPU_SUITES)

@@ -12,8 +12,8 @@
  * every tap of every channel is one contiguous run starting at a fixed offset, whatever the
  * stride, dilation and padding. The kernel holds a tile of OC output channels x PX pixels in
  * registers and adds, for each input channel and tap, one broadcast weight times the run;
- * the weights are repacked [C][taps][O] so a tile's weights are adjacent. The bias is added
- * when the tile is stored. Tiles (image, channel block, pixel block) are spread over the
+ * the weights are repacked [C][taps][O] so a tile's weights are adjacent. The bias, then a
+ * fused group's epilogue (residual, activation), are applied when the tile is stored. Tiles (image, channel block, pixel block) are spread over the
  * pool. The build uses FMA (-ffp-contract=fast for this file), so results differ from the
  * generic build's sgemm in the last bits, as any two summation orders do.
  */
@@ -34,6 +34,7 @@ typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
 struct dconv {
     const struct rtx__conv2d_geom *g;
     const float *x, *bias;
+    const struct rtx__cpu_epilogue *epi; /* after the bias; NULL: none */
     float *wr;                   /* weights [C][taps][Op], Op = O rounded up to OC, zeros past O */
     float *xq;                   /* phase planes of images n0.., [n][phase][C][Hq][Wq] + slack */
     float *y;
@@ -106,14 +107,33 @@ static inline void tile(const struct dconv *d, int64_t i, int64_t o0, int64_t p0
     }
     float out[OC][PX];
     memcpy(out, acc, sizeof out);
-    int64_t oh = p0 / d->Wq, ow = p0 % d->Wq, n = d->n0 + i, P = w->Ho * w->Wo;
-    for (int p = 0; p < PX && oh < w->Ho; p++) {
-        if (ow < w->Wo)
-            for (int o = 0; o < OC && o0 + o < d->g->O; o++) {
-                float b = d->bias ? d->bias[o0 + o] : 0.0f;
-                d->y[(n * d->g->O + o0 + o) * P + oh * w->Wo + ow] = out[o][p] + b;
+    /* the tile's pixels, row segment by row segment of the output */
+    int64_t n = d->n0 + i, P = w->Ho * w->Wo;
+    for (int64_t p = 0, oh = p0 / d->Wq, ow = p0 % d->Wq; p < PX && oh < w->Ho;) {
+        int64_t len = PX - p < d->Wq - ow ? PX - p : d->Wq - ow; /* to the row's end */
+        int64_t valid = ow < w->Wo ? (len < w->Wo - ow ? len : w->Wo - ow) : 0;
+        for (int o = 0; o < OC && o0 + o < d->g->O && valid > 0; o++) {
+            float b = d->bias ? d->bias[o0 + o] : 0.0f;
+            int64_t plane = n * d->g->O + o0 + o;
+            float *dst = d->y + plane * P + oh * w->Wo + ow;
+            const struct rtx__cpu_epilogue *e = d->epi;
+            const float *res = e && e->res ? e->res + plane * e->res_ld + oh * w->Wo + ow : NULL;
+            bool relu = e && e->act == RTX_OP_RELU;
+            /* the epilogue's common cases inline (same operations, same order), the rest
+             * through it */
+            for (int64_t q = 0; q < valid; q++) {
+                float v = out[o][p + q] + b;
+                if (res) v += res[q];
+                dst[q] = relu && v < 0.0f ? 0.0f : v;
             }
-        if (++ow == d->Wq) {
+            if (e && e->act != RTX_OP_COUNT && !relu) {
+                struct rtx__cpu_epilogue act = {.act = e->act, .gelu_tanh = e->gelu_tanh};
+                rtx__cpu_epilogue_apply(&act, dst, 0, plane, oh * w->Wo + ow, 1, valid);
+            }
+        }
+        p += len;
+        ow += len;
+        if (ow == d->Wq) {
             ow = 0;
             oh++;
         }
@@ -143,9 +163,10 @@ static void repack_weights(const struct dconv *d, const float *wt) {
 }
 
 int rtx__cpu_conv_direct(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
-                         const float *wt, const float *bias, float *y) {
+                         const float *wt, const float *bias, const struct rtx__cpu_epilogue *e,
+                         float *y) {
     const struct rtx__window_geom *w = &g->w;
-    struct dconv d = {.g = g, .x = x, .bias = bias, .y = y, .taps = w->kh * w->kw};
+    struct dconv d = {.g = g, .x = x, .bias = bias, .epi = e, .y = y, .taps = w->kh * w->kw};
     d.s = w->sh * w->sw;
     d.Hq = (w->H + w->pt + w->pb + w->sh - 1) / w->sh;
     d.Wq = (w->W + w->pl + w->pr + w->sw - 1) / w->sw;

@@ -154,19 +154,21 @@ static inline float f_gelu_tail(float x) {
     float arg = -0.5f * (s * s) + (0.5f * ((s - x) * (s + x)) + p);
     return 0.5f * x * t * rtx__exp_nonpos(arg < 0.0f ? arg : 0.0f);
 }
-static inline float f_gelu(float x) { return x >= -1.5f ? f_gelu_erf(x) : f_gelu_tail(x); }
 
-/* GELU over a run: every element through the branch-free erf form (vectorizable), then the
- * ones below -1.5 (a minority in a model's activations) again through the tail. An output
- * that is its own input goes element by element. */
+/* GELU over a run, in blocks through a stack copy (so o may be x): every element through the
+ * branch-free erf form (vectorizable), then the ones below -1.5 (a minority in a model's
+ * activations) again through the tail. (Gathering those for one vectorized tail run measured
+ * no faster.) */
 static void gelu_run(float *o, const float *x, int64_t sx, int64_t n) {
-    if (o == x) {
-        for (int64_t i = 0; i < n; i++) o[i] = f_gelu(o[i]);
-        return;
+    float t[EW_BLOCK];
+    for (int64_t b = 0; b < n; b += EW_BLOCK) {
+        int64_t m = n - b < EW_BLOCK ? n - b : EW_BLOCK;
+        for (int64_t i = 0; i < m; i++) t[i] = x[(b + i) * sx];
+        float *ob = o + b;
+        RTX__VLOOP(float, ob, m, f_gelu_erf(t[i]));
+        for (int64_t i = 0; i < m; i++)
+            if (t[i] < -1.5f) ob[i] = f_gelu_tail(t[i]);
     }
-    UN_RUN(float, f_gelu_erf, o, x, sx, n);
-    for (int64_t i = 0; i < n; i++)
-        if (x[i * sx] < -1.5f) o[i] = f_gelu_tail(x[i * sx]);
 }
 /* 0.5 x (1 + tanh u) = x / (1 + exp(-2u)), through exp(-|2u|) so the branch-free exp of the
  * softmaxes serves (vectorizable): x / (1 + e) for u >= 0, x e / (1 + e) below. */
@@ -631,6 +633,40 @@ static void ew_task(void *ctx, int64_t begin, int64_t end) {
 
 static bool is_int_arith(enum rtx_dtype dt) {
     return dt == RTX_I8 || dt == RTX_I32 || dt == RTX_I64 || dt == RTX_U8;
+}
+
+void rtx__cpu_epilogue_apply(const struct rtx__cpu_epilogue *e, float *c, int64_t ldc,
+                             int64_t row0, int64_t col0, int64_t m, int64_t n) {
+    for (int64_t r = 0; r < m; r++) {
+        float *y = c + r * ldc;
+        if (e->bias) {
+            const float *b = e->bias + col0;
+            RTX__VLOOP(float, y, n, f_add(y[i], b[i]));
+        }
+        if (e->res) {
+            const float *q = e->res + (row0 + r) * e->res_ld + col0;
+            RTX__VLOOP(float, y, n, f_add(y[i], q[i]));
+        }
+        if (e->act != RTX_OP_COUNT) un_f32(e->act, e->gelu_tanh, y, y, 1, n);
+    }
+}
+
+struct epi_job {
+    const struct rtx__cpu_epilogue *e;
+    float *y;
+    int64_t cols;
+};
+
+static void epi_rows(void *ctx, int64_t begin, int64_t end) {
+    const struct epi_job *j = ctx;
+    rtx__cpu_epilogue_apply(j->e, j->y + begin * j->cols, j->cols, begin, 0, end - begin, j->cols);
+}
+
+void rtx__cpu_epilogue_run(struct rtx_cpu *cpu, const struct rtx__cpu_epilogue *e, float *y,
+                           int64_t rows, int64_t cols) {
+    struct epi_job j = {.e = e, .y = y, .cols = cols};
+    if (rows * cols > 0)
+        rtx__cpu_parallel_for(cpu, rows, EW_GRAIN_HEAVY / (cols > 0 ? cols : 1) + 1, epi_rows, &j);
 }
 
 int rtx__cpu_elementwise(struct rtx_cpu *cpu, const struct rtx_node_args *a,

@@ -303,6 +303,11 @@ START_TEST(max_pool_cases) {
     c.dt = RTX_BF16;
     c.ceil_mode = true;
     check_pool(&c, 7);
+    /* f32 rows longer than the separable kernel's column buffer take the per-pixel loop */
+    struct pool_case wide = {.dt = RTX_F32, .is_max = true, .N = 1, .C = 2, .H = 3, .W = 4099,
+                             .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .pb = 1,
+                             .pr = 1, .dh = 1, .dw = 1};
+    check_pool(&wide, 9);
     /* ceil_mode would add a window starting in the bottom padding: PyTorch drops it */
     struct pool_case e = {.dt = RTX_F32, .is_max = true, .N = 1, .C = 2, .H = 5, .W = 5,
                           .kh = 2, .kw = 2, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .pb = 1,
