@@ -27,7 +27,7 @@ static struct rtx_graph *chain_graph(const struct step *st, int n, struct rtx_te
     struct rtx_graph *g;
     struct rtx_err err = {0};
     ck_assert_int_eq(rtx_graph_new("chain", &g, &err), 0);
-    char name[8];
+    char name[16];
     for (int i = 0; i < nx; i++) {
         snprintf(name, sizeof name, "x%d", i);
         ck_assert_int_ge(rtx_graph_add_input(g, name, x[i]->dtype, x[i]->ndim, x[i]->dims, &err),
