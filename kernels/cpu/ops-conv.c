@@ -319,10 +319,11 @@ static inline float max_nan(float a, float b) {
     return a > b || a != a ? a : b;
 }
 
-/* Max pooling of f32 planes, separably: per output row, the max over the window's in-bounds
- * input rows of every column (contiguous, vectorizable), then per output pixel the max over
- * its in-bounds columns of that. */
-static void max_pool_f32(const struct pool_job *j, int64_t begin, int64_t end, float *colmax) {
+/* Pooling of f32 planes with pointers and in-bounds tap ranges instead of a checked load per
+ * element. Max pooling goes separably: per output row, the max over the window's in-bounds
+ * input rows of every column (contiguous, vectorizable; colmax holds w->W floats), then per
+ * output pixel the max over its in-bounds columns of that. */
+static void pool_f32(const struct pool_job *j, int64_t begin, int64_t end, float *colmax) {
     const struct rtx__window_geom *w = &j->w;
     for (int64_t pl = begin; pl < end; pl++) {
         const float *x = (const float *)j->x + pl * w->H * w->W;
@@ -330,40 +331,27 @@ static void max_pool_f32(const struct pool_job *j, int64_t begin, int64_t end, f
         for (int64_t oh = 0; oh < w->Ho; oh++) {
             int64_t hs = oh * w->sh - w->pt, h0, h1;
             taps(hs, w->dh, w->kh, w->H, &h0, &h1);
-            for (int64_t c = 0; c < w->W; c++) colmax[c] = -INFINITY;
-            for (int64_t kh = h0; kh < h1; kh++) {
-                const float *row = x + (hs + kh * w->dh) * w->W;
-                for (int64_t c = 0; c < w->W; c++) colmax[c] = max_nan(row[c], colmax[c]);
-            }
-            for (int64_t ow = 0; ow < w->Wo; ow++) {
-                int64_t ws = ow * w->sw - w->pl, w0, w1;
-                taps(ws, w->dw, w->kw, w->W, &w0, &w1);
-                float v = -INFINITY;
-                int nan = 0; /* branch-free: a data-dependent branch per tap mispredicts */
-                for (int64_t kw = w0; kw < w1; kw++) {
-                    float e = colmax[ws + kw * w->dw];
-                    v = e > v ? e : v;
-                    nan |= e != e;
+            if (j->is_max) {
+                for (int64_t c = 0; c < w->W; c++) colmax[c] = -INFINITY;
+                for (int64_t kh = h0; kh < h1; kh++) {
+                    const float *row = x + (hs + kh * w->dh) * w->W;
+                    for (int64_t c = 0; c < w->W; c++) colmax[c] = max_nan(row[c], colmax[c]);
                 }
-                y[oh * w->Wo + ow] = nan ? NAN : v;
             }
-        }
-    }
-}
-
-/* Average pooling of f32 planes: pointers and in-bounds tap ranges instead of a checked load
- * per element. */
-static void avg_pool_f32(const struct pool_job *j, int64_t begin, int64_t end) {
-    const struct rtx__window_geom *w = &j->w;
-    for (int64_t pl = begin; pl < end; pl++) {
-        const float *x = (const float *)j->x + pl * w->H * w->W;
-        float *y = (float *)j->y + pl * w->Ho * w->Wo;
-        for (int64_t oh = 0; oh < w->Ho; oh++) {
-            int64_t hs = oh * w->sh - w->pt, h0, h1;
-            taps(hs, w->dh, w->kh, w->H, &h0, &h1);
             for (int64_t ow = 0; ow < w->Wo; ow++) {
                 int64_t ws = ow * w->sw - w->pl, w0, w1;
                 taps(ws, w->dw, w->kw, w->W, &w0, &w1);
+                if (j->is_max) {
+                    float v = -INFINITY;
+                    int nan = 0; /* branch-free: a data-dependent branch per tap mispredicts */
+                    for (int64_t kw = w0; kw < w1; kw++) {
+                        float e = colmax[ws + kw * w->dw];
+                        v = e > v ? e : v;
+                        nan |= e != e;
+                    }
+                    y[oh * w->Wo + ow] = nan ? NAN : v;
+                    continue;
+                }
                 int64_t he = hs + w->kh < w->H + w->pb ? hs + w->kh : w->H + w->pb;
                 int64_t we = ws + w->kw < w->W + w->pr ? ws + w->kw : w->W + w->pr;
                 float sum = 0.0f;
@@ -381,13 +369,9 @@ static void avg_pool_f32(const struct pool_job *j, int64_t begin, int64_t end) {
 
 static void pool_chunk(void *ctx, int64_t begin, int64_t end) {
     const struct pool_job *j = ctx;
-    if (j->dt == RTX_F32 && j->is_max && j->w.W <= POOL_ROW_MAX) {
+    if (j->dt == RTX_F32 && (!j->is_max || j->w.W <= POOL_ROW_MAX)) {
         float colmax[POOL_ROW_MAX];
-        max_pool_f32(j, begin, end, colmax);
-        return;
-    }
-    if (j->dt == RTX_F32 && !j->is_max) {
-        avg_pool_f32(j, begin, end);
+        pool_f32(j, begin, end, colmax);
         return;
     }
     /* other dtypes, and max pooling of rows longer than POOL_ROW_MAX */

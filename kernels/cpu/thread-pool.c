@@ -82,26 +82,20 @@ static int64_t mono_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Spins until the generation in `state` differs from `gen` or CPU_SPIN_NS pass. The clock
- * is read every 64 rounds only. */
-static void spin_gen(struct rtx_cpu *cpu, uint64_t gen) {
-    int64_t until = 0;
-    for (unsigned i = 1;; i++) {
-        if (ST_GEN(atomic_load_explicit(&cpu->state, memory_order_acquire)) != gen) return;
-        spin_pause();
-        if (i % 64 == 0) {
-            int64_t now = mono_ns();
-            if (until == 0) until = now + CPU_SPIN_NS;
-            else if (now > until) return;
-        }
-    }
+static bool gen_changed(struct rtx_cpu *cpu, uint64_t gen) {
+    return ST_GEN(atomic_load_explicit(&cpu->state, memory_order_acquire)) != gen;
 }
 
-/* Spins until `finished` reaches n or CPU_SPIN_NS pass. */
-static void spin_finished(struct rtx_cpu *cpu, int n) {
+static bool all_finished(struct rtx_cpu *cpu, uint64_t n) {
+    return (uint64_t)atomic_load_explicit(&cpu->finished, memory_order_acquire) >= n;
+}
+
+/* Spins until done(cpu, arg) or CPU_SPIN_NS pass; the clock is read every 64 rounds only. */
+static void spin(struct rtx_cpu *cpu, bool (*done)(struct rtx_cpu *cpu, uint64_t arg),
+                 uint64_t arg) {
     int64_t until = 0;
     for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(&cpu->finished, memory_order_acquire) >= n) return;
+        if (done(cpu, arg)) return;
         spin_pause();
         if (i % 64 == 0) {
             int64_t now = mono_ns();
@@ -126,7 +120,7 @@ static void *worker_main(void *arg) {
     rtx_thread_name("rtx-cpu-pool");
     uint64_t seen = 0;
     for (;;) {
-        spin_gen(cpu, seen); /* stop comes with a new generation too */
+        spin(cpu, gen_changed, seen); /* stop comes with a new generation too */
         pthread_mutex_lock(&cpu->mu);
         while (!cpu->stop &&
                ST_GEN(atomic_load_explicit(&cpu->state, memory_order_relaxed)) == seen)
@@ -176,7 +170,7 @@ void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
     /* close the job: workers that have not joined by now stay out of it */
     int joined = (int)(atomic_fetch_or_explicit(&cpu->state, ST_CLOSED, memory_order_acq_rel) &
                        ST_JOINED);
-    spin_finished(cpu, joined);
+    spin(cpu, all_finished, (uint64_t)joined);
     pthread_mutex_lock(&cpu->mu);
     while (atomic_load_explicit(&cpu->finished, memory_order_acquire) < joined)
         pthread_cond_wait(&cpu->done, &cpu->mu);
