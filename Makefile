@@ -203,9 +203,10 @@ $(BUILD)/obj/kernels/cuda/%.o: CFLAGS += $(CUDA_CFLAGS)
 # the CPU elementwise kernels are written as fixed blocks of 8 for the vectorizer: -O3 with
 # -fno-trapping-math (rtxd never enables floating-point traps; results are unchanged) lets it
 # vectorize the selects and divisions of erf and GELU, which otherwise stay scalar branches
-# (and the NaN-keeping max of max pooling in ops-conv.c)
+# (and the NaN-keeping max of max pooling in ops-conv.c, attention's masks in ops-linalg.c)
 $(BUILD)/obj/kernels/cpu/ops-elementwise.o $(BUILD)/obj/kernels/cpu/ops-elementwise-avx2.o \
-$(BUILD)/obj/kernels/cpu/ops-conv.o $(BUILD)/obj/kernels/cpu/ops-conv-avx2.o: \
+$(BUILD)/obj/kernels/cpu/ops-conv.o $(BUILD)/obj/kernels/cpu/ops-conv-avx2.o \
+$(BUILD)/obj/kernels/cpu/ops-linalg.o $(BUILD)/obj/kernels/cpu/ops-linalg-avx2.o: \
   CFLAGS += -O3 -fno-trapping-math
 $(BUILD)/obj/kernels/cpu/conv-direct-avx2.o: CFLAGS += -O3 -ffp-contract=fast
 $(BUILD)/obj/kernels/cpu/%-avx2.o: kernels/cpu/%.c | $(PROTO_H) $(ONNX_PB_C:.c=.h)

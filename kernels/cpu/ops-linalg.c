@@ -343,27 +343,37 @@ static void scale_row(float *s, int64_t n, float f) {
     for (; i < n; i++) s[i] *= f;
 }
 
+/* Applies the mask (added, or bool: -inf where false) and the causal cut (-inf past qi) to a
+ * row of scores; the dtype is picked once per row, so the f32 and bool loops vectorize. */
+static void attn_mask_row(const struct attn_job *j, float *s, int64_t kc, int64_t qi,
+                          int64_t mask_row) {
+    int64_t st = j->mask_str_k;
+    if (j->mask && j->mask_dt == RTX_F32) {
+        const float *m = (const float *)j->mask + mask_row;
+        if (st == 1)
+            RTX__VLOOP(float, s, kc, s[i] + m[i]);
+        else
+            for (int64_t c = 0; c < kc; c++) s[c] += m[c * st];
+    } else if (j->mask && j->mask_dt == RTX_BOOL) {
+        const uint8_t *m = (const uint8_t *)j->mask + mask_row;
+        for (int64_t c = 0; c < kc; c++) s[c] = m[c * st] ? s[c] : -INFINITY;
+    } else if (j->mask) {
+        for (int64_t c = 0; c < kc; c++)
+            s[c] += rtx__load_f32(j->mask, j->mask_dt, mask_row + c * st);
+    }
+    if (j->causal)
+        for (int64_t c = qi + 1; c < kc; c++) s[c] = -INFINITY;
+}
+
 /* Masks, turns scores into probabilities, and zeroes a row whose keys are all masked. A NaN
  * score, or +inf, makes the row NaN (as the plain formula would). */
 static void attn_softmax_row(const struct attn_job *j, float *s, int64_t kc, int64_t qi,
                              int64_t mask_row) {
-    if (j->causal || j->mask) {
-        for (int64_t c = 0; c < kc; c++) {
-            if (j->causal && c > qi) {
-                s[c] = -INFINITY;
-            } else if (j->mask) {
-                int64_t mo = mask_row + c * j->mask_str_k;
-                if (j->mask_dt == RTX_BOOL)
-                    s[c] = ((const uint8_t *)j->mask)[mo] ? s[c] : -INFINITY;
-                else
-                    s[c] += rtx__load_f32(j->mask, j->mask_dt, mo);
-            }
-        }
-    }
+    attn_mask_row(j, s, kc, qi, mask_row);
     float mx = -INFINITY;
     bool nan = false;
     for (int64_t c = 0; c < kc; c++) {
-        if (s[c] > mx) mx = s[c];
+        mx = s[c] > mx ? s[c] : mx;
         nan |= s[c] != s[c];
     }
     if (nan || mx == INFINITY) {
