@@ -85,9 +85,11 @@ void rtx__cpu_sgemm_epi(struct rtx_cpu *cpu, bool ta, bool tb, int64_t M, int64_
     struct panel_job j = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb,
                           .ldc = ldc, .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c,
                           .epi = epi, .epi_ctx = epi_ctx};
-    /* panels of at least 32 columns (rows), one per thread; small products stay whole */
+    /* panels of at least 32 columns (rows), one per thread; small products stay whole. Each
+     * panel packs all of the other operand: column panels repack op(a) [M, K] per thread, row
+     * panels op(b) [K, N], so the split goes along the longer of M and N */
     if (threads > 1 && M * N * K >= 4 * RTX__CPU_SMALL_GEMM_MACS) {
-        j.by_rows = N < 32 * threads;
+        j.by_rows = N < 32 * threads || (M > N && M >= 32 * threads);
         int64_t total = j.by_rows ? M : N;
         j.width = (total + threads - 1) / threads;
         if (j.width < 32) j.width = 32;
