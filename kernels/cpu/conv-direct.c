@@ -23,7 +23,7 @@
 #include "kernels/geometry.h"
 
 #define OC 4                                   /* output channels per tile */
-#define VP 2                                   /* vectors of 8 pixels per tile */
+#define VP 3                                   /* vectors of 8 pixels per tile */
 #define PX (VP * 8)                            /* pixels per tile */
 #define TILES_PER_TASK 4                       /* pixel tiles per pool task */
 #define PHASE_BYTES ((int64_t)64 << 20)        /* phase planes of a chunk of images, at most */
