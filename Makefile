@@ -86,9 +86,20 @@ CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart -Wl,-rpath,$(CUDA_HOME)/
 
 CUDA_SRC    := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJ    := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CUDA_SRC))
-RUNTIME_SRC := $(wildcard runtime/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c) \
+RUNTIME_SRC := $(wildcard runtime/*.c) $(wildcard kernels/*.c) \
+               $(filter-out kernels/cpu/conv-direct.c,$(wildcard kernels/cpu/*.c)) \
                $(wildcard kernels/cuda/*.c)
 RUNTIME_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(RUNTIME_SRC)) $(CUDA_OBJ) $(GRAPH_PB_OBJ)
+# The CPU op files the compiler vectorizes, built a second time for AVX2 + FMA + F16C on x86-64
+# (kernels/cpu/cpu-impl.h, ISA variants): backend-cpu.c picks the build at run time.
+# conv-direct.c exists in that build only (its generic fallback is ops-conv.c's im2col).
+CPU_VARIANT_SRC := kernels/cpu/ops-elementwise.c kernels/cpu/ops-reduce.c \
+                   kernels/cpu/ops-linalg.c kernels/cpu/ops-conv.c kernels/cpu/conv-direct.c
+ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
+CPU_AVX2_OBJ := $(patsubst %.c,$(BUILD)/obj/%-avx2.o,$(CPU_VARIANT_SRC))
+RUNTIME_OBJ  += $(CPU_AVX2_OBJ)
+$(BUILD)/obj/kernels/cpu/backend-cpu.o: CFLAGS += -DRTX_CPU_HAVE_AVX2
+endif
 LIBRT       := $(BUILD)/lib/librtxrt.a
 
 STORE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard store/*.c))
@@ -193,7 +204,15 @@ $(BUILD)/obj/kernels/cuda/%.o: CFLAGS += $(CUDA_CFLAGS)
 # the CPU elementwise kernels are written as fixed blocks of 8 for the vectorizer: -O3 with
 # -fno-trapping-math (rtxd never enables floating-point traps; results are unchanged) lets it
 # vectorize the selects and divisions of erf and GELU, which otherwise stay scalar branches
-$(BUILD)/obj/kernels/cpu/ops-elementwise.o: CFLAGS += -O3 -fno-trapping-math
+# (and the NaN-keeping max of max pooling in ops-conv.c, attention's masks in ops-linalg.c)
+$(BUILD)/obj/kernels/cpu/ops-elementwise.o $(BUILD)/obj/kernels/cpu/ops-elementwise-avx2.o \
+$(BUILD)/obj/kernels/cpu/ops-conv.o $(BUILD)/obj/kernels/cpu/ops-conv-avx2.o \
+$(BUILD)/obj/kernels/cpu/ops-linalg.o $(BUILD)/obj/kernels/cpu/ops-linalg-avx2.o: \
+  CFLAGS += -O3 -fno-trapping-math
+$(BUILD)/obj/kernels/cpu/conv-direct-avx2.o: CFLAGS += -O3 -ffp-contract=fast
+$(BUILD)/obj/kernels/cpu/%-avx2.o: kernels/cpu/%.c | $(PROTO_H) $(ONNX_PB_C:.c=.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -mavx2 -mfma -mf16c -DRTX_CPU_VARIANT=avx2 -c $< -o $@
 $(BUILD)/obj/tests/unit/test-cuda-flash.o: CFLAGS += $(CUDA_CFLAGS)
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
@@ -377,8 +396,13 @@ test-serving: all $(PY_GEN)
 test-integration: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/integration
 
+# the CPU kernel suites run a second time on the generic build (the default is the best build
+# the CPU runs: kernels/cpu/cpu-impl.h, ISA variants)
+CPU_SUITES := cpu_elementwise cpu_reduce cpu_linalg cpu_shape cpu_conv cpu_generation cpu_fused \
+              onnx
 test-unit: $(BUILD)/bin/rtx-unit-tests $(EXAMPLES)
 	CK_FORK=yes RTX_TEST_GEN_MODEL=$(BUILD)/examples/models/tiny-chat/1 $(BUILD)/bin/rtx-unit-tests
+	CK_FORK=yes RTX_CPU_ISA=generic $(BUILD)/bin/rtx-unit-tests $(CPU_SUITES)
 
 test-py: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/interop

@@ -4,6 +4,8 @@
  * kernels/cpu/thread-pool.c.
  */
 #include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "kernels/cpu/backend-cpu.h"
@@ -12,10 +14,39 @@
 
 #define CPU_MAX_THREADS 1024
 
-/* The backend with what only buffer_new needs: be first, so cpu_free's rtx_free(be) frees it. */
+typedef int (*cpu_group_fn)(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                            struct rtx_err *err);
+
+typedef int (*cpu_fused_fn)(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                            const struct rtx__cpu_epilogue *e, struct rtx_tensor *out,
+                            struct rtx_err *err);
+
+/* One build of the op groups that have ISA variants (cpu-impl.h). */
+struct cpu_kernels {
+    const char *isa;
+    cpu_group_fn elementwise, reduce, linalg, conv;
+    cpu_fused_fn linalg_fused, conv_fused;
+};
+
+static const struct cpu_kernels generic_kernels = {
+    .isa = "generic", .elementwise = rtx__cpu_elementwise, .reduce = rtx__cpu_reduce,
+    .linalg = rtx__cpu_linalg, .conv = rtx__cpu_conv, .linalg_fused = rtx__cpu_linalg_fused,
+    .conv_fused = rtx__cpu_conv_fused,
+};
+#ifdef RTX_CPU_HAVE_AVX2
+static const struct cpu_kernels avx2_kernels = {
+    .isa = "avx2", .elementwise = rtx__cpu_elementwise_avx2, .reduce = rtx__cpu_reduce_avx2,
+    .linalg = rtx__cpu_linalg_avx2, .conv = rtx__cpu_conv_avx2,
+    .linalg_fused = rtx__cpu_linalg_fused_avx2, .conv_fused = rtx__cpu_conv_fused_avx2,
+};
+#endif
+
+/* The backend with what only buffer_new and run_node need: be first, so cpu_free's
+ * rtx_free(be) frees it. */
 struct cpu_backend {
     struct rtx_backend be;
     struct rtx_mem_account *account; /* NULL: none */
+    const struct cpu_kernels *kern;  /* the ISA build the op groups run */
 };
 
 /* What a charged buffer gives back when released: its bytes to its account. One per buffer,
@@ -170,24 +201,25 @@ static int cpu_buffer_new(struct rtx_backend *be, size_t bytes, struct rtx_buffe
 static int cpu_run_node(struct rtx_backend *be, const struct rtx_node_args *a,
                         struct rtx_err *err) {
     struct rtx_cpu *cpu = be->ctx;
+    const struct cpu_kernels *k = ((struct cpu_backend *)be)->kern;
     switch (a->node->op) {
     case RTX_OP_ADD: case RTX_OP_SUB: case RTX_OP_MUL: case RTX_OP_DIV: case RTX_OP_POW:
     case RTX_OP_NEG: case RTX_OP_ABS: case RTX_OP_SQRT: case RTX_OP_RSQRT: case RTX_OP_EXP:
     case RTX_OP_LOG: case RTX_OP_TANH: case RTX_OP_ERF: case RTX_OP_RELU: case RTX_OP_GELU:
     case RTX_OP_SILU: case RTX_OP_SIGMOID: case RTX_OP_CAST: case RTX_OP_WHERE:
     case RTX_OP_EQUAL: case RTX_OP_LESS: case RTX_OP_GREATER:
-        return rtx__cpu_elementwise(cpu, a, err);
+        return k->elementwise(cpu, a, err);
     case RTX_OP_REDUCE_SUM: case RTX_OP_REDUCE_MEAN: case RTX_OP_REDUCE_MAX:
     case RTX_OP_REDUCE_MIN: case RTX_OP_ARGMAX: case RTX_OP_SOFTMAX: case RTX_OP_LOG_SOFTMAX:
     case RTX_OP_LAYER_NORM: case RTX_OP_RMS_NORM:
-        return rtx__cpu_reduce(cpu, a, err);
+        return k->reduce(cpu, a, err);
     case RTX_OP_MATMUL: case RTX_OP_GEMM: case RTX_OP_ATTENTION:
-        return rtx__cpu_linalg(cpu, a, err);
+        return k->linalg(cpu, a, err);
     case RTX_OP_TRANSPOSE: case RTX_OP_RESHAPE: case RTX_OP_EXPAND: case RTX_OP_CONCAT:
     case RTX_OP_SLICE: case RTX_OP_GATHER: case RTX_OP_CONSTANT:
         return rtx__cpu_shape(cpu, a, err);
     case RTX_OP_CONV2D: case RTX_OP_MAX_POOL2D: case RTX_OP_AVG_POOL2D:
-        return rtx__cpu_conv(cpu, a, err);
+        return k->conv(cpu, a, err);
     case RTX_OP_ROPE: case RTX_OP_PAGED_ATTENTION:
         return rtx__cpu_generation(cpu, a, err);
     case RTX_OP_COUNT:
@@ -197,18 +229,142 @@ static int cpu_run_node(struct rtx_backend *be, const struct rtx_node_args *a,
                                  (int)a->node->op);
 }
 
+/* ------------------------------------------------------------------------------------------
+ * Fused groups: a product and the elementwise nodes after it (cpu-impl.h, rtx__cpu_epilogue)
+ * ---------------------------------------------------------------------------------------- */
+
+/* matmul, gemm or conv2d, then up to two adds and at most one relu or gelu (last), each
+ * node reading the one before, whose value nothing else reads (DESIGN of plan.c: it may stay
+ * unwritten). Shapes are checked when the group runs. */
+static int cpu_fused_span(struct rtx_backend *be, const struct rtx_graph *g, const int *order,
+                          int n, const int *uses) {
+    const struct rtx_node *p = &g->nodes[order[0]];
+    if ((p->op != RTX_OP_MATMUL && p->op != RTX_OP_GEMM && p->op != RTX_OP_CONV2D) ||
+        p->n_outputs != 1)
+        return 1;
+    int v = p->outputs[0], span = 1, adds = 0;
+    while (span < n && span < RTX_BACKEND_FUSE_MAX && uses[v] == 1) {
+        const struct rtx_node *x = &g->nodes[order[span]];
+        if (x->n_outputs != 1) break;
+        bool act = (x->op == RTX_OP_RELU || x->op == RTX_OP_GELU) && x->n_inputs == 1 &&
+                   x->inputs[0] == v;
+        bool add = x->op == RTX_OP_ADD && x->n_inputs == 2 && adds < 2 &&
+                   (x->inputs[0] == v) != (x->inputs[1] == v);
+        if (!act && !add) break;
+        span++;
+        if (act) break;
+        adds++;
+        v = x->outputs[0];
+    }
+    return span;
+}
+
+static bool same_dims(const struct rtx_tensor *a, const struct rtx_tensor *b) {
+    return a->ndim == b->ndim && memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->ndim) == 0;
+}
+
+/* The epilogue of group args[0..n) from its tensors; false when a shape or dtype does not fit
+ * (then the nodes run one by one): f32 throughout, each add's other operand a row of the
+ * product's last dim (a bias, matmul and gemm only, before any residual) or shaped like the
+ * product (a residual). */
+static bool group_epilogue(const struct rtx_node_args *args, int n, struct rtx__cpu_epilogue *e) {
+    const struct rtx_tensor *prev = args[0].out[0];
+    bool conv = args[0].node->op == RTX_OP_CONV2D;
+    *e = (struct rtx__cpu_epilogue){.act = RTX_OP_COUNT};
+    if (prev->dtype != RTX_F32 || prev->ndim < (conv ? 4 : 1)) return false;
+    for (int i = 0; i < args[0].n_in; i++)
+        if (args[0].in[i] && args[0].in[i]->dtype != RTX_F32) return false;
+    int64_t cols = conv ? prev->dims[2] * prev->dims[3] : prev->dims[prev->ndim - 1];
+    for (int i = 1; i < n; i++) {
+        const struct rtx_node_args *x = &args[i];
+        if (x->n_out != 1 || x->out[0]->dtype != RTX_F32 || !same_dims(x->out[0], prev))
+            return false;
+        if (x->node->op == RTX_OP_ADD) {
+            const struct rtx_tensor *o = x->in[0] == prev ? x->in[1] : x->in[0];
+            if (o->dtype != RTX_F32) return false;
+            if (same_dims(o, prev) && !e->res) {
+                e->res = rtx_tensor_data(o);
+                e->res_ld = cols;
+            } else if (!conv && !e->bias && !e->res && o->ndim >= 1 &&
+                       o->dims[o->ndim - 1] == cols && rtx_tensor_numel(o) == cols) {
+                e->bias = rtx_tensor_data(o);
+            } else {
+                return false;
+            }
+        } else {
+            const char *ap = rtx_node_attr_string(x->node, "approximate", "none");
+            e->act = x->node->op;
+            e->gelu_tanh = x->node->op == RTX_OP_GELU && ap && strcmp(ap, "tanh") == 0;
+            if (x->node->op == RTX_OP_GELU && !e->gelu_tanh && (!ap || strcmp(ap, "none")))
+                return false; /* the gelu node reports its bad attribute itself */
+        }
+        prev = x->out[0];
+    }
+    return true;
+}
+
+static int cpu_run_fused(struct rtx_backend *be, const struct rtx_node_args *args, int n,
+                         struct rtx_err *err) {
+    struct rtx__cpu_epilogue e;
+    if (!group_epilogue(args, n, &e)) {
+        for (int i = 0; i < n; i++) {
+            int rc = cpu_run_node(be, &args[i], err);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    const struct cpu_kernels *k = ((struct cpu_backend *)be)->kern;
+    cpu_fused_fn fn = args[0].node->op == RTX_OP_CONV2D ? k->conv_fused : k->linalg_fused;
+    return fn(be->ctx, &args[0], &e, args[n - 1].out[0], err);
+}
+
 static const struct rtx_backend_i cpu_iface = {
     .name = cpu_name,                   /* "cpu" */
     .free = cpu_free,                   /* joins the pool, frees the context */
     .supports_node = cpu_supports_node, /* every op, with the dtypes of docs/ops.md */
     .buffer_new = cpu_buffer_new,       /* 64-byte aligned host memory */
     .run_node = cpu_run_node,           /* one switch over the op groups */
+    .fused_span = cpu_fused_span,       /* product + bias / residual adds + activation */
+    .run_fused = cpu_run_fused,         /* the product with an epilogue (rtx__cpu_epilogue) */
     .synchronize = NULL,                /* optional: the CPU runs synchronously */
 };
 
 /* ------------------------------------------------------------------------------------------
  * Creation
  * ---------------------------------------------------------------------------------------- */
+
+/* The best build this CPU runs, or the one RTX_CPU_ISA names (generic | avx2): a name this
+ * build lacks, or an ISA the CPU lacks, is an error rather than a silent fallback. */
+static int pick_kernels(const struct cpu_kernels **out, struct rtx_err *err) {
+    const char *want = getenv("RTX_CPU_ISA");
+    bool avx2 = false;
+#ifdef RTX_CPU_HAVE_AVX2
+    __builtin_cpu_init();
+    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#endif
+    *out = &generic_kernels;
+    if (want == NULL || *want == '\0') {
+#ifdef RTX_CPU_HAVE_AVX2
+        if (avx2) *out = &avx2_kernels;
+#endif
+        return 0;
+    }
+    if (strcmp(want, "generic") == 0) return 0;
+    if (strcmp(want, "avx2") == 0) {
+#ifdef RTX_CPU_HAVE_AVX2
+        if (avx2) {
+            *out = &avx2_kernels;
+            return 0;
+        }
+        return rtx_err_set(err, RTX_EUNSUPPORTED, "cpu: RTX_CPU_ISA=avx2: this CPU lacks "
+                                                  "AVX2, FMA or F16C");
+#else
+        return rtx_err_set(err, RTX_EUNSUPPORTED, "cpu: RTX_CPU_ISA=avx2: not an x86-64 build");
+#endif
+    }
+    return rtx_err_set(err, RTX_EINVAL, "cpu: RTX_CPU_ISA=%s: not generic or avx2", want);
+}
 
 int rtx_backend_cpu_new(const struct rtx_cpu_options *opt, struct rtx_backend **out,
                         struct rtx_err *err) {
@@ -223,12 +379,16 @@ int rtx_backend_cpu_new(const struct rtx_cpu_options *opt, struct rtx_backend **
         if (n < 1) n = 1;
         if (n > CPU_MAX_THREADS) n = CPU_MAX_THREADS;
     }
+    const struct cpu_kernels *kern;
+    int rc = pick_kernels(&kern, err);
+    if (rc != 0) return rc;
     struct cpu_backend *cb = rtx_calloc(1, sizeof *cb);
     if (cb == NULL) return rtx_err_set(err, RTX_ENOMEM, "cpu: backend");
     struct rtx_backend *be = &cb->be;
     cb->account = opt ? opt->account : NULL;
+    cb->kern = kern;
     struct rtx_cpu *cpu;
-    int rc = rtx__cpu_pool_new((int)n, &cpu, err);
+    rc = rtx__cpu_pool_new((int)n, &cpu, err);
     if (rc != 0) {
         rtx_free(cb);
         return rc;

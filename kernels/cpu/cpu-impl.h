@@ -7,6 +7,13 @@
  * f32 and rounded once on store. Heavy loops are split across a small fixed thread pool with
  * rtx__cpu_parallel_for; GEMMs go to OpenBLAS single-threaded, split over the same pool
  * (rtx__cpu_sgemm).
+ *
+ * ISA variants: the op files whose loops the compiler vectorizes (ops-elementwise.c,
+ * ops-reduce.c, ops-linalg.c, ops-conv.c) are compiled twice on x86-64: for the baseline ISA
+ * and, with RTX_CPU_VARIANT=avx2, for AVX2 + FMA + F16C; the second build's entry points get
+ * the suffix _avx2 (the renames below). backend-cpu.c picks one set at creation from
+ * __builtin_cpu_supports, or from RTX_CPU_ISA (generic | avx2) when set. The build is ISO C
+ * (-ffp-contract=off), so the two compute the same values, bit for bit.
  */
 #ifndef RTX_CPU_IMPL_H
 #define RTX_CPU_IMPL_H
@@ -14,6 +21,21 @@
 #include <string.h>
 
 #include "runtime/backend-impl.h"
+
+#ifdef RTX_CPU_VARIANT /* a variant build: its entry points carry the suffix */
+#define RTX__CPU_PASTE2(a, b) a##_##b
+#define RTX__CPU_PASTE(a, b) RTX__CPU_PASTE2(a, b)
+#define rtx__cpu_elementwise RTX__CPU_PASTE(rtx__cpu_elementwise, RTX_CPU_VARIANT)
+#define rtx__cpu_reduce RTX__CPU_PASTE(rtx__cpu_reduce, RTX_CPU_VARIANT)
+#define rtx__cpu_linalg RTX__CPU_PASTE(rtx__cpu_linalg, RTX_CPU_VARIANT)
+#define rtx__cpu_conv RTX__CPU_PASTE(rtx__cpu_conv, RTX_CPU_VARIANT)
+#define rtx__cpu_conv_direct RTX__CPU_PASTE(rtx__cpu_conv_direct, RTX_CPU_VARIANT)
+#define rtx__cpu_epilogue_apply RTX__CPU_PASTE(rtx__cpu_epilogue_apply, RTX_CPU_VARIANT)
+#define rtx__cpu_epilogue_run RTX__CPU_PASTE(rtx__cpu_epilogue_run, RTX_CPU_VARIANT)
+#define rtx__cpu_linalg_fused RTX__CPU_PASTE(rtx__cpu_linalg_fused, RTX_CPU_VARIANT)
+#define rtx__cpu_conv_fused RTX__CPU_PASTE(rtx__cpu_conv_fused, RTX_CPU_VARIANT)
+#define rtx__cpu_conv_direct_fits RTX__CPU_PASTE(rtx__cpu_conv_direct_fits, RTX_CPU_VARIANT)
+#endif
 
 struct rtx_cpu; /* the backend context: its thread pool (kernels/cpu/thread-pool.c) */
 
@@ -30,6 +52,24 @@ void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
                            void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
 int rtx__cpu_n_threads(const struct rtx_cpu *cpu);
 
+/* What a fused group (backend-cpu.c, cpu_fused_span) does to a product's f32 result, in this
+ * order, as the nodes it replaces would: add a row bias, add a residual shaped like the
+ * result, apply an activation. Applied to each block of the result while it is in cache. */
+struct rtx__cpu_epilogue {
+    const float *bias;           /* [N]: added to every row; NULL: none */
+    const float *res;            /* added at the result's own index (row * res_ld + col) */
+    int64_t res_ld;
+    enum rtx_op act;             /* RTX_OP_RELU, RTX_OP_GELU, or RTX_OP_COUNT for none */
+    bool gelu_tanh;              /* gelu: approximate = "tanh" */
+};
+/* The epilogue on the block of m rows x n columns at c (row stride ldc) that starts at row
+ * row0, column col0 of the result (kernels/cpu/ops-elementwise.c: the ops' own row code). */
+void rtx__cpu_epilogue_apply(const struct rtx__cpu_epilogue *e, float *c, int64_t ldc,
+                             int64_t row0, int64_t col0, int64_t m, int64_t n);
+/* The epilogue on all of y [rows, cols] (row stride cols), rows split over the pool. */
+void rtx__cpu_epilogue_run(struct rtx_cpu *cpu, const struct rtx__cpu_epilogue *e, float *y,
+                           int64_t rows, int64_t cols);
+
 /* One row-major product C = alpha op(A) op(B) + beta C (op: transposed when ta / tb) through
  * OpenBLAS, which runs single-threaded in the backend: a large product is split in column
  * panels (row panels when it is narrow) over the pool, each panel one sgemm on its thread
@@ -38,6 +78,14 @@ int rtx__cpu_n_threads(const struct rtx_cpu *cpu);
 void rtx__cpu_sgemm(struct rtx_cpu *cpu, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                     float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                     float beta, float *c, int64_t ldc);
+/* The same, then epi(ctx, block, ldc, row0, col0, m, n) on each block of C once it is
+ * computed (on the thread that computed it); epi NULL: none. */
+typedef void (*rtx__cpu_block_fn)(const void *ctx, float *c, int64_t ldc, int64_t row0,
+                                  int64_t col0, int64_t m, int64_t n);
+void rtx__cpu_sgemm_epi(struct rtx_cpu *cpu, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                        float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                        float beta, float *c, int64_t ldc, rtx__cpu_block_fn epi,
+                        const void *epi_ctx);
 
 /* Element access by dtype for generic (slow) paths. */
 static inline float rtx__load_f32(const void *base, enum rtx_dtype dt, int64_t i) {
@@ -151,7 +199,43 @@ int rtx__cpu_reduce(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
 int rtx__cpu_linalg(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
 int rtx__cpu_shape(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
 int rtx__cpu_conv(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+/* A matmul or gemm node (linalg), or a conv2d node (conv), with an epilogue, its result
+ * written to out (the fused group's last output, f32, shaped like the node's own output). */
+int rtx__cpu_linalg_fused(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                          const struct rtx__cpu_epilogue *e, struct rtx_tensor *out,
+                          struct rtx_err *err);
+int rtx__cpu_conv_fused(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                        const struct rtx__cpu_epilogue *e, struct rtx_tensor *out,
+                        struct rtx_err *err);
 int rtx__cpu_generation(struct rtx_cpu *cpu, const struct rtx_node_args *a,
                         struct rtx_err *err); /* rope, paged_attention */
+
+#ifdef RTX_CPU_VARIANT
+/* conv2d without im2col (kernels/cpu/conv-direct.c, built for the variants only): whether it
+ * takes this geometry (ungrouped, not the 1x1 case whose columns are x itself), and the conv
+ * of f32 x [N, C, H, W] by wt [O, C, kh, kw] plus bias [O] (NULL: none), then e (NULL: none;
+ * its rows are the output planes), into y [N, O, Ho, Wo]. RTX_ENOMEM when its scratch cannot
+ * be allocated. */
+struct rtx__conv2d_geom;
+bool rtx__cpu_conv_direct_fits(const struct rtx__conv2d_geom *g);
+int rtx__cpu_conv_direct(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
+                         const float *wt, const float *bias, const struct rtx__cpu_epilogue *e,
+                         float *y);
+#endif
+
+#if !defined(RTX_CPU_VARIANT) && defined(RTX_CPU_HAVE_AVX2)
+/* The AVX2 builds of the op groups above (DESIGN: ISA variants). */
+int rtx__cpu_elementwise_avx2(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                              struct rtx_err *err);
+int rtx__cpu_reduce_avx2(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+int rtx__cpu_linalg_avx2(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+int rtx__cpu_conv_avx2(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err);
+int rtx__cpu_linalg_fused_avx2(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                               const struct rtx__cpu_epilogue *e, struct rtx_tensor *out,
+                               struct rtx_err *err);
+int rtx__cpu_conv_fused_avx2(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                             const struct rtx__cpu_epilogue *e, struct rtx_tensor *out,
+                             struct rtx_err *err);
+#endif
 
 #endif /* RTX_CPU_IMPL_H */

@@ -26,6 +26,7 @@
 #include "kernels/geometry.h"
 
 #define CONVERT_GRAIN (1 << 15)   /* elements per chunk of a dtype conversion */
+#define POOL_ROW_MAX 4096         /* input row length of the separable max pooling, at most */
 
 /* ------------------------------------------------------------------------------------------
  * conv2d
@@ -216,10 +217,14 @@ static int conv_batched(struct rtx_cpu *cpu, const struct conv_job *j) {
     return 0;
 }
 
-static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
+/* conv2d; with e (rows: the output planes), the conv then e, into out (the fused group's
+ * output) instead. */
+static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                      const struct rtx__cpu_epilogue *e, struct rtx_tensor *out,
+                      struct rtx_err *err) {
     const struct rtx_tensor *X = a->in[0], *Wt = a->in[1];
     const struct rtx_tensor *B = a->n_in > 2 ? a->in[2] : NULL;
-    struct rtx_tensor *Y = a->out[0];
+    struct rtx_tensor *Y = out ? out : a->out[0];
     struct rtx__conv2d_geom geo;
     char why[128];
     int rc = rtx__conv2d_geometry(a->node, X, Wt, B, Y, &geo, why, sizeof why);
@@ -246,6 +251,15 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     }
     if (j.g.K == 0) {
         memset(j.y, 0, (size_t)rtx_tensor_numel(Y) * sizeof *j.y);
+#ifdef RTX_CPU_VARIANT
+    } else if (rtx__cpu_conv_direct_fits(&j.g)) {
+        if (rtx__cpu_conv_direct(cpu, &j.g, j.x, j.wt, j.bias, e, j.y)) {
+            rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "direct conv scratch");
+            goto done;
+        }
+        j.bias = NULL; /* added with the tiles, and e too */
+        e = NULL;
+#endif
     } else if (j.g.G == 1 && !j.g.direct) {
         if (conv_batched(cpu, &j)) {
             rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "im2col scratch");
@@ -270,6 +284,7 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
                               .out = y_own ? rtx_tensor_data(Y) : NULL, .dt = Y->dtype};
         rtx__cpu_parallel_for(cpu, j.g.w.N * O, CONVERT_GRAIN / j.g.P + 1, bias_chunk, &bj);
     }
+    if (e) rtx__cpu_epilogue_run(cpu, e, j.y, j.g.w.N * O, j.g.P);
 done:
     rtx_free(col);
     rtx_free(x_own);
@@ -299,8 +314,16 @@ static void taps(int64_t s, int64_t d, int64_t k, int64_t n, int64_t *lo, int64_
     if (*hi < *lo) *hi = *lo;
 }
 
-/* f32 planes: pointers and in-bounds tap ranges instead of a checked load per element. */
-static void pool_chunk_f32(const struct pool_job *j, int64_t begin, int64_t end) {
+/* max that keeps a NaN of either side (NaN wins, as NumPy), branch-free */
+static inline float max_nan(float a, float b) {
+    return a > b || a != a ? a : b;
+}
+
+/* Pooling of f32 planes with pointers and in-bounds tap ranges instead of a checked load per
+ * element. Max pooling goes separably: per output row, the max over the window's in-bounds
+ * input rows of every column (contiguous, vectorizable; colmax holds w->W floats), then per
+ * output pixel the max over its in-bounds columns of that. */
+static void pool_f32(const struct pool_job *j, int64_t begin, int64_t end, float *colmax) {
     const struct rtx__window_geom *w = &j->w;
     for (int64_t pl = begin; pl < end; pl++) {
         const float *x = (const float *)j->x + pl * w->H * w->W;
@@ -308,36 +331,37 @@ static void pool_chunk_f32(const struct pool_job *j, int64_t begin, int64_t end)
         for (int64_t oh = 0; oh < w->Ho; oh++) {
             int64_t hs = oh * w->sh - w->pt, h0, h1;
             taps(hs, w->dh, w->kh, w->H, &h0, &h1);
+            if (j->is_max) {
+                for (int64_t c = 0; c < w->W; c++) colmax[c] = -INFINITY;
+                for (int64_t kh = h0; kh < h1; kh++) {
+                    const float *row = x + (hs + kh * w->dh) * w->W;
+                    for (int64_t c = 0; c < w->W; c++) colmax[c] = max_nan(row[c], colmax[c]);
+                }
+            }
             for (int64_t ow = 0; ow < w->Wo; ow++) {
                 int64_t ws = ow * w->sw - w->pl, w0, w1;
                 taps(ws, w->dw, w->kw, w->W, &w0, &w1);
-                float v;
                 if (j->is_max) {
-                    /* branch-free: a data-dependent branch per tap mispredicts half the time */
-                    v = -INFINITY;
-                    int nan = 0;
-                    for (int64_t kh = h0; kh < h1; kh++) {
-                        const float *row = x + (hs + kh * w->dh) * w->W + ws;
-                        for (int64_t kw = w0; kw < w1; kw++) {
-                            float e = row[kw * w->dw];
-                            v = e > v ? e : v;
-                            nan |= e != e;
-                        }
+                    float v = -INFINITY;
+                    int nan = 0; /* branch-free: a data-dependent branch per tap mispredicts */
+                    for (int64_t kw = w0; kw < w1; kw++) {
+                        float e = colmax[ws + kw * w->dw];
+                        v = e > v ? e : v;
+                        nan |= e != e;
                     }
-                    if (nan) v = NAN; /* NaN wins, as NumPy */
-                } else {
-                    int64_t he = hs + w->kh < w->H + w->pb ? hs + w->kh : w->H + w->pb;
-                    int64_t we = ws + w->kw < w->W + w->pr ? ws + w->kw : w->W + w->pr;
-                    float sum = 0.0f;
-                    for (int64_t kh = h0; kh < h1; kh++) {
-                        const float *row = x + (hs + kh) * w->W + ws;
-                        for (int64_t kw = w0; kw < w1; kw++) sum += row[kw];
-                    }
-                    int64_t inside = (h1 - h0) * (w1 - w0);
-                    int64_t div = j->count_include_pad ? (he - hs) * (we - ws) : inside;
-                    v = div > 0 ? sum / (float)div : 0.0f;
+                    y[oh * w->Wo + ow] = nan ? NAN : v;
+                    continue;
                 }
-                y[oh * w->Wo + ow] = v;
+                int64_t he = hs + w->kh < w->H + w->pb ? hs + w->kh : w->H + w->pb;
+                int64_t we = ws + w->kw < w->W + w->pr ? ws + w->kw : w->W + w->pr;
+                float sum = 0.0f;
+                for (int64_t kh = h0; kh < h1; kh++) {
+                    const float *row = x + (hs + kh) * w->W + ws;
+                    for (int64_t kw = w0; kw < w1; kw++) sum += row[kw];
+                }
+                int64_t inside = (h1 - h0) * (w1 - w0);
+                int64_t div = j->count_include_pad ? (he - hs) * (we - ws) : inside;
+                y[oh * w->Wo + ow] = div > 0 ? sum / (float)div : 0.0f;
             }
         }
     }
@@ -345,10 +369,12 @@ static void pool_chunk_f32(const struct pool_job *j, int64_t begin, int64_t end)
 
 static void pool_chunk(void *ctx, int64_t begin, int64_t end) {
     const struct pool_job *j = ctx;
-    if (j->dt == RTX_F32) {
-        pool_chunk_f32(j, begin, end);
+    if (j->dt == RTX_F32 && (!j->is_max || j->w.W <= POOL_ROW_MAX)) {
+        float colmax[POOL_ROW_MAX];
+        pool_f32(j, begin, end, colmax);
         return;
     }
+    /* other dtypes, and max pooling of rows longer than POOL_ROW_MAX */
     const struct rtx__window_geom *w = &j->w;
     for (int64_t pl = begin; pl < end; pl++) {
         int64_t xb = pl * w->H * w->W, yb = pl * w->Ho * w->Wo;
@@ -410,10 +436,18 @@ static int run_pool(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool is_
 
 int rtx__cpu_conv(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
     switch (a->node->op) {
-    case RTX_OP_CONV2D: return run_conv2d(cpu, a, err);
+    case RTX_OP_CONV2D: return run_conv2d(cpu, a, NULL, NULL, err);
     case RTX_OP_MAX_POOL2D: return run_pool(cpu, a, true, err);
     case RTX_OP_AVG_POOL2D: return run_pool(cpu, a, false, err);
     default: break;
     }
     return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not a conv op");
+}
+
+int rtx__cpu_conv_fused(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                        const struct rtx__cpu_epilogue *e, struct rtx_tensor *out,
+                        struct rtx_err *err) {
+    if (a->node->op != RTX_OP_CONV2D)
+        return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not a conv2d");
+    return run_conv2d(cpu, a, e, out, err);
 }

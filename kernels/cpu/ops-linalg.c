@@ -36,12 +36,15 @@ static bool fits_int(int64_t v) {
     return v >= 0 && v <= INT_MAX;
 }
 
+#ifndef RTX_CPU_VARIANT /* one rtx__cpu_sgemm: OpenBLAS does its arithmetic */
 struct panel_job {
     bool ta, tb, by_rows;
     int64_t M, N, K, lda, ldb, ldc, width; /* width: columns (or rows) per panel */
     float alpha, beta;
     const float *a, *b;
     float *c;
+    rtx__cpu_block_fn epi;
+    const void *epi_ctx;
 };
 
 static void panel_chunk(void *ctx, int64_t begin, int64_t end) {
@@ -64,18 +67,29 @@ static void panel_chunk(void *ctx, int64_t begin, int64_t end) {
         cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans,
                     j->tb ? CblasTrans : CblasNoTrans, (int)m, (int)cols, (int)j->K, j->alpha, a,
                     (int)j->lda, b, (int)j->ldb, j->beta, c, (int)j->ldc);
+        if (j->epi) j->epi(j->epi_ctx, c, j->ldc, j->by_rows ? s : 0, j->by_rows ? 0 : s, m, cols);
     }
 }
 
 void rtx__cpu_sgemm(struct rtx_cpu *cpu, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                     float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                     float beta, float *c, int64_t ldc) {
+    rtx__cpu_sgemm_epi(cpu, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, NULL, NULL);
+}
+
+void rtx__cpu_sgemm_epi(struct rtx_cpu *cpu, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                        float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                        float beta, float *c, int64_t ldc, rtx__cpu_block_fn epi,
+                        const void *epi_ctx) {
     int threads = rtx__cpu_n_threads(cpu);
     struct panel_job j = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb,
-                          .ldc = ldc, .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
-    /* panels of at least 32 columns (rows), one per thread; small products stay whole */
+                          .ldc = ldc, .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c,
+                          .epi = epi, .epi_ctx = epi_ctx};
+    /* panels of at least 32 columns (rows), one per thread; small products stay whole. Each
+     * panel packs all of the other operand: column panels repack op(a) [M, K] per thread, row
+     * panels op(b) [K, N], so the split goes along the longer of M and N */
     if (threads > 1 && M * N * K >= 4 * RTX__CPU_SMALL_GEMM_MACS) {
-        j.by_rows = N < 32 * threads;
+        j.by_rows = N < 32 * threads || (M > N && M >= 32 * threads);
         int64_t total = j.by_rows ? M : N;
         j.width = (total + threads - 1) / threads;
         if (j.width < 32) j.width = 32;
@@ -88,7 +102,9 @@ void rtx__cpu_sgemm(struct rtx_cpu *cpu, bool ta, bool tb, int64_t M, int64_t N,
     }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    if (epi) epi(epi_ctx, c, ldc, 0, 0, M, N);
 }
+#endif
 
 /* ------------------------------------------------------------------------------------------
  * matmul
@@ -141,9 +157,17 @@ static bool batch_tiles(struct batch_job *j) {
     return true;
 }
 
-static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
+static void epi_block(const void *ctx, float *c, int64_t ldc, int64_t row0, int64_t col0,
+                      int64_t m, int64_t n) {
+    rtx__cpu_epilogue_apply(ctx, c, ldc, row0, col0, m, n);
+}
+
+/* matmul; with e, the product then e, into out (the fused group's output) instead. */
+static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                      const struct rtx__cpu_epilogue *e, struct rtx_tensor *out,
+                      struct rtx_err *err) {
     const struct rtx_tensor *A = a->in[0], *B = a->in[1];
-    struct rtx_tensor *Y = a->out[0];
+    struct rtx_tensor *Y = out ? out : a->out[0];
     struct rtx__matmul_geom geo;
     char why[128];
     if (rtx__matmul_geometry(a->node, A, B, &geo, why, sizeof why))
@@ -175,8 +199,10 @@ static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
     }
     if (K == 0) {
         memset(yf, 0, (size_t)(nbatch * M * N) * sizeof *yf);
+        if (e) rtx__cpu_epilogue_run(cpu, e, yf, nbatch * M, N);
     } else if (fold || nbatch == 1) {
-        rtx__cpu_sgemm(cpu, ta, tb, rows, N, K, 1.0f, af, lda, bf, ldb, 0.0f, yf, N);
+        rtx__cpu_sgemm_epi(cpu, ta, tb, rows, N, K, 1.0f, af, lda, bf, ldb, 0.0f, yf, N,
+                           e ? epi_block : NULL, e);
     } else {
         offs = rtx_malloc((size_t)nbatch * 2 * sizeof *offs);
         if (offs == NULL) {
@@ -208,6 +234,7 @@ static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct
             j.row_tiles = j.col_tiles = 1;
             batch_chunk(&j, 0, nbatch);
         }
+        if (e) rtx__cpu_epilogue_run(cpu, e, yf, nbatch * M, N);
     }
     rtx__cpu_finish_f32(cpu, Y, y_own);
 done:
@@ -242,10 +269,13 @@ static void bias_chunk(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
+/* gemm; with e, as run_matmul. */
+static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                    const struct rtx__cpu_epilogue *e, struct rtx_tensor *out,
+                    struct rtx_err *err) {
     const struct rtx_tensor *A = a->in[0], *B = a->in[1];
     const struct rtx_tensor *C = a->n_in > 2 ? a->in[2] : NULL;
-    struct rtx_tensor *Y = a->out[0];
+    struct rtx_tensor *Y = out ? out : a->out[0];
     struct rtx__gemm_geom geo;
     char why[128];
     if (rtx__gemm_geometry(a->node, A, B, C, Y, &geo, why, sizeof why))
@@ -273,9 +303,10 @@ static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct r
     }
     if (K == 0) {
         if (!C) memset(yf, 0, (size_t)(M * N) * sizeof *yf);
+        if (e) rtx__cpu_epilogue_run(cpu, e, yf, M, N);
     } else {
-        rtx__cpu_sgemm(cpu, ta, tb, M, N, K, alpha, af, ta ? M : K, bf, tb ? K : N,
-                       C ? 1.0f : 0.0f, yf, N);
+        rtx__cpu_sgemm_epi(cpu, ta, tb, M, N, K, alpha, af, ta ? M : K, bf, tb ? K : N,
+                           C ? 1.0f : 0.0f, yf, N, e ? epi_block : NULL, e);
     }
     rtx__cpu_finish_f32(cpu, Y, y_own);
 done:
@@ -314,27 +345,37 @@ static void scale_row(float *s, int64_t n, float f) {
     for (; i < n; i++) s[i] *= f;
 }
 
+/* Applies the mask (added, or bool: -inf where false) and the causal cut (-inf past qi) to a
+ * row of scores; the dtype is picked once per row, so the f32 and bool loops vectorize. */
+static void attn_mask_row(const struct attn_job *j, float *s, int64_t kc, int64_t qi,
+                          int64_t mask_row) {
+    int64_t st = j->mask_str_k;
+    if (j->mask && j->mask_dt == RTX_F32) {
+        const float *m = (const float *)j->mask + mask_row;
+        if (st == 1)
+            RTX__VLOOP(float, s, kc, s[i] + m[i]);
+        else
+            for (int64_t c = 0; c < kc; c++) s[c] += m[c * st];
+    } else if (j->mask && j->mask_dt == RTX_BOOL) {
+        const uint8_t *m = (const uint8_t *)j->mask + mask_row;
+        for (int64_t c = 0; c < kc; c++) s[c] = m[c * st] ? s[c] : -INFINITY;
+    } else if (j->mask) {
+        for (int64_t c = 0; c < kc; c++)
+            s[c] += rtx__load_f32(j->mask, j->mask_dt, mask_row + c * st);
+    }
+    if (j->causal)
+        for (int64_t c = qi + 1; c < kc; c++) s[c] = -INFINITY;
+}
+
 /* Masks, turns scores into probabilities, and zeroes a row whose keys are all masked. A NaN
  * score, or +inf, makes the row NaN (as the plain formula would). */
 static void attn_softmax_row(const struct attn_job *j, float *s, int64_t kc, int64_t qi,
                              int64_t mask_row) {
-    if (j->causal || j->mask) {
-        for (int64_t c = 0; c < kc; c++) {
-            if (j->causal && c > qi) {
-                s[c] = -INFINITY;
-            } else if (j->mask) {
-                int64_t mo = mask_row + c * j->mask_str_k;
-                if (j->mask_dt == RTX_BOOL)
-                    s[c] = ((const uint8_t *)j->mask)[mo] ? s[c] : -INFINITY;
-                else
-                    s[c] += rtx__load_f32(j->mask, j->mask_dt, mo);
-            }
-        }
-    }
+    attn_mask_row(j, s, kc, qi, mask_row);
     float mx = -INFINITY;
     bool nan = false;
     for (int64_t c = 0; c < kc; c++) {
-        if (s[c] > mx) mx = s[c];
+        mx = s[c] > mx ? s[c] : mx;
         nan |= s[c] != s[c];
     }
     if (nan || mx == INFINITY) {
@@ -459,10 +500,21 @@ static int run_attention(struct rtx_cpu *cpu, const struct rtx_node_args *a,
 
 int rtx__cpu_linalg(struct rtx_cpu *cpu, const struct rtx_node_args *a, struct rtx_err *err) {
     switch (a->node->op) {
-    case RTX_OP_MATMUL: return run_matmul(cpu, a, err);
-    case RTX_OP_GEMM: return run_gemm(cpu, a, err);
+    case RTX_OP_MATMUL: return run_matmul(cpu, a, NULL, NULL, err);
+    case RTX_OP_GEMM: return run_gemm(cpu, a, NULL, NULL, err);
     case RTX_OP_ATTENTION: return run_attention(cpu, a, err);
     default: break;
     }
     return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not a linalg op");
+}
+
+int rtx__cpu_linalg_fused(struct rtx_cpu *cpu, const struct rtx_node_args *a,
+                          const struct rtx__cpu_epilogue *e, struct rtx_tensor *out,
+                          struct rtx_err *err) {
+    switch (a->node->op) {
+    case RTX_OP_MATMUL: return run_matmul(cpu, a, e, out, err);
+    case RTX_OP_GEMM: return run_gemm(cpu, a, e, out, err);
+    default: break;
+    }
+    return rtx__backend_node_err(err, a, RTX_EINTERNAL, "not a matmul or gemm");
 }

@@ -6,23 +6,40 @@
  * DESIGN
  * The pool has n_threads - 1 worker threads; the thread that calls rtx__cpu_parallel_for is
  * the n-th and works too, so a pool of n never runs more than n threads of ours at once. A
- * job is published under `mu` with a new generation number and every worker is woken; items
- * are claimed in chunks through one atomic counter, and each worker checks out under `mu`
- * when it finds no chunk left. The caller returns only after every worker has checked out,
- * so no worker can still read a job's fields when the next job is published. Workers sleep
- * on condition variables between jobs and never spin. A second caller (another thread, or a
- * kernel calling parallel_for from inside a chunk) finds `submit` locked and runs inline, so
- * nesting cannot deadlock. OpenBLAS keeps threads of its own; it gets the same count.
+ * job's fields are written, then `state` gets a new generation with no worker joined; workers
+ * join a job by raising its joined count with a compare-and-swap that also checks the
+ * generation and that the job is still open, and claim items in chunks through one atomic
+ * counter. When the caller has found no chunk left it closes the job (the same word), which
+ * tells it how many joined, and waits for exactly those to finish: a worker the OS has not
+ * scheduled meanwhile never joins, and the caller does not wait for it (on a host with more
+ * runnable threads than cores, waiting for every worker to check in stalled jobs for a
+ * scheduler time slice). A joined worker reads the job's fields until it finishes, and the
+ * next job is published only after that, so it never sees them change. A model runs one
+ * short job after another (tens of microseconds each), and waking a sleeping thread through
+ * a futex costs about as much: so a worker that finishes a job first spins for up to
+ * CPU_SPIN_NS on the generation, and the caller spins up to as long on the finished count,
+ * before either sleeps on its condition variable (a broadcast or signal with nobody waiting
+ * makes no system call). Past that the pool sleeps: an idle daemon burns no CPU. A second
+ * caller (another thread, or a kernel calling parallel_for from inside a chunk) finds
+ * `submit` locked and runs inline, so nesting cannot deadlock. OpenBLAS runs
+ * single-threaded (rtx__cpu_sgemm).
  */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/cpu/cpu-impl.h"
 
 #define CPU_CHUNKS_PER_THREAD 4 /* chunks per thread, for load balance */
+#define CPU_SPIN_NS 200000      /* spinning before sleeping, after a job (DESIGN) */
+
+/* `state`: generation << 32 | closed bit | workers joined */
+#define ST_CLOSED ((uint64_t)1 << 31)
+#define ST_JOINED ((uint64_t)ST_CLOSED - 1)
+#define ST_GEN(s) ((s) >> 32)
 
 struct rtx_cpu {
     int n_threads;               /* workers + the calling thread */
@@ -31,9 +48,9 @@ struct rtx_cpu {
     pthread_mutex_t submit;      /* held by the thread running a parallel job */
     pthread_mutex_t mu;          /* guards everything below but `next` */
     pthread_cond_t wake;         /* workers wait for a new generation or stop */
-    pthread_cond_t done;         /* the caller waits for busy == 0 */
-    uint64_t gen;                /* job generation */
-    int busy;                    /* workers not yet checked out of the current job */
+    pthread_cond_t done;         /* the caller waits for the joined workers to finish */
+    _Atomic uint64_t state;      /* the job's generation, closed bit and joined count */
+    _Atomic int finished;        /* joined workers done with the current job */
     bool stop;
     void (*fn)(void *ctx, int64_t begin, int64_t end);
     void *fn_ctx;
@@ -51,21 +68,74 @@ static void run_chunks(struct rtx_cpu *cpu) {
     }
 }
 
+static inline void spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static bool gen_changed(struct rtx_cpu *cpu, uint64_t gen) {
+    return ST_GEN(atomic_load_explicit(&cpu->state, memory_order_acquire)) != gen;
+}
+
+static bool all_finished(struct rtx_cpu *cpu, uint64_t n) {
+    return (uint64_t)atomic_load_explicit(&cpu->finished, memory_order_acquire) >= n;
+}
+
+/* Spins until done(cpu, arg) or CPU_SPIN_NS pass; the clock is read every 64 rounds only. */
+static void spin(struct rtx_cpu *cpu, bool (*done)(struct rtx_cpu *cpu, uint64_t arg),
+                 uint64_t arg) {
+    int64_t until = 0;
+    for (unsigned i = 1;; i++) {
+        if (done(cpu, arg)) return;
+        spin_pause();
+        if (i % 64 == 0) {
+            int64_t now = mono_ns();
+            if (until == 0) until = now + CPU_SPIN_NS;
+            else if (now > until) return;
+        }
+    }
+}
+
+/* Joins the job of generation gen unless it is closed or gone; whether it did. */
+static bool join_job(struct rtx_cpu *cpu, uint64_t gen) {
+    uint64_t s = atomic_load_explicit(&cpu->state, memory_order_acquire);
+    while (ST_GEN(s) == gen && !(s & ST_CLOSED))
+        if (atomic_compare_exchange_weak_explicit(&cpu->state, &s, s + 1, memory_order_acquire,
+                                                  memory_order_acquire))
+            return true;
+    return false;
+}
+
 static void *worker_main(void *arg) {
     struct rtx_cpu *cpu = arg;
     rtx_thread_name("rtx-cpu-pool");
     uint64_t seen = 0;
-    pthread_mutex_lock(&cpu->mu);
     for (;;) {
-        while (!cpu->stop && cpu->gen == seen) pthread_cond_wait(&cpu->wake, &cpu->mu);
-        if (cpu->stop) break;
-        seen = cpu->gen;
-        pthread_mutex_unlock(&cpu->mu);
-        run_chunks(cpu);
+        spin(cpu, gen_changed, seen); /* stop comes with a new generation too */
         pthread_mutex_lock(&cpu->mu);
-        if (--cpu->busy == 0) pthread_cond_signal(&cpu->done);
+        while (!cpu->stop &&
+               ST_GEN(atomic_load_explicit(&cpu->state, memory_order_relaxed)) == seen)
+            pthread_cond_wait(&cpu->wake, &cpu->mu);
+        bool stop = cpu->stop;
+        seen = ST_GEN(atomic_load_explicit(&cpu->state, memory_order_relaxed));
+        pthread_mutex_unlock(&cpu->mu);
+        if (stop) break;
+        if (!join_job(cpu, seen)) continue; /* closed before this thread got to it */
+        run_chunks(cpu);
+        atomic_fetch_add_explicit(&cpu->finished, 1, memory_order_release);
+        pthread_mutex_lock(&cpu->mu);
+        pthread_cond_signal(&cpu->done);
+        pthread_mutex_unlock(&cpu->mu);
     }
-    pthread_mutex_unlock(&cpu->mu);
     return NULL;
 }
 
@@ -89,15 +159,21 @@ void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
     cpu->n = n;
     cpu->chunk = chunk;
     atomic_store_explicit(&cpu->next, 0, memory_order_relaxed);
-    cpu->busy = cpu->n_workers;
-    cpu->gen++;
+    atomic_store_explicit(&cpu->finished, 0, memory_order_relaxed);
+    uint64_t gen = ST_GEN(atomic_load_explicit(&cpu->state, memory_order_relaxed)) + 1;
+    atomic_store_explicit(&cpu->state, gen << 32, memory_order_release); /* open, none joined */
     pthread_cond_broadcast(&cpu->wake);
     pthread_mutex_unlock(&cpu->mu);
 
     run_chunks(cpu);
 
+    /* close the job: workers that have not joined by now stay out of it */
+    int joined = (int)(atomic_fetch_or_explicit(&cpu->state, ST_CLOSED, memory_order_acq_rel) &
+                       ST_JOINED);
+    spin(cpu, all_finished, (uint64_t)joined);
     pthread_mutex_lock(&cpu->mu);
-    while (cpu->busy > 0) pthread_cond_wait(&cpu->done, &cpu->mu);
+    while (atomic_load_explicit(&cpu->finished, memory_order_acquire) < joined)
+        pthread_cond_wait(&cpu->done, &cpu->mu);
     cpu->fn = NULL;
     cpu->fn_ctx = NULL;
     pthread_mutex_unlock(&cpu->mu);
@@ -112,6 +188,8 @@ void rtx__cpu_pool_free(struct rtx_cpu *cpu) {
     if (cpu == NULL) return;
     pthread_mutex_lock(&cpu->mu);
     cpu->stop = true;
+    uint64_t gen = ST_GEN(atomic_load_explicit(&cpu->state, memory_order_relaxed)) + 1;
+    atomic_store_explicit(&cpu->state, gen << 32 | ST_CLOSED, memory_order_release); /* wakes */
     pthread_cond_broadcast(&cpu->wake);
     pthread_mutex_unlock(&cpu->mu);
     for (int i = 0; i < cpu->n_workers; i++) pthread_join(cpu->workers[i], NULL);
@@ -129,6 +207,8 @@ int rtx__cpu_pool_new(int n, struct rtx_cpu **out, struct rtx_err *err) {
     if (cpu == NULL) return rtx_err_set(err, RTX_ENOMEM, "cpu: backend context");
     cpu->n_threads = n;
     atomic_init(&cpu->next, 0);
+    atomic_init(&cpu->state, 0);
+    atomic_init(&cpu->finished, 0);
     if (n > 1) {
         cpu->workers = rtx_calloc((size_t)n - 1, sizeof *cpu->workers);
         if (cpu->workers == NULL) {

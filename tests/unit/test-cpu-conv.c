@@ -115,6 +115,16 @@ START_TEST(conv_padding_stride_dilation) {
     c.kw = 2;
     c.sh = 2;
     check_conv(&c, 4);
+    /* the AVX2 build's direct conv: channel blocks with a partial last one, stride phases
+     * with dilation, asymmetric pads, several pixel tasks per image */
+    struct conv_case d = {.dt = RTX_F32, .N = 2, .C = 19, .H = 23, .W = 21, .O = 10, .kh = 5,
+                          .kw = 4, .sh = 3, .sw = 2, .pt = 2, .pl = 0, .pb = 1, .pr = 3,
+                          .dh = 2, .dw = 1, .groups = 1, .bias = true};
+    check_conv(&d, 5);
+    d.sh = d.sw = 1;
+    d.H = 40;
+    d.W = 37;
+    check_conv(&d, 6);
 }
 END_TEST
 
@@ -293,6 +303,11 @@ START_TEST(max_pool_cases) {
     c.dt = RTX_BF16;
     c.ceil_mode = true;
     check_pool(&c, 7);
+    /* f32 rows longer than the separable kernel's column buffer take the per-pixel loop */
+    struct pool_case wide = {.dt = RTX_F32, .is_max = true, .N = 1, .C = 2, .H = 3, .W = 4099,
+                             .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .pb = 1,
+                             .pr = 1, .dh = 1, .dw = 1};
+    check_pool(&wide, 9);
     /* ceil_mode would add a window starting in the bottom padding: PyTorch drops it */
     struct pool_case e = {.dt = RTX_F32, .is_max = true, .N = 1, .C = 2, .H = 5, .W = 5,
                           .kh = 2, .kw = 2, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .pb = 1,

@@ -18,6 +18,8 @@
     X(cpu_shape)                                                                                \
     X(cpu_conv)                                                                                 \
     X(cpu_generation)                                                                           \
+    X(cpu_isa)                                                                                  \
+    X(cpu_fused)                                                                                \
     X(geometry)                                                                                 \
     X(cuda_device)                                                                              \
     X(cuda_flash)                                                                               \

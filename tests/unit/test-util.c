@@ -52,7 +52,7 @@ static int parse_list(const char *s, int64_t *ints, double *floats, int max) {
     return n;
 }
 
-static void set_attrs(struct rtx_graph *g, int node, const char *attrs) {
+void tu_set_attrs(struct rtx_graph *g, int node, const char *attrs) {
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", attrs);
     char *save = NULL;
@@ -114,7 +114,7 @@ int tu_run_op(const char *op, const char *attrs, struct rtx_tensor *const *in, i
     }
     rc = rtx_graph_add_node(g, op, "n", in_names, n_in, out_names, n_out, err);
     if (rc < 0) goto done;
-    set_attrs(g, rc, attrs ? attrs : "");
+    tu_set_attrs(g, rc, attrs ? attrs : "");
     for (int i = 0; i < n_out; i++)
         if ((rc = rtx_graph_add_output(g, out_names[i], err))) goto done;
     if ((rc = rtx_plan_new(g, (const struct rtx_tensor *const *)bound, n_bound, NULL, &plan,

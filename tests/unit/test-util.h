@@ -18,6 +18,10 @@ struct rtx_tensor *tu_tensor(enum rtx_dtype dt, int ndim, const int64_t *dims,
 struct rtx_tensor *tu_tensor_random(enum rtx_dtype dt, int ndim, const int64_t *dims, double lo,
                                     double hi, unsigned seed);
 
+/* Sets attributes on node `node` of g from `attrs`, written as for tu_run_op (Check fails on
+ * a bad spec or a rejected attribute). */
+void tu_set_attrs(struct rtx_graph *g, int node, const char *attrs);
+
 /* Runs one node `op` with attributes from `attrs` on the CPU backend through rtx_plan_new and
  * rtx_plan_execute. attrs is "" or a ';'-separated list of NAME=T:VALUE where T is
  * i (int), f (float), s (string), I (ints, comma-separated), F (floats, comma-separated),

@@ -1,0 +1,213 @@
+/*
+ * conv-direct.c - conv2d without im2col, for the AVX2 build only (kernels/cpu/cpu-impl.h, ISA
+ * variants; ops-conv.c calls it from that build, the generic build keeps im2col + sgemm).
+ *
+ * DESIGN
+ * At the channel counts of small CNNs (16-64) writing and packing the im2col matrix cost as
+ * much as the products. Here each image is first rearranged once into its zero-padded input
+ * split in stride phases: phase (py, px) holds the padded pixels (i * sh + py, j * sw + px),
+ * a plane of Hq x Wq. A tap (kh, kw) of output pixel (oh, ow) then reads phase
+ * ((kh dh) % sh, (kw dw) % sw) at (oh + kh dh / sh, ow + kw dw / sw): with the output indexed
+ * as j = oh * Wq + ow over the phase width (the columns past Wo are computed and dropped),
+ * every tap of every channel is one contiguous run starting at a fixed offset, whatever the
+ * stride, dilation and padding. The kernel holds a tile of OC output channels x PX pixels in
+ * registers and adds, for each input channel and tap, one broadcast weight times the run;
+ * the weights are repacked [C][taps][O] so a tile's weights are adjacent. The bias, then a
+ * fused group's epilogue (residual, activation), are applied when the tile is stored. Tiles (image, channel block, pixel block) are spread over the
+ * pool. The build uses FMA (-ffp-contract=fast for this file), so results differ from the
+ * generic build's sgemm in the last bits, as any two summation orders do.
+ */
+#include <string.h>
+
+#include "kernels/cpu/cpu-impl.h"
+#include "kernels/geometry.h"
+
+#define OC 4                                   /* output channels per tile */
+#define VP 3                                   /* vectors of 8 pixels per tile */
+#define PX (VP * 8)                            /* pixels per tile */
+#define TILES_PER_TASK 4                       /* pixel tiles per pool task */
+#define PHASE_BYTES ((int64_t)64 << 20)        /* phase planes of a chunk of images, at most */
+
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
+
+struct dconv {
+    const struct rtx__conv2d_geom *g;
+    const float *x, *bias;
+    const struct rtx__cpu_epilogue *epi; /* after the bias; NULL: none */
+    float *wr;                   /* weights [C][taps][Op], Op = O rounded up to OC, zeros past O */
+    float *xq;                   /* phase planes of images n0.., [n][phase][C][Hq][Wq] + slack */
+    float *y;
+    int64_t n0;
+    int64_t s, Hq, Wq, plane, img; /* phases s = sh * sw; plane Hq * Wq; img floats per image */
+    int64_t Op, taps, ob, pb;    /* padded O, kh * kw, channel blocks, pixel tasks per image */
+    int64_t *off;                /* per tap: its phase's offset + its run's start in the plane */
+};
+
+bool rtx__cpu_conv_direct_fits(const struct rtx__conv2d_geom *g) {
+    return g->G == 1 && !g->direct && g->w.sh <= 4 && g->w.sw <= 4 && g->O >= OC;
+}
+
+/* Phase planes of image n0 + i: xq[i][py * sw + px][c][a][b] = padded x[c][a sh + py][b sw + px]. */
+static void phase_chunk(void *ctx, int64_t begin, int64_t end) {
+    const struct dconv *d = ctx;
+    const struct rtx__window_geom *w = &d->g->w;
+    for (int64_t q = begin; q < end; q++) { /* q = (image i, channel c) */
+        int64_t i = q / w->C, c = q % w->C;
+        const float *src = d->x + ((d->n0 + i) * w->C + c) * w->H * w->W;
+        for (int64_t py = 0; py < w->sh; py++)
+            for (int64_t px = 0; px < w->sw; px++) {
+                float *dst = d->xq + i * d->img + ((py * w->sw + px) * w->C + c) * d->plane;
+                for (int64_t a = 0; a < d->Hq; a++) {
+                    int64_t r = a * w->sh + py - w->pt;
+                    float *row = dst + a * d->Wq;
+                    if (r < 0 || r >= w->H) {
+                        memset(row, 0, (size_t)d->Wq * sizeof *row);
+                        continue;
+                    }
+                    const float *srow = src + r * w->W;
+                    if (w->sw == 1) { /* zeros, the row, zeros */
+                        int64_t lead = w->pl < d->Wq ? w->pl : d->Wq;
+                        int64_t n = d->Wq - lead < w->W ? d->Wq - lead : w->W;
+                        memset(row, 0, (size_t)lead * sizeof *row);
+                        memcpy(row + lead, srow, (size_t)n * sizeof *row);
+                        memset(row + lead + n, 0, (size_t)(d->Wq - lead - n) * sizeof *row);
+                        continue;
+                    }
+                    for (int64_t b = 0; b < d->Wq; b++) {
+                        int64_t col = b * w->sw + px - w->pl;
+                        row[b] = col >= 0 && col < w->W ? srow[col] : 0.0f;
+                    }
+                }
+            }
+    }
+}
+
+/* One tile: output channels [o0, o0 + OC) x ext pixels [p0, p0 + PX) of image i. */
+static inline void tile(const struct dconv *d, int64_t i, int64_t o0, int64_t p0) {
+    const struct rtx__window_geom *w = &d->g->w;
+    v8 acc[OC][VP];
+    for (int o = 0; o < OC; o++)
+        for (int v = 0; v < VP; v++) acc[o][v] = (v8){0};
+    const float *xi = d->xq + i * d->img + p0;
+    for (int64_t c = 0; c < w->C; c++) {
+        const float *xc = xi + c * d->plane;
+        const float *wc = d->wr + c * d->taps * d->Op + o0;
+        for (int64_t k = 0; k < d->taps; k++) {
+            const float *xp = xc + d->off[k];
+            const float *wk = wc + k * d->Op;
+            v8 xv[VP];
+            for (int v = 0; v < VP; v++) xv[v] = *(const v8u *)(xp + 8 * v);
+            for (int o = 0; o < OC; o++) {
+                float wo = wk[o];
+                v8 wv = {wo, wo, wo, wo, wo, wo, wo, wo}; /* (v8){0} + wo would add 0.0f */
+                for (int v = 0; v < VP; v++) acc[o][v] += wv * xv[v];
+            }
+        }
+    }
+    float out[OC][PX];
+    memcpy(out, acc, sizeof out);
+    /* the tile's pixels, row segment by row segment of the output */
+    int64_t n = d->n0 + i, P = w->Ho * w->Wo;
+    for (int64_t p = 0, oh = p0 / d->Wq, ow = p0 % d->Wq; p < PX && oh < w->Ho;) {
+        int64_t len = PX - p < d->Wq - ow ? PX - p : d->Wq - ow; /* to the row's end */
+        int64_t valid = ow < w->Wo ? (len < w->Wo - ow ? len : w->Wo - ow) : 0;
+        for (int o = 0; o < OC && o0 + o < d->g->O && valid > 0; o++) {
+            float b = d->bias ? d->bias[o0 + o] : 0.0f;
+            int64_t plane = n * d->g->O + o0 + o;
+            float *dst = d->y + plane * P + oh * w->Wo + ow;
+            const struct rtx__cpu_epilogue *e = d->epi;
+            const float *res = e && e->res ? e->res + plane * e->res_ld + oh * w->Wo + ow : NULL;
+            bool relu = e && e->act == RTX_OP_RELU;
+            /* the epilogue's common cases inline (same operations, same order), the rest
+             * through it */
+            for (int64_t q = 0; q < valid; q++) {
+                float v = out[o][p + q] + b;
+                if (res) v += res[q];
+                dst[q] = relu && v < 0.0f ? 0.0f : v;
+            }
+            if (e && e->act != RTX_OP_COUNT && !relu) {
+                struct rtx__cpu_epilogue act = {.act = e->act, .gelu_tanh = e->gelu_tanh};
+                rtx__cpu_epilogue_apply(&act, dst, 0, plane, oh * w->Wo + ow, 1, valid);
+            }
+        }
+        p += len;
+        ow += len;
+        if (ow == d->Wq) {
+            ow = 0;
+            oh++;
+        }
+    }
+}
+
+static void tile_chunk(void *ctx, int64_t begin, int64_t end) {
+    const struct dconv *d = ctx;
+    for (int64_t t = begin; t < end; t++) { /* t = (image i, channel block, pixel task) */
+        int64_t i = t / (d->ob * d->pb), ob = t / d->pb % d->ob, pt = t % d->pb;
+        int64_t ext = d->g->w.Ho * d->Wq;
+        for (int64_t p0 = pt * TILES_PER_TASK * PX, e = 0; e < TILES_PER_TASK && p0 < ext;
+             e++, p0 += PX)
+            tile(d, i, ob * OC, p0);
+    }
+}
+
+/* The weights [O][C][kh][kw] as [C][taps][Op]. */
+static void repack_weights(const struct dconv *d, const float *wt) {
+    int64_t O = d->g->O, C = d->g->w.C;
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t k = 0; k < d->taps; k++) {
+            float *dst = d->wr + (c * d->taps + k) * d->Op;
+            for (int64_t o = 0; o < d->Op; o++)
+                dst[o] = o < O ? wt[(o * C + c) * d->taps + k] : 0.0f;
+        }
+}
+
+int rtx__cpu_conv_direct(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
+                         const float *wt, const float *bias, const struct rtx__cpu_epilogue *e,
+                         float *y) {
+    const struct rtx__window_geom *w = &g->w;
+    struct dconv d = {.g = g, .x = x, .bias = bias, .epi = e, .y = y, .taps = w->kh * w->kw};
+    d.s = w->sh * w->sw;
+    d.Hq = (w->H + w->pt + w->pb + w->sh - 1) / w->sh;
+    d.Wq = (w->W + w->pl + w->pr + w->sw - 1) / w->sw;
+    d.plane = d.Hq * d.Wq;
+    d.Op = (g->O + OC - 1) / OC * OC;
+    d.ob = d.Op / OC;
+    int64_t ext = w->Ho * d.Wq, max_off = 0;
+    d.pb = (ext + TILES_PER_TASK * PX - 1) / (TILES_PER_TASK * PX);
+    d.off = rtx_malloc((size_t)d.taps * sizeof *d.off);
+    d.wr = rtx_malloc((size_t)(w->C * d.taps * d.Op) * sizeof *d.wr);
+    if (d.off == NULL || d.wr == NULL) goto oom;
+    for (int64_t kh = 0; kh < w->kh; kh++)
+        for (int64_t kw = 0; kw < w->kw; kw++) {
+            int64_t r = kh * w->dh, c = kw * w->dw;
+            int64_t phase = (r % w->sh) * w->sw + c % w->sw;
+            d.off[kh * w->kw + kw] = phase * w->C * d.plane + r / w->sh * d.Wq + c / w->sw;
+            if (d.off[kh * w->kw + kw] > max_off) max_off = d.off[kh * w->kw + kw];
+        }
+    /* a tile reads PX pixels past its start, the last one starting below ext */
+    d.img = d.s * w->C * d.plane;
+    int64_t reach = (w->C - 1) * d.plane + max_off + d.pb * TILES_PER_TASK * PX;
+    if (reach > d.img) d.img = reach;
+    d.img = (d.img + 15) / 16 * 16;
+    int64_t nb = PHASE_BYTES / (d.img * (int64_t)sizeof(float));
+    if (nb < 1) nb = 1;
+    if (nb > w->N) nb = w->N;
+    d.xq = rtx_malloc((size_t)(nb * d.img) * sizeof *d.xq);
+    if (d.xq == NULL) goto oom;
+    memset(d.xq, 0, (size_t)(nb * d.img) * sizeof *d.xq); /* the slack past the planes */
+    repack_weights(&d, wt);
+    for (d.n0 = 0; d.n0 < w->N; d.n0 += nb) {
+        int64_t n = w->N - d.n0 < nb ? w->N - d.n0 : nb;
+        rtx__cpu_parallel_for(cpu, n * w->C, 1 + (1 << 14) / (d.plane * d.s), phase_chunk, &d);
+        rtx__cpu_parallel_for(cpu, n * d.ob * d.pb, 1, tile_chunk, &d);
+    }
+    rtx_free(d.xq);
+    rtx_free(d.wr);
+    rtx_free(d.off);
+    return 0;
+oom:
+    rtx_free(d.wr);
+    rtx_free(d.off);
+    return RTX_ENOMEM;
+}

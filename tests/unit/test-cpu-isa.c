@@ -1,0 +1,155 @@
+/*
+ * test-cpu-isa.c - the CPU backend's ISA builds (kernels/cpu/cpu-impl.h, ISA variants): the
+ * AVX2 build computes the same bits as the generic one for every op group it covers (conv2d,
+ * convolved directly there, within 1e-5), on
+ * inputs long enough for the vector loops and with odd tails; RTX_CPU_ISA picks a build and
+ * rejects what it cannot give. The values themselves are checked against NumPy-style
+ * references by the cpu_* suites, which `make test-unit` runs under both builds.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/backend-cpu.h"
+#include "tests/unit/test-util.h"
+
+static bool have_avx2(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#else
+    return false;
+#endif
+}
+
+/* op on in[] under RTX_CPU_ISA=isa; the variable is restored before returning. */
+static struct rtx_tensor *run_isa(const char *isa, const char *op, const char *attrs,
+                                  struct rtx_tensor *const *in, int n_in) {
+    const char *old = getenv("RTX_CPU_ISA");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("RTX_CPU_ISA", isa, 1);
+    struct rtx_tensor *out[1] = {NULL};
+    struct rtx_err err = {0};
+    int rc = tu_run_op(op, attrs, in, n_in, out, 1, &err);
+    if (saved) {
+        setenv("RTX_CPU_ISA", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("RTX_CPU_ISA");
+    }
+    ck_assert_msg(rc == 0, "%s under %s: %s", op, isa, err.msg);
+    return out[0];
+}
+
+/* The generic and AVX2 builds give identical bytes for op (when the CPU has AVX2); with
+ * rtol > 0, values within rtol instead (conv2d: the AVX2 build convolves directly with FMA,
+ * the generic one through im2col and OpenBLAS). */
+static void compare_builds(const char *op, const char *attrs, struct rtx_tensor *const *in,
+                           int n_in, double rtol) {
+    struct rtx_tensor *g = run_isa("generic", op, attrs, in, n_in);
+    if (have_avx2()) {
+        struct rtx_tensor *v = run_isa("avx2", op, attrs, in, n_in);
+        ck_assert_int_eq(g->dtype, v->dtype);
+        ck_assert_int_eq(rtx_tensor_numel(g), rtx_tensor_numel(v));
+        if (rtol > 0) {
+            for (int64_t i = 0; i < rtx_tensor_numel(g); i++) {
+                double a = rtx_tensor_get(g, i), b = rtx_tensor_get(v, i);
+                ck_assert_msg(fabs(a - b) <= rtol * (1 + fabs(a)), "%s (%s) [%lld]: %g vs %g",
+                              op, attrs, (long long)i, a, b);
+            }
+        } else {
+            ck_assert_msg(memcmp(rtx_tensor_data(g), rtx_tensor_data(v),
+                                 (size_t)rtx_tensor_numel(g) * rtx_dtype_size(g->dtype)) == 0,
+                          "%s (%s): the avx2 build differs from the generic one", op, attrs);
+        }
+        rtx_tensor_unref(v);
+    }
+    rtx_tensor_unref(g);
+    for (int i = 0; i < n_in; i++) rtx_tensor_unref(in[i]);
+}
+
+static void same_bits(const char *op, const char *attrs, struct rtx_tensor *const *in,
+                      int n_in) {
+    compare_builds(op, attrs, in, n_in, 0);
+}
+
+START_TEST(avx2_build_matches_generic_bit_for_bit) {
+    int64_t d1[1] = {1037}, row[2] = {37, 129}, bias[1] = {129};
+    const char *unary[] = {"gelu", "exp", "tanh", "erf", "sigmoid", "silu", "relu", "sqrt"};
+    for (size_t i = 0; i < sizeof unary / sizeof *unary; i++) {
+        struct rtx_tensor *x = tu_tensor_random(RTX_F32, 1, d1, -9, 9, 10 + (unsigned)i);
+        same_bits(unary[i], "", &x, 1);
+    }
+    struct rtx_tensor *x = tu_tensor_random(RTX_F32, 1, d1, -9, 9, 20);
+    same_bits("gelu", "approximate=s:tanh", &x, 1);
+    x = tu_tensor_random(RTX_F16, 1, d1, -4, 4, 21);
+    same_bits("gelu", "", &x, 1);
+    struct rtx_tensor *ab[2] = {tu_tensor_random(RTX_F32, 2, row, -2, 2, 22),
+                                tu_tensor_random(RTX_F32, 1, bias, -2, 2, 23)};
+    same_bits("add", "", ab, 2);
+    ab[0] = tu_tensor_random(RTX_F32, 2, row, -2, 2, 24);
+    ab[1] = tu_tensor_random(RTX_F32, 1, bias, 0.5, 2, 25);
+    same_bits("div", "", ab, 2);
+    x = tu_tensor_random(RTX_F32, 2, row, -30, 30, 26);
+    same_bits("softmax", "axis=i:-1", &x, 1);
+    struct rtx_tensor *ln[3] = {tu_tensor_random(RTX_F32, 2, row, -3, 3, 27),
+                                tu_tensor_random(RTX_F32, 1, bias, 0.5, 1.5, 28),
+                                tu_tensor_random(RTX_F32, 1, bias, -1, 1, 29)};
+    same_bits("layer_norm", "axis=i:-1;epsilon=f:1e-5", ln, 3);
+    x = tu_tensor_random(RTX_F32, 2, row, -3, 3, 30);
+    same_bits("reduce_sum", "axes=I:1", &x, 1);
+    int64_t dq[4] = {2, 3, 41, 16};
+    struct rtx_tensor *qkv[3] = {tu_tensor_random(RTX_F32, 4, dq, -1, 1, 31),
+                                 tu_tensor_random(RTX_F32, 4, dq, -1, 1, 32),
+                                 tu_tensor_random(RTX_F32, 4, dq, -1, 1, 33)};
+    same_bits("attention", "causal=i:1", qkv, 3);
+    int64_t dx[4] = {2, 5, 13, 11}, dw[4] = {7, 5, 3, 3}, db[1] = {7};
+    struct rtx_tensor *cv[3] = {tu_tensor_random(RTX_F32, 4, dx, -1, 1, 34),
+                                tu_tensor_random(RTX_F32, 4, dw, -1, 1, 35),
+                                tu_tensor_random(RTX_F32, 1, db, -1, 1, 36)};
+    compare_builds("conv2d", "pads=I:1,1,1,1", cv, 3, 1e-5);
+    x = tu_tensor_random(RTX_F32, 4, dx, -1, 1, 37);
+    same_bits("max_pool2d", "kernel_shape=I:3,3;strides=I:2,2;pads=I:1,1,1,1", &x, 1);
+}
+END_TEST
+
+START_TEST(rtx_cpu_isa_picks_or_refuses) {
+    const char *old = getenv("RTX_CPU_ISA");
+    char *saved = old ? strdup(old) : NULL;
+    struct rtx_backend *be = NULL;
+    struct rtx_err err = {0};
+    setenv("RTX_CPU_ISA", "generic", 1);
+    ck_assert_int_eq(rtx_backend_cpu_new(NULL, &be, &err), 0);
+    rtx_backend_free(be);
+    setenv("RTX_CPU_ISA", "avx2", 1);
+    int rc = rtx_backend_cpu_new(NULL, &be, &err);
+    if (have_avx2()) {
+        ck_assert_int_eq(rc, 0);
+        rtx_backend_free(be);
+    } else {
+        ck_assert_int_eq(rc, RTX_EUNSUPPORTED);
+        ck_assert_ptr_null(be);
+    }
+    setenv("RTX_CPU_ISA", "sse9", 1);
+    ck_assert_int_eq(rtx_backend_cpu_new(NULL, &be, &err), RTX_EINVAL);
+    ck_assert_ptr_null(be);
+    ck_assert_ptr_nonnull(strstr(err.msg, "RTX_CPU_ISA=sse9"));
+    if (saved) {
+        setenv("RTX_CPU_ISA", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("RTX_CPU_ISA");
+    }
+}
+END_TEST
+
+Suite *rtx_cpu_isa_suite(void) {
+    Suite *s = suite_create("cpu_isa");
+    TCase *tc = tcase_create("isa");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, avx2_build_matches_generic_bit_for_bit);
+    tcase_add_test(tc, rtx_cpu_isa_picks_or_refuses);
+    suite_add_tcase(s, tc);
+    return s;
+}
