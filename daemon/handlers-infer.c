@@ -261,6 +261,33 @@ static Inference__DataType config_dtype(const struct rtx_model_io *io) {
     }
 }
 
+/* Triton's ModelTensorReshape of io, or NULL when it has none. */
+static Inference__ModelTensorReshape *config_reshape(struct arena *a,
+                                                     const struct rtx_model_io *io) {
+    if (!io->has_reshape) return NULL;
+    Inference__ModelTensorReshape *r = rtx__infer_arena_alloc(a, sizeof *r);
+    if (!r) return NULL;
+    inference__model_tensor_reshape__init(r);
+    r->n_shape = (size_t)io->reshape_ndim;
+    r->shape = (int64_t *)io->reshape;
+    return r;
+}
+
+/* Triton's ModelQueuePolicy of q, or NULL when the config sets none. */
+static Inference__ModelQueuePolicy *config_queue_policy(struct arena *a,
+                                                       const struct rtx_model_queue_policy *q) {
+    if (!q->set) return NULL;
+    Inference__ModelQueuePolicy *p = rtx__infer_arena_alloc(a, sizeof *p);
+    if (!p) return NULL;
+    inference__model_queue_policy__init(p);
+    p->timeout_action = q->delay ? INFERENCE__MODEL_QUEUE_POLICY__TIMEOUT_ACTION__DELAY
+                                 : INFERENCE__MODEL_QUEUE_POLICY__TIMEOUT_ACTION__REJECT;
+    p->default_timeout_microseconds = (uint64_t)q->default_timeout_us;
+    p->allow_timeout_override = q->allow_timeout_override;
+    p->max_queue_size = (uint32_t)q->max_queue_size;
+    return p;
+}
+
 void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t len,
                              struct rtx_server_reply *rep) {
     Inference__ModelConfigRequest *in =
@@ -289,6 +316,7 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
         x->data_type = config_dtype(&info->inputs[i]);
         x->n_dims = (size_t)info->inputs[i].ndim;
         x->dims = (int64_t *)info->inputs[i].dims;
+        x->reshape = config_reshape(&a, &info->inputs[i]);
         x->optional = info->inputs[i].optional;
         ins[i] = x;
     }
@@ -304,6 +332,7 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
         x->data_type = config_dtype(&info->outputs[i]);
         x->n_dims = (size_t)info->outputs[i].ndim;
         x->dims = (int64_t *)info->outputs[i].dims;
+        x->reshape = config_reshape(&a, &info->outputs[i]);
         outs[i] = x;
     }
     cfg.n_output = (size_t)info->n_outputs;
@@ -316,6 +345,19 @@ void rtx__infer_model_config(struct rtx_daemon *d, const uint8_t *req, size_t le
         db.max_queue_delay_microseconds = (uint64_t)info->max_queue_delay_us;
         db.priority_levels = (uint64_t)info->priority_levels;
         db.default_priority_level = (uint64_t)info->default_priority_level;
+        db.default_queue_policy = config_queue_policy(&a, &info->default_queue_policy);
+        int n = info->n_priority_queue_policies;
+        Inference__ModelDynamicBatching__PriorityQueuePolicyEntry **pq =
+            n > 0 ? rtx__infer_arena_alloc(&a, (size_t)n * sizeof *pq) : NULL;
+        for (int i = 0; pq && i < n; i++) {
+            pq[i] = rtx__infer_arena_alloc(&a, sizeof *pq[i]);
+            if (!pq[i]) break;
+            inference__model_dynamic_batching__priority_queue_policy_entry__init(pq[i]);
+            pq[i]->key = (uint64_t)info->priority_queue_levels[i];
+            pq[i]->value = config_queue_policy(&a, &info->priority_queue_policies[i]);
+        }
+        db.n_priority_queue_policy = pq ? (size_t)n : 0;
+        db.priority_queue_policy = pq;
         cfg.scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_DYNAMIC_BATCHING;
         cfg.dynamic_batching = &db;
     }

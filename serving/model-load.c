@@ -213,6 +213,14 @@ static int place_instances(const struct rtx_model *m, const struct rtx__model_lo
     return n;
 }
 
+/* A queue policy as the public model info reports it. */
+static struct rtx_model_queue_policy queue_policy_info(const struct rtx__queue_policy *p) {
+    return (struct rtx_model_queue_policy){
+        .set = p->set, .delay = p->on_timeout == RTX_SCHED_TIMEOUT_DELAY,
+        .default_timeout_us = p->timeout_us, .allow_timeout_override = p->allow_override,
+        .max_queue_size = p->max_queue};
+}
+
 /* The instances config.json asks for: one consumer "model NAME:VERSION" per device they are
  * on, with its reservation (reservation()), then a backend per instance from the device
  * layer, charged to that consumer. */
@@ -261,6 +269,23 @@ static int make_instances(struct rtx_model *m, const struct rtx__model_load_opts
                  m->cfg.model_filename[0] ? m->cfg.model_filename : "model.onnx");
     info->priority_levels = m->cfg.priority_levels;
     info->default_priority_level = m->cfg.default_priority_level;
+    for (int i = 0; i < info->n_inputs + info->n_outputs; i++) {
+        bool in = i < info->n_inputs;
+        struct rtx_model_io *io = in ? &info->inputs[i] : &info->outputs[i - info->n_inputs];
+        const struct rtx__reshape *rs =
+            in ? &m->cfg.in_reshape[i] : &m->cfg.out_reshape[i - info->n_inputs];
+        io->has_reshape = rs->set;
+        io->reshape_ndim = rs->set ? rs->ndim : 0;
+        memcpy(io->reshape, rs->dims, sizeof io->reshape);
+    }
+    info->default_queue_policy = queue_policy_info(&m->cfg.default_policy);
+    int np = m->cfg.n_level_policies < RTX_MODEL_MAX_QUEUE_POLICIES ? m->cfg.n_level_policies
+                                                                    : RTX_MODEL_MAX_QUEUE_POLICIES;
+    info->n_priority_queue_policies = np;
+    for (int i = 0; i < np; i++) {
+        info->priority_queue_levels[i] = m->cfg.level_policies[i].level;
+        info->priority_queue_policies[i] = queue_policy_info(&m->cfg.level_policies[i].policy);
+    }
     return 0;
 }
 

@@ -186,7 +186,20 @@ struct rtx_model_io {
     bool optional; /* inputs only: the request may leave it out */
     bool bytes;    /* a KServe BYTES tensor (length-prefixed strings): dtype is unused; only
                       generative models declare them */
+    bool has_reshape; /* Triton's reshape: the shape the model itself has (batch excluded) */
+    int reshape_ndim;
+    int64_t reshape[RTX_MAX_DIMS];
 };
+
+/* A queue policy of Triton's dynamic batcher (ModelQueuePolicy), as the config gives it. */
+struct rtx_model_queue_policy {
+    bool set;
+    bool delay;                  /* timeout_action DELAY; else REJECT */
+    int64_t default_timeout_us;  /* 0: none */
+    bool allow_timeout_override;
+    int64_t max_queue_size;      /* 0: no bound of its own */
+};
+#define RTX_MODEL_MAX_QUEUE_POLICIES 16
 
 struct rtx_model_info {
     char name[128];
@@ -208,6 +221,10 @@ struct rtx_model_info {
     char default_model_filename[256]; /* an ONNX model's file ("model.onnx" by default) */
     int64_t priority_levels;    /* dynamic_batching's; 0: none */
     int64_t default_priority_level;
+    struct rtx_model_queue_policy default_queue_policy;
+    int n_priority_queue_policies; /* priority_queue_policy: level -> policy */
+    int64_t priority_queue_levels[RTX_MODEL_MAX_QUEUE_POLICIES];
+    struct rtx_model_queue_policy priority_queue_policies[RTX_MODEL_MAX_QUEUE_POLICIES];
 };
 /* The model's description; valid as long as the reference is held. */
 const struct rtx_model_info *rtx_model_info(const struct rtx_model *m);

@@ -173,7 +173,7 @@ max_batch_size: 8
 dynamic_batching {
   priority_levels: 2
   default_priority_level: 2
-  default_queue_policy { max_queue_size: 64 }
+  default_queue_policy { max_queue_size: 64 timeout_action: DELAY }
   priority_queue_policy { key: 1 value: { timeout_action: REJECT
                                           default_timeout_microseconds: 1 } }
 }
@@ -433,6 +433,10 @@ def test_auto_complete_scalar_gets_a_reshape(gc, hc, repo):
     assert cfg["max_batch_size"] == 4
     assert cfg["input"][0]["dims"] == [1] and cfg["input"][0]["reshape"] == {"shape": []}
     assert cfg["output"][0]["dims"] == [1] and cfg["output"][0]["reshape"] == {"shape": []}
+    # gRPC: the reshape is there (an empty shape: a message with no fields set in JSON)
+    g = gc.get_model_config("auto_scalar", as_json=True)["config"]
+    assert g["input"][0].get("reshape") == {} and g["output"][0].get("reshape") == {}, g
+    assert "reshape" not in gc.get_model_config("auto_mlp", as_json=True)["config"]["input"][0]
     x = np.array([[1.5], [-2.0], [0.25]], np.float32)
     want = reference(repo / "auto_scalar/1/model.onnx", {"x": x[:, 0]})
     got = infer_grpc(gc, "auto_scalar", {"x": x})
@@ -491,6 +495,14 @@ def test_priority_levels_and_queue_policies(server, gc, repo):
     assert db["priority_levels"] == 2 and db["default_priority_level"] == 2
     assert db["default_queue_policy"]["max_queue_size"] == 64
     assert db["priority_queue_policy"]["1"]["default_timeout_microseconds"] == 1
+    # the gRPC ModelConfig reports the same policies (uint64 fields as JSON strings)
+    g = gc.get_model_config("queued", as_json=True)["config"]["dynamic_batching"]
+    assert g["default_queue_policy"]["max_queue_size"] == 64, g
+    assert g["default_queue_policy"]["timeout_action"] == "DELAY", g
+    p1 = g["priority_queue_policy"]["1"]
+    # REJECT is the enum's zero, which JSON leaves out
+    assert p1.get("timeout_action", "REJECT") == "REJECT", g
+    assert int(p1["default_timeout_microseconds"]) == 1, g
 
 
 def test_explicit_reload_with_broken_pbtxt_keeps_serving(make_server, tmp_path):
