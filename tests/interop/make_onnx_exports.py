@@ -119,40 +119,6 @@ class GPT2(nn.Module):
         return self.lnf(x) @ self.wte.weight.t()
 
 
-class Llama(nn.Module):
-    """A Llama-style decoder written with PyTorch's own modules: nn.RMSNorm and
-    F.scaled_dot_product_attention (causal, grouped queries), which the dynamo exporter at
-    opset 23 writes as ONNX's RMSNormalization and Attention ops."""
-
-    def __init__(self, vocab=64, d=32, heads=4, kv_heads=2, layers=2):
-        super().__init__()
-        self.emb = nn.Embedding(vocab, d)
-        self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
-        self.layers = nn.ModuleList([nn.ModuleDict(dict(
-            n1=nn.RMSNorm(d, eps=1e-6), q=nn.Linear(d, d, bias=False),
-            k=nn.Linear(d, kv_heads * self.hd, bias=False),
-            v=nn.Linear(d, kv_heads * self.hd, bias=False), o=nn.Linear(d, d, bias=False),
-            n2=nn.RMSNorm(d, eps=1e-6), gate=nn.Linear(d, 2 * d, bias=False),
-            up=nn.Linear(d, 2 * d, bias=False), down=nn.Linear(2 * d, d, bias=False)))
-            for _ in range(layers)])
-        self.norm = nn.RMSNorm(d, eps=1e-6)
-        self.head = nn.Linear(d, vocab, bias=False)
-
-    def forward(self, ids):
-        b, s = ids.shape
-        x = self.emb(ids)
-        for layer in self.layers:
-            h = layer.n1(x)
-            q = layer.q(h).view(b, s, self.heads, self.hd).transpose(1, 2)
-            k = layer.k(h).view(b, s, self.kv_heads, self.hd).transpose(1, 2)
-            v = layer.v(h).view(b, s, self.kv_heads, self.hd).transpose(1, 2)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            x = x + layer.o(a.transpose(1, 2).reshape(b, s, -1))
-            h = layer.n2(x)
-            x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
-        return self.head(self.norm(x))
-
-
 def export(model, args, names, path, dynamo, opset=None):
     model.eval()
     if dynamo:
@@ -218,7 +184,12 @@ def main(out):
             export(model, args, names, out / f"{name}-{'dynamo' if dynamo else 'ts'}.onnx",
                    dynamo)
     export_hf(out, ids, mask)
-    export(Llama(), (ids,), ["ids"], out / "llama-op23-dynamo.onnx", True, opset=23)
+    # tests/gpu/test_onnx_torch.py's Llama-style decoder (nn.RMSNorm, scaled_dot_product_attention
+    # with grouped queries), at this file's sizes
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+    import test_onnx_torch
+    llama = test_onnx_torch.make_models(torch)["llama"](vocab=64, d=32)
+    export(llama, (ids,), ["input_ids"], out / "llama-op23-dynamo.onnx", True, opset=23)
 
 
 if __name__ == "__main__":
