@@ -158,6 +158,15 @@ START_TEST(gemm_and_conv_groups) {
                                tu_tensor_random(RTX_F32, 2, dw, -1, 1, 21),
                                tu_tensor_random(RTX_F32, 1, dc, -1, 1, 22)};
     check_chain(gemm, 2, x, 3, 2);
+    /* large enough for the product to be split over the pool's threads (panels of columns),
+     * each panel's epilogue applied by its own thread */
+    int64_t dx2[2] = {128, 160}, dw2[2] = {192, 160}, dc2[1] = {192};
+    struct step big[2] = {{"gemm", "trans_b=i:1;alpha=f:0.75;beta=f:0.5", {"x0", "x1", "x2"}, 3},
+                          {"relu", "", {"s0"}, 1}};
+    x[0] = tu_tensor_random(RTX_F32, 2, dx2, -2, 2, 29);
+    x[1] = tu_tensor_random(RTX_F32, 2, dw2, -1, 1, 30);
+    x[2] = tu_tensor_random(RTX_F32, 1, dc2, -1, 1, 31);
+    check_chain(big, 2, x, 3, 2);
     int64_t di[4] = {2, 8, 12, 11}, dk[4] = {16, 8, 3, 3}, db[1] = {16}, dy[4] = {2, 16, 12, 11};
     struct step conv[3] = {{"conv2d", "pads=I:1,1,1,1", {"x0", "x1", "x2"}, 3},
                            {"add", "", {"x3", "s0"}, 2}, {"relu", "", {"s1"}, 1}};
