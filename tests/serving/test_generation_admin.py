@@ -348,30 +348,38 @@ def test_watch_rates(d):
 
 def test_cancel_counts_and_frees_blocks(d):
     """Streams closed by their clients while generating: held blocks and running sequences
-    per lane while they run; then counted as canceled, and every block back."""
-    before = wait_idle(d)
-    socks = []
-    try:
-        for i, lane in enumerate(["realtime", "batch", "batch"]):
-            s, _ = gu.open_stream(d, "/v1/completions", {
-                "model": MODEL, "prompt": "Once upon a time", "max_tokens": 480,
-                "stream": True, "ignore_eos": True, "seed": i, "lane": lane})
-            socks.append(s)
-        mid = tiny(d)
-    finally:
-        for s in socks:
-            s.close()
+    per lane while they run; then counted as canceled, and every block back.
+
+    tiny-chat makes a token in well under a millisecond, so a stream may end on its own before
+    the snapshot or before its socket is closed; such an attempt proves nothing and is made
+    again (a fresh set of streams), up to five times."""
+    for attempt in range(5):
+        before = wait_idle(d)
+        socks = []
+        try:
+            for i, lane in enumerate(["realtime", "batch", "batch"]):
+                s, _ = gu.open_stream(d, "/v1/completions", {
+                    "model": MODEL, "prompt": "Once upon a time", "max_tokens": 500,
+                    "stream": True, "ignore_eos": True, "seed": i, "lane": lane})
+                socks.append(s)
+            mid = tiny(d)
+        finally:
+            for s in socks:
+                s.close()
+        ended = lambda m: m["requests_finished"] + m["requests_canceled"]  # noqa: E731
+        gu.wait_for(lambda: ended(tiny(d)) >= ended(before) + 3, "three requests ended")
+        after = wait_idle(d)
+        if delta(after, before, "requests_finished") == 0:
+            break
+    else:
+        pytest.fail(f"in five attempts a stream always ended before it was closed: {after}")
     lanes = {x["lane"]: x for x in mid["lanes"]}
     assert lanes["realtime"]["running"] + lanes["realtime"]["waiting"] == 1, mid["lanes"]
     assert lanes["batch"]["running"] + lanes["batch"]["waiting"] == 2, mid["lanes"]
     assert lanes["interactive"]["running"] + lanes["interactive"]["waiting"] == 0
     assert mid["kv_blocks_used"] >= 3, mid
     assert 0 < mid["kv_usage"] == pytest.approx(mid["kv_blocks_used"] / mid["kv_blocks_total"])
-    gu.wait_for(lambda: tiny(d)["requests_canceled"] >= before["requests_canceled"] + 3,
-                "three canceled requests in rtxctl generation")
-    after = wait_idle(d)
     assert delta(after, before, "requests_canceled") == 3, (before, after)
-    assert delta(after, before, "requests_finished") == 0
     assert after["kv_blocks_used"] == 0
     check_against_metrics(d, after)
 
