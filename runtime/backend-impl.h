@@ -75,6 +75,18 @@ struct rtx_backend {
     struct rtx__const_cache *consts;
 };
 
+/* A backend's own form of constant t (a weight packed for its kernels; runtime/const-cache.c):
+ * t must be the tensor a plan bound for a graph constant on be (its entry in be's constants
+ * cache, kept while plans use it). The form of this kind made earlier, else make(ctx, t)'s
+ * result (called once, under the cache's lock), kept with the entry and passed to drop when
+ * the last plan using t is freed (bytes: its size, counted by rtx__const_derived_bytes). NULL
+ * when t is no such constant or make fails. */
+void *rtx__const_derived(struct rtx_backend *be, const struct rtx_tensor *t, uint32_t kind,
+                         size_t bytes, void *(*make)(void *ctx, const struct rtx_tensor *t),
+                         void *ctx, void (*drop)(void *data));
+/* Bytes held by be's derived forms now (tests). */
+size_t rtx__const_derived_bytes(struct rtx_backend *be);
+
 /* Error helper for kernels: sets err to fmt's message prefixed with "node N 'name' (op): " (as
  * the validator names nodes) and returns code; with err NULL only returns code. */
 int rtx__backend_node_err(struct rtx_err *err, const struct rtx_node_args *a, int code,

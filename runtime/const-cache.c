@@ -13,7 +13,10 @@
  * last user's release drops it, so weights of plans that are gone (a finished job's) never
  * stay behind. The cache is reference counted: the backend holds one reference until it is
  * freed, and every use one more, so a plan that outlives its backend can still release
- * (device buffers outlive their backend). Open addressing with linear probing, deletion by
+ * (device buffers outlive their backend). A backend may keep its own forms of a constant with
+ * the entry (rtx__const_derived: the CPU's packed weights), made on first use under the mutex
+ * and dropped with the entry; on host backends the entry's copy is the host tensor itself.
+ * Open addressing with linear probing, deletion by
  * shifting back the entries after the removed one; one mutex (backends are driven by one
  * thread at a time, but nothing here relies on that). Uploads happen under the mutex.
  */
@@ -23,10 +26,19 @@
 #include "runtime/backend-impl.h"
 #include "runtime/runtime-impl.h"
 
+struct derived {
+    uint32_t kind;
+    size_t bytes;
+    void *data;
+    void (*drop)(void *data);
+    struct derived *next;
+};
+
 struct entry {
     const struct rtx_tensor *host; /* NULL: a free slot */
     struct rtx_tensor *dev;
     int users;
+    struct derived *derived;       /* the backend's own forms of it (rtx__const_derived) */
 };
 
 struct rtx__const_cache {
@@ -34,6 +46,7 @@ struct rtx__const_cache {
     int refs;            /* the backend's, until it is freed, and one per use */
     struct entry *slots; /* capacity a power of two, at most half full */
     int cap, n;
+    size_t derived_bytes; /* held by the entries' derived forms */
 };
 
 static size_t slot_of(const struct rtx__const_cache *c, const struct rtx_tensor *host) {
@@ -126,7 +139,7 @@ int rtx__const_acquire(struct rtx_backend *be, const struct rtx_tensor *host,
             struct rtx_tensor *d = NULL;
             rc = rtx_backend_upload(be, host, &d, err);
             if (rc == 0) {
-                *e = (struct entry){rtx_tensor_ref((struct rtx_tensor *)host), d, 0};
+                *e = (struct entry){rtx_tensor_ref((struct rtx_tensor *)host), d, 0, NULL};
                 c->n++;
             }
         }
@@ -144,17 +157,64 @@ int rtx__const_acquire(struct rtx_backend *be, const struct rtx_tensor *host,
 void rtx__const_release(struct rtx__const_cache *c, const struct rtx_tensor *host) {
     if (c == NULL || host == NULL) return;
     struct rtx_tensor *drop_host = NULL, *drop_dev = NULL;
+    struct derived *drop_derived = NULL;
     pthread_mutex_lock(&c->mu);
     struct entry *e = c->cap ? find(c, host) : NULL;
     if (e && e->host && --e->users == 0) {
         drop_host = (struct rtx_tensor *)e->host;
         drop_dev = e->dev;
+        drop_derived = e->derived;
+        for (struct derived *d = drop_derived; d; d = d->next) c->derived_bytes -= d->bytes;
         remove_at(c, e);
     }
     pthread_mutex_unlock(&c->mu);
+    while (drop_derived) {
+        struct derived *next = drop_derived->next;
+        drop_derived->drop(drop_derived->data);
+        rtx_free(drop_derived);
+        drop_derived = next;
+    }
     rtx_tensor_unref(drop_dev);
     rtx_tensor_unref(drop_host);
     unref_cache(c);
+}
+
+void *rtx__const_derived(struct rtx_backend *be, const struct rtx_tensor *t, uint32_t kind,
+                         size_t bytes, void *(*make)(void *ctx, const struct rtx_tensor *t),
+                         void *ctx, void (*drop)(void *data)) {
+    struct rtx__const_cache *c = be ? __atomic_load_n(&be->consts, __ATOMIC_ACQUIRE) : NULL;
+    if (c == NULL || t == NULL) return NULL;
+    void *data = NULL;
+    pthread_mutex_lock(&c->mu);
+    struct entry *e = c->cap ? find(c, t) : NULL;
+    if (e && e->host && e->dev == t && e->users > 0) {
+        struct derived *d = e->derived;
+        while (d && d->kind != kind) d = d->next;
+        if (d) {
+            data = d->data;
+        } else if ((d = rtx_calloc(1, sizeof *d))) {
+            d->data = make(ctx, t);
+            if (d->data) {
+                *d = (struct derived){kind, bytes, d->data, drop, e->derived};
+                e->derived = d;
+                c->derived_bytes += bytes;
+                data = d->data;
+            } else {
+                rtx_free(d);
+            }
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return data;
+}
+
+size_t rtx__const_derived_bytes(struct rtx_backend *be) {
+    struct rtx__const_cache *c = be ? __atomic_load_n(&be->consts, __ATOMIC_ACQUIRE) : NULL;
+    if (c == NULL) return 0;
+    pthread_mutex_lock(&c->mu);
+    size_t n = c->derived_bytes;
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 void rtx__const_cache_close(struct rtx_backend *be) {

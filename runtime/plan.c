@@ -96,8 +96,10 @@ struct rtx_plan {
     int *span;                  /* per exec position: nodes of the group it starts, 0 inside */
     int64_t *sched_offset;      /* per value: arena offsets that keep each group's inputs */
     size_t sched_arena_bytes;
-    /* Device copies of the initializers for a backend that is not host memory, made on the
-     * first execution with that backend and reused by the next ones. */
+    /* The initializers as the backend that ran the plan last holds them (runtime/
+     * const-cache.c): device copies shared by the plans of one backend, made on the first
+     * execution with it; on a host backend the constants themselves, entered in its cache so
+     * that it may keep its own forms of them (packed weights) while plans use them. */
     struct rtx_backend *const_be;
     struct rtx__const_cache *const_cache; /* where dev_consts came from (shared copies) */
     struct rtx_tensor **dev_consts; /* per value; NULL for non-constants */
@@ -450,8 +452,9 @@ static void drop_device_constants(struct rtx_plan *p) {
     p->const_cache = NULL;
 }
 
-/* The initializers on a device backend: the backend's shared copies (runtime/const-cache.c),
- * so plans of the same weights at other shapes upload them once. */
+/* The initializers on the backend: its shared copies (runtime/const-cache.c), so plans of the
+ * same weights at other shapes upload them once (on a host backend: the constants, entered in
+ * its cache). */
 static int device_constants(struct rtx_plan *p, struct rtx_backend *be, struct rtx_err *err) {
     if (p->const_be == be && p->dev_consts) return 0;
     drop_device_constants(p);
@@ -761,7 +764,7 @@ static int exec_plain(struct rtx_plan *p, struct rtx_backend *be,
             goto out;
         }
     }
-    if (!rtx_backend_is_host(be) && (rc = device_constants(p, be, err))) goto out;
+    if ((rc = device_constants(p, be, err))) goto out;
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].constant) vals[v] = rtx_tensor_ref(constant_of(p, be, v));
     if (p->sched_arena_bytes &&
@@ -848,7 +851,7 @@ static int exec_replay(struct rtx_plan *p, struct rtx_backend *be,
     int rc = 0;
     if (p->rp_be != be) drop_replay(p);
     if ((rc = schedule(p, be, err))) return rc;
-    if (!rtx_backend_is_host(be) && (rc = device_constants(p, be, err))) return rc;
+    if ((rc = device_constants(p, be, err))) return rc;
     if (!p->rp_vals && (rc = replay_prepare(p, be, err))) return rc;
     *peak = p->rp_peak;
     for (int i = 0; i < g->n_inputs; i++) {

@@ -26,6 +26,7 @@ struct cpu_kernels {
     const char *isa;
     cpu_group_fn elementwise, reduce, linalg, conv;
     cpu_fused_fn linalg_fused, conv_fused;
+    bool wide; /* products with packed weights in AVX-512 (kernels/cpu/gemm-packed.c) */
 };
 
 static const struct cpu_kernels generic_kernels = {
@@ -38,6 +39,13 @@ static const struct cpu_kernels avx2_kernels = {
     .isa = "avx2", .elementwise = rtx__cpu_elementwise_avx2, .reduce = rtx__cpu_reduce_avx2,
     .linalg = rtx__cpu_linalg_avx2, .conv = rtx__cpu_conv_avx2,
     .linalg_fused = rtx__cpu_linalg_fused_avx2, .conv_fused = rtx__cpu_conv_fused_avx2,
+};
+/* the AVX2 build, its products with packed weights in 512-bit registers */
+static const struct cpu_kernels avx512_kernels = {
+    .isa = "avx512", .elementwise = rtx__cpu_elementwise_avx2, .reduce = rtx__cpu_reduce_avx2,
+    .linalg = rtx__cpu_linalg_avx2, .conv = rtx__cpu_conv_avx2,
+    .linalg_fused = rtx__cpu_linalg_fused_avx2, .conv_fused = rtx__cpu_conv_fused_avx2,
+    .wide = true,
 };
 #endif
 
@@ -333,37 +341,34 @@ static const struct rtx_backend_i cpu_iface = {
  * Creation
  * ---------------------------------------------------------------------------------------- */
 
-/* The best build this CPU runs, or the one RTX_CPU_ISA names (generic | avx2): a name this
- * build lacks, or an ISA the CPU lacks, is an error rather than a silent fallback. */
+/* The best build this CPU runs, or the one RTX_CPU_ISA names (generic | avx2 | avx512): a name
+ * this build lacks, or an ISA the CPU lacks, is an error rather than a silent fallback. */
 static int pick_kernels(const struct cpu_kernels **out, struct rtx_err *err) {
     const char *want = getenv("RTX_CPU_ISA");
-    bool avx2 = false;
+    *out = &generic_kernels;
+    if (want != NULL && strcmp(want, "generic") == 0) return 0;
+    if (want != NULL && *want != '\0' && strcmp(want, "avx2") != 0 && strcmp(want, "avx512") != 0)
+        return rtx_err_set(err, RTX_EINVAL, "cpu: RTX_CPU_ISA=%s: not generic, avx2 or avx512",
+                           want);
 #ifdef RTX_CPU_HAVE_AVX2
     __builtin_cpu_init();
-    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-#endif
-    *out = &generic_kernels;
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                __builtin_cpu_supports("f16c");
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
     if (want == NULL || *want == '\0') {
-#ifdef RTX_CPU_HAVE_AVX2
-        if (avx2) *out = &avx2_kernels;
-#endif
+        *out = avx512 ? &avx512_kernels : avx2 ? &avx2_kernels : &generic_kernels;
         return 0;
     }
-    if (strcmp(want, "generic") == 0) return 0;
-    if (strcmp(want, "avx2") == 0) {
-#ifdef RTX_CPU_HAVE_AVX2
-        if (avx2) {
-            *out = &avx2_kernels;
-            return 0;
-        }
-        return rtx_err_set(err, RTX_EUNSUPPORTED, "cpu: RTX_CPU_ISA=avx2: this CPU lacks "
-                                                  "AVX2, FMA or F16C");
-#else
-        return rtx_err_set(err, RTX_EUNSUPPORTED, "cpu: RTX_CPU_ISA=avx2: not an x86-64 build");
-#endif
+    if (strcmp(want, "avx2") == 0 ? avx2 : avx512) {
+        *out = strcmp(want, "avx2") == 0 ? &avx2_kernels : &avx512_kernels;
+        return 0;
     }
-    return rtx_err_set(err, RTX_EINVAL, "cpu: RTX_CPU_ISA=%s: not generic or avx2", want);
+    return rtx_err_set(err, RTX_EUNSUPPORTED, "cpu: RTX_CPU_ISA=%s: this CPU lacks %s", want,
+                       strcmp(want, "avx2") == 0 ? "AVX2, FMA or F16C" : "AVX2, FMA, F16C or "
+                                                                          "AVX-512F");
+#else
+    return rtx_err_set(err, RTX_EUNSUPPORTED, "cpu: RTX_CPU_ISA=%s: not an x86-64 build", want);
+#endif
 }
 
 int rtx_backend_cpu_new(const struct rtx_cpu_options *opt, struct rtx_backend **out,
@@ -395,6 +400,7 @@ int rtx_backend_cpu_new(const struct rtx_cpu_options *opt, struct rtx_backend **
     }
     be->iface = &cpu_iface;
     be->ctx = cpu;
+    rtx__cpu_set_backend(cpu, be, kern->wide);
     openblas_set_num_threads(1); /* the pool splits products itself (rtx__cpu_sgemm) */
     *out = be;
     return 0;

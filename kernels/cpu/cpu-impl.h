@@ -35,6 +35,9 @@
 #define rtx__cpu_linalg_fused RTX__CPU_PASTE(rtx__cpu_linalg_fused, RTX_CPU_VARIANT)
 #define rtx__cpu_conv_fused RTX__CPU_PASTE(rtx__cpu_conv_fused, RTX_CPU_VARIANT)
 #define rtx__cpu_conv_direct_fits RTX__CPU_PASTE(rtx__cpu_conv_direct_fits, RTX_CPU_VARIANT)
+#define rtx__cpu_packed_b_of RTX__CPU_PASTE(rtx__cpu_packed_b_of, RTX_CPU_VARIANT)
+#define rtx__cpu_gemm_packed RTX__CPU_PASTE(rtx__cpu_gemm_packed, RTX_CPU_VARIANT)
+#define rtx__cpu_packed_b_free RTX__CPU_PASTE(rtx__cpu_packed_b_free, RTX_CPU_VARIANT)
 #endif
 
 struct rtx_cpu; /* the backend context: its thread pool (kernels/cpu/thread-pool.c) */
@@ -51,6 +54,11 @@ void rtx__cpu_pool_free(struct rtx_cpu *cpu);
 void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
                            void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
 int rtx__cpu_n_threads(const struct rtx_cpu *cpu);
+/* The backend whose pool this is (set once at creation; NULL for a bare pool), and whether its
+ * products with packed weights use AVX-512 (the avx512 build, backend-cpu.c). */
+void rtx__cpu_set_backend(struct rtx_cpu *cpu, struct rtx_backend *be, bool wide);
+struct rtx_backend *rtx__cpu_backend(const struct rtx_cpu *cpu);
+bool rtx__cpu_wide(const struct rtx_cpu *cpu);
 
 /* What a fused group (backend-cpu.c, cpu_fused_span) does to a product's f32 result, in this
  * order, as the nodes it replaces would: add a row bias, add a residual shaped like the
@@ -86,6 +94,26 @@ void rtx__cpu_sgemm_epi(struct rtx_cpu *cpu, bool ta, bool tb, int64_t M, int64_
                         float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                         float beta, float *c, int64_t ldc, rtx__cpu_block_fn epi,
                         const void *epi_ctx);
+
+/* Products whose right operand is a constant of the graph (a weight): the variant build packs
+ * it once (kernels/cpu/gemm-packed.c, DESIGN). */
+struct rtx__cpu_packed_b;
+#ifdef RTX_CPU_VARIANT
+/* The packed form of node a's input 1, B [K, N] (tb: stored as [N, K]), when it is a float
+ * constant of a's graph (else *out NULL: the caller takes the unpacked path): the form kept
+ * with the backend's cache entry for it (rtx__const_derived), made on first use, or one made
+ * for this call in *owned (free it with rtx__cpu_packed_b_free). RTX_ENOMEM. */
+int rtx__cpu_packed_b_of(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int64_t K,
+                         int64_t N, const struct rtx__cpu_packed_b **out,
+                         struct rtx__cpu_packed_b **owned);
+void rtx__cpu_packed_b_free(struct rtx__cpu_packed_b *b); /* NULL is a no-op */
+/* y [M, N] (row stride ldy) = alpha a [M, K] (row stride lda) . B, plus y's own values when
+ * accumulate; then epi(ctx, block, ldy, row0, col0, m, n) on each block once computed (epi
+ * NULL: none). Split over the pool. */
+void rtx__cpu_gemm_packed(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a,
+                          int64_t lda, const struct rtx__cpu_packed_b *b, bool accumulate,
+                          float *y, int64_t ldy, rtx__cpu_block_fn epi, const void *epi_ctx);
+#endif
 
 /* Element access by dtype for generic (slow) paths. */
 static inline float rtx__load_f32(const void *base, enum rtx_dtype dt, int64_t i) {

@@ -162,6 +162,42 @@ static void epi_block(const void *ctx, float *c, int64_t ldc, int64_t row0, int6
     rtx__cpu_epilogue_apply(ctx, c, ldc, row0, col0, m, n);
 }
 
+/* Node a's right operand B [K, N] packed, when it is a constant of the graph and this is the
+ * variant build (kernels/cpu/gemm-packed.c); *pb NULL: the product goes through OpenBLAS.
+ * *owned: a pack made for this call (free_packed). RTX_ENOMEM. */
+static int packed_b(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool ta, bool tb,
+                    int64_t K, int64_t N, const struct rtx__cpu_packed_b **pb,
+                    struct rtx__cpu_packed_b **owned) {
+    *pb = NULL;
+    *owned = NULL;
+#ifdef RTX_CPU_VARIANT
+    return ta || K == 0 ? 0 : rtx__cpu_packed_b_of(cpu, a, tb, K, N, pb, owned);
+#else
+    (void)cpu, (void)a, (void)ta, (void)tb, (void)K, (void)N;
+    return 0;
+#endif
+}
+
+static void free_packed(struct rtx__cpu_packed_b *owned) {
+#ifdef RTX_CPU_VARIANT
+    rtx__cpu_packed_b_free(owned);
+#else
+    (void)owned;
+#endif
+}
+
+/* y [M, N] = alpha a [M, K] . B (+ y when accumulate), then e on each block. */
+static void product_packed(struct rtx_cpu *cpu, const struct rtx__cpu_packed_b *pb, int64_t M,
+                           int64_t K, int64_t N, float alpha, const float *a, bool accumulate,
+                           float *y, const struct rtx__cpu_epilogue *e) {
+#ifdef RTX_CPU_VARIANT
+    rtx__cpu_gemm_packed(cpu, M, alpha, a, K, pb, accumulate, y, N, e ? epi_block : NULL, e);
+#else
+    (void)cpu, (void)pb, (void)M, (void)K, (void)N, (void)alpha, (void)a, (void)accumulate;
+    (void)y, (void)e;
+#endif
+}
+
 /* matmul; with e, the product then e, into out (the fused group's output) instead. */
 static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a,
                       const struct rtx__cpu_epilogue *e, struct rtx_tensor *out,
@@ -187,10 +223,14 @@ static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     if (!fits_int(rows) || !fits_int(N) || !fits_int(K) || !fits_int(lda) || !fits_int(ldb))
         return rtx__backend_node_err(err, a, RTX_ELIMIT, "matrix dimension over %d", INT_MAX);
 
+    const struct rtx__cpu_packed_b *pb = NULL;
+    struct rtx__cpu_packed_b *pb_own = NULL;
+    if ((fold || nbatch == 1) && packed_b(cpu, a, ta, tb, K, N, &pb, &pb_own))
+        return rtx__backend_node_err(err, a, RTX_ENOMEM, "packing the weight");
     float *a_own = NULL, *b_own = NULL, *y_own = NULL;
     const float *af = rtx__cpu_as_f32(cpu, A, &a_own);
-    const float *bf = af ? rtx__cpu_as_f32(cpu, B, &b_own) : NULL;
-    float *yf = bf ? rtx__cpu_out_f32(Y, &y_own) : NULL;
+    const float *bf = af && !pb ? rtx__cpu_as_f32(cpu, B, &b_own) : NULL;
+    float *yf = af && (bf || pb) ? rtx__cpu_out_f32(Y, &y_own) : NULL;
     int64_t *offs = NULL;
     int rc = 0;
     if (yf == NULL) {
@@ -200,6 +240,8 @@ static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     if (K == 0) {
         memset(yf, 0, (size_t)(nbatch * M * N) * sizeof *yf);
         if (e) rtx__cpu_epilogue_run(cpu, e, yf, nbatch * M, N);
+    } else if (pb) {
+        product_packed(cpu, pb, rows, K, N, 1.0f, af, false, yf, e);
     } else if (fold || nbatch == 1) {
         rtx__cpu_sgemm_epi(cpu, ta, tb, rows, N, K, 1.0f, af, lda, bf, ldb, 0.0f, yf, N,
                            e ? epi_block : NULL, e);
@@ -238,6 +280,7 @@ static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     }
     rtx__cpu_finish_f32(cpu, Y, y_own);
 done:
+    free_packed(pb_own);
     rtx_free(offs);
     rtx_free(a_own);
     rtx_free(b_own);
@@ -287,11 +330,15 @@ static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     if (!fits_int(M) || !fits_int(N) || !fits_int(K))
         return rtx__backend_node_err(err, a, RTX_ELIMIT, "matrix dimension over %d", INT_MAX);
 
+    const struct rtx__cpu_packed_b *pb;
+    struct rtx__cpu_packed_b *pb_own;
+    if (packed_b(cpu, a, ta, tb, K, N, &pb, &pb_own))
+        return rtx__backend_node_err(err, a, RTX_ENOMEM, "packing the weight");
     float *a_own = NULL, *b_own = NULL, *c_own = NULL, *y_own = NULL;
     const float *af = rtx__cpu_as_f32(cpu, A, &a_own);
-    const float *bf = af ? rtx__cpu_as_f32(cpu, B, &b_own) : NULL;
-    const float *cf = bf && C ? rtx__cpu_as_f32(cpu, C, &c_own) : NULL;
-    float *yf = bf && (cf || !C) ? rtx__cpu_out_f32(Y, &y_own) : NULL;
+    const float *bf = af && !pb ? rtx__cpu_as_f32(cpu, B, &b_own) : NULL;
+    const float *cf = (bf || pb) && C ? rtx__cpu_as_f32(cpu, C, &c_own) : NULL;
+    float *yf = af && (bf || pb) && (cf || !C) ? rtx__cpu_out_f32(Y, &y_own) : NULL;
     int rc = 0;
     if (yf == NULL) {
         rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "f32 scratch");
@@ -304,12 +351,15 @@ static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     if (K == 0) {
         if (!C) memset(yf, 0, (size_t)(M * N) * sizeof *yf);
         if (e) rtx__cpu_epilogue_run(cpu, e, yf, M, N);
+    } else if (pb) {
+        product_packed(cpu, pb, M, K, N, alpha, af, C != NULL, yf, e);
     } else {
         rtx__cpu_sgemm_epi(cpu, ta, tb, M, N, K, alpha, af, ta ? M : K, bf, tb ? K : N,
                            C ? 1.0f : 0.0f, yf, N, e ? epi_block : NULL, e);
     }
     rtx__cpu_finish_f32(cpu, Y, y_own);
 done:
+    free_packed(pb_own);
     rtx_free(a_own);
     rtx_free(b_own);
     rtx_free(c_own);

@@ -57,6 +57,8 @@ struct rtx_cpu {
     int64_t n;                   /* items of the current job */
     int64_t chunk;               /* items per chunk */
     _Atomic int64_t next;        /* first unclaimed item */
+    struct rtx_backend *be;      /* the backend this pool serves (rtx__cpu_backend) */
+    bool wide;                   /* rtx__cpu_wide */
 };
 
 static void run_chunks(struct rtx_cpu *cpu) {
@@ -239,3 +241,12 @@ int rtx__cpu_pool_new(int n, struct rtx_cpu **out, struct rtx_err *err) {
     *out = cpu;
     return 0;
 }
+
+void rtx__cpu_set_backend(struct rtx_cpu *cpu, struct rtx_backend *be, bool wide) {
+    cpu->be = be;
+    cpu->wide = wide;
+}
+
+bool rtx__cpu_wide(const struct rtx_cpu *cpu) { return cpu->wide; }
+
+struct rtx_backend *rtx__cpu_backend(const struct rtx_cpu *cpu) { return cpu->be; }

@@ -2,8 +2,9 @@
  * test-cpu-isa.c - the CPU backend's ISA builds (kernels/cpu/cpu-impl.h, ISA variants): the
  * AVX2 build computes the same bits as the generic one for every op group it covers (conv2d,
  * convolved directly there, within 1e-5), on
- * inputs long enough for the vector loops and with odd tails; RTX_CPU_ISA picks a build and
- * rejects what it cannot give. The values themselves are checked against NumPy-style
+ * inputs long enough for the vector loops and with odd tails; RTX_CPU_ISA picks a build
+ * (generic, avx2, avx512) and rejects what it cannot give. Products with constant weights,
+ * packed in the avx2 and avx512 builds, are checked by test-cpu-packed.c. The values themselves are checked against NumPy-style
  * references by the cpu_* suites, which `make test-unit` runs under both builds.
  */
 #include <math.h>
@@ -125,6 +126,20 @@ START_TEST(rtx_cpu_isa_picks_or_refuses) {
     setenv("RTX_CPU_ISA", "avx2", 1);
     int rc = rtx_backend_cpu_new(NULL, &be, &err);
     if (have_avx2()) {
+        ck_assert_int_eq(rc, 0);
+        rtx_backend_free(be);
+    } else {
+        ck_assert_int_eq(rc, RTX_EUNSUPPORTED);
+        ck_assert_ptr_null(be);
+    }
+    setenv("RTX_CPU_ISA", "avx512", 1);
+    rc = rtx_backend_cpu_new(NULL, &be, &err);
+#if defined(__x86_64__)
+    bool avx512 = have_avx2() && __builtin_cpu_supports("avx512f");
+#else
+    bool avx512 = false;
+#endif
+    if (avx512) {
         ck_assert_int_eq(rc, 0);
         rtx_backend_free(be);
     } else {

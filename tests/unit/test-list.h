@@ -20,6 +20,7 @@
     X(cpu_generation)                                                                           \
     X(cpu_isa)                                                                                  \
     X(cpu_fused)                                                                                \
+    X(cpu_packed)                                                                               \
     X(geometry)                                                                                 \
     X(cuda_device)                                                                              \
     X(cuda_flash)                                                                               \

@@ -1,0 +1,283 @@
+/*
+ * gemm-packed.c - products whose right operand is a constant of the graph (a weight), for the
+ * AVX2 build only (kernels/cpu/cpu-impl.h, ISA variants; ops-linalg.c calls it from that
+ * build, the generic build keeps OpenBLAS).
+ *
+ * DESIGN
+ * OpenBLAS copies both operands into its panel layouts on every call. For a weight that copy is
+ * the same every time, and at the shapes of served models (tens of rows, hundreds of columns)
+ * it cost a sixth of the product. Here the weight is packed once into column panels of NR
+ * columns, [N / NR][K][NR] with zeros past N, made from any float dtype (f16/bf16 weights are
+ * widened once, not per call), and kept with the backend's entry for the constant
+ * (runtime/const-cache.c, rtx__const_derived) while plans use it. Every product with a float
+ * constant as its right operand takes this path in this build (a constant the backend's cache
+ * does not hold is packed for the one call), so a plan's results do not depend on which
+ * backend ran it or on what else is cached.
+ * The kernel holds MR rows x NR columns of the result in registers (12 of the 16 ymm
+ * registers): for each k it loads NR packed weights (2 vectors) and multiplies them by each
+ * row's a[r][k] broadcast, read straight from the row-major left operand. Tasks are blocks of
+ * RB rows x PB panels spread over the pool; inside one, k goes in blocks of KC so a panel's
+ * block (KC x NR floats, 16 KiB) stays in L1 while the rows' blocks come from L2. After its
+ * last k block a task applies the block epilogue (a fused group's bias, residual, activation)
+ * to its block of the result while it is in cache. The build uses FMA (-ffp-contract=fast for
+ * this file): results differ from OpenBLAS's in the last bits, as any two summation orders do.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu-impl.h"
+
+#ifdef RTX_GEMM_WIDE /* the AVX-512 object: 8 rows x 32 columns in 16 of the 32 zmm registers */
+#define MR 8
+#define VW 16
+#define BCAST _mm512_set1_ps
+#define GP(name) rtx__cpu_gemm_wide_##name
+#else
+#define MR 6                             /* rows per kernel call */
+#define VW 8                             /* floats per vector */
+#define BCAST _mm256_set1_ps
+#define GP(name) rtx__cpu_gemm_narrow_##name
+#endif
+#define NR (2 * VW)                      /* columns per panel */
+#define KC 256                           /* k per block */
+#define RB (16 * MR)                     /* rows per task, at most */
+#define PB (64 / NR)                     /* panels per task, at most: 64 columns */
+#define INLINE_MACS ((int64_t)1 << 16)   /* products this small run on the caller */
+#define PACK_KIND_B 0x504b4200u          /* rtx__const_derived kind: B packed, | NR, | tb */
+
+typedef float v8 __attribute__((vector_size(VW * 4)));
+typedef float v8u __attribute__((vector_size(VW * 4), aligned(4), may_alias));
+
+struct rtx__cpu_packed_b {
+    int64_t K, N, panels, nr;
+    size_t bytes;
+    float *data; /* [panels][K][nr], 64-byte aligned */
+};
+
+/* This object's entry points; the narrow object's rtx__cpu_packed_b_of and
+ * rtx__cpu_gemm_packed dispatch between the two. */
+int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int64_t K,
+                int64_t N, const struct rtx__cpu_packed_b **out, struct rtx__cpu_packed_b **owned);
+void GP(product)(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a, int64_t lda,
+                 const struct rtx__cpu_packed_b *b, bool accumulate, float *y, int64_t ldy,
+                 rtx__cpu_block_fn epi, const void *epi_ctx);
+
+/* ---- packing ---- */
+
+struct pack_req {
+    bool tb;         /* B is stored [N, K] */
+    int64_t K, N;
+};
+
+static void free_pack(void *p) {
+    struct rtx__cpu_packed_b *pb = p;
+    if (pb) rtx_free_aligned(pb->data);
+    rtx_free(pb);
+}
+
+static void *make_pack(void *ctx, const struct rtx_tensor *t) {
+    const struct pack_req *q = ctx;
+    struct rtx__cpu_packed_b *pb = rtx_calloc(1, sizeof *pb);
+    if (pb == NULL) return NULL;
+    pb->K = q->K;
+    pb->N = q->N;
+    pb->panels = (q->N + NR - 1) / NR;
+    pb->nr = NR;
+    pb->bytes = (size_t)(pb->panels * q->K * NR) * sizeof(float);
+    pb->data = rtx_malloc_aligned(pb->bytes);
+    if (pb->data == NULL) {
+        rtx_free(pb);
+        return NULL;
+    }
+    const void *src = rtx_tensor_data(t);
+    enum rtx_dtype dt = t->dtype;
+    for (int64_t p = 0; p < pb->panels; p++)
+        for (int64_t k = 0; k < q->K; k++) {
+            float *dst = pb->data + (p * q->K + k) * NR;
+            for (int64_t j = 0; j < NR; j++) {
+                int64_t n = p * NR + j;
+                dst[j] = n >= q->N ? 0.0f
+                         : q->tb   ? rtx__load_f32(src, dt, n * q->K + k)
+                                   : rtx__load_f32(src, dt, k * q->N + n);
+            }
+        }
+    return pb;
+}
+
+int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int64_t K,
+                int64_t N, const struct rtx__cpu_packed_b **out, struct rtx__cpu_packed_b **owned) {
+    *out = NULL;
+    *owned = NULL;
+    struct rtx_backend *be = rtx__cpu_backend(cpu);
+    int v = a->node->n_inputs > 1 ? a->node->inputs[1] : -1;
+    const struct rtx_tensor *B = a->in[1];
+    if (v < 0 || a->graph->values[v].constant == NULL || !rtx_tensor_is_contiguous(B) ||
+        rtx_tensor_numel(B) != K * N || K == 0 || N == 0)
+        return 0;
+    if (B->dtype != RTX_F32 && B->dtype != RTX_F16 && B->dtype != RTX_BF16) return 0;
+    struct pack_req q = {.tb = tb, .K = K, .N = N};
+    size_t bytes = (size_t)((N + NR - 1) / NR * K * NR) * sizeof(float);
+    uint32_t kind = PACK_KIND_B | (uint32_t)NR << 1 | (tb ? 1u : 0u);
+    struct rtx__cpu_packed_b *pb =
+        be ? rtx__const_derived(be, B, kind, bytes, make_pack, &q, free_pack) : NULL;
+    if (pb && pb->K == K && pb->N == N) {
+        *out = pb;
+        return 0;
+    }
+    /* not in this backend's cache (a plan run by a backend that lends these kernels), or read
+     * at another shape: packed for this call, so a product with a constant always takes the
+     * same path (and gives the same bits) */
+    if ((*owned = make_pack(&q, B)) == NULL) return RTX_ENOMEM;
+    *out = *owned;
+    return 0;
+}
+
+/* ---- the kernel ---- */
+
+/* y[m rows][n <= NR cols] (+)= alpha * a[m][kc] . bp[kc][NR]; m is a constant after
+ * inlining. */
+static inline __attribute__((always_inline)) void kernel(int m, int64_t kc, const float *a,
+                                                          int64_t lda, const float *bp,
+                                                          float alpha, bool acc_y, float *y,
+                                                          int64_t ldy, int64_t n) {
+    v8 c0[MR], c1[MR];
+    const float *ar[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        c0[r] = c1[r] = (v8){0};
+        ar[r] = a + (r < m ? r : 0) * lda;
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        v8 b0 = *(const v8 *)(bp + k * NR), b1 = *(const v8 *)(bp + k * NR + VW);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            if (r >= m) break;
+            v8 av = (v8)BCAST(ar[r][k]);
+            c0[r] += av * b0;
+            c1[r] += av * b1;
+        }
+    }
+    v8 al = (v8)BCAST(alpha);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        if (r >= m) break;
+        float *yr = y + r * ldy;
+        v8 o0 = alpha == 1.0f ? c0[r] : c0[r] * al, o1 = alpha == 1.0f ? c1[r] : c1[r] * al;
+        if (n == NR) {
+            if (acc_y) {
+                o0 += *(const v8u *)yr;
+                o1 += *(const v8u *)(yr + VW);
+            }
+            *(v8u *)yr = o0;
+            *(v8u *)(yr + VW) = o1;
+        } else {
+            float t[NR];
+            memcpy(t, &o0, sizeof o0);
+            memcpy(t + VW, &o1, sizeof o1);
+            for (int64_t j = 0; j < n; j++) yr[j] = acc_y ? yr[j] + t[j] : t[j];
+        }
+    }
+}
+
+static void kernel_m(int m, int64_t kc, const float *a, int64_t lda, const float *bp,
+                     float alpha, bool acc_y, float *y, int64_t ldy, int64_t n) {
+    switch (m) { /* one specialization per row count */
+#if MR == 8
+    case 8: kernel(8, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
+    case 7: kernel(7, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
+#endif
+    case 6: kernel(6, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
+    case 5: kernel(5, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
+    case 4: kernel(4, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
+    case 3: kernel(3, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
+    case 2: kernel(2, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
+    default: kernel(1, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
+    }
+}
+
+/* ---- the product ---- */
+
+struct packed_job {
+    int64_t M;
+    float alpha;
+    const float *a;
+    int64_t lda;
+    const struct rtx__cpu_packed_b *b;
+    bool accumulate;
+    float *y;
+    int64_t ldy;
+    rtx__cpu_block_fn epi;
+    const void *epi_ctx;
+    int64_t row_tasks, col_tasks;
+};
+
+static void packed_chunk(void *ctx, int64_t begin, int64_t end) {
+    const struct packed_job *j = ctx;
+    const struct rtx__cpu_packed_b *b = j->b;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t r0 = t / j->col_tasks * RB, p0 = t % j->col_tasks * PB;
+        int64_t rows = j->M - r0 < RB ? j->M - r0 : RB;
+        int64_t p1 = p0 + PB < b->panels ? p0 + PB : b->panels;
+        for (int64_t k0 = 0; k0 < b->K; k0 += KC) {
+            int64_t kc = b->K - k0 < KC ? b->K - k0 : KC;
+            bool acc_y = j->accumulate || k0 > 0;
+            for (int64_t p = p0; p < p1; p++) {
+                int64_t n = b->N - p * NR < NR ? b->N - p * NR : NR;
+                const float *bp = b->data + (p * b->K + k0) * NR;
+                for (int64_t r = 0; r < rows; r += MR) {
+                    int64_t m = rows - r < MR ? rows - r : MR;
+                    kernel_m((int)m, kc, j->a + (r0 + r) * j->lda + k0, j->lda, bp, j->alpha,
+                             acc_y, j->y + (r0 + r) * j->ldy + p * NR, j->ldy, n);
+                }
+            }
+        }
+        if (j->epi) {
+            int64_t c0 = p0 * NR, c1 = p1 * NR < b->N ? p1 * NR : b->N;
+            j->epi(j->epi_ctx, j->y + r0 * j->ldy + c0, j->ldy, r0, c0, rows, c1 - c0);
+        }
+    }
+}
+
+void GP(product)(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a, int64_t lda,
+                 const struct rtx__cpu_packed_b *b, bool accumulate, float *y, int64_t ldy,
+                 rtx__cpu_block_fn epi, const void *epi_ctx) {
+    struct packed_job j = {.M = M, .alpha = alpha, .a = a, .lda = lda, .b = b,
+                           .accumulate = accumulate, .y = y, .ldy = ldy, .epi = epi,
+                           .epi_ctx = epi_ctx};
+    j.row_tasks = (M + RB - 1) / RB;
+    j.col_tasks = (b->panels + PB - 1) / PB;
+    int64_t tasks = j.row_tasks * j.col_tasks;
+    if (M * b->N * b->K <= INLINE_MACS)
+        packed_chunk(&j, 0, tasks);
+    else
+        rtx__cpu_parallel_for(cpu, tasks, 1, packed_chunk, &j);
+}
+
+#ifndef RTX_GEMM_WIDE
+/* The AVX-512 object's entry points (gemm-packed.c built with RTX_GEMM_WIDE). */
+int rtx__cpu_gemm_wide_pack_of(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb,
+                               int64_t K, int64_t N, const struct rtx__cpu_packed_b **out,
+                               struct rtx__cpu_packed_b **owned);
+void rtx__cpu_gemm_wide_product(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a,
+                                int64_t lda, const struct rtx__cpu_packed_b *b, bool accumulate,
+                                float *y, int64_t ldy, rtx__cpu_block_fn epi,
+                                const void *epi_ctx);
+
+int rtx__cpu_packed_b_of(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int64_t K,
+                         int64_t N, const struct rtx__cpu_packed_b **out,
+                         struct rtx__cpu_packed_b **owned) {
+    return rtx__cpu_wide(cpu) ? rtx__cpu_gemm_wide_pack_of(cpu, a, tb, K, N, out, owned)
+                              : GP(pack_of)(cpu, a, tb, K, N, out, owned);
+}
+
+void rtx__cpu_packed_b_free(struct rtx__cpu_packed_b *b) { free_pack(b); }
+
+void rtx__cpu_gemm_packed(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a,
+                          int64_t lda, const struct rtx__cpu_packed_b *b, bool accumulate,
+                          float *y, int64_t ldy, rtx__cpu_block_fn epi, const void *epi_ctx) {
+    if (b->nr == NR)
+        GP(product)(cpu, M, alpha, a, lda, b, accumulate, y, ldy, epi, epi_ctx);
+    else
+        rtx__cpu_gemm_wide_product(cpu, M, alpha, a, lda, b, accumulate, y, ldy, epi, epi_ctx);
+}
+#endif

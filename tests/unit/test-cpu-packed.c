@@ -1,0 +1,229 @@
+/*
+ * test-cpu-packed.c - products whose right operand is a constant of the graph
+ * (kernels/cpu/gemm-packed.c): under every ISA build this CPU runs (generic: OpenBLAS; avx2
+ * and avx512: the weight packed once), gemm and matmul with f32, f16 and bf16 weights, either
+ * layout, at shapes with row, column and k tails, with a bias, alpha and beta, and fused with
+ * the activation after them, against a double-precision reference; and the packs' lifetime:
+ * made on the first run, shared by the plans of one graph, dropped with the last of them (also
+ * when the backend went first).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/backend-cpu.h"
+#include "runtime/backend-impl.h"
+#include "runtime/runtime-impl.h"
+#include "tests/unit/test-util.h"
+
+static const char *const ISAS[] = {"generic", "avx2", "avx512"};
+
+/* A CPU backend of two threads built for isa; NULL when this CPU or build lacks it. The
+ * variable is restored before returning. */
+static struct rtx_backend *backend_for(const char *isa) {
+    const char *old = getenv("RTX_CPU_ISA");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("RTX_CPU_ISA", isa, 1);
+    struct rtx_backend *be = NULL;
+    struct rtx_err err = {0};
+    int rc = rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 2}, &be, &err);
+    if (saved) {
+        setenv("RTX_CPU_ISA", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("RTX_CPU_ISA");
+    }
+    ck_assert_msg(rc == 0 || rc == RTX_EUNSUPPORTED, "RTX_CPU_ISA=%s: %s", isa, err.msg);
+    return rc == 0 ? be : NULL;
+}
+
+struct product {
+    const char *op;     /* "gemm" or "matmul" */
+    int64_t batch;      /* matmul: x is [batch, M, K] (folded into rows); gemm: 1 */
+    int64_t M, K, N;
+    bool tb;            /* w stored [N, K] */
+    bool bias;          /* gemm: c [N] */
+    float alpha, beta;  /* gemm */
+    bool relu;          /* a relu after the product (a fused group) */
+    enum rtx_dtype wdt; /* the weight's dtype */
+};
+
+/* The graph x -> op(x, w[, c]) [-> relu] -> y with w (and c) initializers; w and c are
+ * returned (references the caller drops). */
+static struct rtx_graph *product_graph(const struct product *p, struct rtx_tensor **w,
+                                       struct rtx_tensor **c) {
+    struct rtx_graph *g;
+    struct rtx_err err;
+    ck_assert_int_eq(rtx_graph_new("packed", &g, &err), 0);
+    int64_t xd[3] = {p->batch, -1, p->K}, wd[2] = {p->tb ? p->N : p->K, p->tb ? p->K : p->N};
+    bool mm = strcmp(p->op, "matmul") == 0;
+    ck_assert_int_ge(rtx_graph_add_input(g, "x", p->wdt, mm ? 3 : 2, mm ? xd : xd + 1, &err), 0);
+    *w = tu_tensor_random(p->wdt, 2, wd, -1, 1, 40 + (unsigned)(p->M * 7 + p->N));
+    ck_assert_int_ge(rtx_graph_add_initializer(g, "w", *w, &err), 0);
+    *c = NULL;
+    const char *in[3] = {"x", "w", "c"};
+    if (p->bias) {
+        *c = tu_tensor_random(p->wdt, 1, &p->N, -1, 1, 41);
+        ck_assert_int_ge(rtx_graph_add_initializer(g, "c", *c, &err), 0);
+    }
+    const char *out[1] = {p->relu ? "prod" : "y"};
+    int n = rtx_graph_add_node(g, p->op, "product", in, p->bias ? 3 : 2, out, 1, &err);
+    ck_assert_msg(n >= 0, "%s", err.msg);
+    char attrs[96];
+    if (mm)
+        snprintf(attrs, sizeof attrs, "trans_b=i:%d", p->tb);
+    else
+        snprintf(attrs, sizeof attrs, "trans_b=i:%d;alpha=f:%g;beta=f:%g", p->tb, p->alpha,
+                 p->beta);
+    tu_set_attrs(g, n, attrs);
+    if (p->relu) {
+        const char *rin[1] = {"prod"}, *rout[1] = {"y"};
+        ck_assert_int_ge(rtx_graph_add_node(g, "relu", "act", rin, 1, rout, 1, &err), 0);
+    }
+    ck_assert_int_ge(rtx_graph_add_output(g, "y", &err), 0);
+    return g;
+}
+
+/* y as the graph defines it, in double precision. */
+static double *reference(const struct product *p, const struct rtx_tensor *x,
+                         const struct rtx_tensor *w, const struct rtx_tensor *c) {
+    int64_t rows = p->batch * p->M;
+    double *y = malloc((size_t)(rows * p->N) * sizeof *y);
+    ck_assert_ptr_nonnull(y);
+    bool mm = strcmp(p->op, "matmul") == 0;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < p->N; j++) {
+            double s = 0;
+            for (int64_t k = 0; k < p->K; k++)
+                s += rtx_tensor_get(x, i * p->K + k) *
+                     rtx_tensor_get(w, p->tb ? j * p->K + k : k * p->N + j);
+            if (!mm) s = p->alpha * s + (c ? p->beta * rtx_tensor_get(c, j) : 0.0);
+            y[i * p->N + j] = p->relu && s < 0 ? 0.0 : s;
+        }
+    return y;
+}
+
+static void check_product(struct rtx_backend *be, const char *isa, const struct product *p) {
+    struct rtx_tensor *w, *c;
+    struct rtx_graph *g = product_graph(p, &w, &c);
+    bool mm = strcmp(p->op, "matmul") == 0;
+    int64_t xd[3] = {p->batch, p->M, p->K};
+    struct rtx_tensor *x = tu_tensor_random(p->wdt, mm ? 3 : 2, mm ? xd : xd + 1, -1, 1, 42);
+    double *want = reference(p, x, w, c);
+    struct rtx_plan *plan;
+    struct rtx_err err;
+    ck_assert_msg(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &plan, &err) ==
+                      0,
+                  "%s", err.msg);
+    for (int run = 0; run < 2; run++) { /* the pack made, then found */
+        struct rtx_tensor *y = NULL;
+        ck_assert_msg(rtx_plan_execute(plan, be, &x, 1, &y, 1, NULL, NULL, &err) == 0,
+                      "%s %s: %s", isa, p->op, err.msg);
+        /* f32 sums of up to 300 products of magnitude <= 1, in another order; f16 and bf16
+         * results rounded once (half an ulp: 2^-11, 2^-8 relative) */
+        double rel = p->wdt == RTX_BF16 ? 4e-3 : p->wdt == RTX_F16 ? 5e-4 : 1e-5;
+        ck_assert_int_eq(rtx_tensor_numel(y), p->batch * p->M * p->N);
+        for (int64_t i = 0; i < rtx_tensor_numel(y); i++) {
+            double got = rtx_tensor_get(y, i), d = fabs(got - want[i]);
+            ck_assert_msg(d <= 2e-5 + rel * fabs(want[i]),
+                          "%s %s M=%lld K=%lld N=%lld tb=%d %s [%lld]: %.7g, want %.7g", isa,
+                          p->op, (long long)p->M, (long long)p->K, (long long)p->N, p->tb,
+                          rtx_dtype_name(p->wdt), (long long)i, got, want[i]);
+        }
+        rtx_tensor_unref(y);
+    }
+    rtx_plan_free(plan);
+    free(want);
+    rtx_tensor_unref(x);
+    rtx_tensor_unref(w);
+    rtx_tensor_unref(c);
+    rtx_graph_free(g);
+}
+
+START_TEST(products_with_constant_weights_match_a_double_reference) {
+    const struct product cases[] = {
+        {"gemm", 1, 64, 256, 512, true, true, 1.0f, 1.0f, false, RTX_F32},
+        {"gemm", 1, 13, 300, 37, true, true, 0.5f, 2.0f, false, RTX_F32}, /* every tail */
+        {"gemm", 1, 7, 33, 70, false, false, 1.5f, 0.0f, true, RTX_F32},
+        {"gemm", 1, 1, 9, 5, true, true, 1.0f, 1.0f, true, RTX_BF16},
+        {"gemm", 1, 100, 64, 48, false, true, 1.0f, -1.0f, true, RTX_F16},
+        {"matmul", 3, 5, 260, 33, false, false, 1.0f, 0.0f, false, RTX_F32},
+        {"matmul", 2, 17, 16, 100, true, false, 1.0f, 0.0f, true, RTX_BF16},
+        {"matmul", 1, 200, 48, 96, false, false, 1.0f, 0.0f, false, RTX_F16},
+    };
+    for (size_t i = 0; i < sizeof ISAS / sizeof *ISAS; i++) {
+        struct rtx_backend *be = backend_for(ISAS[i]);
+        if (be == NULL) continue;
+        for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+            check_product(be, ISAS[i], &cases[k]);
+        rtx_backend_free(be);
+    }
+}
+END_TEST
+
+/* x [1, rows, 48] . w [48, 40]: the plan for `rows`. */
+static struct rtx_plan *plan_rows(const struct rtx_graph *g, int64_t rows,
+                                  struct rtx_tensor **x) {
+    int64_t xd[3] = {1, rows, 48};
+    *x = tu_tensor_random(RTX_F32, 3, xd, -1, 1, 50 + (unsigned)rows);
+    struct rtx_plan *p;
+    struct rtx_err err;
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)x, 1, NULL, &p, &err), 0);
+    return p;
+}
+
+static void run(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tensor *x) {
+    struct rtx_tensor *y = NULL;
+    struct rtx_err err;
+    ck_assert_msg(rtx_plan_execute(p, be, &x, 1, &y, 1, NULL, NULL, &err) == 0, "%s", err.msg);
+    rtx_tensor_unref(y);
+}
+
+START_TEST(packs_live_as_long_as_the_plans_that_use_them) {
+    struct product prod = {"matmul", 1, 1, 48, 40, false, false, 1.0f, 0.0f, false, RTX_F32};
+    for (size_t i = 0; i < sizeof ISAS / sizeof *ISAS; i++) {
+        struct rtx_backend *be = backend_for(ISAS[i]);
+        if (be == NULL) continue;
+        bool packs = strcmp(ISAS[i], "generic") != 0;
+        struct rtx_tensor *w, *c, *x1, *x2;
+        struct rtx_graph *g = product_graph(&prod, &w, &c);
+        ck_assert_uint_eq(rtx__const_derived_bytes(be), 0);
+        struct rtx_plan *p1 = plan_rows(g, 3, &x1), *p2 = plan_rows(g, 29, &x2);
+        run(p1, be, x1);
+        size_t one = rtx__const_derived_bytes(be);
+        /* 40 columns in panels of 16 (avx2) or 32 (avx512), zeros past them */
+        size_t want = strcmp(ISAS[i], "avx2") == 0 ? 48 * 48 * 4 : 48 * 64 * 4;
+        ck_assert_uint_eq(one, packs ? want : 0);
+        run(p2, be, x2); /* the other shape's plan finds the same pack */
+        run(p1, be, x1);
+        ck_assert_uint_eq(rtx__const_derived_bytes(be), one);
+        ck_assert_int_eq(rtx__const_cache_entries(be), 1);
+        rtx_plan_free(p1);
+        ck_assert_uint_eq(rtx__const_derived_bytes(be), one);
+        rtx_plan_free(p2);
+        ck_assert_uint_eq(rtx__const_derived_bytes(be), 0);
+        ck_assert_int_eq(rtx__const_cache_entries(be), 0);
+        /* a plan freed after its backend drops its pack into the closed cache */
+        rtx_tensor_unref(x1);
+        rtx_tensor_unref(x2);
+        struct rtx_tensor *x3;
+        p1 = plan_rows(g, 5, &x3);
+        run(p1, be, x3);
+        rtx_backend_free(be);
+        rtx_plan_free(p1);
+        rtx_tensor_unref(x3);
+        rtx_tensor_unref(w);
+        rtx_graph_free(g);
+    }
+}
+END_TEST
+
+Suite *rtx_cpu_packed_suite(void) {
+    Suite *s = suite_create("cpu_packed");
+    TCase *tc = tcase_create("packed");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, products_with_constant_weights_match_a_double_reference);
+    tcase_add_test(tc, packs_live_as_long_as_the_plans_that_use_them);
+    suite_add_tcase(s, tc);
+    return s;
+}
