@@ -99,7 +99,8 @@ CPU_VARIANT_SRC := kernels/cpu/ops-elementwise.c kernels/cpu/ops-reduce.c \
                    kernels/cpu/gemm-packed.c
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
 CPU_AVX2_OBJ := $(patsubst %.c,$(BUILD)/obj/%-avx2.o,$(CPU_VARIANT_SRC)) \
-                $(BUILD)/obj/kernels/cpu/gemm-packed-avx512.o
+                $(BUILD)/obj/kernels/cpu/gemm-packed-avx512.o \
+                $(BUILD)/obj/kernels/cpu/conv-direct-avx512.o
 RUNTIME_OBJ  += $(CPU_AVX2_OBJ)
 $(BUILD)/obj/kernels/cpu/backend-cpu.o: CFLAGS += -DRTX_CPU_HAVE_AVX2
 endif
@@ -217,11 +218,16 @@ $(BUILD)/obj/kernels/cpu/conv-direct-avx2.o $(BUILD)/obj/kernels/cpu/gemm-packed
 $(BUILD)/obj/kernels/cpu/%-avx2.o: kernels/cpu/%.c | $(PROTO_H) $(ONNX_PB_C:.c=.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -mavx2 -mfma -mf16c -DRTX_CPU_VARIANT=avx2 -c $< -o $@
-# gemm-packed.c once more with 512-bit vectors, in the AVX2 build (RTX_CPU_ISA=avx512)
+# gemm-packed.c and conv-direct.c once more with 512-bit vectors, in the AVX2 build
+# (RTX_CPU_ISA=avx512)
 $(BUILD)/obj/kernels/cpu/gemm-packed-avx512.o: kernels/cpu/gemm-packed.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O3 -ffp-contract=fast -mavx2 -mfma -mf16c -mavx512f \
 	  -DRTX_CPU_VARIANT=avx2 -DRTX_GEMM_WIDE -c $< -o $@
+$(BUILD)/obj/kernels/cpu/conv-direct-avx512.o: kernels/cpu/conv-direct.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -O3 -ffp-contract=fast -mavx2 -mfma -mf16c -mavx512f \
+	  -DRTX_CPU_VARIANT=avx2 -DRTX_CONV_WIDE -c $< -o $@
 $(BUILD)/obj/tests/unit/test-cuda-flash.o: CFLAGS += $(CUDA_CFLAGS)
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)

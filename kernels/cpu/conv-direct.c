@@ -12,43 +12,65 @@
  * every tap of every channel is one contiguous run starting at a fixed offset, whatever the
  * stride, dilation and padding. The kernel holds a tile of OC output channels x PX pixels in
  * registers and adds, for each input channel and tap, one broadcast weight times the run;
- * the weights are repacked [C][taps][O] so a tile's weights are adjacent. The bias, then a
+ * the weights are repacked [O / OC][C][taps][OC] so a tile reads its weights as one run. The bias, then a
  * fused group's epilogue (residual, activation), are applied when the tile is stored. Tiles (image, channel block, pixel block) are spread over the
  * pool. The build uses FMA (-ffp-contract=fast for this file), so results differ from the
  * generic build's sgemm in the last bits, as any two summation orders do.
  */
+#include <immintrin.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu-impl.h"
 #include "kernels/geometry.h"
 
+#ifdef RTX_CONV_WIDE /* the AVX-512 object: 8 channels x 32 pixels in 16 zmm registers */
+#define OC 8
+#define VP 2
+#define VW 16
+#define BCAST _mm512_set1_ps
+#define CONV_DIRECT rtx__cpu_conv_direct_wide
+#else
 #define OC 4                                   /* output channels per tile */
-#define VP 3                                   /* vectors of 8 pixels per tile */
-#define PX (VP * 8)                            /* pixels per tile */
+#define VP 3                                   /* vectors of VW pixels per tile */
+#define VW 8                                   /* floats per vector */
+#define BCAST _mm256_set1_ps
+#define CONV_DIRECT conv_direct_narrow
+#endif
+#define PX (VP * VW)                           /* pixels per tile */
 #define TILES_PER_TASK 4                       /* pixel tiles per pool task */
 #define PHASE_BYTES ((int64_t)64 << 20)        /* phase planes of a chunk of images, at most */
 
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
+typedef float v8 __attribute__((vector_size(VW * 4)));
+typedef float v8u __attribute__((vector_size(VW * 4), aligned(4), may_alias));
 
 struct dconv {
     const struct rtx__conv2d_geom *g;
     const float *x, *bias;
     const struct rtx__cpu_epilogue *epi; /* after the bias; NULL: none */
-    float *wr;                   /* weights [C][taps][Op], Op = O rounded up to OC, zeros past O */
+    float *wr;                   /* weights [Op / OC][C][taps][OC], Op = O rounded up to OC, zeros
+                                  * past O: a tile's weights are one contiguous run */
     float *xq;                   /* phase planes of images n0.., [n][phase][C][Hq][Wq] + slack */
     float *y;
     int64_t n0;
     int64_t s, Hq, Wq, plane, img; /* phases s = sh * sw; plane Hq * Wq; img floats per image */
     int64_t Op, taps, ob, pb;    /* padded O, kh * kw, channel blocks, pixel tasks per image */
     int64_t *off;                /* per tap: its phase's offset + its run's start in the plane */
+    int slot[16];                /* per phase (py * sw + px): its place in xq, -1 when no tap
+                                  * reads it (a 1x1 stride-2 conv reads one phase of four) */
+    int64_t used;                /* phases some tap reads */
 };
 
+int CONV_DIRECT(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
+                const float *wt, const float *bias, const struct rtx__cpu_epilogue *e, float *y);
+
+#ifndef RTX_CONV_WIDE
 bool rtx__cpu_conv_direct_fits(const struct rtx__conv2d_geom *g) {
     return g->G == 1 && !g->direct && g->w.sh <= 4 && g->w.sw <= 4 && g->O >= OC;
 }
+#endif
 
-/* Phase planes of image n0 + i: xq[i][py * sw + px][c][a][b] = padded x[c][a sh + py][b sw + px]. */
+/* Phase planes of image n0 + i: xq[i][slot[py * sw + px]][c][a][b] = padded
+ * x[c][a sh + py][b sw + px], for the phases some tap reads. */
 static void phase_chunk(void *ctx, int64_t begin, int64_t end) {
     const struct dconv *d = ctx;
     const struct rtx__window_geom *w = &d->g->w;
@@ -57,7 +79,9 @@ static void phase_chunk(void *ctx, int64_t begin, int64_t end) {
         const float *src = d->x + ((d->n0 + i) * w->C + c) * w->H * w->W;
         for (int64_t py = 0; py < w->sh; py++)
             for (int64_t px = 0; px < w->sw; px++) {
-                float *dst = d->xq + i * d->img + ((py * w->sw + px) * w->C + c) * d->plane;
+                int slot = d->slot[py * w->sw + px];
+                if (slot < 0) continue;
+                float *dst = d->xq + i * d->img + (slot * w->C + c) * d->plane;
                 for (int64_t a = 0; a < d->Hq; a++) {
                     int64_t r = a * w->sh + py - w->pt;
                     float *row = dst + a * d->Wq;
@@ -92,15 +116,14 @@ static inline void tile(const struct dconv *d, int64_t i, int64_t o0, int64_t p0
     const float *xi = d->xq + i * d->img + p0;
     for (int64_t c = 0; c < w->C; c++) {
         const float *xc = xi + c * d->plane;
-        const float *wc = d->wr + c * d->taps * d->Op + o0;
+        const float *wc = d->wr + (o0 / OC * w->C + c) * d->taps * OC;
         for (int64_t k = 0; k < d->taps; k++) {
             const float *xp = xc + d->off[k];
-            const float *wk = wc + k * d->Op;
+            const float *wk = wc + k * OC;
             v8 xv[VP];
-            for (int v = 0; v < VP; v++) xv[v] = *(const v8u *)(xp + 8 * v);
+            for (int v = 0; v < VP; v++) xv[v] = *(const v8u *)(xp + VW * v);
             for (int o = 0; o < OC; o++) {
-                float wo = wk[o];
-                v8 wv = {wo, wo, wo, wo, wo, wo, wo, wo}; /* (v8){0} + wo would add 0.0f */
+                v8 wv = (v8)BCAST(wk[o]);
                 for (int v = 0; v < VP; v++) acc[o][v] += wv * xv[v];
             }
         }
@@ -151,20 +174,22 @@ static void tile_chunk(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* The weights [O][C][kh][kw] as [C][taps][Op]. */
+/* The weights [O][C][kh][kw] as [Op / OC][C][taps][OC]. */
 static void repack_weights(const struct dconv *d, const float *wt) {
     int64_t O = d->g->O, C = d->g->w.C;
-    for (int64_t c = 0; c < C; c++)
-        for (int64_t k = 0; k < d->taps; k++) {
-            float *dst = d->wr + (c * d->taps + k) * d->Op;
-            for (int64_t o = 0; o < d->Op; o++)
-                dst[o] = o < O ? wt[(o * C + c) * d->taps + k] : 0.0f;
-        }
+    for (int64_t ob = 0; ob < d->ob; ob++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t k = 0; k < d->taps; k++) {
+                float *dst = d->wr + ((ob * C + c) * d->taps + k) * OC;
+                for (int64_t i = 0; i < OC; i++) {
+                    int64_t o = ob * OC + i;
+                    dst[i] = o < O ? wt[(o * C + c) * d->taps + k] : 0.0f;
+                }
+            }
 }
 
-int rtx__cpu_conv_direct(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
-                         const float *wt, const float *bias, const struct rtx__cpu_epilogue *e,
-                         float *y) {
+int CONV_DIRECT(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
+                const float *wt, const float *bias, const struct rtx__cpu_epilogue *e, float *y) {
     const struct rtx__window_geom *w = &g->w;
     struct dconv d = {.g = g, .x = x, .bias = bias, .epi = e, .y = y, .taps = w->kh * w->kw};
     d.s = w->sh * w->sw;
@@ -178,15 +203,19 @@ int rtx__cpu_conv_direct(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, 
     d.off = rtx_malloc((size_t)d.taps * sizeof *d.off);
     d.wr = rtx_malloc((size_t)(w->C * d.taps * d.Op) * sizeof *d.wr);
     if (d.off == NULL || d.wr == NULL) goto oom;
+    for (int p = 0; p < 16; p++) d.slot[p] = -1;
     for (int64_t kh = 0; kh < w->kh; kh++)
         for (int64_t kw = 0; kw < w->kw; kw++) {
             int64_t r = kh * w->dh, c = kw * w->dw;
             int64_t phase = (r % w->sh) * w->sw + c % w->sw;
-            d.off[kh * w->kw + kw] = phase * w->C * d.plane + r / w->sh * d.Wq + c / w->sw;
+            if (d.slot[phase] < 0) d.slot[phase] = (int)d.used++;
+            d.off[kh * w->kw + kw] =
+                d.slot[phase] * w->C * d.plane + r / w->sh * d.Wq + c / w->sw;
             if (d.off[kh * w->kw + kw] > max_off) max_off = d.off[kh * w->kw + kw];
         }
     /* a tile reads PX pixels past its start, the last one starting below ext */
-    d.img = d.s * w->C * d.plane;
+    int64_t planes_end = d.used * w->C * d.plane;
+    d.img = planes_end;
     int64_t reach = (w->C - 1) * d.plane + max_off + d.pb * TILES_PER_TASK * PX;
     if (reach > d.img) d.img = reach;
     d.img = (d.img + 15) / 16 * 16;
@@ -195,11 +224,13 @@ int rtx__cpu_conv_direct(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, 
     if (nb > w->N) nb = w->N;
     d.xq = rtx_malloc((size_t)(nb * d.img) * sizeof *d.xq);
     if (d.xq == NULL) goto oom;
-    memset(d.xq, 0, (size_t)(nb * d.img) * sizeof *d.xq); /* the slack past the planes */
+    for (int64_t i = 0; i < nb; i++) /* the slack past the planes, which tiles read */
+        memset(d.xq + i * d.img + planes_end, 0, (size_t)(d.img - planes_end) * sizeof *d.xq);
     repack_weights(&d, wt);
     for (d.n0 = 0; d.n0 < w->N; d.n0 += nb) {
         int64_t n = w->N - d.n0 < nb ? w->N - d.n0 : nb;
-        rtx__cpu_parallel_for(cpu, n * w->C, 1 + (1 << 14) / (d.plane * d.s), phase_chunk, &d);
+        rtx__cpu_parallel_for(cpu, n * w->C, 1 + (1 << 14) / (d.plane * d.used), phase_chunk,
+                              &d);
         rtx__cpu_parallel_for(cpu, n * d.ob * d.pb, 1, tile_chunk, &d);
     }
     rtx_free(d.xq);
@@ -211,3 +242,17 @@ oom:
     rtx_free(d.off);
     return RTX_ENOMEM;
 }
+
+#ifndef RTX_CONV_WIDE
+int rtx__cpu_conv_direct_wide(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g,
+                              const float *x, const float *wt, const float *bias,
+                              const struct rtx__cpu_epilogue *e, float *y);
+
+int rtx__cpu_conv_direct(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
+                         const float *wt, const float *bias, const struct rtx__cpu_epilogue *e,
+                         float *y) {
+    if (rtx__cpu_wide(cpu) && g->O >= 8) /* the AVX-512 object's tile is 8 channels high */
+        return rtx__cpu_conv_direct_wide(cpu, g, x, wt, bias, e, y);
+    return conv_direct_narrow(cpu, g, x, wt, bias, e, y);
+}
+#endif

@@ -43,26 +43,39 @@ static struct rtx_tensor *run_isa(const char *isa, const char *op, const char *a
     return out[0];
 }
 
-/* The generic and AVX2 builds give identical bytes for op (when the CPU has AVX2); with
- * rtol > 0, values within rtol instead (conv2d: the AVX2 build convolves directly with FMA,
- * the generic one through im2col and OpenBLAS). */
+static bool have_avx512(void) {
+#if defined(__x86_64__)
+    return have_avx2() && __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
+
+/* The generic build and the AVX2 one (its 256-bit and 512-bit kernels, RTX_CPU_ISA=avx2 and
+ * avx512) give identical bytes for op, when the CPU has them; with rtol > 0, values within
+ * rtol instead (conv2d: the AVX2 build convolves directly with FMA, the generic one through
+ * im2col and OpenBLAS). */
 static void compare_builds(const char *op, const char *attrs, struct rtx_tensor *const *in,
                            int n_in, double rtol) {
     struct rtx_tensor *g = run_isa("generic", op, attrs, in, n_in);
-    if (have_avx2()) {
-        struct rtx_tensor *v = run_isa("avx2", op, attrs, in, n_in);
+    const char *isas[2] = {"avx2", "avx512"};
+    bool have[2] = {have_avx2(), have_avx512()};
+    for (int k = 0; k < 2; k++) {
+        if (!have[k]) continue;
+        struct rtx_tensor *v = run_isa(isas[k], op, attrs, in, n_in);
         ck_assert_int_eq(g->dtype, v->dtype);
         ck_assert_int_eq(rtx_tensor_numel(g), rtx_tensor_numel(v));
         if (rtol > 0) {
             for (int64_t i = 0; i < rtx_tensor_numel(g); i++) {
                 double a = rtx_tensor_get(g, i), b = rtx_tensor_get(v, i);
-                ck_assert_msg(fabs(a - b) <= rtol * (1 + fabs(a)), "%s (%s) [%lld]: %g vs %g",
-                              op, attrs, (long long)i, a, b);
+                ck_assert_msg(fabs(a - b) <= rtol * (1 + fabs(a)), "%s (%s) %s [%lld]: %g vs %g",
+                              op, attrs, isas[k], (long long)i, a, b);
             }
         } else {
             ck_assert_msg(memcmp(rtx_tensor_data(g), rtx_tensor_data(v),
                                  (size_t)rtx_tensor_numel(g) * rtx_dtype_size(g->dtype)) == 0,
-                          "%s (%s): the avx2 build differs from the generic one", op, attrs);
+                          "%s (%s): the %s build differs from the generic one", op, attrs,
+                          isas[k]);
         }
         rtx_tensor_unref(v);
     }
@@ -110,6 +123,18 @@ START_TEST(avx2_build_matches_generic_bit_for_bit) {
                                 tu_tensor_random(RTX_F32, 4, dw, -1, 1, 35),
                                 tu_tensor_random(RTX_F32, 1, db, -1, 1, 36)};
     compare_builds("conv2d", "pads=I:1,1,1,1", cv, 3, 1e-5);
+    /* 8 channels and more take the 512-bit tile; strided and 1x1 strided (one phase read) */
+    int64_t dx2[4] = {2, 6, 17, 15}, dw2[4] = {19, 6, 3, 3}, dw3[4] = {19, 6, 1, 1}, db2[1] = {19};
+    struct rtx_tensor *cv2[3] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 38),
+                                 tu_tensor_random(RTX_F32, 4, dw2, -1, 1, 39),
+                                 tu_tensor_random(RTX_F32, 1, db2, -1, 1, 40)};
+    compare_builds("conv2d", "pads=I:1,1,1,1;strides=I:2,2", cv2, 3, 1e-5);
+    struct rtx_tensor *cv3[2] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 41),
+                                 tu_tensor_random(RTX_F32, 4, dw3, -1, 1, 42)};
+    compare_builds("conv2d", "strides=I:2,2", cv3, 2, 1e-5);
+    struct rtx_tensor *cv4[2] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 43),
+                                 tu_tensor_random(RTX_F32, 4, dw2, -1, 1, 44)};
+    compare_builds("conv2d", "pads=I:1,1,1,1", cv4, 2, 1e-5);
     x = tu_tensor_random(RTX_F32, 4, dx, -1, 1, 37);
     same_bits("max_pool2d", "kernel_shape=I:3,3;strides=I:2,2;pads=I:1,1,1,1", &x, 1);
 }
@@ -134,12 +159,7 @@ START_TEST(rtx_cpu_isa_picks_or_refuses) {
     }
     setenv("RTX_CPU_ISA", "avx512", 1);
     rc = rtx_backend_cpu_new(NULL, &be, &err);
-#if defined(__x86_64__)
-    bool avx512 = have_avx2() && __builtin_cpu_supports("avx512f");
-#else
-    bool avx512 = false;
-#endif
-    if (avx512) {
+    if (have_avx512()) {
         ck_assert_int_eq(rc, 0);
         rtx_backend_free(be);
     } else {
