@@ -107,12 +107,13 @@ int rtx__cpu_packed_b_of(struct rtx_cpu *cpu, const struct rtx_node_args *a, boo
                          int64_t N, const struct rtx__cpu_packed_b **out,
                          struct rtx__cpu_packed_b **owned);
 void rtx__cpu_packed_b_free(struct rtx__cpu_packed_b *b); /* NULL is a no-op */
-/* y [M, N] (row stride ldy) = alpha a [M, K] (row stride lda) . B, plus y's own values when
- * accumulate; then epi(ctx, block, ldy, row0, col0, m, n) on each block once computed (epi
- * NULL: none). Split over the pool. */
+/* y [M, N] (row stride ldy) = alpha a [M, K] (row stride lda) . B, plus beta bias[j] when bias
+ * (a row of N) is given, plus y's own values when accumulate; then epi(ctx, block, ldy, row0,
+ * col0, m, n) on each block once computed (epi NULL: none). Split over the pool. */
 void rtx__cpu_gemm_packed(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a,
-                          int64_t lda, const struct rtx__cpu_packed_b *b, bool accumulate,
-                          float *y, int64_t ldy, rtx__cpu_block_fn epi, const void *epi_ctx);
+                          int64_t lda, const struct rtx__cpu_packed_b *b, const float *bias,
+                          float beta, bool accumulate, float *y, int64_t ldy,
+                          rtx__cpu_block_fn epi, const void *epi_ctx);
 #endif
 
 /* Element access by dtype for generic (slow) paths. */

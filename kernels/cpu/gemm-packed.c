@@ -59,8 +59,9 @@ struct rtx__cpu_packed_b {
 int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int64_t K,
                 int64_t N, const struct rtx__cpu_packed_b **out, struct rtx__cpu_packed_b **owned);
 void GP(product)(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a, int64_t lda,
-                 const struct rtx__cpu_packed_b *b, bool accumulate, float *y, int64_t ldy,
-                 rtx__cpu_block_fn epi, const void *epi_ctx);
+                 const struct rtx__cpu_packed_b *b, const float *bias, float beta,
+                 bool accumulate, float *y, int64_t ldy, rtx__cpu_block_fn epi,
+                 const void *epi_ctx);
 
 /* ---- packing ---- */
 
@@ -138,7 +139,8 @@ int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int
  * inlining. */
 static inline __attribute__((always_inline)) void kernel(int m, int64_t kc, const float *a,
                                                           int64_t lda, const float *bp,
-                                                          float alpha, bool acc_y, float *y,
+                                                          float alpha, const float *bias,
+                                                          float beta, bool acc_y, float *y,
                                                           int64_t ldy, int64_t n) {
     v8 c0[MR], c1[MR];
     const float *ar[MR];
@@ -157,13 +159,17 @@ static inline __attribute__((always_inline)) void kernel(int m, int64_t kc, cons
             c1[r] += av * b1;
         }
     }
-    v8 al = (v8)BCAST(alpha);
+    v8 al = (v8)BCAST(alpha), be = (v8)BCAST(beta);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
         if (r >= m) break;
         float *yr = y + r * ldy;
         v8 o0 = alpha == 1.0f ? c0[r] : c0[r] * al, o1 = alpha == 1.0f ? c1[r] : c1[r] * al;
         if (n == NR) {
+            if (bias) {
+                o0 += be * *(const v8u *)bias;
+                o1 += be * *(const v8u *)(bias + VW);
+            }
             if (acc_y) {
                 o0 += *(const v8u *)yr;
                 o1 += *(const v8u *)(yr + VW);
@@ -174,24 +180,28 @@ static inline __attribute__((always_inline)) void kernel(int m, int64_t kc, cons
             float t[NR];
             memcpy(t, &o0, sizeof o0);
             memcpy(t + VW, &o1, sizeof o1);
-            for (int64_t j = 0; j < n; j++) yr[j] = acc_y ? yr[j] + t[j] : t[j];
+            for (int64_t j = 0; j < n; j++) {
+                float v = bias ? t[j] + beta * bias[j] : t[j];
+                yr[j] = acc_y ? yr[j] + v : v;
+            }
         }
     }
 }
 
 static void kernel_m(int m, int64_t kc, const float *a, int64_t lda, const float *bp,
-                     float alpha, bool acc_y, float *y, int64_t ldy, int64_t n) {
+                     float alpha, const float *bias, float beta, bool acc_y, float *y,
+                     int64_t ldy, int64_t n) {
     switch (m) { /* one specialization per row count */
 #if MR == 8
-    case 8: kernel(8, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
-    case 7: kernel(7, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
+    case 8: kernel(8, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
+    case 7: kernel(7, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
 #endif
-    case 6: kernel(6, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
-    case 5: kernel(5, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
-    case 4: kernel(4, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
-    case 3: kernel(3, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
-    case 2: kernel(2, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
-    default: kernel(1, kc, a, lda, bp, alpha, acc_y, y, ldy, n); break;
+    case 6: kernel(6, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
+    case 5: kernel(5, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
+    case 4: kernel(4, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
+    case 3: kernel(3, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
+    case 2: kernel(2, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
+    default: kernel(1, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
     }
 }
 
@@ -203,6 +213,8 @@ struct packed_job {
     const float *a;
     int64_t lda;
     const struct rtx__cpu_packed_b *b;
+    const float *bias; /* [N], added times beta; NULL: none */
+    float beta;
     bool accumulate;
     float *y;
     int64_t ldy;
@@ -227,7 +239,8 @@ static void packed_chunk(void *ctx, int64_t begin, int64_t end) {
                 for (int64_t r = 0; r < rows; r += MR) {
                     int64_t m = rows - r < MR ? rows - r : MR;
                     kernel_m((int)m, kc, j->a + (r0 + r) * j->lda + k0, j->lda, bp, j->alpha,
-                             acc_y, j->y + (r0 + r) * j->ldy + p * NR, j->ldy, n);
+                             j->bias && k0 == 0 ? j->bias + p * NR : NULL, j->beta, acc_y,
+                             j->y + (r0 + r) * j->ldy + p * NR, j->ldy, n);
                 }
             }
         }
@@ -239,10 +252,11 @@ static void packed_chunk(void *ctx, int64_t begin, int64_t end) {
 }
 
 void GP(product)(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a, int64_t lda,
-                 const struct rtx__cpu_packed_b *b, bool accumulate, float *y, int64_t ldy,
-                 rtx__cpu_block_fn epi, const void *epi_ctx) {
-    struct packed_job j = {.M = M, .alpha = alpha, .a = a, .lda = lda, .b = b,
-                           .accumulate = accumulate, .y = y, .ldy = ldy, .epi = epi,
+                 const struct rtx__cpu_packed_b *b, const float *bias, float beta,
+                 bool accumulate, float *y, int64_t ldy, rtx__cpu_block_fn epi,
+                 const void *epi_ctx) {
+    struct packed_job j = {.M = M, .alpha = alpha, .a = a, .lda = lda, .b = b, .bias = bias,
+                           .beta = beta, .accumulate = accumulate, .y = y, .ldy = ldy, .epi = epi,
                            .epi_ctx = epi_ctx};
     j.row_tasks = (M + RB - 1) / RB;
     j.col_tasks = (b->panels + PB - 1) / PB;
@@ -259,9 +273,9 @@ int rtx__cpu_gemm_wide_pack_of(struct rtx_cpu *cpu, const struct rtx_node_args *
                                int64_t K, int64_t N, const struct rtx__cpu_packed_b **out,
                                struct rtx__cpu_packed_b **owned);
 void rtx__cpu_gemm_wide_product(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a,
-                                int64_t lda, const struct rtx__cpu_packed_b *b, bool accumulate,
-                                float *y, int64_t ldy, rtx__cpu_block_fn epi,
-                                const void *epi_ctx);
+                                int64_t lda, const struct rtx__cpu_packed_b *b,
+                                const float *bias, float beta, bool accumulate, float *y,
+                                int64_t ldy, rtx__cpu_block_fn epi, const void *epi_ctx);
 
 int rtx__cpu_packed_b_of(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int64_t K,
                          int64_t N, const struct rtx__cpu_packed_b **out,
@@ -273,11 +287,13 @@ int rtx__cpu_packed_b_of(struct rtx_cpu *cpu, const struct rtx_node_args *a, boo
 void rtx__cpu_packed_b_free(struct rtx__cpu_packed_b *b) { free_pack(b); }
 
 void rtx__cpu_gemm_packed(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a,
-                          int64_t lda, const struct rtx__cpu_packed_b *b, bool accumulate,
-                          float *y, int64_t ldy, rtx__cpu_block_fn epi, const void *epi_ctx) {
+                          int64_t lda, const struct rtx__cpu_packed_b *b, const float *bias,
+                          float beta, bool accumulate, float *y, int64_t ldy,
+                          rtx__cpu_block_fn epi, const void *epi_ctx) {
     if (b->nr == NR)
-        GP(product)(cpu, M, alpha, a, lda, b, accumulate, y, ldy, epi, epi_ctx);
+        GP(product)(cpu, M, alpha, a, lda, b, bias, beta, accumulate, y, ldy, epi, epi_ctx);
     else
-        rtx__cpu_gemm_wide_product(cpu, M, alpha, a, lda, b, accumulate, y, ldy, epi, epi_ctx);
+        rtx__cpu_gemm_wide_product(cpu, M, alpha, a, lda, b, bias, beta, accumulate, y, ldy,
+                                   epi, epi_ctx);
 }
 #endif

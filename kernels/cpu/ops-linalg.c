@@ -186,15 +186,18 @@ static void free_packed(struct rtx__cpu_packed_b *owned) {
 #endif
 }
 
-/* y [M, N] = alpha a [M, K] . B (+ y when accumulate), then e on each block. */
+/* y [M, N] = alpha a [M, K] . B (+ beta bias[j] when bias; + y when accumulate), then e on
+ * each block. */
 static void product_packed(struct rtx_cpu *cpu, const struct rtx__cpu_packed_b *pb, int64_t M,
-                           int64_t K, int64_t N, float alpha, const float *a, bool accumulate,
-                           float *y, const struct rtx__cpu_epilogue *e) {
+                           int64_t K, int64_t N, float alpha, const float *a, const float *bias,
+                           float beta, bool accumulate, float *y,
+                           const struct rtx__cpu_epilogue *e) {
 #ifdef RTX_CPU_VARIANT
-    rtx__cpu_gemm_packed(cpu, M, alpha, a, K, pb, accumulate, y, N, e ? epi_block : NULL, e);
+    rtx__cpu_gemm_packed(cpu, M, alpha, a, K, pb, bias, beta, accumulate, y, N,
+                         e ? epi_block : NULL, e);
 #else
-    (void)cpu, (void)pb, (void)M, (void)K, (void)N, (void)alpha, (void)a, (void)accumulate;
-    (void)y, (void)e;
+    (void)cpu, (void)pb, (void)M, (void)K, (void)N, (void)alpha, (void)a, (void)bias;
+    (void)beta, (void)accumulate, (void)y, (void)e;
 #endif
 }
 
@@ -241,7 +244,7 @@ static int run_matmul(struct rtx_cpu *cpu, const struct rtx_node_args *a,
         memset(yf, 0, (size_t)(nbatch * M * N) * sizeof *yf);
         if (e) rtx__cpu_epilogue_run(cpu, e, yf, nbatch * M, N);
     } else if (pb) {
-        product_packed(cpu, pb, rows, K, N, 1.0f, af, false, yf, e);
+        product_packed(cpu, pb, rows, K, N, 1.0f, af, NULL, 0.0f, false, yf, e);
     } else if (fold || nbatch == 1) {
         rtx__cpu_sgemm_epi(cpu, ta, tb, rows, N, K, 1.0f, af, lda, bf, ldb, 0.0f, yf, N,
                            e ? epi_block : NULL, e);
@@ -344,7 +347,9 @@ static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a,
         rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "f32 scratch");
         goto done;
     }
-    if (C) {
+    /* a row bias goes into the packed product's stores; any other c fills y first */
+    bool row_bias = pb && C && K > 0 && cM == 1 && cN == N;
+    if (C && !row_bias) {
         struct bias_job bj = {.y = yf, .c = cf, .N = N, .cM = cM, .cN = cN, .beta = beta};
         rtx__cpu_parallel_for(cpu, M, CONVERT_GRAIN / N + 1, bias_chunk, &bj);
     }
@@ -352,7 +357,8 @@ static int run_gemm(struct rtx_cpu *cpu, const struct rtx_node_args *a,
         if (!C) memset(yf, 0, (size_t)(M * N) * sizeof *yf);
         if (e) rtx__cpu_epilogue_run(cpu, e, yf, M, N);
     } else if (pb) {
-        product_packed(cpu, pb, M, K, N, alpha, af, C != NULL, yf, e);
+        product_packed(cpu, pb, M, K, N, alpha, af, row_bias ? cf : NULL, beta,
+                       C != NULL && !row_bias, yf, e);
     } else {
         rtx__cpu_sgemm_epi(cpu, ta, tb, M, N, K, alpha, af, ta ? M : K, bf, tb ? K : N,
                            C ? 1.0f : 0.0f, yf, N, e ? epi_block : NULL, e);

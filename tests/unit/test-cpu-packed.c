@@ -42,7 +42,8 @@ struct product {
     int64_t batch;      /* matmul: x is [batch, M, K] (folded into rows); gemm: 1 */
     int64_t M, K, N;
     bool tb;            /* w stored [N, K] */
-    bool bias;          /* gemm: c [N] */
+    bool bias;          /* gemm: c [N] (a row bias, added in the product's stores) */
+    bool c_full;        /* gemm: c [M, N] instead (added to y before the product) */
     float alpha, beta;  /* gemm */
     bool relu;          /* a relu after the product (a fused group) */
     enum rtx_dtype wdt; /* the weight's dtype */
@@ -63,7 +64,9 @@ static struct rtx_graph *product_graph(const struct product *p, struct rtx_tenso
     *c = NULL;
     const char *in[3] = {"x", "w", "c"};
     if (p->bias) {
-        *c = tu_tensor_random(p->wdt, 1, &p->N, -1, 1, 41);
+        int64_t cd[2] = {p->M, p->N};
+        *c = p->c_full ? tu_tensor_random(p->wdt, 2, cd, -1, 1, 41)
+                       : tu_tensor_random(p->wdt, 1, &p->N, -1, 1, 41);
         ck_assert_int_ge(rtx_graph_add_initializer(g, "c", *c, &err), 0);
     }
     const char *out[1] = {p->relu ? "prod" : "y"};
@@ -97,7 +100,9 @@ static double *reference(const struct product *p, const struct rtx_tensor *x,
             for (int64_t k = 0; k < p->K; k++)
                 s += rtx_tensor_get(x, i * p->K + k) *
                      rtx_tensor_get(w, p->tb ? j * p->K + k : k * p->N + j);
-            if (!mm) s = p->alpha * s + (c ? p->beta * rtx_tensor_get(c, j) : 0.0);
+            if (!mm)
+                s = p->alpha * s +
+                    (c ? p->beta * rtx_tensor_get(c, p->c_full ? i * p->N + j : j) : 0.0);
             y[i * p->N + j] = p->relu && s < 0 ? 0.0 : s;
         }
     return y;
@@ -142,14 +147,15 @@ static void check_product(struct rtx_backend *be, const char *isa, const struct 
 
 START_TEST(products_with_constant_weights_match_a_double_reference) {
     const struct product cases[] = {
-        {"gemm", 1, 64, 256, 512, true, true, 1.0f, 1.0f, false, RTX_F32},
-        {"gemm", 1, 13, 300, 37, true, true, 0.5f, 2.0f, false, RTX_F32}, /* every tail */
-        {"gemm", 1, 7, 33, 70, false, false, 1.5f, 0.0f, true, RTX_F32},
-        {"gemm", 1, 1, 9, 5, true, true, 1.0f, 1.0f, true, RTX_BF16},
-        {"gemm", 1, 100, 64, 48, false, true, 1.0f, -1.0f, true, RTX_F16},
-        {"matmul", 3, 5, 260, 33, false, false, 1.0f, 0.0f, false, RTX_F32},
-        {"matmul", 2, 17, 16, 100, true, false, 1.0f, 0.0f, true, RTX_BF16},
-        {"matmul", 1, 200, 48, 96, false, false, 1.0f, 0.0f, false, RTX_F16},
+        {"gemm", 1, 64, 256, 512, true, true, false, 1.0f, 1.0f, false, RTX_F32},
+        {"gemm", 1, 13, 300, 37, true, true, false, 0.5f, 2.0f, false, RTX_F32}, /* tails */
+        {"gemm", 1, 13, 300, 37, false, true, true, 0.5f, 2.0f, true, RTX_F32},
+        {"gemm", 1, 7, 33, 70, false, false, false, 1.5f, 0.0f, true, RTX_F32},
+        {"gemm", 1, 1, 9, 5, true, true, false, 1.0f, 1.0f, true, RTX_BF16},
+        {"gemm", 1, 100, 64, 48, false, true, false, 1.0f, -1.0f, true, RTX_F16},
+        {"matmul", 3, 5, 260, 33, false, false, false, 1.0f, 0.0f, false, RTX_F32},
+        {"matmul", 2, 17, 16, 100, true, false, false, 1.0f, 0.0f, true, RTX_BF16},
+        {"matmul", 1, 200, 48, 96, false, false, false, 1.0f, 0.0f, false, RTX_F16},
     };
     for (size_t i = 0; i < sizeof ISAS / sizeof *ISAS; i++) {
         struct rtx_backend *be = backend_for(ISAS[i]);
@@ -180,7 +186,8 @@ static void run(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tensor *x
 }
 
 START_TEST(packs_live_as_long_as_the_plans_that_use_them) {
-    struct product prod = {"matmul", 1, 1, 48, 40, false, false, 1.0f, 0.0f, false, RTX_F32};
+    struct product prod = {"matmul", 1, 1, 48, 40, false, false, false, 1.0f, 0.0f, false,
+                           RTX_F32};
     for (size_t i = 0; i < sizeof ISAS / sizeof *ISAS; i++) {
         struct rtx_backend *be = backend_for(ISAS[i]);
         if (be == NULL) continue;
