@@ -321,10 +321,17 @@ static inline float max_nan(float a, float b) {
 
 /* Pooling of f32 planes with pointers and in-bounds tap ranges instead of a checked load per
  * element. Max pooling goes separably: per output row, the max over the window's in-bounds
- * input rows of every column (contiguous, vectorizable; colmax holds w->W floats), then per
- * output pixel the max over its in-bounds columns of that. */
+ * input rows of every column (contiguous, vectorizable), kept in colmax between -inf columns
+ * standing for the padding (colmax holds POOL_ROW_MAX floats: the padded row's columns the
+ * windows reach, pool_padded_width), then per output pixel the max over its kw columns of
+ * that, without bounds checks. */
 static void pool_f32(const struct pool_job *j, int64_t begin, int64_t end, float *colmax) {
     const struct rtx__window_geom *w = &j->w;
+    int64_t wp = (w->Wo - 1) * w->sw + (w->kw - 1) * w->dw + 1; /* padded columns read */
+    if (j->is_max) /* the padding columns, once */
+        for (int64_t c = 0; c < wp; c++) colmax[c] = -INFINITY;
+    float *cm = colmax + w->pl; /* cm[c]: input column c */
+    int64_t cols = w->W < wp - w->pl ? w->W : wp - w->pl; /* input columns a window reads */
     for (int64_t pl = begin; pl < end; pl++) {
         const float *x = (const float *)j->x + pl * w->H * w->W;
         float *y = (float *)j->y + pl * w->Ho * w->Wo;
@@ -332,26 +339,27 @@ static void pool_f32(const struct pool_job *j, int64_t begin, int64_t end, float
             int64_t hs = oh * w->sh - w->pt, h0, h1;
             taps(hs, w->dh, w->kh, w->H, &h0, &h1);
             if (j->is_max) {
-                for (int64_t c = 0; c < w->W; c++) colmax[c] = -INFINITY;
+                for (int64_t c = 0; c < cols; c++) cm[c] = -INFINITY;
                 for (int64_t kh = h0; kh < h1; kh++) {
                     const float *row = x + (hs + kh * w->dh) * w->W;
-                    for (int64_t c = 0; c < w->W; c++) colmax[c] = max_nan(row[c], colmax[c]);
+                    for (int64_t c = 0; c < cols; c++) cm[c] = max_nan(row[c], cm[c]);
                 }
-            }
-            for (int64_t ow = 0; ow < w->Wo; ow++) {
-                int64_t ws = ow * w->sw - w->pl, w0, w1;
-                taps(ws, w->dw, w->kw, w->W, &w0, &w1);
-                if (j->is_max) {
+                for (int64_t ow = 0; ow < w->Wo; ow++) {
+                    const float *t = colmax + ow * w->sw;
                     float v = -INFINITY;
                     int nan = 0; /* branch-free: a data-dependent branch per tap mispredicts */
-                    for (int64_t kw = w0; kw < w1; kw++) {
-                        float e = colmax[ws + kw * w->dw];
+                    for (int64_t kw = 0; kw < w->kw; kw++) {
+                        float e = t[kw * w->dw];
                         v = e > v ? e : v;
                         nan |= e != e;
                     }
                     y[oh * w->Wo + ow] = nan ? NAN : v;
-                    continue;
                 }
+                continue;
+            }
+            for (int64_t ow = 0; ow < w->Wo; ow++) {
+                int64_t ws = ow * w->sw - w->pl, w0, w1;
+                taps(ws, w->dw, w->kw, w->W, &w0, &w1);
                 int64_t he = hs + w->kh < w->H + w->pb ? hs + w->kh : w->H + w->pb;
                 int64_t we = ws + w->kw < w->W + w->pr ? ws + w->kw : w->W + w->pr;
                 float sum = 0.0f;
@@ -369,12 +377,13 @@ static void pool_f32(const struct pool_job *j, int64_t begin, int64_t end, float
 
 static void pool_chunk(void *ctx, int64_t begin, int64_t end) {
     const struct pool_job *j = ctx;
-    if (j->dt == RTX_F32 && (!j->is_max || j->w.W <= POOL_ROW_MAX)) {
+    int64_t wp = (j->w.Wo - 1) * j->w.sw + (j->w.kw - 1) * j->w.dw + 1;
+    if (j->dt == RTX_F32 && (!j->is_max || (wp <= POOL_ROW_MAX && j->w.pl < wp))) {
         float colmax[POOL_ROW_MAX];
         pool_f32(j, begin, end, colmax);
         return;
     }
-    /* other dtypes, and max pooling of rows longer than POOL_ROW_MAX */
+    /* other dtypes, and max pooling of padded rows longer than POOL_ROW_MAX */
     const struct rtx__window_geom *w = &j->w;
     for (int64_t pl = begin; pl < end; pl++) {
         int64_t xb = pl * w->H * w->W, yb = pl * w->Ho * w->Wo;
