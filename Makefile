@@ -412,12 +412,15 @@ test-integration: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/integration
 
 # the CPU kernel suites run a second time on the generic build (the default is the best build
-# the CPU runs: kernels/cpu/cpu-impl.h, ISA variants)
+# the CPU runs: kernels/cpu/cpu-impl.h, ISA variants), and a third on the AVX2 build's 256-bit
+# kernels where the CPU has AVX-512 (whose 512-bit kernels are then the default)
 CPU_SUITES := cpu_elementwise cpu_reduce cpu_linalg cpu_shape cpu_conv cpu_generation cpu_fused \
               onnx
 test-unit: $(BUILD)/bin/rtx-unit-tests $(EXAMPLES)
 	CK_FORK=yes RTX_TEST_GEN_MODEL=$(BUILD)/examples/models/tiny-chat/1 $(BUILD)/bin/rtx-unit-tests
 	CK_FORK=yes RTX_CPU_ISA=generic $(BUILD)/bin/rtx-unit-tests $(CPU_SUITES)
+	if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then \
+	  CK_FORK=yes RTX_CPU_ISA=avx2 $(BUILD)/bin/rtx-unit-tests $(CPU_SUITES); fi
 
 test-py: all $(PY_GEN)
 	RTX_BUILD=$(abspath $(BUILD)) $(VENV)/bin/python -m pytest -q -n 2 tests/interop

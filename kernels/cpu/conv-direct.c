@@ -10,7 +10,12 @@
  * ((kh dh) % sh, (kw dw) % sw) at (oh + kh dh / sh, ow + kw dw / sw): with the output indexed
  * as j = oh * Wq + ow over the phase width (the columns past Wo are computed and dropped),
  * every tap of every channel is one contiguous run starting at a fixed offset, whatever the
- * stride, dilation and padding. The kernel holds a tile of OC output channels x PX pixels in
+ * stride, dilation and padding. When the layer has at least NRO output channels, a tile holds
+ * NRO output channels (two vectors) x MRP output pixels in registers (tile_oc): per input
+ * channel and tap it loads the channels' weights as vectors and broadcasts each pixel's input
+ * value, read at that pixel's own offset, so only real output pixels are computed (at an 8x8
+ * output with padding 1 the pixel-vector tile below computed 96 columns for 64). Otherwise
+ * the kernel holds a tile of OC output channels x PX pixels in
  * registers and adds, for each input channel and tap, one broadcast weight times the run;
  * the weights are repacked [O / OC][C][taps][OC] so a tile reads its weights as one run. The bias, then a
  * fused group's epilogue (residual, activation), are applied when the tile is stored. Tiles (image, channel block, pixel block) are spread over the
@@ -37,6 +42,9 @@
 #define CONV_DIRECT conv_direct_narrow
 #endif
 #define PX (VP * VW)                           /* pixels per tile */
+#define NRO (2 * VW)                           /* output channels per channel-vector tile */
+#define MRP (VW == 16 ? 8 : 6)                 /* pixels per channel-vector tile */
+#define OC_TASK_PIXELS (16 * MRP)              /* pixels per task of channel-vector tiles */
 #define TILES_PER_TASK 4                       /* pixel tiles per pool task */
 #define PHASE_BYTES ((int64_t)64 << 20)        /* phase planes of a chunk of images, at most */
 
@@ -47,14 +55,16 @@ struct dconv {
     const struct rtx__conv2d_geom *g;
     const float *x, *bias;
     const struct rtx__cpu_epilogue *epi; /* after the bias; NULL: none */
-    float *wr;                   /* weights [Op / OC][C][taps][OC], Op = O rounded up to OC, zeros
-                                  * past O: a tile's weights are one contiguous run */
+    float *wr;                   /* weights [Op / blk][C][taps][blk], Op = O rounded up to blk,
+                                  * zeros past O: a tile's weights are one contiguous run */
     float *xq;                   /* phase planes of images n0.., [n][phase][C][Hq][Wq] + slack */
     float *y;
     int64_t n0;
     int64_t s, Hq, Wq, plane, img; /* phases s = sh * sw; plane Hq * Wq; img floats per image */
     int64_t Op, taps, ob, pb;    /* padded O, kh * kw, channel blocks, pixel tasks per image */
     int64_t *off;                /* per tap: its phase's offset + its run's start in the plane */
+    bool by_oc;                  /* channel-vector tiles (tile_oc), else pixel-vector ones */
+    int64_t blk;                 /* output channels per tile: OC or NRO */
     int slot[16];                /* per phase (py * sw + px): its place in xq, -1 when no tap
                                   * reads it (a 1x1 stride-2 conv reads one phase of four) */
     int64_t used;                /* phases some tap reads */
@@ -107,6 +117,28 @@ static void phase_chunk(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+/* dst[q] = src[q * stride] + b (+ res[q]) (then relu: 0 > v ? 0 : v, which keeps a NaN),
+ * q < n: the epilogue's common cases, in the nodes' order, each case a loop of its own so
+ * the relu is a max instruction, not a branch per element (which mispredicts). */
+static inline void store_run(float *dst, const float *src, int64_t stride, int64_t n, float b,
+                             const float *res, bool relu) {
+    if (res && relu) {
+        for (int64_t q = 0; q < n; q++) {
+            float v = src[q * stride] + b + res[q];
+            dst[q] = 0.0f > v ? 0.0f : v;
+        }
+    } else if (res) {
+        for (int64_t q = 0; q < n; q++) dst[q] = src[q * stride] + b + res[q];
+    } else if (relu) {
+        for (int64_t q = 0; q < n; q++) {
+            float v = src[q * stride] + b;
+            dst[q] = 0.0f > v ? 0.0f : v;
+        }
+    } else {
+        for (int64_t q = 0; q < n; q++) dst[q] = src[q * stride] + b;
+    }
+}
+
 /* One tile: output channels [o0, o0 + OC) x ext pixels [p0, p0 + PX) of image i. */
 static inline void tile(const struct dconv *d, int64_t i, int64_t o0, int64_t p0) {
     const struct rtx__window_geom *w = &d->g->w;
@@ -144,11 +176,7 @@ static inline void tile(const struct dconv *d, int64_t i, int64_t o0, int64_t p0
             bool relu = e && e->act == RTX_OP_RELU;
             /* the epilogue's common cases inline (same operations, same order), the rest
              * through it */
-            for (int64_t q = 0; q < valid; q++) {
-                float v = out[o][p + q] + b;
-                if (res) v += res[q];
-                dst[q] = relu && v < 0.0f ? 0.0f : v;
-            }
+            store_run(dst, &out[o][p], 1, valid, b, res, relu);
             if (e && e->act != RTX_OP_COUNT && !relu) {
                 struct rtx__cpu_epilogue act = {.act = e->act, .gelu_tanh = e->gelu_tanh};
                 rtx__cpu_epilogue_apply(&act, dst, 0, plane, oh * w->Wo + ow, 1, valid);
@@ -174,15 +202,93 @@ static void tile_chunk(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* The weights [O][C][kh][kw] as [Op / OC][C][taps][OC]. */
+/* One channel-vector tile: output channels [o0, o0 + NRO) x the m (<= MRP) output pixels
+ * p0.. of image i (p = oh * Wo + ow, across rows): the weights of the channels are vectors,
+ * each pixel's input value is broadcast, so no computed column is dropped (the pixel-vector
+ * tile computes the phase width's columns past Wo and rounds the plane up to its width). m is
+ * a constant after inlining. */
+static inline __attribute__((always_inline)) void tile_oc(const struct dconv *d, int64_t i,
+                                                          int64_t o0, int64_t p0, int m) {
+    const struct rtx__window_geom *w = &d->g->w;
+    v8 c0[MRP], c1[MRP];
+    const float *xr[MRP];
+    const float *xi = d->xq + i * d->img;
+#pragma GCC unroll 8
+    for (int r = 0; r < MRP; r++) {
+        int64_t p = p0 + (r < m ? r : 0);
+        xr[r] = xi + p / w->Wo * d->Wq + p % w->Wo;
+        c0[r] = c1[r] = (v8){0};
+    }
+    const float *wb = d->wr + o0 / NRO * w->C * d->taps * NRO;
+    for (int64_t c = 0; c < w->C; c++) {
+        int64_t cb = c * d->plane;
+        for (int64_t k = 0; k < d->taps; k++, wb += NRO) {
+            int64_t off = cb + d->off[k];
+            v8 b0 = *(const v8u *)wb, b1 = *(const v8u *)(wb + VW);
+#pragma GCC unroll 8
+            for (int r = 0; r < MRP; r++) {
+                if (r >= m) break;
+                v8 a = (v8)BCAST(xr[r][off]);
+                c0[r] += a * b0;
+                c1[r] += a * b1;
+            }
+        }
+    }
+    float out[MRP][NRO];
+#pragma GCC unroll 8
+    for (int r = 0; r < MRP; r++) {
+        memcpy(out[r], &c0[r], sizeof c0[r]);
+        memcpy(out[r] + VW, &c1[r], sizeof c1[r]);
+    }
+    int64_t n = d->n0 + i, P = w->Ho * w->Wo;
+    const struct rtx__cpu_epilogue *e = d->epi;
+    bool relu = e && e->act == RTX_OP_RELU;
+    for (int o = 0; o < NRO && o0 + o < d->g->O; o++) {
+        float b = d->bias ? d->bias[o0 + o] : 0.0f;
+        int64_t plane = n * d->g->O + o0 + o;
+        float *dst = d->y + plane * P + p0;
+        const float *res = e && e->res ? e->res + plane * e->res_ld + p0 : NULL;
+        /* as the pixel-vector tile's store: the epilogue's common cases inline */
+        store_run(dst, &out[0][o], NRO, m, b, res, relu);
+        if (e && e->act != RTX_OP_COUNT && !relu) {
+            struct rtx__cpu_epilogue act = {.act = e->act, .gelu_tanh = e->gelu_tanh};
+            rtx__cpu_epilogue_apply(&act, dst, 0, plane, p0, 1, m);
+        }
+    }
+}
+
+static void tile_oc_chunk(void *ctx, int64_t begin, int64_t end) {
+    const struct dconv *d = ctx;
+    int64_t P = d->g->w.Ho * d->g->w.Wo;
+    for (int64_t t = begin; t < end; t++) { /* t = (image i, channel block, pixel task) */
+        int64_t i = t / (d->ob * d->pb), ob = t / d->pb % d->ob, pt = t % d->pb;
+        int64_t p1 = (pt + 1) * OC_TASK_PIXELS < P ? (pt + 1) * OC_TASK_PIXELS : P;
+        for (int64_t p0 = pt * OC_TASK_PIXELS; p0 < p1; p0 += MRP) {
+            switch (p1 - p0 < MRP ? p1 - p0 : MRP) { /* one specialization per pixel count */
+#if MRP == 8
+            case 8: tile_oc(d, i, ob * NRO, p0, 8); break;
+            case 7: tile_oc(d, i, ob * NRO, p0, 7); break;
+#endif
+            case 6: tile_oc(d, i, ob * NRO, p0, 6); break;
+            case 5: tile_oc(d, i, ob * NRO, p0, 5); break;
+            case 4: tile_oc(d, i, ob * NRO, p0, 4); break;
+            case 3: tile_oc(d, i, ob * NRO, p0, 3); break;
+            case 2: tile_oc(d, i, ob * NRO, p0, 2); break;
+            default: tile_oc(d, i, ob * NRO, p0, 1); break;
+            }
+        }
+    }
+}
+
+/* The weights [O][C][kh][kw] as [Op / blk][C][taps][blk]. */
 static void repack_weights(const struct dconv *d, const float *wt) {
-    int64_t O = d->g->O, C = d->g->w.C;
+    int64_t O = d->g->O, C = d->g->w.C, blk = d->blk;
     for (int64_t ob = 0; ob < d->ob; ob++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t k = 0; k < d->taps; k++) {
-                float *dst = d->wr + ((ob * C + c) * d->taps + k) * OC;
-                for (int64_t i = 0; i < OC; i++) {
-                    int64_t o = ob * OC + i;
+                float *dst = d->wr + ((ob * C + c) * d->taps + k) * blk;
+                for (int64_t i = 0; i < blk; i++) {
+                    int64_t o = ob * blk + i;
                     dst[i] = o < O ? wt[(o * C + c) * d->taps + k] : 0.0f;
                 }
             }
@@ -196,10 +302,15 @@ int CONV_DIRECT(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const flo
     d.Hq = (w->H + w->pt + w->pb + w->sh - 1) / w->sh;
     d.Wq = (w->W + w->pl + w->pr + w->sw - 1) / w->sw;
     d.plane = d.Hq * d.Wq;
-    d.Op = (g->O + OC - 1) / OC * OC;
-    d.ob = d.Op / OC;
+    /* channel-vector tiles when the output channels fill one (measured faster at every layer
+     * of a ResNet-style model, the 3-channel stem included) */
+    d.by_oc = g->O >= NRO;
+    d.blk = d.by_oc ? NRO : OC;
+    d.Op = (g->O + d.blk - 1) / d.blk * d.blk;
+    d.ob = d.Op / d.blk;
     int64_t ext = w->Ho * d.Wq, max_off = 0;
-    d.pb = (ext + TILES_PER_TASK * PX - 1) / (TILES_PER_TASK * PX);
+    d.pb = d.by_oc ? (w->Ho * w->Wo + OC_TASK_PIXELS - 1) / OC_TASK_PIXELS
+                   : (ext + TILES_PER_TASK * PX - 1) / (TILES_PER_TASK * PX);
     d.off = rtx_malloc((size_t)d.taps * sizeof *d.off);
     d.wr = rtx_malloc((size_t)(w->C * d.taps * d.Op) * sizeof *d.wr);
     if (d.off == NULL || d.wr == NULL) goto oom;
@@ -216,7 +327,7 @@ int CONV_DIRECT(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const flo
     /* a tile reads PX pixels past its start, the last one starting below ext */
     int64_t planes_end = d.used * w->C * d.plane;
     d.img = planes_end;
-    int64_t reach = (w->C - 1) * d.plane + max_off + d.pb * TILES_PER_TASK * PX;
+    int64_t reach = d.by_oc ? 0 : (w->C - 1) * d.plane + max_off + d.pb * TILES_PER_TASK * PX;
     if (reach > d.img) d.img = reach;
     d.img = (d.img + 15) / 16 * 16;
     int64_t nb = PHASE_BYTES / (d.img * (int64_t)sizeof(float));
@@ -231,7 +342,7 @@ int CONV_DIRECT(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const flo
         int64_t n = w->N - d.n0 < nb ? w->N - d.n0 : nb;
         rtx__cpu_parallel_for(cpu, n * w->C, 1 + (1 << 14) / (d.plane * d.used), phase_chunk,
                               &d);
-        rtx__cpu_parallel_for(cpu, n * d.ob * d.pb, 1, tile_chunk, &d);
+        rtx__cpu_parallel_for(cpu, n * d.ob * d.pb, 1, d.by_oc ? tile_oc_chunk : tile_chunk, &d);
     }
     rtx_free(d.xq);
     rtx_free(d.wr);

@@ -180,6 +180,16 @@ START_TEST(gemm_and_conv_groups) {
     x[0] = tu_tensor_random(RTX_F32, 4, di, -1, 1, 27);
     x[1] = tu_tensor_random(RTX_F32, 4, dk, -1, 1, 28);
     check_chain(conv2, 2, x, 2, 2);
+    /* 40 output channels: the channel-vector tiles (both widths), a partial last block */
+    int64_t dk3[4] = {40, 8, 3, 3}, db3[1] = {40}, dy3[4] = {2, 40, 12, 11};
+    x[0] = tu_tensor_random(RTX_F32, 4, di, -1, 1, 40);
+    x[1] = tu_tensor_random(RTX_F32, 4, dk3, -1, 1, 41);
+    x[2] = tu_tensor_random(RTX_F32, 1, db3, -1, 1, 42);
+    x[3] = tu_tensor_random(RTX_F32, 4, dy3, -1, 1, 43);
+    check_chain(conv, 3, x, 4, 3);
+    x[0] = tu_tensor_random(RTX_F32, 4, di, -1, 1, 44);
+    x[1] = tu_tensor_random(RTX_F32, 4, dk3, -1, 1, 45);
+    check_chain(conv2, 2, x, 2, 2);
 }
 END_TEST
 

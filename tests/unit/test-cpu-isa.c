@@ -135,6 +135,15 @@ START_TEST(avx2_build_matches_generic_bit_for_bit) {
     struct rtx_tensor *cv4[2] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 43),
                                  tu_tensor_random(RTX_F32, 4, dw2, -1, 1, 44)};
     compare_builds("conv2d", "pads=I:1,1,1,1", cv4, 2, 1e-5);
+    /* 40 channels: channel-vector tiles in both widths, a partial last block; stride 2 */
+    int64_t dw5[4] = {40, 6, 3, 3}, db5[1] = {40};
+    struct rtx_tensor *cv5[3] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 45),
+                                 tu_tensor_random(RTX_F32, 4, dw5, -1, 1, 46),
+                                 tu_tensor_random(RTX_F32, 1, db5, -1, 1, 47)};
+    compare_builds("conv2d", "pads=I:1,1,1,1;strides=I:2,2", cv5, 3, 1e-5);
+    struct rtx_tensor *cv6[2] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 48),
+                                 tu_tensor_random(RTX_F32, 4, dw5, -1, 1, 49)};
+    compare_builds("conv2d", "pads=I:2,1,0,1;dilations=I:2,1", cv6, 2, 1e-5);
     x = tu_tensor_random(RTX_F32, 4, dx, -1, 1, 37);
     same_bits("max_pool2d", "kernel_shape=I:3,3;strides=I:2,2;pads=I:1,1,1,1", &x, 1);
 }
