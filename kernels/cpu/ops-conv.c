@@ -314,9 +314,11 @@ static void taps(int64_t s, int64_t d, int64_t k, int64_t n, int64_t *lo, int64_
     if (*hi < *lo) *hi = *lo;
 }
 
-/* max that keeps a NaN of either side (NaN wins, as NumPy), branch-free */
+/* max that keeps a NaN of either side (NaN wins, as NumPy), branch-free: `|`, not `||`,
+ * so the compiler makes it compares and a blend (|| made a branch per element, which
+ * mispredicts on real data) */
 static inline float max_nan(float a, float b) {
-    return a > b || a != a ? a : b;
+    return (a > b) | (a != a) ? a : b;
 }
 
 /* Pooling of f32 planes with pointers and in-bounds tap ranges instead of a checked load per
@@ -344,16 +346,13 @@ static void pool_f32(const struct pool_job *j, int64_t begin, int64_t end, float
                     const float *row = x + (hs + kh * w->dh) * w->W;
                     for (int64_t c = 0; c < cols; c++) cm[c] = max_nan(row[c], cm[c]);
                 }
-                for (int64_t ow = 0; ow < w->Wo; ow++) {
-                    const float *t = colmax + ow * w->sw;
-                    float v = -INFINITY;
-                    int nan = 0; /* branch-free: a data-dependent branch per tap mispredicts */
-                    for (int64_t kw = 0; kw < w->kw; kw++) {
-                        float e = t[kw * w->dw];
-                        v = e > v ? e : v;
-                        nan |= e != e;
-                    }
-                    y[oh * w->Wo + ow] = nan ? NAN : v;
+                /* tap by tap over the whole output row: loops the compiler vectorizes */
+                float *yr = y + oh * w->Wo;
+                for (int64_t ow = 0; ow < w->Wo; ow++) yr[ow] = colmax[ow * w->sw];
+                for (int64_t kw = 1; kw < w->kw; kw++) {
+                    const float *t = colmax + kw * w->dw;
+                    for (int64_t ow = 0; ow < w->Wo; ow++)
+                        yr[ow] = max_nan(yr[ow], t[ow * w->sw]);
                 }
                 continue;
             }
