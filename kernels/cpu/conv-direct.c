@@ -96,16 +96,16 @@ static void phase_chunk(void *ctx, int64_t begin, int64_t end) {
                     int64_t r = a * w->sh + py - w->pt;
                     float *row = dst + a * d->Wq;
                     if (r < 0 || r >= w->H) {
-                        memset(row, 0, (size_t)d->Wq * sizeof *row);
+                        for (int64_t b = 0; b < d->Wq; b++) row[b] = 0.0f;
                         continue;
                     }
                     const float *srow = src + r * w->W;
-                    if (w->sw == 1) { /* zeros, the row, zeros */
+                    if (w->sw == 1) { /* zeros, the row, zeros: loops, not three calls a row */
                         int64_t lead = w->pl < d->Wq ? w->pl : d->Wq;
                         int64_t n = d->Wq - lead < w->W ? d->Wq - lead : w->W;
-                        memset(row, 0, (size_t)lead * sizeof *row);
-                        memcpy(row + lead, srow, (size_t)n * sizeof *row);
-                        memset(row + lead + n, 0, (size_t)(d->Wq - lead - n) * sizeof *row);
+                        for (int64_t b = 0; b < lead; b++) row[b] = 0.0f;
+                        for (int64_t b = 0; b < n; b++) row[lead + b] = srow[b];
+                        for (int64_t b = lead + n; b < d->Wq; b++) row[b] = 0.0f;
                         continue;
                     }
                     for (int64_t b = 0; b < d->Wq; b++) {
