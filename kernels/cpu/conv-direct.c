@@ -17,10 +17,11 @@
  * output with padding 1 the pixel-vector tile below computed 96 columns for 64). Otherwise
  * the kernel holds a tile of OC output channels x PX pixels in
  * registers and adds, for each input channel and tap, one broadcast weight times the run;
- * the weights are repacked [O / OC][C][taps][OC] so a tile reads its weights as one run. The bias, then a
- * fused group's epilogue (residual, activation), are applied when the tile is stored. Tiles (image, channel block, pixel block) are spread over the
- * pool. The build uses FMA (-ffp-contract=fast for this file), so results differ from the
- * generic build's sgemm in the last bits, as any two summation orders do.
+ * the weights are repacked [O / OC][C][taps][OC] so a tile reads its weights as one run. The bias,
+ * then a fused group's epilogue (residual, activation), are applied when the tile is stored. Tiles
+ * (image, channel block, pixel block) are spread over the pool. The build uses FMA
+ * (-ffp-contract=fast for this file), so results differ from the generic build's sgemm in the last
+ * bits, as any two summation orders do.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -35,18 +36,18 @@
 #define BCAST _mm512_set1_ps
 #define CONV_DIRECT rtx__cpu_conv_direct_wide
 #else
-#define OC 4                                   /* output channels per tile */
-#define VP 3                                   /* vectors of VW pixels per tile */
-#define VW 8                                   /* floats per vector */
+#define OC 4 /* output channels per tile */
+#define VP 3 /* vectors of VW pixels per tile */
+#define VW 8 /* floats per vector */
 #define BCAST _mm256_set1_ps
 #define CONV_DIRECT conv_direct_narrow
 #endif
-#define PX (VP * VW)                           /* pixels per tile */
-#define NRO (2 * VW)                           /* output channels per channel-vector tile */
-#define MRP (VW == 16 ? 8 : 6)                 /* pixels per channel-vector tile */
-#define OC_TASK_PIXELS (16 * MRP)              /* pixels per task of channel-vector tiles */
-#define TILES_PER_TASK 4                       /* pixel tiles per pool task */
-#define PHASE_BYTES ((int64_t)64 << 20)        /* phase planes of a chunk of images, at most */
+#define PX (VP * VW)                    /* pixels per tile */
+#define NRO (2 * VW)                    /* output channels per channel-vector tile */
+#define MRP (VW == 16 ? 8 : 6)          /* pixels per channel-vector tile */
+#define OC_TASK_PIXELS (16 * MRP)       /* pixels per task of channel-vector tiles */
+#define TILES_PER_TASK 4                /* pixel tiles per pool task */
+#define PHASE_BYTES ((int64_t)64 << 20) /* phase planes of a chunk of images, at most */
 
 typedef float v8 __attribute__((vector_size(VW * 4)));
 typedef float v8u __attribute__((vector_size(VW * 4), aligned(4), may_alias));
@@ -55,23 +56,24 @@ struct dconv {
     const struct rtx__conv2d_geom *g;
     const float *x, *bias;
     const struct rtx__cpu_epilogue *epi; /* after the bias; NULL: none */
-    float *wr;                   /* weights [Op / blk][C][taps][blk], Op = O rounded up to blk,
-                                  * zeros past O: a tile's weights are one contiguous run */
-    float *xq;                   /* phase planes of images n0.., [n][phase][C][Hq][Wq] + slack */
+    float *wr; /* weights [Op / blk][C][taps][blk], Op = O rounded up to blk,
+                * zeros past O: a tile's weights are one contiguous run */
+    float *xq; /* phase planes of images n0.., [n][phase][C][Hq][Wq] + slack */
     float *y;
     int64_t n0;
     int64_t s, Hq, Wq, plane, img; /* phases s = sh * sw; plane Hq * Wq; img floats per image */
-    int64_t Op, taps, ob, pb;    /* padded O, kh * kw, channel blocks, pixel tasks per image */
-    int64_t *off;                /* per tap: its phase's offset + its run's start in the plane */
-    bool by_oc;                  /* channel-vector tiles (tile_oc), else pixel-vector ones */
-    int64_t blk;                 /* output channels per tile: OC or NRO */
-    int slot[16];                /* per phase (py * sw + px): its place in xq, -1 when no tap
-                                  * reads it (a 1x1 stride-2 conv reads one phase of four) */
-    int64_t used;                /* phases some tap reads */
+    int64_t Op, taps, ob, pb;      /* padded O, kh * kw, channel blocks, pixel tasks per image */
+    int64_t *off;                  /* per tap: its phase's offset + its run's start in the plane */
+    bool by_oc;                    /* channel-vector tiles (tile_oc), else pixel-vector ones */
+    int64_t blk;                   /* output channels per tile: OC or NRO */
+    int slot[16];                  /* per phase (py * sw + px): its place in xq, -1 when no tap
+                                    * reads it (a 1x1 stride-2 conv reads one phase of four) */
+    int64_t used;                  /* phases some tap reads */
 };
 
 int CONV_DIRECT(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
-                const float *wt, const float *bias, const struct rtx__cpu_epilogue *e, float *y);
+                const float *wt, const struct rtx_tensor *wt_const, const float *bias,
+                const struct rtx__cpu_epilogue *e, float *y);
 
 #ifndef RTX_CONV_WIDE
 bool rtx__cpu_conv_direct_fits(const struct rtx__conv2d_geom *g) {
@@ -96,16 +98,20 @@ static void phase_chunk(void *ctx, int64_t begin, int64_t end) {
                     int64_t r = a * w->sh + py - w->pt;
                     float *row = dst + a * d->Wq;
                     if (r < 0 || r >= w->H) {
-                        for (int64_t b = 0; b < d->Wq; b++) row[b] = 0.0f;
+                        for (int64_t b = 0; b < d->Wq; b++)
+                            row[b] = 0.0f;
                         continue;
                     }
                     const float *srow = src + r * w->W;
                     if (w->sw == 1) { /* zeros, the row, zeros: loops, not three calls a row */
                         int64_t lead = w->pl < d->Wq ? w->pl : d->Wq;
                         int64_t n = d->Wq - lead < w->W ? d->Wq - lead : w->W;
-                        for (int64_t b = 0; b < lead; b++) row[b] = 0.0f;
-                        for (int64_t b = 0; b < n; b++) row[lead + b] = srow[b];
-                        for (int64_t b = lead + n; b < d->Wq; b++) row[b] = 0.0f;
+                        for (int64_t b = 0; b < lead; b++)
+                            row[b] = 0.0f;
+                        for (int64_t b = 0; b < n; b++)
+                            row[lead + b] = srow[b];
+                        for (int64_t b = lead + n; b < d->Wq; b++)
+                            row[b] = 0.0f;
                         continue;
                     }
                     for (int64_t b = 0; b < d->Wq; b++) {
@@ -128,14 +134,16 @@ static inline void store_run(float *dst, const float *src, int64_t stride, int64
             dst[q] = 0.0f > v ? 0.0f : v;
         }
     } else if (res) {
-        for (int64_t q = 0; q < n; q++) dst[q] = src[q * stride] + b + res[q];
+        for (int64_t q = 0; q < n; q++)
+            dst[q] = src[q * stride] + b + res[q];
     } else if (relu) {
         for (int64_t q = 0; q < n; q++) {
             float v = src[q * stride] + b;
             dst[q] = 0.0f > v ? 0.0f : v;
         }
     } else {
-        for (int64_t q = 0; q < n; q++) dst[q] = src[q * stride] + b;
+        for (int64_t q = 0; q < n; q++)
+            dst[q] = src[q * stride] + b;
     }
 }
 
@@ -144,7 +152,8 @@ static inline void tile(const struct dconv *d, int64_t i, int64_t o0, int64_t p0
     const struct rtx__window_geom *w = &d->g->w;
     v8 acc[OC][VP];
     for (int o = 0; o < OC; o++)
-        for (int v = 0; v < VP; v++) acc[o][v] = (v8){0};
+        for (int v = 0; v < VP; v++)
+            acc[o][v] = (v8){0};
     const float *xi = d->xq + i * d->img + p0;
     for (int64_t c = 0; c < w->C; c++) {
         const float *xc = xi + c * d->plane;
@@ -153,10 +162,12 @@ static inline void tile(const struct dconv *d, int64_t i, int64_t o0, int64_t p0
             const float *xp = xc + d->off[k];
             const float *wk = wc + k * OC;
             v8 xv[VP];
-            for (int v = 0; v < VP; v++) xv[v] = *(const v8u *)(xp + VW * v);
+            for (int v = 0; v < VP; v++)
+                xv[v] = *(const v8u *)(xp + VW * v);
             for (int o = 0; o < OC; o++) {
                 v8 wv = (v8)BCAST(wk[o]);
-                for (int v = 0; v < VP; v++) acc[o][v] += wv * xv[v];
+                for (int v = 0; v < VP; v++)
+                    acc[o][v] += wv * xv[v];
             }
         }
     }
@@ -280,13 +291,13 @@ static void tile_oc_chunk(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* The weights [O][C][kh][kw] as [Op / blk][C][taps][blk]. */
-static void repack_weights(const struct dconv *d, const float *wt) {
+/* The weights [O][C][kh][kw] as [Op / blk][C][taps][blk] into dst. */
+static void repack_weights(const struct dconv *d, const float *wt, float *dst0) {
     int64_t O = d->g->O, C = d->g->w.C, blk = d->blk;
     for (int64_t ob = 0; ob < d->ob; ob++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t k = 0; k < d->taps; k++) {
-                float *dst = d->wr + ((ob * C + c) * d->taps + k) * blk;
+                float *dst = dst0 + ((ob * C + c) * d->taps + k) * blk;
                 for (int64_t i = 0; i < blk; i++) {
                     int64_t o = ob * blk + i;
                     dst[i] = o < O ? wt[(o * C + c) * d->taps + k] : 0.0f;
@@ -294,8 +305,21 @@ static void repack_weights(const struct dconv *d, const float *wt) {
             }
 }
 
+/* rtx__const_derived's make and drop for the repacked weights of a constant */
+static void *make_repacked(void *ctx, const struct rtx_tensor *t) {
+    const struct dconv *d = ctx;
+    float *wr = rtx_malloc((size_t)(d->g->w.C * d->taps * d->Op) * sizeof *wr);
+    if (wr) repack_weights(d, rtx_tensor_data(t), wr);
+    return wr;
+}
+
+static void drop_repacked(void *p) {
+    rtx_free(p);
+}
+
 int CONV_DIRECT(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
-                const float *wt, const float *bias, const struct rtx__cpu_epilogue *e, float *y) {
+                const float *wt, const struct rtx_tensor *wt_const, const float *bias,
+                const struct rtx__cpu_epilogue *e, float *y) {
     const struct rtx__window_geom *w = &g->w;
     struct dconv d = {.g = g, .x = x, .bias = bias, .epi = e, .y = y, .taps = w->kh * w->kw};
     d.s = w->sh * w->sw;
@@ -311,17 +335,27 @@ int CONV_DIRECT(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const flo
     int64_t ext = w->Ho * d.Wq, max_off = 0;
     d.pb = d.by_oc ? (w->Ho * w->Wo + OC_TASK_PIXELS - 1) / OC_TASK_PIXELS
                    : (ext + TILES_PER_TASK * PX - 1) / (TILES_PER_TASK * PX);
+    float *kept = NULL; /* the weights' repacked form kept for the constant, if any */
     d.off = rtx_malloc((size_t)d.taps * sizeof *d.off);
-    d.wr = rtx_malloc((size_t)(w->C * d.taps * d.Op) * sizeof *d.wr);
-    if (d.off == NULL || d.wr == NULL) goto oom;
-    for (int p = 0; p < 16; p++) d.slot[p] = -1;
+    if (d.off == NULL) goto oom;
+    /* a constant's repacked weights are kept with the backend's entry for it (the layout
+     * depends on blk and the vector width: the kind), else repacked for this call */
+    size_t wr_bytes = (size_t)(w->C * d.taps * d.Op) * sizeof *d.wr;
+    struct rtx_backend *be = rtx__cpu_backend(cpu);
+    kept = wt_const && be ? rtx__const_derived(be, wt_const,
+                                               0x434f4e00u ^ (uint32_t)(d.blk << 1 | (VW == 16)),
+                                               wr_bytes, make_repacked, &d, drop_repacked)
+                          : NULL;
+    d.wr = kept ? kept : rtx_malloc(wr_bytes);
+    if (d.wr == NULL) goto oom;
+    for (int p = 0; p < 16; p++)
+        d.slot[p] = -1;
     for (int64_t kh = 0; kh < w->kh; kh++)
         for (int64_t kw = 0; kw < w->kw; kw++) {
             int64_t r = kh * w->dh, c = kw * w->dw;
             int64_t phase = (r % w->sh) * w->sw + c % w->sw;
             if (d.slot[phase] < 0) d.slot[phase] = (int)d.used++;
-            d.off[kh * w->kw + kw] =
-                d.slot[phase] * w->C * d.plane + r / w->sh * d.Wq + c / w->sw;
+            d.off[kh * w->kw + kw] = d.slot[phase] * w->C * d.plane + r / w->sh * d.Wq + c / w->sw;
             if (d.off[kh * w->kw + kw] > max_off) max_off = d.off[kh * w->kw + kw];
         }
     /* a tile reads PX pixels past its start, the last one starting below ext */
@@ -337,33 +371,32 @@ int CONV_DIRECT(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const flo
     if (d.xq == NULL) goto oom;
     for (int64_t i = 0; i < nb; i++) /* the slack past the planes, which tiles read */
         memset(d.xq + i * d.img + planes_end, 0, (size_t)(d.img - planes_end) * sizeof *d.xq);
-    repack_weights(&d, wt);
+    if (!kept) repack_weights(&d, wt, d.wr);
     for (d.n0 = 0; d.n0 < w->N; d.n0 += nb) {
         int64_t n = w->N - d.n0 < nb ? w->N - d.n0 : nb;
-        rtx__cpu_parallel_for(cpu, n * w->C, 1 + (1 << 14) / (d.plane * d.used), phase_chunk,
-                              &d);
+        rtx__cpu_parallel_for(cpu, n * w->C, 1 + (1 << 14) / (d.plane * d.used), phase_chunk, &d);
         rtx__cpu_parallel_for(cpu, n * d.ob * d.pb, 1, d.by_oc ? tile_oc_chunk : tile_chunk, &d);
     }
     rtx_free(d.xq);
-    rtx_free(d.wr);
+    if (!kept) rtx_free(d.wr);
     rtx_free(d.off);
     return 0;
 oom:
-    rtx_free(d.wr);
+    if (!kept) rtx_free(d.wr);
     rtx_free(d.off);
     return RTX_ENOMEM;
 }
 
 #ifndef RTX_CONV_WIDE
 int rtx__cpu_conv_direct_wide(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g,
-                              const float *x, const float *wt, const float *bias,
-                              const struct rtx__cpu_epilogue *e, float *y);
+                              const float *x, const float *wt, const struct rtx_tensor *wt_const,
+                              const float *bias, const struct rtx__cpu_epilogue *e, float *y);
 
 int rtx__cpu_conv_direct(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
-                         const float *wt, const float *bias, const struct rtx__cpu_epilogue *e,
-                         float *y) {
+                         const float *wt, const struct rtx_tensor *wt_const, const float *bias,
+                         const struct rtx__cpu_epilogue *e, float *y) {
     if (rtx__cpu_wide(cpu) && g->O >= 8) /* the AVX-512 object's tile is 8 channels high */
-        return rtx__cpu_conv_direct_wide(cpu, g, x, wt, bias, e, y);
-    return conv_direct_narrow(cpu, g, x, wt, bias, e, y);
+        return rtx__cpu_conv_direct_wide(cpu, g, x, wt, wt_const, bias, e, y);
+    return conv_direct_narrow(cpu, g, x, wt, wt_const, bias, e, y);
 }
 #endif

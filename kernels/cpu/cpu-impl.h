@@ -243,13 +243,14 @@ int rtx__cpu_generation(struct rtx_cpu *cpu, const struct rtx_node_args *a,
 /* conv2d without im2col (kernels/cpu/conv-direct.c, built for the variants only): whether it
  * takes this geometry (ungrouped, not the 1x1 case whose columns are x itself), and the conv
  * of f32 x [N, C, H, W] by wt [O, C, kh, kw] plus bias [O] (NULL: none), then e (NULL: none;
- * its rows are the output planes), into y [N, O, Ho, Wo]. RTX_ENOMEM when its scratch cannot
- * be allocated. */
+ * its rows are the output planes), into y [N, O, Ho, Wo]. wt_const: the weight tensor when it
+ * is an f32 constant of the graph (its repacked form is then kept, rtx__const_derived), else
+ * NULL. RTX_ENOMEM when its scratch cannot be allocated. */
 struct rtx__conv2d_geom;
 bool rtx__cpu_conv_direct_fits(const struct rtx__conv2d_geom *g);
 int rtx__cpu_conv_direct(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
-                         const float *wt, const float *bias, const struct rtx__cpu_epilogue *e,
-                         float *y);
+                         const float *wt, const struct rtx_tensor *wt_const, const float *bias,
+                         const struct rtx__cpu_epilogue *e, float *y);
 #endif
 
 #if !defined(RTX_CPU_VARIANT) && defined(RTX_CPU_HAVE_AVX2)

@@ -253,7 +253,10 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a,
         memset(j.y, 0, (size_t)rtx_tensor_numel(Y) * sizeof *j.y);
 #ifdef RTX_CPU_VARIANT
     } else if (rtx__cpu_conv_direct_fits(&j.g)) {
-        if (rtx__cpu_conv_direct(cpu, &j.g, j.x, j.wt, j.bias, e, j.y)) {
+        int wv = a->node->inputs[1];
+        const struct rtx_tensor *wc =
+            w_own == NULL && wv >= 0 && a->graph->values[wv].constant ? Wt : NULL;
+        if (rtx__cpu_conv_direct(cpu, &j.g, j.x, j.wt, wc, j.bias, e, j.y)) {
             rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "direct conv scratch");
             goto done;
         }

@@ -5,7 +5,7 @@
  * layout, at shapes with row, column and k tails, with a bias, alpha and beta, and fused with
  * the activation after them, against a double-precision reference; and the packs' lifetime:
  * made on the first run, shared by the plans of one graph, dropped with the last of them (also
- * when the backend went first).
+ * when the backend went first); a direct conv's repacked weights likewise.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -225,12 +225,61 @@ START_TEST(packs_live_as_long_as_the_plans_that_use_them) {
 }
 END_TEST
 
+/* A conv2d's weight, a constant, is repacked once for the direct conv (kernels/cpu/
+ * conv-direct.c) and kept while the plan lives; the results equal a repack per call (a plan
+ * run by a backend whose cache does not hold the weight). */
+START_TEST(conv_weights_are_repacked_once) {
+    for (size_t i = 0; i < sizeof ISAS / sizeof *ISAS; i++) {
+        struct rtx_backend *be = backend_for(ISAS[i]), *other = backend_for(ISAS[i]);
+        if (be == NULL) continue;
+        struct rtx_graph *g;
+        struct rtx_err err;
+        ck_assert_int_eq(rtx_graph_new("conv", &g, &err), 0);
+        int64_t xd[4] = {2, 5, 9, 11}, wd[4] = {40, 5, 3, 3};
+        ck_assert_int_ge(rtx_graph_add_input(g, "x", RTX_F32, 4, xd, &err), 0);
+        struct rtx_tensor *w = tu_tensor_random(RTX_F32, 4, wd, -1, 1, 60);
+        ck_assert_int_ge(rtx_graph_add_initializer(g, "w", w, &err), 0);
+        const char *in[2] = {"x", "w"}, *out[1] = {"y"};
+        int n = rtx_graph_add_node(g, "conv2d", "conv", in, 2, out, 1, &err);
+        ck_assert_int_ge(n, 0);
+        tu_set_attrs(g, n, "pads=I:1,1,1,1");
+        ck_assert_int_ge(rtx_graph_add_output(g, "y", &err), 0);
+        struct rtx_tensor *x = tu_tensor_random(RTX_F32, 4, xd, -1, 1, 61), *y[2] = {0};
+        struct rtx_plan *p;
+        ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err),
+                         0);
+        ck_assert_int_eq(rtx_plan_execute(p, be, &x, 1, &y[0], 1, NULL, NULL, &err), 0);
+        bool kept = strcmp(ISAS[i], "generic") != 0;
+        ck_assert_msg((rtx__const_derived_bytes(be) > 0) == kept, "%s: %zu bytes", ISAS[i],
+                      rtx__const_derived_bytes(be));
+        rtx_tensor_unref(y[0]);
+        ck_assert_int_eq(rtx_plan_execute(p, be, &x, 1, &y[0], 1, NULL, NULL, &err), 0);
+        /* the other backend's cache: the plan's constants are entered there when it runs
+         * there; the same bits either way */
+        ck_assert_int_eq(rtx_plan_execute(p, other, &x, 1, &y[1], 1, NULL, NULL, &err), 0);
+        ck_assert(memcmp(rtx_tensor_data(y[0]), rtx_tensor_data(y[1]),
+                         rtx_tensor_nbytes(y[0])) == 0);
+        rtx_plan_free(p);
+        ck_assert_uint_eq(rtx__const_derived_bytes(be), 0);
+        ck_assert_uint_eq(rtx__const_derived_bytes(other), 0);
+        rtx_tensor_unref(y[0]);
+        rtx_tensor_unref(y[1]);
+        rtx_tensor_unref(x);
+        rtx_tensor_unref(w);
+        rtx_graph_free(g);
+        rtx_backend_free(be);
+        rtx_backend_free(other);
+    }
+}
+END_TEST
+
 Suite *rtx_cpu_packed_suite(void) {
     Suite *s = suite_create("cpu_packed");
     TCase *tc = tcase_create("packed");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, products_with_constant_weights_match_a_double_reference);
     tcase_add_test(tc, packs_live_as_long_as_the_plans_that_use_them);
+    tcase_add_test(tc, conv_weights_are_repacked_once);
     suite_add_tcase(s, tc);
     return s;
 }
