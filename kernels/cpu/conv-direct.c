@@ -114,10 +114,19 @@ static void phase_chunk(void *ctx, int64_t begin, int64_t end) {
                             row[b] = 0.0f;
                         continue;
                     }
-                    for (int64_t b = 0; b < d->Wq; b++) {
-                        int64_t col = b * w->sw + px - w->pl;
-                        row[b] = col >= 0 && col < w->W ? srow[col] : 0.0f;
-                    }
+                    /* columns b with 0 <= b sw + px - pl < W: [b0, b1), zeros around */
+                    int64_t first = w->pl - px, b0 = first > 0 ? (first + w->sw - 1) / w->sw : 0;
+                    int64_t b1 = (w->W - 1 + w->pl - px) / w->sw + 1;
+                    if (w->W - 1 + w->pl - px < 0) b1 = 0;
+                    if (b1 > d->Wq) b1 = d->Wq;
+                    if (b0 > b1) b0 = b1;
+                    const float *sp = srow + b0 * w->sw + px - w->pl;
+                    for (int64_t b = 0; b < b0; b++)
+                        row[b] = 0.0f;
+                    for (int64_t b = b0; b < b1; b++)
+                        row[b] = sp[(b - b0) * w->sw];
+                    for (int64_t b = b1; b < d->Wq; b++)
+                        row[b] = 0.0f;
                 }
             }
     }

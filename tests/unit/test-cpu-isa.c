@@ -144,6 +144,13 @@ START_TEST(avx2_build_matches_generic_bit_for_bit) {
     struct rtx_tensor *cv6[2] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 48),
                                  tu_tensor_random(RTX_F32, 4, dw5, -1, 1, 49)};
     compare_builds("conv2d", "pads=I:2,1,0,1;dilations=I:2,1", cv6, 2, 1e-5);
+    /* strides 3 and 4 with uneven padding: every phase's first and last columns */
+    struct rtx_tensor *cv7[2] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 50),
+                                 tu_tensor_random(RTX_F32, 4, dw5, -1, 1, 51)};
+    compare_builds("conv2d", "pads=I:2,0,1,3;strides=I:3,4", cv7, 2, 1e-5);
+    struct rtx_tensor *cv8[2] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 52),
+                                 tu_tensor_random(RTX_F32, 4, dw2, -1, 1, 53)};
+    compare_builds("conv2d", "pads=I:0,3,2,1;strides=I:2,3", cv8, 2, 1e-5);
     x = tu_tensor_random(RTX_F32, 4, dx, -1, 1, 37);
     same_bits("max_pool2d", "kernel_shape=I:3,3;strides=I:2,2;pads=I:1,1,1,1", &x, 1);
 }
