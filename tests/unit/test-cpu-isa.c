@@ -123,34 +123,31 @@ START_TEST(avx2_build_matches_generic_bit_for_bit) {
                                 tu_tensor_random(RTX_F32, 4, dw, -1, 1, 35),
                                 tu_tensor_random(RTX_F32, 1, db, -1, 1, 36)};
     compare_builds("conv2d", "pads=I:1,1,1,1", cv, 3, 1e-5);
-    /* 8 channels and more take the 512-bit tile; strided and 1x1 strided (one phase read) */
-    int64_t dx2[4] = {2, 6, 17, 15}, dw2[4] = {19, 6, 3, 3}, dw3[4] = {19, 6, 1, 1}, db2[1] = {19};
-    struct rtx_tensor *cv2[3] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 38),
-                                 tu_tensor_random(RTX_F32, 4, dw2, -1, 1, 39),
-                                 tu_tensor_random(RTX_F32, 1, db2, -1, 1, 40)};
-    compare_builds("conv2d", "pads=I:1,1,1,1;strides=I:2,2", cv2, 3, 1e-5);
-    struct rtx_tensor *cv3[2] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 41),
-                                 tu_tensor_random(RTX_F32, 4, dw3, -1, 1, 42)};
-    compare_builds("conv2d", "strides=I:2,2", cv3, 2, 1e-5);
-    struct rtx_tensor *cv4[2] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 43),
-                                 tu_tensor_random(RTX_F32, 4, dw2, -1, 1, 44)};
-    compare_builds("conv2d", "pads=I:1,1,1,1", cv4, 2, 1e-5);
-    /* 40 channels: channel-vector tiles in both widths, a partial last block; stride 2 */
-    int64_t dw5[4] = {40, 6, 3, 3}, db5[1] = {40};
-    struct rtx_tensor *cv5[3] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 45),
-                                 tu_tensor_random(RTX_F32, 4, dw5, -1, 1, 46),
-                                 tu_tensor_random(RTX_F32, 1, db5, -1, 1, 47)};
-    compare_builds("conv2d", "pads=I:1,1,1,1;strides=I:2,2", cv5, 3, 1e-5);
-    struct rtx_tensor *cv6[2] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 48),
-                                 tu_tensor_random(RTX_F32, 4, dw5, -1, 1, 49)};
-    compare_builds("conv2d", "pads=I:2,1,0,1;dilations=I:2,1", cv6, 2, 1e-5);
-    /* strides 3 and 4 with uneven padding: every phase's first and last columns */
-    struct rtx_tensor *cv7[2] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 50),
-                                 tu_tensor_random(RTX_F32, 4, dw5, -1, 1, 51)};
-    compare_builds("conv2d", "pads=I:2,0,1,3;strides=I:3,4", cv7, 2, 1e-5);
-    struct rtx_tensor *cv8[2] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, 52),
-                                 tu_tensor_random(RTX_F32, 4, dw2, -1, 1, 53)};
-    compare_builds("conv2d", "pads=I:0,3,2,1;strides=I:2,3", cv8, 2, 1e-5);
+    /* the direct conv's tiles and phases: 8+ channels take the 512-bit pixel tile, 16+ (32+)
+     * the channel-vector tiles (40: a partial last block); strides with uneven padding read
+     * every phase's first and last columns; a 1x1 stride-2 conv reads one phase of four */
+    static const struct {
+        int64_t o, k;
+        bool bias;
+        const char *attrs;
+    } convs[] = {
+        {19, 3, true, "pads=I:1,1,1,1;strides=I:2,2"},
+        {19, 1, false, "strides=I:2,2"},
+        {19, 3, false, "pads=I:1,1,1,1"},
+        {40, 3, true, "pads=I:1,1,1,1;strides=I:2,2"},
+        {40, 3, false, "pads=I:2,1,0,1;dilations=I:2,1"},
+        {40, 3, false, "pads=I:2,0,1,3;strides=I:3,4"},
+        {19, 3, false, "pads=I:0,3,2,1;strides=I:2,3"},
+    };
+    for (size_t i = 0; i < sizeof convs / sizeof *convs; i++) {
+        int64_t dx2[4] = {2, 6, 17, 15}, dw2[4] = {convs[i].o, 6, convs[i].k, convs[i].k};
+        unsigned seed = 38 + 3 * (unsigned)i;
+        struct rtx_tensor *in[3] = {tu_tensor_random(RTX_F32, 4, dx2, -1, 1, seed),
+                                    tu_tensor_random(RTX_F32, 4, dw2, -1, 1, seed + 1),
+                                    tu_tensor_random(RTX_F32, 1, &convs[i].o, -1, 1, seed + 2)};
+        if (!convs[i].bias) rtx_tensor_unref(in[2]);
+        compare_builds("conv2d", convs[i].attrs, in, convs[i].bias ? 3 : 2, 1e-5);
+    }
     x = tu_tensor_random(RTX_F32, 4, dx, -1, 1, 37);
     same_bits("max_pool2d", "kernel_shape=I:3,3;strides=I:2,2;pads=I:1,1,1,1", &x, 1);
 }
