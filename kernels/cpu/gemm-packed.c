@@ -13,8 +13,9 @@
  * constant as its right operand takes this path in this build (a constant the backend's cache
  * does not hold is packed for the one call), so a plan's results do not depend on which
  * backend ran it or on what else is cached.
- * The kernel holds MR rows x NR columns of the result in registers (12 of the 16 ymm
- * registers): for each k it loads NR packed weights (2 vectors) and multiplies them by each
+ * The kernel holds MR rows x NR columns of the result in registers (6 x 16 in 12 of the 16 ymm
+ * registers; built again with RTX_GEMM_WIDE for CPUs with AVX-512F, 8 x 32 in 16 of the 32
+ * zmm registers, RTX_CPU_ISA=avx512; the pack's panel width follows the object): for each k it loads NR packed weights (2 vectors) and multiplies them by each
  * row's a[r][k] broadcast, read straight from the row-major left operand. Tasks are blocks of
  * RB rows x PB panels spread over the pool; inside one, k goes in blocks of KC so a panel's
  * block (KC x NR floats, 16 KiB) stays in L1 while the rows' blocks come from L2. After its
