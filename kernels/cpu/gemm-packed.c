@@ -15,13 +15,14 @@
  * backend ran it or on what else is cached.
  * The kernel holds MR rows x NR columns of the result in registers (6 x 16 in 12 of the 16 ymm
  * registers; built again with RTX_GEMM_WIDE for CPUs with AVX-512F, 8 x 32 in 16 of the 32
- * zmm registers, RTX_CPU_ISA=avx512; the pack's panel width follows the object): for each k it loads NR packed weights (2 vectors) and multiplies them by each
- * row's a[r][k] broadcast, read straight from the row-major left operand. Tasks are blocks of
- * RB rows x PB panels spread over the pool; inside one, k goes in blocks of KC so a panel's
- * block (KC x NR floats, 16 KiB) stays in L1 while the rows' blocks come from L2. After its
- * last k block a task applies the block epilogue (a fused group's bias, residual, activation)
- * to its block of the result while it is in cache. The build uses FMA (-ffp-contract=fast for
- * this file): results differ from OpenBLAS's in the last bits, as any two summation orders do.
+ * zmm registers, RTX_CPU_ISA=avx512; the pack's panel width follows the object): for each k it
+ * loads NR packed weights (2 vectors) and multiplies them by each row's a[r][k] broadcast, read
+ * straight from the row-major left operand. Tasks are blocks of RB rows x PB panels spread over
+ * the pool; inside one, k goes in blocks of KC so a panel's block (KC x NR floats, 16 KiB) stays
+ * in L1 while the rows' blocks come from L2. After its last k block a task applies the block
+ * epilogue (a fused group's bias, residual, activation) to its block of the result while it is in
+ * cache. The build uses FMA (-ffp-contract=fast for this file): results differ from OpenBLAS's in
+ * the last bits, as any two summation orders do.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -34,17 +35,17 @@
 #define BCAST _mm512_set1_ps
 #define GP(name) rtx__cpu_gemm_wide_##name
 #else
-#define MR 6                             /* rows per kernel call */
-#define VW 8                             /* floats per vector */
+#define MR 6 /* rows per kernel call */
+#define VW 8 /* floats per vector */
 #define BCAST _mm256_set1_ps
 #define GP(name) rtx__cpu_gemm_narrow_##name
 #endif
-#define NR (2 * VW)                      /* columns per panel */
-#define KC 256                           /* k per block */
-#define RB (16 * MR)                     /* rows per task, at most */
-#define PB (64 / NR)                     /* panels per task, at most: 64 columns */
-#define INLINE_MACS ((int64_t)1 << 16)   /* products this small run on the caller */
-#define PACK_KIND_B 0x504b4200u          /* rtx__const_derived kind: B packed, | NR, | tb */
+#define NR (2 * VW)                    /* columns per panel */
+#define KC 256                         /* k per block */
+#define RB (16 * MR)                   /* rows per task, at most */
+#define PB (64 / NR)                   /* panels per task, at most: 64 columns */
+#define INLINE_MACS ((int64_t)1 << 16) /* products this small run on the caller */
+#define PACK_KIND_B 0x504b4200u        /* rtx__const_derived kind: B packed, | NR, | tb */
 
 typedef float v8 __attribute__((vector_size(VW * 4)));
 typedef float v8u __attribute__((vector_size(VW * 4), aligned(4), may_alias));
@@ -57,17 +58,16 @@ struct rtx__cpu_packed_b {
 
 /* This object's entry points; the narrow object's rtx__cpu_packed_b_of and
  * rtx__cpu_gemm_packed dispatch between the two. */
-int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int64_t K,
-                int64_t N, const struct rtx__cpu_packed_b **out, struct rtx__cpu_packed_b **owned);
+int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int64_t K, int64_t N,
+                const struct rtx__cpu_packed_b **out, struct rtx__cpu_packed_b **owned);
 void GP(product)(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a, int64_t lda,
-                 const struct rtx__cpu_packed_b *b, const float *bias, float beta,
-                 bool accumulate, float *y, int64_t ldy, rtx__cpu_block_fn epi,
-                 const void *epi_ctx);
+                 const struct rtx__cpu_packed_b *b, const float *bias, float beta, bool accumulate,
+                 float *y, int64_t ldy, rtx__cpu_block_fn epi, const void *epi_ctx);
 
 /* ---- packing ---- */
 
 struct pack_req {
-    bool tb;         /* B is stored [N, K] */
+    bool tb; /* B is stored [N, K] */
     int64_t K, N;
 };
 
@@ -106,8 +106,8 @@ static void *make_pack(void *ctx, const struct rtx_tensor *t) {
     return pb;
 }
 
-int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int64_t K,
-                int64_t N, const struct rtx__cpu_packed_b **out, struct rtx__cpu_packed_b **owned) {
+int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int64_t K, int64_t N,
+                const struct rtx__cpu_packed_b **out, struct rtx__cpu_packed_b **owned) {
     *out = NULL;
     *owned = NULL;
     struct rtx_backend *be = rtx__cpu_backend(cpu);
@@ -139,10 +139,9 @@ int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int
 /* y[m rows][n <= NR cols] (+)= alpha * a[m][kc] . bp[kc][NR]; m is a constant after
  * inlining. */
 static inline __attribute__((always_inline)) void kernel(int m, int64_t kc, const float *a,
-                                                          int64_t lda, const float *bp,
-                                                          float alpha, const float *bias,
-                                                          float beta, bool acc_y, float *y,
-                                                          int64_t ldy, int64_t n) {
+                                                         int64_t lda, const float *bp, float alpha,
+                                                         const float *bias, float beta, bool acc_y,
+                                                         float *y, int64_t ldy, int64_t n) {
     v8 c0[MR], c1[MR];
     const float *ar[MR];
 #pragma GCC unroll 8
@@ -189,9 +188,8 @@ static inline __attribute__((always_inline)) void kernel(int m, int64_t kc, cons
     }
 }
 
-static void kernel_m(int m, int64_t kc, const float *a, int64_t lda, const float *bp,
-                     float alpha, const float *bias, float beta, bool acc_y, float *y,
-                     int64_t ldy, int64_t n) {
+static void kernel_m(int m, int64_t kc, const float *a, int64_t lda, const float *bp, float alpha,
+                     const float *bias, float beta, bool acc_y, float *y, int64_t ldy, int64_t n) {
     switch (m) { /* one specialization per row count */
 #if MR == 8
     case 8: kernel(8, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
@@ -253,11 +251,19 @@ static void packed_chunk(void *ctx, int64_t begin, int64_t end) {
 }
 
 void GP(product)(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a, int64_t lda,
-                 const struct rtx__cpu_packed_b *b, const float *bias, float beta,
-                 bool accumulate, float *y, int64_t ldy, rtx__cpu_block_fn epi,
-                 const void *epi_ctx) {
-    struct packed_job j = {.M = M, .alpha = alpha, .a = a, .lda = lda, .b = b, .bias = bias,
-                           .beta = beta, .accumulate = accumulate, .y = y, .ldy = ldy, .epi = epi,
+                 const struct rtx__cpu_packed_b *b, const float *bias, float beta, bool accumulate,
+                 float *y, int64_t ldy, rtx__cpu_block_fn epi, const void *epi_ctx) {
+    struct packed_job j = {.M = M,
+                           .alpha = alpha,
+                           .a = a,
+                           .lda = lda,
+                           .b = b,
+                           .bias = bias,
+                           .beta = beta,
+                           .accumulate = accumulate,
+                           .y = y,
+                           .ldy = ldy,
+                           .epi = epi,
                            .epi_ctx = epi_ctx};
     j.row_tasks = (M + RB - 1) / RB;
     j.col_tasks = (b->panels + PB - 1) / PB;
@@ -274,9 +280,9 @@ int rtx__cpu_gemm_wide_pack_of(struct rtx_cpu *cpu, const struct rtx_node_args *
                                int64_t K, int64_t N, const struct rtx__cpu_packed_b **out,
                                struct rtx__cpu_packed_b **owned);
 void rtx__cpu_gemm_wide_product(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a,
-                                int64_t lda, const struct rtx__cpu_packed_b *b,
-                                const float *bias, float beta, bool accumulate, float *y,
-                                int64_t ldy, rtx__cpu_block_fn epi, const void *epi_ctx);
+                                int64_t lda, const struct rtx__cpu_packed_b *b, const float *bias,
+                                float beta, bool accumulate, float *y, int64_t ldy,
+                                rtx__cpu_block_fn epi, const void *epi_ctx);
 
 int rtx__cpu_packed_b_of(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int64_t K,
                          int64_t N, const struct rtx__cpu_packed_b **out,
@@ -285,16 +291,18 @@ int rtx__cpu_packed_b_of(struct rtx_cpu *cpu, const struct rtx_node_args *a, boo
                               : GP(pack_of)(cpu, a, tb, K, N, out, owned);
 }
 
-void rtx__cpu_packed_b_free(struct rtx__cpu_packed_b *b) { free_pack(b); }
+void rtx__cpu_packed_b_free(struct rtx__cpu_packed_b *b) {
+    free_pack(b);
+}
 
-void rtx__cpu_gemm_packed(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a,
-                          int64_t lda, const struct rtx__cpu_packed_b *b, const float *bias,
-                          float beta, bool accumulate, float *y, int64_t ldy,
-                          rtx__cpu_block_fn epi, const void *epi_ctx) {
+void rtx__cpu_gemm_packed(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a, int64_t lda,
+                          const struct rtx__cpu_packed_b *b, const float *bias, float beta,
+                          bool accumulate, float *y, int64_t ldy, rtx__cpu_block_fn epi,
+                          const void *epi_ctx) {
     if (b->nr == NR)
         GP(product)(cpu, M, alpha, a, lda, b, bias, beta, accumulate, y, ldy, epi, epi_ctx);
     else
-        rtx__cpu_gemm_wide_product(cpu, M, alpha, a, lda, b, bias, beta, accumulate, y, ldy,
-                                   epi, epi_ctx);
+        rtx__cpu_gemm_wide_product(cpu, M, alpha, a, lda, b, bias, beta, accumulate, y, ldy, epi,
+                                   epi_ctx);
 }
 #endif
