@@ -38,8 +38,8 @@ static struct rtx_backend *backend_for(const char *isa) {
 }
 
 struct product {
-    const char *op;     /* "gemm" or "matmul" */
-    int64_t batch;      /* matmul: x is [batch, M, K] (folded into rows); gemm: 1 */
+    const char *op; /* "gemm" or "matmul" */
+    int64_t batch;  /* matmul: x is [batch, M, K] (folded into rows); gemm: 1 */
     int64_t M, K, N;
     bool tb;            /* w stored [N, K] */
     bool bias;          /* gemm: c [N] (a row bias, added in the product's stores) */
@@ -117,13 +117,12 @@ static void check_product(struct rtx_backend *be, const char *isa, const struct 
     double *want = reference(p, x, w, c);
     struct rtx_plan *plan;
     struct rtx_err err;
-    ck_assert_msg(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &plan, &err) ==
-                      0,
+    ck_assert_msg(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &plan, &err) == 0,
                   "%s", err.msg);
     for (int run = 0; run < 2; run++) { /* the pack made, then found */
         struct rtx_tensor *y = NULL;
-        ck_assert_msg(rtx_plan_execute(plan, be, &x, 1, &y, 1, NULL, NULL, &err) == 0,
-                      "%s %s: %s", isa, p->op, err.msg);
+        ck_assert_msg(rtx_plan_execute(plan, be, &x, 1, &y, 1, NULL, NULL, &err) == 0, "%s %s: %s",
+                      isa, p->op, err.msg);
         /* f32 sums of up to 300 products of magnitude <= 1, in another order; f16 and bf16
          * results rounded once (half an ulp: 2^-11, 2^-8 relative) */
         double rel = p->wdt == RTX_BF16 ? 4e-3 : p->wdt == RTX_F16 ? 5e-4 : 1e-5;
@@ -168,8 +167,7 @@ START_TEST(products_with_constant_weights_match_a_double_reference) {
 END_TEST
 
 /* x [1, rows, 48] . w [48, 40]: the plan for `rows`. */
-static struct rtx_plan *plan_rows(const struct rtx_graph *g, int64_t rows,
-                                  struct rtx_tensor **x) {
+static struct rtx_plan *plan_rows(const struct rtx_graph *g, int64_t rows, struct rtx_tensor **x) {
     int64_t xd[3] = {1, rows, 48};
     *x = tu_tensor_random(RTX_F32, 3, xd, -1, 1, 50 + (unsigned)rows);
     struct rtx_plan *p;
@@ -186,8 +184,8 @@ static void run(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tensor *x
 }
 
 START_TEST(packs_live_as_long_as_the_plans_that_use_them) {
-    struct product prod = {"matmul", 1, 1, 48, 40, false, false, false, 1.0f, 0.0f, false,
-                           RTX_F32};
+    struct product prod = {"matmul", 1,     1,    48,   40,    false,
+                           false,    false, 1.0f, 0.0f, false, RTX_F32};
     for (size_t i = 0; i < sizeof ISAS / sizeof *ISAS; i++) {
         struct rtx_backend *be = backend_for(ISAS[i]);
         if (be == NULL) continue;
@@ -257,8 +255,8 @@ START_TEST(conv_weights_are_repacked_once) {
         /* the other backend's cache: the plan's constants are entered there when it runs
          * there; the same bits either way */
         ck_assert_int_eq(rtx_plan_execute(p, other, &x, 1, &y[1], 1, NULL, NULL, &err), 0);
-        ck_assert(memcmp(rtx_tensor_data(y[0]), rtx_tensor_data(y[1]),
-                         rtx_tensor_nbytes(y[0])) == 0);
+        ck_assert(memcmp(rtx_tensor_data(y[0]), rtx_tensor_data(y[1]), rtx_tensor_nbytes(y[0])) ==
+                  0);
         rtx_plan_free(p);
         ck_assert_uint_eq(rtx__const_derived_bytes(be), 0);
         ck_assert_uint_eq(rtx__const_derived_bytes(other), 0);
