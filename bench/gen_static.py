@@ -51,8 +51,13 @@ class Static:
         from transformers import AutoModelForCausalLM
         self.torch, self.device = torch, device
         dt = {"bf16": torch.bfloat16, "f32": torch.float32}[dtype]
-        m = AutoModelForCausalLM.from_pretrained(ckpt)
-        self.model = m.to(device=device, dtype=dt).eval()
+        # loaded in dt, not converted with .to(dt), which would also round the rotary
+        # embedding's f32 inv_freq buffer (tests/gpu/test_generate_torch.py load_model)
+        try:
+            m = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dt)
+        except TypeError:  # transformers before 4.56
+            m = AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=dt)
+        self.model = m.to(device).eval()
         cfg = self.model.config
         eos = cfg.eos_token_id
         self.pad = (eos[0] if isinstance(eos, (list, tuple)) else eos)

@@ -113,17 +113,28 @@ def run_rtxgen(rtxgen, ckpt, seqs, device, chunk, out):
     return np.load(out)
 
 
+def load_model(ckpt, dtype):
+    """transformers' model of ckpt computing in dtype. Loaded in that dtype, never converted
+    with .to(dtype): that also converts the rotary embedding's inv_freq buffer, which
+    transformers keeps in f32 (it computes the angles in f32), and a bf16 inv_freq puts an
+    error into every angle that grows with the position - at 517 tokens the "truth" built
+    that way was 4x farther from rtxd's bf16 logits than from a correct f32 forward pass."""
+    from transformers import AutoModelForCausalLM
+    try:
+        return AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype)
+    except TypeError:  # transformers before 4.56 names it torch_dtype
+        return AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=dtype)
+
+
 class Reference:
     """transformers' side of one checkpoint: its bf16 model and the f32 upcast."""
 
     def __init__(self, ckpt, device):
         import torch
-        from transformers import AutoModelForCausalLM
         self.torch, self.device = torch, device
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        m = AutoModelForCausalLM.from_pretrained(ckpt)
-        self.bf16 = m.to(device=device, dtype=torch.bfloat16).eval()
+        self.bf16 = load_model(ckpt, torch.bfloat16).to(device).eval()
         self.f32 = None
         self.ckpt = ckpt
 
@@ -140,10 +151,8 @@ class Reference:
     def logits(self, tokens, positions):
         """(bf16 logits, f32 logits) at positions of one forward pass over tokens, as f64."""
         torch = self.torch
-        if self.f32 is None:
-            from transformers import AutoModelForCausalLM
-            m = AutoModelForCausalLM.from_pretrained(self.ckpt)
-            self.f32 = m.to(device=self.device, dtype=torch.bfloat16).to(torch.float32).eval()
+        if self.f32 is None:  # the checkpoint's bf16 weights, upcast as they load
+            self.f32 = load_model(self.ckpt, torch.float32).to(self.device).eval()
         ids = torch.tensor([tokens], device=self.device)
         pos = torch.tensor(positions, device=self.device)
         with torch.no_grad():
