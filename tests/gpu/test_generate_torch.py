@@ -29,8 +29,10 @@ measured against, as bench/bench_gpu.py measures attention.
 Checks per model and run (the rows: each chunk's last prompt token, then each decode token).
 rtxd's bf16 is held to transformers' own bf16 error against the f32 truth, on average and on
 the worst row (measured with rtxd's CPU backend on the Llama-3.2-1B configuration: its mean
-error about 1.15x transformers', its worst row up to 2x, the maximum of a few dozen rows being
-the noisier figure):
+error 0.94x to 1.15x transformers', its worst row up to 2x, the maximum of a few dozen rows
+being the noisier figure). Both of transformers' models are loaded in their dtype
+(load_model): converting one with .to(dtype) rounds its rotary inv_freq to bf16, an error
+that grows with the position and that rtxd, computing the angles in f32, does not share:
   1. log-softmax: per row, e = max over the truth's top-16 tokens of |log_softmax(x) -
      log_softmax(truth)|; mean(e rtxd) <= 1.5 mean(e transformers bf16) + u/4 and max(e rtxd)
      <= 3 max(e transformers bf16) + u, u = 2^-7 max|truth logit| (one bf16 unit of the
