@@ -314,17 +314,24 @@ static void repack_weights(const struct dconv *d, const float *wt, float *dst0) 
             }
 }
 
-/* rtx__const_derived's make and drop for the repacked weights of a constant */
+/* rtx__const_derived's make and drop for the repacked weights of a constant: a buffer of the
+ * backend (charged to its memory account, as the device copies of constants are) */
+struct repack_req {
+    const struct dconv *d;
+    struct rtx_backend *be;
+};
+
 static void *make_repacked(void *ctx, const struct rtx_tensor *t) {
-    const struct dconv *d = ctx;
-    float *wr = rtx_malloc((size_t)(d->g->w.C * d->taps * d->Op) * sizeof *wr);
-    if (wr) repack_weights(d, rtx_tensor_data(t), wr);
-    return wr;
+    const struct repack_req *q = ctx;
+    const struct dconv *d = q->d;
+    struct rtx_buffer *buf = NULL;
+    size_t bytes = (size_t)(d->g->w.C * d->taps * d->Op) * sizeof(float);
+    if (rtx_backend_buffer_new(q->be, bytes, &buf, NULL) != 0) return NULL;
+    repack_weights(d, rtx_tensor_data(t), buf->data);
+    return buf;
 }
 
-static void drop_repacked(void *p) {
-    rtx_free(p);
-}
+static void drop_repacked(void *p) { rtx_buffer_unref(p); }
 
 int CONV_DIRECT(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
                 const float *wt, const struct rtx_tensor *wt_const, const float *bias,
@@ -351,10 +358,13 @@ int CONV_DIRECT(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const flo
      * depends on blk and the vector width: the kind), else repacked for this call */
     size_t wr_bytes = (size_t)(w->C * d.taps * d.Op) * sizeof *d.wr;
     struct rtx_backend *be = rtx__cpu_backend(cpu);
-    kept = wt_const && be ? rtx__const_derived(be, wt_const,
-                                               0x434f4e00u ^ (uint32_t)(d.blk << 1 | (VW == 16)),
-                                               wr_bytes, make_repacked, &d, drop_repacked)
-                          : NULL;
+    struct repack_req rq = {&d, be};
+    struct rtx_buffer *kept_buf =
+        wt_const && be ? rtx__const_derived(be, wt_const,
+                                            0x434f4e00u ^ (uint32_t)(d.blk << 1 | (VW == 16)),
+                                            wr_bytes, make_repacked, &rq, drop_repacked)
+                       : NULL;
+    kept = kept_buf ? kept_buf->data : NULL;
     d.wr = kept ? kept : rtx_malloc(wr_bytes);
     if (d.wr == NULL) goto oom;
     for (int p = 0; p < 16; p++)

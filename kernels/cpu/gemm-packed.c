@@ -9,7 +9,8 @@
  * it cost a sixth of the product. Here the weight is packed once into column panels of NR
  * columns, [N / NR][K][NR] with zeros past N, made from any float dtype (f16/bf16 weights are
  * widened once, not per call), and kept with the backend's entry for the constant
- * (runtime/const-cache.c, rtx__const_derived) while plans use it. Every product with a float
+ * (runtime/const-cache.c, rtx__const_derived) while plans use it, in a buffer of the backend
+ * (charged to its memory account like the device copies of constants). Every product with a float
  * constant as its right operand takes this path in this build (a constant the backend's cache
  * does not hold is packed for the one call), so a plan's results do not depend on which
  * backend ran it or on what else is cached.
@@ -53,7 +54,9 @@ typedef float v8u __attribute__((vector_size(VW * 4), aligned(4), may_alias));
 struct rtx__cpu_packed_b {
     int64_t K, N, panels, nr;
     size_t bytes;
-    float *data; /* [panels][K][nr], 64-byte aligned */
+    float *data;             /* [panels][K][nr], 64-byte aligned */
+    struct rtx_buffer *buf;  /* data's buffer when kept (charged to the backend's account);
+                              * NULL: data is scratch of one call */
 };
 
 /* This object's entry points; the narrow object's rtx__cpu_packed_b_of and
@@ -69,11 +72,16 @@ void GP(product)(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a, in
 struct pack_req {
     bool tb; /* B is stored [N, K] */
     int64_t K, N;
+    struct rtx_backend *be; /* a kept pack: its memory a buffer of be (charged to be's memory
+                             * account, as the device copies of constants are); NULL: scratch */
 };
 
 static void free_pack(void *p) {
     struct rtx__cpu_packed_b *pb = p;
-    if (pb) rtx_free_aligned(pb->data);
+    if (pb && pb->buf)
+        rtx_buffer_unref(pb->buf);
+    else if (pb)
+        rtx_free_aligned(pb->data);
     rtx_free(pb);
 }
 
@@ -86,8 +94,11 @@ static void *make_pack(void *ctx, const struct rtx_tensor *t) {
     pb->panels = (q->N + NR - 1) / NR;
     pb->nr = NR;
     pb->bytes = (size_t)(pb->panels * q->K * NR) * sizeof(float);
-    pb->data = rtx_malloc_aligned(pb->bytes);
-    if (pb->data == NULL) {
+    if (q->be && rtx_backend_buffer_new(q->be, pb->bytes, &pb->buf, NULL) == 0)
+        pb->data = pb->buf->data;
+    else if (!q->be)
+        pb->data = rtx_malloc_aligned(pb->bytes);
+    if (pb->data == NULL) { /* out of memory, or past the account's share */
         rtx_free(pb);
         return NULL;
     }
@@ -117,7 +128,7 @@ int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int
         rtx_tensor_numel(B) != K * N || K == 0 || N == 0)
         return 0;
     if (B->dtype != RTX_F32 && B->dtype != RTX_F16 && B->dtype != RTX_BF16) return 0;
-    struct pack_req q = {.tb = tb, .K = K, .N = N};
+    struct pack_req q = {.tb = tb, .K = K, .N = N, .be = be};
     size_t bytes = (size_t)((N + NR - 1) / NR * K * NR) * sizeof(float);
     uint32_t kind = PACK_KIND_B | (uint32_t)NR << 1 | (tb ? 1u : 0u);
     struct rtx__cpu_packed_b *pb =
@@ -129,6 +140,7 @@ int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int
     /* not in this backend's cache (a plan run by a backend that lends these kernels), or read
      * at another shape: packed for this call, so a product with a constant always takes the
      * same path (and gives the same bits) */
+    q.be = NULL;
     if ((*owned = make_pack(&q, B)) == NULL) return RTX_ENOMEM;
     *out = *owned;
     return 0;

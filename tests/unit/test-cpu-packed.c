@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/backend-cpu.h"
 #include "runtime/backend-impl.h"
+#include "runtime/mem-pool.h"
 #include "runtime/runtime-impl.h"
 #include "tests/unit/test-util.h"
 
@@ -271,6 +272,85 @@ START_TEST(conv_weights_are_repacked_once) {
 }
 END_TEST
 
+/* A memory account that counts what is charged and refuses past a limit. */
+struct counting_account {
+    struct rtx_mem_account a;
+    size_t held, limit;
+};
+
+static int count_charge(struct rtx_mem_account *a, size_t bytes, struct rtx_err *err) {
+    struct counting_account *c = (struct counting_account *)a;
+    if (c->held + bytes > c->limit)
+        return rtx_err_set(err, RTX_ENOMEM, "test account: %zu bytes over its limit", bytes);
+    c->held += bytes;
+    return 0;
+}
+
+static void count_credit(struct rtx_mem_account *a, size_t bytes) {
+    ((struct counting_account *)a)->held -= bytes;
+}
+
+/* The kept packs are buffers of the backend, charged to its account while kept; an account
+ * that refuses them leaves each call to pack for itself (same bits), never a failure. */
+START_TEST(kept_packs_are_charged_to_the_account) {
+    struct product prod = {"gemm", 1, 7, 48, 40, true, true, false, 1.0f, 1.0f, true, RTX_F32};
+    const char *isa = "avx512";
+    struct rtx_backend *probe = backend_for(isa);
+    if (probe == NULL) isa = "avx2";
+    rtx_backend_free(probe);
+    for (int refuse = 0; refuse < 2; refuse++) {
+        struct counting_account acct = {{count_charge, count_credit}, 0, SIZE_MAX};
+        const char *old = getenv("RTX_CPU_ISA");
+        char *saved = old ? strdup(old) : NULL;
+        setenv("RTX_CPU_ISA", isa, 1);
+        struct rtx_backend *be = NULL;
+        struct rtx_err err;
+        int rc = rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 2, .account = &acct.a},
+                                     &be, &err);
+        if (saved) {
+            setenv("RTX_CPU_ISA", saved, 1);
+            free(saved);
+        } else {
+            unsetenv("RTX_CPU_ISA");
+        }
+        if (rc == RTX_EUNSUPPORTED) return; /* no AVX2: nothing is packed */
+        ck_assert_int_eq(rc, 0);
+        struct rtx_tensor *w, *c, *x, *y[2] = {0};
+        struct rtx_graph *g = product_graph(&prod, &w, &c);
+        int64_t xd[2] = {7, 48};
+        x = tu_tensor_random(RTX_F32, 2, xd, -1, 1, 70);
+        struct rtx_plan *p;
+        ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err),
+                         0);
+        for (int run = 0; run < 2; run++) {
+            /* room for the run's output and arena (buffers too), not for the pack (9 KiB) */
+            if (refuse) acct.limit = acct.held + 4096;
+            ck_assert_msg(rtx_plan_execute(p, be, &x, 1, &y[run], 1, NULL, NULL, &err) == 0,
+                          "%s", err.msg);
+        }
+        size_t packs = rtx__const_derived_bytes(be);
+        if (refuse) {
+            ck_assert_uint_eq(packs, 0);
+        } else {
+            ck_assert_uint_gt(packs, 0);
+            ck_assert_uint_ge(acct.held, packs);
+        }
+        ck_assert(memcmp(rtx_tensor_data(y[0]), rtx_tensor_data(y[1]),
+                         rtx_tensor_nbytes(y[0])) == 0);
+        rtx_plan_free(p);
+        rtx_tensor_unref(y[0]);
+        rtx_tensor_unref(y[1]);
+        ck_assert_uint_eq(rtx__const_derived_bytes(be), 0);
+        rtx_backend_free(be);
+        ck_assert_uint_eq(acct.held, 0); /* every charge given back */
+        rtx_tensor_unref(x);
+        rtx_tensor_unref(w);
+        rtx_tensor_unref(c);
+        rtx_graph_free(g);
+    }
+}
+END_TEST
+
 Suite *rtx_cpu_packed_suite(void) {
     Suite *s = suite_create("cpu_packed");
     TCase *tc = tcase_create("packed");
@@ -278,6 +358,7 @@ Suite *rtx_cpu_packed_suite(void) {
     tcase_add_test(tc, products_with_constant_weights_match_a_double_reference);
     tcase_add_test(tc, packs_live_as_long_as_the_plans_that_use_them);
     tcase_add_test(tc, conv_weights_are_repacked_once);
+    tcase_add_test(tc, kept_packs_are_charged_to_the_account);
     suite_add_tcase(s, tc);
     return s;
 }
