@@ -86,21 +86,22 @@ CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcublasLt -lcudart -Wl,-rpath,$(CUDA_HOME)/
 
 CUDA_SRC    := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJ    := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CUDA_SRC))
+CPU_VARIANT_ONLY := kernels/cpu/conv-direct.c kernels/cpu/conv-winograd.c kernels/cpu/gemm-packed.c
 RUNTIME_SRC := $(wildcard runtime/*.c) $(wildcard kernels/*.c) \
-               $(filter-out kernels/cpu/conv-direct.c kernels/cpu/gemm-packed.c,$(wildcard kernels/cpu/*.c)) \
+               $(filter-out $(CPU_VARIANT_ONLY),$(wildcard kernels/cpu/*.c)) \
                $(wildcard kernels/cuda/*.c)
 RUNTIME_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(RUNTIME_SRC)) $(CUDA_OBJ) $(GRAPH_PB_OBJ)
 # The CPU op files the compiler vectorizes, built a second time for AVX2 + FMA + F16C on x86-64
 # (kernels/cpu/cpu-impl.h, ISA variants): backend-cpu.c picks the build at run time.
-# conv-direct.c and gemm-packed.c exist in that build only (their generic fallbacks are
-# ops-conv.c's im2col and OpenBLAS).
+# conv-direct.c, conv-winograd.c and gemm-packed.c exist in that build only (their generic
+# fallbacks are ops-conv.c's im2col and OpenBLAS).
 CPU_VARIANT_SRC := kernels/cpu/ops-elementwise.c kernels/cpu/ops-reduce.c \
-                   kernels/cpu/ops-linalg.c kernels/cpu/ops-conv.c kernels/cpu/conv-direct.c \
-                   kernels/cpu/gemm-packed.c
+                   kernels/cpu/ops-linalg.c kernels/cpu/ops-conv.c $(CPU_VARIANT_ONLY)
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
 CPU_AVX2_OBJ := $(patsubst %.c,$(BUILD)/obj/%-avx2.o,$(CPU_VARIANT_SRC)) \
                 $(BUILD)/obj/kernels/cpu/gemm-packed-avx512.o \
-                $(BUILD)/obj/kernels/cpu/conv-direct-avx512.o
+                $(BUILD)/obj/kernels/cpu/conv-direct-avx512.o \
+                $(BUILD)/obj/kernels/cpu/conv-winograd-avx512.o
 RUNTIME_OBJ  += $(CPU_AVX2_OBJ)
 $(BUILD)/obj/kernels/cpu/backend-cpu.o: CFLAGS += -DRTX_CPU_HAVE_AVX2
 endif
@@ -213,18 +214,19 @@ $(BUILD)/obj/kernels/cpu/ops-elementwise.o $(BUILD)/obj/kernels/cpu/ops-elementw
 $(BUILD)/obj/kernels/cpu/ops-conv.o $(BUILD)/obj/kernels/cpu/ops-conv-avx2.o \
 $(BUILD)/obj/kernels/cpu/ops-linalg.o $(BUILD)/obj/kernels/cpu/ops-linalg-avx2.o: \
   CFLAGS += -O3 -fno-trapping-math
-$(BUILD)/obj/kernels/cpu/conv-direct-avx2.o $(BUILD)/obj/kernels/cpu/gemm-packed-avx2.o: \
-  CFLAGS += -O3 -ffp-contract=fast
+$(BUILD)/obj/kernels/cpu/conv-direct-avx2.o $(BUILD)/obj/kernels/cpu/gemm-packed-avx2.o \
+$(BUILD)/obj/kernels/cpu/conv-winograd-avx2.o: CFLAGS += -O3 -ffp-contract=fast
 $(BUILD)/obj/kernels/cpu/%-avx2.o: kernels/cpu/%.c | $(PROTO_H) $(ONNX_PB_C:.c=.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -mavx2 -mfma -mf16c -DRTX_CPU_VARIANT=avx2 -c $< -o $@
-# gemm-packed.c and conv-direct.c once more with 512-bit vectors, in the AVX2 build
-# (RTX_CPU_ISA=avx512)
+# gemm-packed.c, conv-direct.c and conv-winograd.c once more with 512-bit vectors, in the
+# AVX2 build (RTX_CPU_ISA=avx512)
 $(BUILD)/obj/kernels/cpu/gemm-packed-avx512.o: kernels/cpu/gemm-packed.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O3 -ffp-contract=fast -mavx2 -mfma -mf16c -mavx512f \
 	  -DRTX_CPU_VARIANT=avx2 -DRTX_GEMM_WIDE -c $< -o $@
-$(BUILD)/obj/kernels/cpu/conv-direct-avx512.o: kernels/cpu/conv-direct.c | $(PROTO_H)
+$(BUILD)/obj/kernels/cpu/conv-direct-avx512.o $(BUILD)/obj/kernels/cpu/conv-winograd-avx512.o: \
+$(BUILD)/obj/kernels/cpu/%-avx512.o: kernels/cpu/%.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O3 -ffp-contract=fast -mavx2 -mfma -mf16c -mavx512f \
 	  -DRTX_CPU_VARIANT=avx2 -DRTX_CONV_WIDE -c $< -o $@

@@ -132,30 +132,6 @@ static void phase_chunk(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* dst[q] = src[q * stride] + b (+ res[q]) (then relu: 0 > v ? 0 : v, which keeps a NaN),
- * q < n: the epilogue's common cases, in the nodes' order, each case a loop of its own so
- * the relu is a max instruction, not a branch per element (which mispredicts). */
-static inline void store_run(float *dst, const float *src, int64_t stride, int64_t n, float b,
-                             const float *res, bool relu) {
-    if (res && relu) {
-        for (int64_t q = 0; q < n; q++) {
-            float v = src[q * stride] + b + res[q];
-            dst[q] = 0.0f > v ? 0.0f : v;
-        }
-    } else if (res) {
-        for (int64_t q = 0; q < n; q++)
-            dst[q] = src[q * stride] + b + res[q];
-    } else if (relu) {
-        for (int64_t q = 0; q < n; q++) {
-            float v = src[q * stride] + b;
-            dst[q] = 0.0f > v ? 0.0f : v;
-        }
-    } else {
-        for (int64_t q = 0; q < n; q++)
-            dst[q] = src[q * stride] + b;
-    }
-}
-
 /* One tile: output channels [o0, o0 + OC) x ext pixels [p0, p0 + PX) of image i. */
 static inline void tile(const struct dconv *d, int64_t i, int64_t o0, int64_t p0) {
     const struct rtx__window_geom *w = &d->g->w;
@@ -196,7 +172,7 @@ static inline void tile(const struct dconv *d, int64_t i, int64_t o0, int64_t p0
             bool relu = e && e->act == RTX_OP_RELU;
             /* the epilogue's common cases inline (same operations, same order), the rest
              * through it */
-            store_run(dst, &out[o][p], 1, valid, b, res, relu);
+            rtx__cpu_store_run(dst, &out[o][p], 1, valid, b, res, relu);
             if (e && e->act != RTX_OP_COUNT && !relu) {
                 struct rtx__cpu_epilogue act = {.act = e->act, .gelu_tanh = e->gelu_tanh};
                 rtx__cpu_epilogue_apply(&act, dst, 0, plane, oh * w->Wo + ow, 1, valid);
@@ -269,7 +245,7 @@ static inline __attribute__((always_inline)) void tile_oc(const struct dconv *d,
         float *dst = d->y + plane * P + p0;
         const float *res = e && e->res ? e->res + plane * e->res_ld + p0 : NULL;
         /* as the pixel-vector tile's store: the epilogue's common cases inline */
-        store_run(dst, &out[0][o], NRO, m, b, res, relu);
+        rtx__cpu_store_run(dst, &out[0][o], NRO, m, b, res, relu);
         if (e && e->act != RTX_OP_COUNT && !relu) {
             struct rtx__cpu_epilogue act = {.act = e->act, .gelu_tanh = e->gelu_tanh};
             rtx__cpu_epilogue_apply(&act, dst, 0, plane, p0, 1, m);

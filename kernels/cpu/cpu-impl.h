@@ -35,6 +35,8 @@
 #define rtx__cpu_linalg_fused RTX__CPU_PASTE(rtx__cpu_linalg_fused, RTX_CPU_VARIANT)
 #define rtx__cpu_conv_fused RTX__CPU_PASTE(rtx__cpu_conv_fused, RTX_CPU_VARIANT)
 #define rtx__cpu_conv_direct_fits RTX__CPU_PASTE(rtx__cpu_conv_direct_fits, RTX_CPU_VARIANT)
+#define rtx__cpu_conv_winograd RTX__CPU_PASTE(rtx__cpu_conv_winograd, RTX_CPU_VARIANT)
+#define rtx__cpu_conv_winograd_fits RTX__CPU_PASTE(rtx__cpu_conv_winograd_fits, RTX_CPU_VARIANT)
 #define rtx__cpu_packed_b_of RTX__CPU_PASTE(rtx__cpu_packed_b_of, RTX_CPU_VARIANT)
 #define rtx__cpu_gemm_packed RTX__CPU_PASTE(rtx__cpu_gemm_packed, RTX_CPU_VARIANT)
 #define rtx__cpu_packed_b_free RTX__CPU_PASTE(rtx__cpu_packed_b_free, RTX_CPU_VARIANT)
@@ -94,6 +96,31 @@ void rtx__cpu_sgemm_epi(struct rtx_cpu *cpu, bool ta, bool tb, int64_t M, int64_
                         float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                         float beta, float *c, int64_t ldc, rtx__cpu_block_fn epi,
                         const void *epi_ctx);
+
+/* dst[q] = src[q * stride] + b (+ res[q]) (then relu: 0 > v ? 0 : v, which keeps a NaN),
+ * q < n: the epilogue's common cases for the convs' tiles (conv-direct.c, conv-winograd.c),
+ * in the nodes' order, each case a loop of its own so the relu is a max instruction, not a
+ * branch per element (which mispredicts). */
+static inline void rtx__cpu_store_run(float *dst, const float *src, int64_t stride, int64_t n, float b,
+                             const float *res, bool relu) {
+    if (res && relu) {
+        for (int64_t q = 0; q < n; q++) {
+            float v = src[q * stride] + b + res[q];
+            dst[q] = 0.0f > v ? 0.0f : v;
+        }
+    } else if (res) {
+        for (int64_t q = 0; q < n; q++)
+            dst[q] = src[q * stride] + b + res[q];
+    } else if (relu) {
+        for (int64_t q = 0; q < n; q++) {
+            float v = src[q * stride] + b;
+            dst[q] = 0.0f > v ? 0.0f : v;
+        }
+    } else {
+        for (int64_t q = 0; q < n; q++)
+            dst[q] = src[q * stride] + b;
+    }
+}
 
 /* Products whose right operand is a constant of the graph (a weight): the variant build packs
  * it once (kernels/cpu/gemm-packed.c, DESIGN). */
@@ -251,6 +278,13 @@ bool rtx__cpu_conv_direct_fits(const struct rtx__conv2d_geom *g);
 int rtx__cpu_conv_direct(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
                          const float *wt, const struct rtx_tensor *wt_const, const float *bias,
                          const struct rtx__cpu_epilogue *e, float *y);
+/* 3x3 stride-1 conv2d by Winograd F(2x2, 3x3) (kernels/cpu/conv-winograd.c, variants only):
+ * whether it takes this geometry (ungrouped, undilated, 16+ channels in and out), and the
+ * same computation with the same arguments as rtx__cpu_conv_direct. */
+bool rtx__cpu_conv_winograd_fits(const struct rtx__conv2d_geom *g);
+int rtx__cpu_conv_winograd(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const float *x,
+                           const float *wt, const struct rtx_tensor *wt_const, const float *bias,
+                           const struct rtx__cpu_epilogue *e, float *y);
 #endif
 
 #if !defined(RTX_CPU_VARIANT) && defined(RTX_CPU_HAVE_AVX2)

@@ -252,12 +252,15 @@ static int run_conv2d(struct rtx_cpu *cpu, const struct rtx_node_args *a,
     if (j.g.K == 0) {
         memset(j.y, 0, (size_t)rtx_tensor_numel(Y) * sizeof *j.y);
 #ifdef RTX_CPU_VARIANT
-    } else if (rtx__cpu_conv_direct_fits(&j.g)) {
+    } else if (rtx__cpu_conv_winograd_fits(&j.g) || rtx__cpu_conv_direct_fits(&j.g)) {
         int wv = a->node->inputs[1];
         const struct rtx_tensor *wc =
             w_own == NULL && wv >= 0 && a->graph->values[wv].constant ? Wt : NULL;
-        if (rtx__cpu_conv_direct(cpu, &j.g, j.x, j.wt, wc, j.bias, e, j.y)) {
-            rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "direct conv scratch");
+        bool wino = rtx__cpu_conv_winograd_fits(&j.g);
+        if ((wino ? rtx__cpu_conv_winograd : rtx__cpu_conv_direct)(cpu, &j.g, j.x, j.wt, wc,
+                                                                   j.bias, e, j.y)) {
+            rc = rtx__backend_node_err(err, a, RTX_ENOMEM, "%s conv scratch",
+                                       wino ? "winograd" : "direct");
             goto done;
         }
         j.bias = NULL; /* added with the tiles, and e too */
@@ -324,6 +327,17 @@ static inline float max_nan(float a, float b) {
     return (a > b) | (a != a) ? a : b;
 }
 
+/* yr[ow] = the max over taps kw of colmax[ow sw + kw dw], tap by tap over the row. */
+static inline __attribute__((always_inline)) void pool_row_max(float *restrict yr, const float *restrict colmax,
+                                                               int64_t Wo, int64_t kw,
+                                                               int64_t dw, int64_t sw) {
+    for (int64_t ow = 0; ow < Wo; ow++) yr[ow] = colmax[ow * sw];
+    for (int64_t k = 1; k < kw; k++) {
+        const float *t = colmax + k * dw;
+        for (int64_t ow = 0; ow < Wo; ow++) yr[ow] = max_nan(yr[ow], t[ow * sw]);
+    }
+}
+
 /* Pooling of f32 planes with pointers and in-bounds tap ranges instead of a checked load per
  * element. Max pooling goes separably: per output row, the max over the window's in-bounds
  * input rows of every column (contiguous, vectorizable), kept in colmax between -inf columns
@@ -349,14 +363,16 @@ static void pool_f32(const struct pool_job *j, int64_t begin, int64_t end, float
                     const float *row = x + (hs + kh * w->dh) * w->W;
                     for (int64_t c = 0; c < cols; c++) cm[c] = max_nan(row[c], cm[c]);
                 }
-                /* tap by tap over the whole output row: loops the compiler vectorizes */
+                /* tap by tap over the whole output row: loops the compiler vectorizes, with
+                 * the stride a constant for the common strides (a variable stride made them
+                 * scalar loads) */
                 float *yr = y + oh * w->Wo;
-                for (int64_t ow = 0; ow < w->Wo; ow++) yr[ow] = colmax[ow * w->sw];
-                for (int64_t kw = 1; kw < w->kw; kw++) {
-                    const float *t = colmax + kw * w->dw;
-                    for (int64_t ow = 0; ow < w->Wo; ow++)
-                        yr[ow] = max_nan(yr[ow], t[ow * w->sw]);
-                }
+                if (w->sw == 1)
+                    pool_row_max(yr, colmax, w->Wo, w->kw, w->dw, 1);
+                else if (w->sw == 2)
+                    pool_row_max(yr, colmax, w->Wo, w->kw, w->dw, 2);
+                else
+                    pool_row_max(yr, colmax, w->Wo, w->kw, w->dw, w->sw);
                 continue;
             }
             for (int64_t ow = 0; ow < w->Wo; ow++) {

@@ -128,6 +128,35 @@ START_TEST(conv_padding_stride_dilation) {
 }
 END_TEST
 
+/* 3x3 stride-1 convs of 16+ output channels go through Winograd F(2x2, 3x3) in the AVX2
+ * build (kernels/cpu/conv-winograd.c): rows of 1 to 17 tiles (the scalar, 4- and 8-wide row
+ * transforms and their overlapping last segments), odd output sizes (a last tile half
+ * outside), uneven and 2-wide pads, blocks of tile rows that span images or end inside one,
+ * channel counts off the register tile, 1 and 3 input channels. */
+START_TEST(conv_winograd_tiles) {
+    static const struct {
+        int64_t N, C, H, W, O, pt, pl, pb, pr;
+        bool bias;
+    } cs[] = {
+        {3, 1, 1, 1, 16, 1, 1, 1, 1, true},    /* a 1x1 output: one tile, 3 of 4 outside */
+        {2, 3, 5, 7, 16, 1, 1, 1, 1, false},   /* 5x7: 4 tiles a row, the last half out */
+        {2, 4, 4, 5, 16, 0, 0, 0, 0, true},    /* no pads, 2x3: rows of 2 tiles (scalar) */
+        {4, 33, 9, 13, 17, 1, 1, 1, 1, true},  /* 7 tiles a row: two overlapping 4-wide */
+        {1, 17, 16, 16, 20, 1, 1, 1, 1, true}, /* 8 a row; 20 channels: a partial block */
+        {2, 5, 19, 18, 24, 0, 2, 2, 0, true},  /* uneven pads; 9 a row: overlapping 8-wide */
+        {3, 8, 12, 33, 16, 2, 2, 0, 1, false}, /* 17 a row, two blocks, one ends in an image */
+        {5, 16, 6, 10, 33, 1, 0, 1, 0, true},  /* one block over five images */
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        struct conv_case c = {.dt = RTX_F32, .N = cs[i].N, .C = cs[i].C, .H = cs[i].H,
+                              .W = cs[i].W, .O = cs[i].O, .kh = 3, .kw = 3, .sh = 1, .sw = 1,
+                              .pt = cs[i].pt, .pl = cs[i].pl, .pb = cs[i].pb, .pr = cs[i].pr,
+                              .dh = 1, .dw = 1, .groups = 1, .bias = cs[i].bias};
+        check_conv(&c, 30 + 3 * (unsigned)i);
+    }
+}
+END_TEST
+
 START_TEST(conv_groups_and_depthwise) {
     struct conv_case c = {.dt = RTX_F32, .N = 2, .C = 4, .H = 5, .W = 5, .O = 6, .kh = 3,
                           .kw = 2, .sh = 1, .sw = 1, .pt = 1, .pl = 0, .pb = 1, .pr = 1,
@@ -359,6 +388,7 @@ Suite *rtx_cpu_conv_suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, conv_hand_values);
     tcase_add_test(tc, conv_padding_stride_dilation);
+    tcase_add_test(tc, conv_winograd_tiles);
     tcase_add_test(tc, conv_groups_and_depthwise);
     tcase_add_test(tc, conv_pointwise_and_batches);
     tcase_add_test(tc, conv_half_dtypes);

@@ -190,6 +190,12 @@ START_TEST(gemm_and_conv_groups) {
     x[0] = tu_tensor_random(RTX_F32, 4, di, -1, 1, 44);
     x[1] = tu_tensor_random(RTX_F32, 4, dk3, -1, 1, 45);
     check_chain(conv2, 2, x, 2, 2);
+    /* a 3x3 stride-1 conv (Winograd in the AVX2 build) with an activation other than relu */
+    struct step conv3[2] = {{"conv2d", "pads=I:1,0,1,2", {"x0", "x1"}, 2},
+                            {"gelu", "", {"s0"}, 1}};
+    x[0] = tu_tensor_random(RTX_F32, 4, di, -1, 1, 46);
+    x[1] = tu_tensor_random(RTX_F32, 4, dk3, -1, 1, 47);
+    check_chain(conv3, 2, x, 2, 2);
 }
 END_TEST
 

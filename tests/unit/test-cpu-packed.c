@@ -228,11 +228,14 @@ START_TEST(packs_live_as_long_as_the_plans_that_use_them) {
 END_TEST
 
 /* A conv2d's weight, a constant, is repacked once for the direct conv (kernels/cpu/
- * conv-direct.c) and kept while the plan lives; the results equal a repack per call (a plan
- * run by a backend whose cache does not hold the weight). */
+ * conv-direct.c; a stride-2 conv) or transformed once for Winograd's (conv-winograd.c; a
+ * 3x3 stride-1 one) and kept while the plan lives; the results equal a repack per call (a
+ * plan run by a backend whose cache does not hold the weight). */
 START_TEST(conv_weights_are_repacked_once) {
-    for (size_t i = 0; i < sizeof ISAS / sizeof *ISAS; i++) {
-        struct rtx_backend *be = backend_for(ISAS[i]), *other = backend_for(ISAS[i]);
+    static const char *const geometry[2] = {"pads=I:1,1,1,1", "pads=I:1,1,1,1;strides=I:2,2"};
+    for (size_t i = 0; i < 2 * sizeof ISAS / sizeof *ISAS; i++) {
+        const char *isa = ISAS[i / 2];
+        struct rtx_backend *be = backend_for(isa), *other = backend_for(isa);
         if (be == NULL) continue;
         struct rtx_graph *g;
         struct rtx_err err;
@@ -244,16 +247,16 @@ START_TEST(conv_weights_are_repacked_once) {
         const char *in[2] = {"x", "w"}, *out[1] = {"y"};
         int n = rtx_graph_add_node(g, "conv2d", "conv", in, 2, out, 1, &err);
         ck_assert_int_ge(n, 0);
-        tu_set_attrs(g, n, "pads=I:1,1,1,1");
+        tu_set_attrs(g, n, geometry[i % 2]);
         ck_assert_int_ge(rtx_graph_add_output(g, "y", &err), 0);
         struct rtx_tensor *x = tu_tensor_random(RTX_F32, 4, xd, -1, 1, 61), *y[2] = {0};
         struct rtx_plan *p;
         ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &p, &err),
                          0);
         ck_assert_int_eq(rtx_plan_execute(p, be, &x, 1, &y[0], 1, NULL, NULL, &err), 0);
-        bool kept = strcmp(ISAS[i], "generic") != 0;
-        ck_assert_msg((rtx__const_derived_bytes(be) > 0) == kept, "%s: %zu bytes", ISAS[i],
-                      rtx__const_derived_bytes(be));
+        bool kept = strcmp(isa, "generic") != 0;
+        ck_assert_msg((rtx__const_derived_bytes(be) > 0) == kept, "%s %s: %zu bytes", isa,
+                      geometry[i % 2], rtx__const_derived_bytes(be));
         rtx_tensor_unref(y[0]);
         ck_assert_int_eq(rtx_plan_execute(p, be, &x, 1, &y[0], 1, NULL, NULL, &err), 0);
         /* the other backend's cache: the plan's constants are entered there when it runs
