@@ -42,7 +42,7 @@
 #define CONV_WINOGRAD conv_winograd_narrow
 #endif
 #define PX (VP * VW)           /* tiles per register tile */
-#define BLOCK_FLOATS (1 << 16) /* V's floats per block, about (256 KiB) */
+#define BLOCK_FLOATS (1 << 16) /* V's floats per block (256 KiB) */
 #define MAX_BLOCK_TILES 256
 
 typedef float vf __attribute__((vector_size(VW * 4)));
