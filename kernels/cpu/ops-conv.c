@@ -27,6 +27,7 @@
 
 #define CONVERT_GRAIN (1 << 15)   /* elements per chunk of a dtype conversion */
 #define POOL_ROW_MAX 4096         /* input row length of the separable max pooling, at most */
+#define POOL_ROW_SLACK 32         /* floats past it that its 8-output vectors read */
 
 /* ------------------------------------------------------------------------------------------
  * conv2d
@@ -327,14 +328,76 @@ static inline float max_nan(float a, float b) {
     return (a > b) | (a != a) ? a : b;
 }
 
-/* yr[ow] = the max over taps kw of colmax[ow sw + kw dw], tap by tap over the row. */
-static inline __attribute__((always_inline)) void pool_row_max(float *restrict yr, const float *restrict colmax,
-                                                               int64_t Wo, int64_t kw,
-                                                               int64_t dw, int64_t sw) {
-    for (int64_t ow = 0; ow < Wo; ow++) yr[ow] = colmax[ow * sw];
-    for (int64_t k = 1; k < kw; k++) {
-        const float *t = colmax + k * dw;
-        for (int64_t ow = 0; ow < Wo; ow++) yr[ow] = max_nan(yr[ow], t[ow * sw]);
+/* The max pooling rows below are written with vectors of POOL_VL floats (8 in the AVX2
+ * build, 4 in the generic one): the vectorizer peeled the last iterations of a stride-2
+ * gather into scalar branches. */
+#ifdef RTX_CPU_VARIANT
+#define POOL_VL 8
+#define POOL_EVENS {0, 2, 4, 6, 8, 10, 12, 14}
+#else
+#define POOL_VL 4
+#define POOL_EVENS {0, 2, 4, 6}
+#endif
+typedef float pool_v __attribute__((vector_size(POOL_VL * 4)));
+typedef int pool_i __attribute__((vector_size(POOL_VL * 4)));
+typedef float pool_vu __attribute__((vector_size(POOL_VL * 4), aligned(4), may_alias));
+
+/* max_nan per lane, into *a */
+static inline void max_nan_v(pool_v *a, pool_v b) {
+    pool_i m = (*a > b) | (*a != *a);
+    *a = (pool_v)(((pool_i)*a & m) | ((pool_i)b & ~m));
+}
+
+/* cm[c] = the max over the nr rows x + r rs (r < nr) of their column c (NaN wins), c < n;
+ * -inf when nr is 0 */
+static void pool_col_max(float *restrict cm, const float *x, int64_t rs, int64_t nr, int64_t n) {
+    int64_t c = 0;
+    for (; c + POOL_VL <= n; c += POOL_VL) {
+        pool_v m = (pool_v){0} - INFINITY;
+        if (nr > 0) m = *(const pool_vu *)(x + c);
+        for (int64_t r = 1; r < nr; r++) {
+            pool_v v = *(const pool_vu *)(x + r * rs + c);
+            max_nan_v(&v, m);
+            m = v;
+        }
+        *(pool_vu *)(cm + c) = m;
+    }
+    for (; c < n; c++) {
+        float m = nr > 0 ? x[c] : -INFINITY;
+        for (int64_t r = 1; r < nr; r++) m = max_nan(x[r * rs + c], m);
+        cm[c] = m;
+    }
+}
+
+/* yr[ow] = the max over taps k < kw of colmax[ow sw + k dw], ow < Wo, POOL_VL outputs at a
+ * time (sw 1 or 2: contiguous loads, or two loads and an even-lane shuffle); colmax is read
+ * up to POOL_VL outputs past Wo (the caller's slack), those lanes are dropped. */
+static void pool_row_max(float *restrict yr, const float *restrict colmax, int64_t Wo, int64_t kw,
+                         int64_t dw, int64_t sw) {
+    const pool_i evens = POOL_EVENS;
+    for (int64_t ow = 0; ow < Wo; ow += POOL_VL) {
+        pool_v m = {0};
+        for (int64_t k = 0; k < kw; k++) {
+            const float *t = colmax + ow * sw + k * dw;
+            pool_v v;
+            if (sw == 1) {
+                v = *(const pool_vu *)t;
+            } else {
+                pool_v lo = *(const pool_vu *)t, hi = *(const pool_vu *)(t + POOL_VL);
+                v = __builtin_shuffle(lo, hi, evens);
+            }
+            if (k == 0)
+                m = v;
+            else
+                max_nan_v(&m, v);
+        }
+        if (ow + POOL_VL <= Wo) {
+            *(pool_vu *)(yr + ow) = m;
+        } else {
+            float tail[POOL_VL];
+            memcpy(tail, &m, sizeof tail);
+            for (int64_t q = 0; ow + q < Wo; q++) yr[ow + q] = tail[q];
+        }
     }
 }
 
@@ -343,12 +406,13 @@ static inline __attribute__((always_inline)) void pool_row_max(float *restrict y
  * input rows of every column (contiguous, vectorizable), kept in colmax between -inf columns
  * standing for the padding (colmax holds POOL_ROW_MAX floats: the padded row's columns the
  * windows reach, pool_padded_width), then per output pixel the max over its kw columns of
- * that, without bounds checks. */
+ * that, without bounds checks (colmax holds POOL_ROW_SLACK more floats, which the last
+ * vectors of a row read). */
 static void pool_f32(const struct pool_job *j, int64_t begin, int64_t end, float *colmax) {
     const struct rtx__window_geom *w = &j->w;
     int64_t wp = (w->Wo - 1) * w->sw + (w->kw - 1) * w->dw + 1; /* padded columns read */
-    if (j->is_max) /* the padding columns, once */
-        for (int64_t c = 0; c < wp; c++) colmax[c] = -INFINITY;
+    if (j->is_max) /* the padding columns, and the slack pool_row_max reads past them, once */
+        for (int64_t c = 0; c < wp + POOL_ROW_SLACK; c++) colmax[c] = -INFINITY;
     float *cm = colmax + w->pl; /* cm[c]: input column c */
     int64_t cols = w->W < wp - w->pl ? w->W : wp - w->pl; /* input columns a window reads */
     for (int64_t pl = begin; pl < end; pl++) {
@@ -358,21 +422,17 @@ static void pool_f32(const struct pool_job *j, int64_t begin, int64_t end, float
             int64_t hs = oh * w->sh - w->pt, h0, h1;
             taps(hs, w->dh, w->kh, w->H, &h0, &h1);
             if (j->is_max) {
-                for (int64_t c = 0; c < cols; c++) cm[c] = -INFINITY;
-                for (int64_t kh = h0; kh < h1; kh++) {
-                    const float *row = x + (hs + kh * w->dh) * w->W;
-                    for (int64_t c = 0; c < cols; c++) cm[c] = max_nan(row[c], cm[c]);
-                }
-                /* tap by tap over the whole output row: loops the compiler vectorizes, with
-                 * the stride a constant for the common strides (a variable stride made them
-                 * scalar loads) */
+                pool_col_max(cm, x + (hs + h0 * w->dh) * w->W, w->dh * w->W, h1 - h0, cols);
                 float *yr = y + oh * w->Wo;
-                if (w->sw == 1)
-                    pool_row_max(yr, colmax, w->Wo, w->kw, w->dw, 1);
-                else if (w->sw == 2)
-                    pool_row_max(yr, colmax, w->Wo, w->kw, w->dw, 2);
-                else
+                if (w->sw <= 2)
                     pool_row_max(yr, colmax, w->Wo, w->kw, w->dw, w->sw);
+                else
+                    for (int64_t ow = 0; ow < w->Wo; ow++) {
+                        float m = colmax[ow * w->sw];
+                        for (int64_t k = 1; k < w->kw; k++)
+                            m = max_nan(m, colmax[ow * w->sw + k * w->dw]);
+                        yr[ow] = m;
+                    }
                 continue;
             }
             for (int64_t ow = 0; ow < w->Wo; ow++) {
@@ -397,7 +457,7 @@ static void pool_chunk(void *ctx, int64_t begin, int64_t end) {
     const struct pool_job *j = ctx;
     int64_t wp = (j->w.Wo - 1) * j->w.sw + (j->w.kw - 1) * j->w.dw + 1;
     if (j->dt == RTX_F32 && (!j->is_max || (wp <= POOL_ROW_MAX && j->w.pl < wp))) {
-        float colmax[POOL_ROW_MAX];
+        float colmax[POOL_ROW_MAX + POOL_ROW_SLACK];
         pool_f32(j, begin, end, colmax);
         return;
     }

@@ -332,6 +332,23 @@ START_TEST(max_pool_cases) {
     c.dt = RTX_BF16;
     c.ceil_mode = true;
     check_pool(&c, 7);
+    /* the f32 rows' vector loops (8 or 4 outputs at a time): stride 1 and 2 rows with a
+     * partial last vector, a dilated stride-1 row, stride 3 (the scalar row) */
+    struct pool_case v = {.dt = RTX_F32, .is_max = true, .N = 2, .C = 3, .H = 9, .W = 21,
+                          .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .pb = 1,
+                          .pr = 1, .dh = 1, .dw = 1};
+    check_pool(&v, 11);
+    v.sw = 2;
+    v.W = 37;
+    check_pool(&v, 12);
+    v.sw = 1;
+    v.dw = 2;
+    v.kw = 4;
+    check_pool(&v, 13);
+    v.sw = 3;
+    v.kw = 5;
+    v.dw = 1;
+    check_pool(&v, 14);
     /* f32 rows longer than the separable kernel's column buffer take the per-pixel loop */
     struct pool_case wide = {.dt = RTX_F32, .is_max = true, .N = 1, .C = 2, .H = 3, .W = 4099,
                              .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .pb = 1,
