@@ -125,6 +125,17 @@ START_TEST(conv_padding_stride_dilation) {
     d.H = 40;
     d.W = 37;
     check_conv(&d, 6);
+    /* the channel-vector tiles (16+ or 32+ output channels) read one padded plane per
+     * channel at the stride, or x itself without padding: strided, dilated, unpadded, 1x1 */
+    struct conv_case v = {.dt = RTX_F32, .N = 3, .C = 6, .H = 17, .W = 15, .O = 40, .kh = 3,
+                          .kw = 3, .sh = 2, .sw = 3, .pt = 1, .pl = 2, .pb = 0, .pr = 1,
+                          .dh = 1, .dw = 2, .groups = 1, .bias = true};
+    check_conv(&v, 7);
+    v.pt = v.pl = v.pb = v.pr = 0;
+    check_conv(&v, 8);
+    v.kh = v.kw = 1;
+    v.sw = 2;
+    check_conv(&v, 9);
 }
 END_TEST
 
