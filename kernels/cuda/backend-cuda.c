@@ -306,12 +306,14 @@ int rtx__cuda_check_defer(struct rtx_cuda *cu, const struct rtx__cuda_check *c,
         if (gr->failed || rtx__cuda_checks_push(&gr->checks, &own)) {
             gr->failed = true;
             rtx_free(c->label);
+            rtx_free(c->paged);
         }
         return 0;
     }
     if (rtx__cuda_checks_push(&cu->pending, &own) == 0) return 0;
     (void)rtx_mem_pool_release(cu->pool, c->flag, NULL); /* stream-ordered after the kernels */
     rtx_free(c->label);
+    rtx_free(c->paged);
     return rtx_err_set(err, RTX_ENOMEM, "cuda:%d: out of memory deferring a check", cu->device);
 }
 

@@ -1,7 +1,8 @@
 /*
  * checks.c - deferred checks of the CUDA backend: results that kernels find on the device
- * (gather's indices out of range) and that synchronize reads, so that no node waits for the
- * stream mid-run and every node can be captured into a CUDA graph.
+ * (gather's indices out of range, paged_attention's metadata faults) and that synchronize
+ * reads, so that no node waits for the stream mid-run and every node can be captured into a
+ * CUDA graph.
  *
  * DESIGN
  * A node whose kernels validate data only the device sees does not wait for the verdict: its
@@ -23,6 +24,7 @@
  * next one; a faulted backend and its destruction drop them.
  */
 #include "kernels/cuda/cuda-impl.h"
+#include "kernels/gen-geometry.h"
 #include "runtime/mem-pool.h"
 
 #define CHECK_BATCH 64 /* deferred checks read per stream wait */
@@ -47,7 +49,8 @@ int rtx__cuda_checks_reserve(struct rtx__cuda_checks *l, int more) {
     int need = l->n + more;
     if (need <= l->cap) return 0;
     int ncap = l->cap ? 2 * l->cap : 8;
-    while (ncap < need) ncap *= 2;
+    while (ncap < need)
+        ncap *= 2;
     struct rtx__cuda_check *nv = rtx_realloc(l->v, sizeof *nv * (size_t)ncap);
     if (nv == NULL) return RTX_ENOMEM;
     l->v = nv;
@@ -62,7 +65,10 @@ int rtx__cuda_checks_push(struct rtx__cuda_checks *l, const struct rtx__cuda_che
 }
 
 void rtx__cuda_checks_free(struct rtx__cuda_checks *l) {
-    for (int i = 0; i < l->n; i++) rtx_free(l->v[i].label);
+    for (int i = 0; i < l->n; i++) {
+        rtx_free(l->v[i].label);
+        rtx_free(l->v[i].paged);
+    }
     rtx_free(l->v);
     *l = (struct rtx__cuda_checks){0};
 }
@@ -88,6 +94,7 @@ void rtx__cuda_checks_drop(struct rtx_cuda *cu) {
         if (c->owner) continue;
         (void)rtx_mem_pool_release(cu->pool, c->flag, NULL); /* stream-ordered */
         rtx_free(c->label);
+        rtx_free(c->paged);
     }
     cu->pending.n = 0;
 }
@@ -101,9 +108,8 @@ int rtx__cuda_checks_settle(struct rtx_cuda *cu, struct rtx_err *err) {
     do {
         int n = l->n - done < CHECK_BATCH ? l->n - done : CHECK_BATCH;
         for (int i = 0; i < n && rc == 0; i++)
-            rc = RTX_CUDA_CHECK(err, cudaMemcpyAsync(h + 2 * i, l->v[done + i].flag,
-                                                     2 * sizeof *h, cudaMemcpyDeviceToHost,
-                                                     cu->stream));
+            rc = RTX_CUDA_CHECK(err, cudaMemcpyAsync(h + 2 * i, l->v[done + i].flag, 2 * sizeof *h,
+                                                     cudaMemcpyDeviceToHost, cu->stream));
         if (rc == 0) rc = RTX_CUDA_CHECK(err, cudaStreamSynchronize(cu->stream));
         for (int i = 0; i < n && rc == 0 && bad == NULL; i++)
             if (h[2 * i] != ~0ull) {
@@ -113,12 +119,17 @@ int rtx__cuda_checks_settle(struct rtx_cuda *cu, struct rtx_err *err) {
             }
         done += n;
     } while (rc == 0 && bad == NULL && done < l->n);
-    if (bad)
+    if (bad && bad->paged) {
+        char why[256];
+        rtx__paged_fault_why(bad->paged, first, why, sizeof why);
+        rc = rtx_err_set(err, RTX_EINVAL, "%s%s", bad->label, why);
+    } else if (bad) {
         rc = rtx_err_set(err, RTX_EINVAL,
                          "%sindex %lld (indices element %llu) out of range for axis %lld of "
                          "size %lld",
                          bad->label, (long long)index, first, (long long)bad->axis,
                          (long long)bad->axis_dim);
+    }
     rtx__cuda_checks_drop(cu);
     return rc;
 }

@@ -47,16 +47,22 @@ struct rtx_node_args;
 struct rtx_graph;
 struct rtx_node;
 
-/* A gather's index range check, read at the backend's next synchronize (checks.c, DESIGN).
- * The queued kernels leave in flag[0] the first indices element out of range (all ones: none)
- * and in flag[1] that index; a set flag fails the synchronize with RTX_EINVAL: label, then
- * "index I (indices element E) out of range for axis A of size S". */
+/* A check read at the backend's next synchronize (checks.c, DESIGN): a gather's index range,
+ * or (paged set) a paged_attention's metadata. Gather: the queued kernels leave in flag[0] the
+ * first indices element out of range (all ones: none) and in flag[1] that index; a set flag
+ * fails the synchronize with RTX_EINVAL: label, then "index I (indices element E) out of range
+ * for axis A of size S". paged_attention: flag[0] is the smallest fault key
+ * (kernels/gen-geometry.h; all ones: none), and the message the CPU's for it
+ * (rtx__paged_fault_why on the node's geometry). */
+struct rtx__paged_geom;
 struct rtx__cuda_check {
     unsigned long long *flag;      /* device scratch (rtx__cuda_scratch), 2 words */
     char *label;                   /* rtx_malloc'd "node N 'name' (op): ", how
                                       rtx__backend_node_err starts the node's messages */
     int64_t axis, axis_dim;
-    const void *owner;             /* pending: the graph owning flag and label; NULL: the entry */
+    struct rtx__paged_geom *paged; /* rtx_malloc'd copy of the node's geometry; NULL: gather */
+    const void *owner;             /* pending: the graph owning flag, label and paged; NULL: the
+                                    * entry */
 };
 
 /* Checks in the order their nodes ran. */

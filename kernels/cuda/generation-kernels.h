@@ -40,7 +40,8 @@ struct rtx_cuda_paged {
     const int32_t *slots, *tables, *qs, *ctx;
     void *y;
     unsigned long long *fault; /* device word: the smallest fault key (gen-geometry.h);
-                                * the caller sets it to all ones first */
+                                * the caller sets it to all ones first; the write,
+                                * attention and combine kernels do nothing once it is set */
     int32_t tile;              /* keys per shared-memory tile */
     int32_t vec16;             /* cache rows move in 16-byte units (D * esize % 16 == 0 and
                                 * the caches 16-byte aligned) */

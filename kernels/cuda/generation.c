@@ -4,17 +4,19 @@
  *
  * DESIGN
  * The shapes are read and checked by the CPU's own code (kernels/gen-geometry.c). rope is
- * one launch. paged_attention checks its metadata on the device first and reads the verdict
- * back, which waits for the stream: a node that fails must fail before it writes the caches
- * and must name the bad entry, as the CPU does, and the metadata live in device memory. The
- * wait is one small copy per node (gather pays the same for its range check); the plans that
- * hold this op are never captured, so it costs no graph. Then the write kernel fills the
- * cache slots and the attention kernel (with its combine step when the keys are split into
- * partitions) computes the output. The attention kernel's shared memory holds the G query
- * heads of one KV head and a tile of keys and values; the tile shrinks (64 keys down to 8)
- * until that fits in the default 48 KiB, and past it the launch asks for the device's opt-in
- * limit. Partitions: when rows x KV heads give fewer than two blocks per SM, the keys of the
- * longest context the block tables allow are split so that there are (at least PART_MIN_KEYS
+ * one launch. paged_attention checks its metadata on the device first, without waiting for
+ * the verdict: the check kernel leaves the smallest fault key in a flag word, the write,
+ * attention and combine kernels read it first and do nothing when it is set (so a bad entry
+ * never reaches the caches or an address), and the node defers the check to the backend's
+ * next synchronize (kernels/cuda/checks.c, as gather's), which fails with the CPU's message
+ * for the node. A step of 16 layers no longer waits for the stream 16 times (it did, to read
+ * each verdict back), so the host queues the next layers' kernels while the GPU runs. The
+ * write kernel fills the cache slots and the attention kernel (with its combine step when
+ * the keys are split into partitions) computes the output. The attention kernel's shared memory
+ * holds the G query heads of one KV head and a tile of keys and values; the tile shrinks (64 keys
+ * down to 8) until that fits in the default 48 KiB, and past it the launch asks for the device's
+ * opt-in limit. Partitions: when rows x KV heads give fewer than two blocks per SM, the keys of
+ * the longest context the block tables allow are split so that there are (at least PART_MIN_KEYS
  * keys per partition, at most MAX_PARTS partitions).
  */
 #include <limits.h>
@@ -58,28 +60,36 @@ static int run_rope(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
  * paged_attention
  * ---------------------------------------------------------------------------------------- */
 
-/* Fails the node (RTX_EINVAL, the CPU's words) when the metadata has a fault: the check
- * kernel's verdict read back after a stream sync. */
-static int check_metadata(struct rtx_cuda *cu, const struct rtx_node_args *a,
-                          struct rtx_cuda_paged *p, struct rtx_err *err) {
-    unsigned long long fault = RTX__PAGED_NO_FAULT;
-    void *word = NULL;
-    int rc = rtx__cuda_scratch(cu, sizeof fault, &word, err);
-    if (rc) return rtx__cuda_node_fail(a, rc, err);
-    p->fault = word;
-    rc = RTX_CUDA_CHECK(err, cudaMemsetAsync(word, 0xff, sizeof fault, cu->stream));
+/* The metadata check, deferred (kernels/cuda/checks.c): a flag word set to all ones, the
+ * check kernel lowering it to the smallest fault key; p->fault points at it, and the write,
+ * attention and combine kernels return at once when it is set, so a bad entry never reaches
+ * the caches or an address. *c is the check to defer once the kernels are queued (its label
+ * the node's, its geometry a copy). */
+static int arm_metadata_check(struct rtx_cuda *cu, const struct rtx_node_args *a,
+                              struct rtx_cuda_paged *p, struct rtx__cuda_check *c,
+                              struct rtx_err *err) {
+    struct rtx_err label;
+    rtx__backend_node_err(&label, a, RTX_EINVAL, "%s", "");
+    *c = (struct rtx__cuda_check){.label = rtx_strdup(label.msg),
+                                  .paged = rtx_malloc(sizeof *c->paged)};
+    if (c->label == NULL || c->paged == NULL) {
+        rtx_free(c->label);
+        rtx_free(c->paged);
+        return rtx__backend_node_err(err, a, RTX_ENOMEM, "out of memory");
+    }
+    *c->paged = p->g;
+    void *flag = NULL;
+    int rc = rtx__cuda_scratch(cu, 2 * sizeof *c->flag, &flag, err);
+    if (rc == 0) {
+        p->fault = c->flag = flag;
+        rc = RTX_CUDA_CHECK(err, cudaMemsetAsync(flag, 0xff, 2 * sizeof *c->flag, cu->stream));
+    }
     if (rc == 0) rc = RTX_CUDA_CHECK(err, rtx__cuda_paged_check_launch(p, cu->stream));
-    if (rc == 0)
-        rc = RTX_CUDA_CHECK(
-            err, cudaMemcpyAsync(&fault, word, sizeof fault, cudaMemcpyDeviceToHost, cu->stream));
-    if (rc == 0) rc = RTX_CUDA_CHECK(err, cudaStreamSynchronize(cu->stream));
-    rtx__cuda_scratch_release(cu, word);
-    p->fault = NULL;
-    if (rc) return rtx__cuda_node_fail(a, rc, err);
-    if (fault == RTX__PAGED_NO_FAULT) return 0;
-    char why[256];
-    rtx__paged_fault_why(&p->g, fault, why, sizeof why);
-    return rtx__backend_node_err(err, a, RTX_EINVAL, "%s", why);
+    if (rc == 0) return 0;
+    if (flag) rtx__cuda_scratch_release(cu, flag);
+    rtx_free(c->label);
+    rtx_free(c->paged);
+    return rtx__cuda_node_fail(a, rc, err);
 }
 
 /* The tile (shared memory under DEFAULT_SMEM where it can be) and the partitions. */
@@ -141,23 +151,32 @@ static int run_paged_attention(struct rtx_cuda *cu, const struct rtx_node_args *
                                      "%lld rows of %lld heads: over the "
                                      "grid's limits",
                                      (long long)p.g.T, (long long)p.g.H);
-    if ((rc = check_metadata(cu, a, &p, err))) return rc;
+    struct rtx__cuda_check check;
+    if ((rc = arm_metadata_check(cu, a, &p, &check, err))) return rc;
+    bool named = false; /* the error names the node already (plan_launch's) */
     rc = RTX_CUDA_CHECK(err, rtx__cuda_paged_write_launch(&p, cu->stream));
-    if (rc) return rtx__cuda_node_fail(a, rc, err);
-    if (p.g.T * p.g.H * p.g.D == 0) return 0;
-    size_t smem;
-    if ((rc = plan_launch(cu, a, &p, &smem, err))) return rc;
-    void *scratch = NULL;
-    if (p.parts > 1) {
-        size_t rows = (size_t)(p.g.T * p.g.H * p.parts);
-        if ((rc =
-                 rtx__cuda_scratch(cu, rows * (size_t)(p.g.D + 2) * sizeof(float), &scratch, err)))
-            return rtx__cuda_node_fail(a, rc, err);
-        p.part_acc = scratch;
-        p.part_ml = p.part_acc + rows * (size_t)p.g.D;
+    if (rc == 0 && p.g.T * p.g.H * p.g.D > 0) {
+        size_t smem;
+        void *scratch = NULL;
+        rc = plan_launch(cu, a, &p, &smem, err);
+        named = rc != 0;
+        if (rc == 0 && p.parts > 1) {
+            size_t rows = (size_t)(p.g.T * p.g.H * p.parts);
+            rc = rtx__cuda_scratch(cu, rows * (size_t)(p.g.D + 2) * sizeof(float), &scratch, err);
+            p.part_acc = scratch;
+            p.part_ml = scratch ? p.part_acc + rows * (size_t)p.g.D : NULL;
+        }
+        if (rc == 0)
+            rc = RTX_CUDA_CHECK(err, rtx__cuda_paged_attention_launch(&p, smem, cu->stream));
+        rtx__cuda_scratch_release(cu, scratch);
     }
-    rc = RTX_CUDA_CHECK(err, rtx__cuda_paged_attention_launch(&p, smem, cu->stream));
-    rtx__cuda_scratch_release(cu, scratch);
+    if (rc) {
+        rtx__cuda_scratch_release(cu, check.flag);
+        rtx_free(check.label);
+        rtx_free(check.paged);
+        return named ? rc : rtx__cuda_node_fail(a, rc, err);
+    }
+    rc = rtx__cuda_check_defer(cu, &check, err);
     return rc ? rtx__cuda_node_fail(a, rc, err) : 0;
 }
 

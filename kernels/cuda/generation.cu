@@ -10,8 +10,9 @@
  *
  * paged_attention runs as three or four kernels. The check kernel looks at every metadata
  * entry (the rules of kernels/gen-geometry.h, shared with the CPU) and keeps the smallest
- * fault key with atomicMin; generation.c reads it back and fails the node before anything is
- * written, as the CPU does. The write kernel copies each row's k and v into its slot, one
+ * fault key with atomicMin in a flag word; the kernels after it return at once when the word
+ * is set, so nothing is written or read through a bad entry, and the backend's synchronize
+ * reads the word (generation.c defers it) and fails with the CPU's message. The write kernel copies each row's k and v into its slot, one
  * block per row, in the widest unit the row and the pointers allow. The attention kernel runs
  * one block of PA_THREADS threads per (query row, KV head, key partition) and serves the G
  * query heads that share the KV head, so each key and value is read from the cache once per
@@ -101,6 +102,11 @@ extern "C" cudaError_t rtx__cuda_rope_launch(const struct rtx_cuda_rope *p, cuda
  * paged_attention: metadata check and cache writes
  * ---------------------------------------------------------------------------------------- */
 
+/* Whether the node's metadata check found a fault (the kernels after it then do nothing). */
+__device__ static inline bool faulted(const struct rtx_cuda_paged &p) {
+    return p.fault != NULL && *(volatile const unsigned long long *)p.fault != RTX__PAGED_NO_FAULT;
+}
+
 /* Items: query_start (S + 1), context_lens (S), block_tables (S * B), slot_mapping (T). */
 __global__ static void check_kernel(const struct rtx_cuda_paged p) {
     const struct rtx__paged_geom g = p.g;
@@ -140,6 +146,7 @@ extern "C" cudaError_t rtx__cuda_paged_check_launch(const struct rtx_cuda_paged 
 /* Row t of k and v (row_units units of U) into slot slots[t] of the caches. */
 template <typename U>
 __global__ static void write_kernel(const struct rtx_cuda_paged p, int64_t row_units) {
+    if (faulted(p)) return;
     int64_t n_slots = p.g.NB * p.g.BS;
     for (int64_t t = blockIdx.x; t < p.g.T; t += gridDim.x) {
         int64_t slot = p.slots[t];
@@ -276,6 +283,7 @@ __device__ static void tile_scores_grouped(const float *sq, const T *sk, float *
 }
 
 template <typename T> __global__ static void attention_kernel(const struct rtx_cuda_paged p) {
+    if (faulted(p)) return; /* every thread of the block alike: before any barrier */
     extern __shared__ float4 smem4[];
     const struct rtx__paged_geom &g = p.g;
     const int64_t G = g.G, D = g.D, tile = p.tile, t = blockIdx.x, hk = blockIdx.y;
@@ -374,6 +382,7 @@ template <typename T> __global__ static void attention_kernel(const struct rtx_c
 
 /* Merges the partitions of row blockIdx.x, head blockIdx.y. */
 template <typename T> __global__ static void combine_kernel(const struct rtx_cuda_paged p) {
+    if (faulted(p)) return;
     const int64_t D = p.g.D, P = p.parts, th = (int64_t)blockIdx.x * p.g.H + blockIdx.y;
     const float *ml = p.part_ml + th * P * 2, *pa = p.part_acc + th * P * D;
     float mx = -INFINITY;
