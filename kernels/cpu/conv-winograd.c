@@ -110,6 +110,13 @@ static inline __attribute__((always_inline)) __m128 load4(const float *xr, int64
  *  - vrow: the vertical transform of four such rows into V[i * 4 + j][t0 + tw];
  *  - orow: the output transform of M's 16 planes at t0 + tw into the two output rows' columns
  *    2 tw and 2 tw + 1. */
+/* orow's fused store (NULL: the plain one): bias b, the residual rows (NULL: none), relu. */
+struct orow_epi {
+    float b;
+    const float *res0, *res1;
+    bool relu;
+};
+
 #define ROW_OPS(L)                                                                                \
     typedef float f##L __attribute__((vector_size(L * 4)));                                       \
     typedef float f##L##u __attribute__((vector_size(L * 4), aligned(4), may_alias));             \
@@ -139,7 +146,8 @@ static inline __attribute__((always_inline)) __m128 load4(const float *xr, int64
             *(f##L##u *)(v + (12 + j) * plane + s) = r1 - r3;                                     \
         }                                                                                         \
     }                                                                                             \
-    static inline void orow##L(const float *m, int64_t plane, float *y0, float *y1, int64_t s) {  \
+    static inline void orow##L(const float *m, int64_t plane, float *y0, float *y1, int64_t s,    \
+                               const struct orow_epi *ep) {                                       \
         f##L r[2][4];                                                                             \
         for (int j = 0; j < 4; j++) {                                                             \
             f##L m0 = *(const f##L##u *)(m + j * plane + s);                                      \
@@ -151,10 +159,25 @@ static inline __attribute__((always_inline)) __m128 load4(const float *xr, int64
         }                                                                                         \
         const i##L lo = LOW##L, hi = HIGH##L;                                                     \
         for (int q = 0; q < 2; q++) {                                                             \
-            f##L ev = r[q][0] + r[q][1] + r[q][2], od = r[q][1] - r[q][2] - r[q][3];              \
             float *yq = q ? y1 : y0;                                                              \
-            *(f##L##u *)(yq + 2 * s) = __builtin_shuffle(ev, od, lo);                             \
-            *(f##L##u *)(yq + 2 * s + L) = __builtin_shuffle(ev, od, hi);                         \
+            if (yq == NULL) continue;                                                             \
+            f##L ev = r[q][0] + r[q][1] + r[q][2], od = r[q][1] - r[q][2] - r[q][3];              \
+            f##L a = __builtin_shuffle(ev, od, lo), c = __builtin_shuffle(ev, od, hi);            \
+            if (ep) { /* rtx__cpu_store_run's operations, in its order */                         \
+                a += ep->b;                                                                       \
+                c += ep->b;                                                                       \
+                const float *rq = q ? ep->res1 : ep->res0;                                        \
+                if (rq) {                                                                         \
+                    a += *(const f##L##u *)(rq + 2 * s);                                          \
+                    c += *(const f##L##u *)(rq + 2 * s + L);                                      \
+                }                                                                                 \
+                if (ep->relu) { /* 0 > v ? 0 : v: keeps a NaN and -0 */                           \
+                    a = (f##L)((i##L)a & ~(i##L)((f##L){0} > a));                                 \
+                    c = (f##L)((i##L)c & ~(i##L)((f##L){0} > c));                                 \
+                }                                                                                 \
+            }                                                                                     \
+            *(f##L##u *)(yq + 2 * s) = a;                                                         \
+            *(f##L##u *)(yq + 2 * s + L) = c;                                                     \
         }                                                                                         \
     }
 #define EVENS8                                                                                    \
@@ -319,18 +342,34 @@ static void output_row(const struct wconv *d, const float *m, int64_t o, int64_t
     const struct rtx__window_geom *w = &d->g->w;
     int64_t TW = d->TW, ms = d->ms;
     const float *mo = m + o * d->tbp + t0;
-    float *y0 = out, *y1 = out + 2 * TW; /* output rows 2 th and 2 th + 1, 2 TW columns */
-    if (TW >= 8) {
-        FOR_SEGMENTS(s, 8, TW) orow8(mo, ms, y0, y1, s);
-    } else if (TW >= 4) {
-        FOR_SEGMENTS(s, 4, TW) orow4(mo, ms, y0, y1, s);
-    } else {
-        orow1(mo, ms, y0, y1, TW);
-    }
     const struct rtx__cpu_epilogue *e = d->epi;
     bool relu = e && e->act == RTX_OP_RELU;
     float b = d->bias ? d->bias[o] : 0.0f;
     int64_t plane = n * d->g->O + o, P = w->Ho * w->Wo;
+    float *dst0 = d->y + plane * P + 2 * th * w->Wo;
+    /* rows of an even width take the bias and the common epilogues in the transform's
+     * registers and go straight to y (every segment ends inside the row); the rest through
+     * out (output rows 2 th and 2 th + 1, 2 TW columns) and rtx__cpu_store_run */
+    if (TW >= 4 && w->Wo == 2 * TW && (e == NULL || e->act == RTX_OP_COUNT || relu)) {
+        bool two = 2 * th + 1 < w->Ho;
+        const float *res0 = e && e->res ? e->res + plane * e->res_ld + 2 * th * w->Wo : NULL;
+        struct orow_epi ep = {b, res0, res0 && two ? res0 + w->Wo : NULL, relu};
+        float *dst1 = two ? dst0 + w->Wo : NULL;
+        if (TW >= 8) {
+            FOR_SEGMENTS(s, 8, TW) orow8(mo, ms, dst0, dst1, s, &ep);
+        } else {
+            FOR_SEGMENTS(s, 4, TW) orow4(mo, ms, dst0, dst1, s, &ep);
+        }
+        return;
+    }
+    float *y0 = out, *y1 = out + 2 * TW;
+    if (TW >= 8) {
+        FOR_SEGMENTS(s, 8, TW) orow8(mo, ms, y0, y1, s, NULL);
+    } else if (TW >= 4) {
+        FOR_SEGMENTS(s, 4, TW) orow4(mo, ms, y0, y1, s, NULL);
+    } else {
+        orow1(mo, ms, y0, y1, TW);
+    }
     for (int r = 0; r < 2 && 2 * th + r < w->Ho; r++) {
         int64_t col0 = (2 * th + r) * w->Wo;
         float *dst = d->y + plane * P + col0;

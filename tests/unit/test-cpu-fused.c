@@ -190,6 +190,14 @@ START_TEST(gemm_and_conv_groups) {
     x[0] = tu_tensor_random(RTX_F32, 4, di, -1, 1, 44);
     x[1] = tu_tensor_random(RTX_F32, 4, dk3, -1, 1, 45);
     check_chain(conv2, 2, x, 2, 2);
+    /* an even output width: Winograd's rows take the bias, the residual and relu in its
+     * registers (an odd one goes through its row buffer) */
+    int64_t de[4] = {2, 8, 12, 10}, dye[4] = {2, 40, 12, 10};
+    x[0] = tu_tensor_random(RTX_F32, 4, de, -1, 1, 48);
+    x[1] = tu_tensor_random(RTX_F32, 4, dk3, -1, 1, 49);
+    x[2] = tu_tensor_random(RTX_F32, 1, db3, -1, 1, 50);
+    x[3] = tu_tensor_random(RTX_F32, 4, dye, -1, 1, 51);
+    check_chain(conv, 3, x, 4, 3);
     /* a 3x3 stride-1 conv (Winograd in the AVX2 build) with an activation other than relu */
     struct step conv3[2] = {{"conv2d", "pads=I:1,0,1,2", {"x0", "x1"}, 2},
                             {"gelu", "", {"s0"}, 1}};
