@@ -63,7 +63,7 @@ struct dconv {
     float *xq; /* phase planes of images n0.., [n][phase][C][Hq][Wq] + slack */
     float *y;
     int64_t n0;
-    int64_t s, Hq, Wq, plane, img; /* phases s = sh * sw; plane Hq * Wq; img floats per image */
+    int64_t Hq, Wq, plane, img; /* phase plane Hq x Wq; img: floats per image */
     int64_t Op, taps, ob, pb;      /* padded O, kh * kw, channel blocks, pixel tasks per image */
     int64_t *off;                  /* per tap: its phase's offset + its run's start in the plane */
     bool by_oc;                    /* channel-vector tiles (tile_oc), else pixel-vector ones */
@@ -332,7 +332,6 @@ int CONV_DIRECT(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const flo
     d.by_oc = g->O >= NRO;
     d.psh = d.by_oc ? 1 : w->sh;
     d.psw = d.by_oc ? 1 : w->sw;
-    d.s = d.psh * d.psw;
     d.Hq = (w->H + w->pt + w->pb + d.psh - 1) / d.psh;
     d.Wq = (w->W + w->pl + w->pr + d.psw - 1) / d.psw;
     d.plane = d.Hq * d.Wq;

@@ -388,7 +388,7 @@ static void block_chunk(void *ctx, int64_t begin, int64_t end) {
     int64_t C = w->C, TW = d->TW, total = w->N * d->TH;
     size_t vf_n = (size_t)(16 * d->vs), mf_n = (size_t)(16 * d->ms);
     size_t hr_n = (size_t)((2 * d->rows + 2) * 4 * TW);
-    size_t prow_n = (size_t)((2 * d->rows + 2) * (2 * TW + 2));
+    size_t prow_n = TW < 4 ? (size_t)((2 * d->rows + 2) * (2 * TW + 2)) : 0; /* padded_rows */
     float *v = rtx_malloc((vf_n + mf_n + hr_n + prow_n) * sizeof(float));
     if (v == NULL) {
         __atomic_store_n(&d->failed, 1, __ATOMIC_RELAXED);
