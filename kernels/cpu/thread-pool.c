@@ -17,15 +17,25 @@
  * next job is published only after that, so it never sees them change. A model runs one
  * short job after another (tens of microseconds each), and waking a sleeping thread through
  * a futex costs about as much: so a worker that finishes a job first spins for up to
- * CPU_SPIN_NS on the generation, and the caller spins up to as long on the finished count,
- * before either sleeps on its condition variable (a broadcast or signal with nobody waiting
- * makes no system call). Past that the pool sleeps: an idle daemon burns no CPU. A second
- * caller (another thread, or a kernel calling parallel_for from inside a chunk) finds
- * `submit` locked and runs inline, so nesting cannot deadlock. OpenBLAS runs
+ * CPU_SPIN_NS on the generation before it sleeps on its condition variable (a broadcast with
+ * nobody waiting makes no system call). Past that the pool sleeps: an idle daemon burns no
+ * CPU. A second caller (another thread, or a kernel calling parallel_for from inside a chunk)
+ * finds `submit` locked and runs inline, so nesting cannot deadlock. OpenBLAS runs
  * single-threaded (rtx__cpu_sgemm).
+ *
+ * PLACEMENT. Where the OS puts the threads matters as much as the kernels (decision 144):
+ * when another process keeps one CPU busy, a caller that slept while its worker finished left
+ * its own CPU idle, the scheduler's idle balancing pulled the worker over, and caller and
+ * worker then took turns on one CPU while the other ran the stranger: two threads slower than
+ * one. So the caller never sleeps while a joined worker holds a chunk: it spins while the
+ * worker runs on another CPU and yields while the worker shares its own (sched_getcpu, read
+ * by each side when it starts a job and every 64 spin rounds); and a worker that finds itself
+ * on the caller's CPU stops spinning between jobs at once, so that it does not take the
+ * caller's time to wait. Nothing is pinned: the daemon shares the host.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -48,9 +58,11 @@ struct rtx_cpu {
     pthread_mutex_t submit;      /* held by the thread running a parallel job */
     pthread_mutex_t mu;          /* guards everything below but `next` */
     pthread_cond_t wake;         /* workers wait for a new generation or stop */
-    pthread_cond_t done;         /* the caller waits for the joined workers to finish */
     _Atomic uint64_t state;      /* the job's generation, closed bit and joined count */
     _Atomic int finished;        /* joined workers done with the current job */
+    _Atomic int started;         /* workers that have taken their index */
+    _Atomic int caller_cpu;      /* the CPU the caller published the last job on */
+    _Atomic int *worker_cpu;     /* per worker: the CPU it runs a job on, -1 between jobs */
     bool stop;
     void (*fn)(void *ctx, int64_t begin, int64_t end);
     void *fn_ctx;
@@ -92,18 +104,44 @@ static bool all_finished(struct rtx_cpu *cpu, uint64_t n) {
     return (uint64_t)atomic_load_explicit(&cpu->finished, memory_order_acquire) >= n;
 }
 
-/* Spins until done(cpu, arg) or CPU_SPIN_NS pass; the clock is read every 64 rounds only. */
-static void spin(struct rtx_cpu *cpu, bool (*done)(struct rtx_cpu *cpu, uint64_t arg),
-                 uint64_t arg) {
+/* A worker waiting for the job after generation gen: spins until it is published or
+ * CPU_SPIN_NS pass, or as soon as it finds itself on the caller's CPU (PLACEMENT); the clock
+ * and the CPU are read every 64 rounds only. */
+static void worker_spin(struct rtx_cpu *cpu, uint64_t gen) {
     int64_t until = 0;
     for (unsigned i = 1;; i++) {
-        if (done(cpu, arg)) return;
+        if (gen_changed(cpu, gen)) return;
         spin_pause();
         if (i % 64 == 0) {
+            if (sched_getcpu() == atomic_load_explicit(&cpu->caller_cpu, memory_order_relaxed))
+                return;
             int64_t now = mono_ns();
             if (until == 0) until = now + CPU_SPIN_NS;
             else if (now > until) return;
         }
+    }
+}
+
+/* Whether a joined worker that has not finished runs on CPU `me`. */
+static bool worker_on(struct rtx_cpu *cpu, int me) {
+    for (int w = 0; w < cpu->n_workers; w++)
+        if (atomic_load_explicit(&cpu->worker_cpu[w], memory_order_relaxed) == me) return true;
+    return false;
+}
+
+/* The caller waits for the `joined` workers of its job (PLACEMENT): spinning while they run on
+ * other CPUs, yielding its CPU while one of them shares it, and every 64 rounds once the wait
+ * has lasted CPU_SPIN_NS (a worker that moved after it joined is not seen). */
+static void caller_wait(struct rtx_cpu *cpu, uint64_t joined) {
+    int64_t until = 0;
+    for (unsigned i = 1; !all_finished(cpu, joined); i++) {
+        if (i % 64 != 0) {
+            spin_pause();
+            continue;
+        }
+        int64_t now = mono_ns();
+        if (until == 0) until = now + CPU_SPIN_NS;
+        if (now > until || worker_on(cpu, sched_getcpu())) sched_yield();
     }
 }
 
@@ -120,9 +158,10 @@ static bool join_job(struct rtx_cpu *cpu, uint64_t gen) {
 static void *worker_main(void *arg) {
     struct rtx_cpu *cpu = arg;
     rtx_thread_name("rtx-cpu-pool");
+    int id = atomic_fetch_add_explicit(&cpu->started, 1, memory_order_relaxed);
     uint64_t seen = 0;
     for (;;) {
-        spin(cpu, gen_changed, seen); /* stop comes with a new generation too */
+        worker_spin(cpu, seen); /* stop comes with a new generation too */
         pthread_mutex_lock(&cpu->mu);
         while (!cpu->stop &&
                ST_GEN(atomic_load_explicit(&cpu->state, memory_order_relaxed)) == seen)
@@ -132,11 +171,10 @@ static void *worker_main(void *arg) {
         pthread_mutex_unlock(&cpu->mu);
         if (stop) break;
         if (!join_job(cpu, seen)) continue; /* closed before this thread got to it */
+        atomic_store_explicit(&cpu->worker_cpu[id], sched_getcpu(), memory_order_relaxed);
         run_chunks(cpu);
+        atomic_store_explicit(&cpu->worker_cpu[id], -1, memory_order_relaxed);
         atomic_fetch_add_explicit(&cpu->finished, 1, memory_order_release);
-        pthread_mutex_lock(&cpu->mu);
-        pthread_cond_signal(&cpu->done);
-        pthread_mutex_unlock(&cpu->mu);
     }
     return NULL;
 }
@@ -162,6 +200,7 @@ void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
     cpu->chunk = chunk;
     atomic_store_explicit(&cpu->next, 0, memory_order_relaxed);
     atomic_store_explicit(&cpu->finished, 0, memory_order_relaxed);
+    atomic_store_explicit(&cpu->caller_cpu, sched_getcpu(), memory_order_relaxed);
     uint64_t gen = ST_GEN(atomic_load_explicit(&cpu->state, memory_order_relaxed)) + 1;
     atomic_store_explicit(&cpu->state, gen << 32, memory_order_release); /* open, none joined */
     pthread_cond_broadcast(&cpu->wake);
@@ -172,10 +211,8 @@ void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
     /* close the job: workers that have not joined by now stay out of it */
     int joined = (int)(atomic_fetch_or_explicit(&cpu->state, ST_CLOSED, memory_order_acq_rel) &
                        ST_JOINED);
-    spin(cpu, all_finished, (uint64_t)joined);
+    caller_wait(cpu, (uint64_t)joined);
     pthread_mutex_lock(&cpu->mu);
-    while (atomic_load_explicit(&cpu->finished, memory_order_acquire) < joined)
-        pthread_cond_wait(&cpu->done, &cpu->mu);
     cpu->fn = NULL;
     cpu->fn_ctx = NULL;
     pthread_mutex_unlock(&cpu->mu);
@@ -195,11 +232,11 @@ void rtx__cpu_pool_free(struct rtx_cpu *cpu) {
     pthread_cond_broadcast(&cpu->wake);
     pthread_mutex_unlock(&cpu->mu);
     for (int i = 0; i < cpu->n_workers; i++) pthread_join(cpu->workers[i], NULL);
-    pthread_cond_destroy(&cpu->done);
     pthread_cond_destroy(&cpu->wake);
     pthread_mutex_destroy(&cpu->mu);
     pthread_mutex_destroy(&cpu->submit);
     rtx_free(cpu->workers);
+    rtx_free(cpu->worker_cpu);
     rtx_free(cpu);
 }
 
@@ -211,17 +248,22 @@ int rtx__cpu_pool_new(int n, struct rtx_cpu **out, struct rtx_err *err) {
     atomic_init(&cpu->next, 0);
     atomic_init(&cpu->state, 0);
     atomic_init(&cpu->finished, 0);
+    atomic_init(&cpu->started, 0);
+    atomic_init(&cpu->caller_cpu, -1);
     if (n > 1) {
         cpu->workers = rtx_calloc((size_t)n - 1, sizeof *cpu->workers);
-        if (cpu->workers == NULL) {
+        cpu->worker_cpu = rtx_calloc((size_t)n - 1, sizeof *cpu->worker_cpu);
+        if (cpu->workers == NULL || cpu->worker_cpu == NULL) {
+            rtx_free(cpu->workers);
+            rtx_free(cpu->worker_cpu);
             rtx_free(cpu);
             return rtx_err_set(err, RTX_ENOMEM, "cpu: thread table");
         }
+        for (int w = 0; w < n - 1; w++) atomic_init(&cpu->worker_cpu[w], -1);
     }
     pthread_mutex_init(&cpu->submit, NULL);
     pthread_mutex_init(&cpu->mu, NULL);
     pthread_cond_init(&cpu->wake, NULL);
-    pthread_cond_init(&cpu->done, NULL);
 
     /* Workers block every signal: the daemon handles signals on its own threads. */
     sigset_t all, old;
