@@ -112,6 +112,7 @@ struct rtx_plan {
     size_t rp_peak;                 /* bytes: arena, inputs and outputs held */
     bool rp_off;                    /* a capture failed: node by node for good */
     char rp_note[384];              /* why rp_off */
+    struct rtx__plan_profile *profile; /* RTX_PLAN_PROFILE: never replays (plan-profile.c) */
 };
 
 static size_t shape_bytes(const struct rtx__shape *s) {
@@ -369,6 +370,7 @@ int rtx_plan_new(const struct rtx_graph *g, const struct rtx_tensor *const *inpu
     struct rtx__shape *ins = rtx_calloc((size_t)n_inputs + 1, sizeof *ins);
     if (!p || !ins) goto oom;
     p->g = g;
+    p->profile = rtx__plan_profile_new();
     p->order = rtx_malloc(sizeof *p->order * (size_t)(g->n_nodes + 1));
     p->exec = rtx_malloc(sizeof *p->exec * (size_t)(g->n_nodes + 1));
     p->span = rtx_malloc(sizeof *p->span * (size_t)(g->n_nodes + 1));
@@ -493,6 +495,7 @@ void rtx_plan_free(struct rtx_plan *p) {
     if (!p) return;
     if (p->g) drop_replay(p);
     if (p->g) drop_device_constants(p);
+    if (p->g) rtx__plan_profile_free(p->profile, p->g);
     rtx_free(p->order);
     rtx_free(p->exec);
     rtx_free(p->span);
@@ -699,8 +702,11 @@ static int run_nodes(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tens
                 .n_out = n->n_outputs, .out = outs[j],
             };
         }
+        int64_t t0 = p->profile ? rtx_mono_ns() : 0;
         rc = span > 1 ? rtx_backend_run_fused(be, args, span, err)
                       : rtx_backend_run_node(be, &args[0], err);
+        if (rc == 0 && p->profile && (rc = rtx_backend_synchronize(be, err)) == 0)
+            rtx__plan_profile_add(p->profile, g, &p->exec[k], span, rtx_mono_ns() - t0);
         if (rc) return rc;
         *nodes_run += span;
         k += span;
@@ -914,7 +920,8 @@ static int execute(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tensor
                          g->n_inputs, g->n_outputs, n_inputs, n_outputs);
     else
         rc = check_inputs(p, inputs, on_device, err);
-    if (rc == 0 && rtx_backend_can_capture(be) && !p->rp_off && !p->written) {
+    if (p->profile) rtx__plan_profile_run(p->profile);
+    if (rc == 0 && rtx_backend_can_capture(be) && !p->rp_off && !p->written && !p->profile) {
         rc = exec_replay(p, be, inputs, on_device, outputs, cancel, &nodes_run, &peak, &mode,
                          err);
     } else if (rc == 0) {

@@ -40,6 +40,16 @@ int rtx__infer_rope(const struct rtx_node *n, const struct rtx__shape *const *in
 int rtx__infer_paged_attention(const struct rtx_node *n, const struct rtx__shape *const *in,
                                int n_in, struct rtx__shape *out, struct rtx_err *err);
 
+/* RTX_PLAN_PROFILE (runtime/plan-profile.c): NULL unless the variable is set; add one node
+ * group's synchronized time (nodes[span], in the plan's order); count a run; print the table
+ * to stderr and free. */
+struct rtx__plan_profile;
+struct rtx__plan_profile *rtx__plan_profile_new(void);
+void rtx__plan_profile_add(struct rtx__plan_profile *pp, const struct rtx_graph *g,
+                           const int *nodes, int span, int64_t ns);
+void rtx__plan_profile_run(struct rtx__plan_profile *pp);
+void rtx__plan_profile_free(struct rtx__plan_profile *pp, const struct rtx_graph *g);
+
 /* Checks a node's attributes against its op's table entry (names, types, required). */
 int rtx__check_attrs(const struct rtx_node *n, struct rtx_err *err);
 

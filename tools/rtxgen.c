@@ -8,7 +8,8 @@
  *   rtxgen DIR logits SEQUENCES [OPTIONS] --out FILE.npy
  *     SEQUENCES: --ids 1,2,3 [--decode 4,5]   one sequence: its prompt, then tokens fed one
  *                                             per decode step (teacher forcing)
- *            or  --batch "1,2,3|4,5;6,7"      several, each PROMPT[|DECODE], run together:
+ *            or  --batch "1,2,3|4,5;6,7"      several, each PROMPT[|DECODE], run together
+ *                                             (--batch @FILE: the same text read from FILE):
  *                                             every step holds each unfinished sequence's
  *                                             next prompt chunk or decode token (ragged)
  *     --dtype f32|bf16|f16   compute dtype (default f32)
@@ -16,6 +17,8 @@
  *     --block-size N         tokens per KV block (default 16)
  *     --pad N                N padding tokens and N padding sequences in every step
  *     --every-chunk          also a row for each prompt chunk before the last
+ *     --timing               each step's plan and run times (upload, execute, download) to
+ *                            stderr
  *     --seed S               the shuffle of the block ids (default 1)
  *     --threads N            CPU backend threads (default: one per CPU)
  *     --device cpu|cuda:N    the backend (default cpu); on a GPU the pool and the weights are
@@ -45,7 +48,7 @@ static void usage(void) {
             "       rtxgen DIR encode TEXT\n"
             "       rtxgen DIR logits (--ids A,B,.. [--decode C,..] | --batch \"A,B|C;D,E\")\n"
             "              [--dtype f32|bf16|f16] [--chunk N] [--block-size N] [--pad N]\n"
-            "              [--every-chunk] [--seed S] [--threads N] [--device cpu|cuda:N]\n"
+            "              [--every-chunk] [--timing] [--seed S] [--threads N] [--device cpu|cuda:N]\n"
             "              --out FILE.npy\n");
 }
 
@@ -132,6 +135,7 @@ struct opts {
     int chunk, block_size, pad, threads;
     int cuda; /* -1: the CPU backend; else the CUDA device */
     bool every_chunk;
+    bool timing; /* --timing: each step's times to stderr */
     uint64_t seed;
 };
 
@@ -290,9 +294,11 @@ static int step(struct runner *r, struct seq *seqs, int n, const struct opts *o,
 
     struct rtx_plan *plan = NULL;
     struct rtx_tensor *logits = NULL;
+    int64_t t_plan = rtx_mono_ns();
     if ((rc = rtx_plan_new(r->g, (const struct rtx_tensor *const *)r->in, r->n_in, NULL, &plan,
                            err)))
         goto out;
+    int64_t t_run = rtx_mono_ns();
     if (!r->device) {
         struct rtx_tensor *outs[2] = {0};
         rc = rtx_plan_execute(plan, r->be, r->in, r->n_in, outs, 2, NULL, NULL, err);
@@ -312,6 +318,10 @@ static int step(struct runner *r, struct seq *seqs, int n, const struct opts *o,
         rtx_tensor_unref(dev_out[1]);
     }
     if (rc) goto out;
+    if (o->timing)
+        fprintf(stderr, "step: %d tokens, %d sequences, %d blocks: plan %.3f ms, run %.3f ms\n",
+                T_all, S_all, B, (double)(t_run - t_plan) / 1e6,
+                (double)(rtx_mono_ns() - t_run) / 1e6);
     int vocab = r->a->vocab;
     const float *lg = rtx_tensor_data(logits);
     for (int i = 0; i < n; i++) {
@@ -401,15 +411,46 @@ out:
  * main
  * ---------------------------------------------------------------------------------------- */
 
+/* The text of file path, trailing white space dropped; NULL (reported) when unreadable. */
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t len = 0, cap = 0, got;
+    if (!f) {
+        perror(path);
+        return NULL;
+    }
+    do {
+        if (len + 4096 + 1 > cap) {
+            char *nb = realloc(buf, cap = 2 * cap + 4096 + 1);
+            if (!nb) break;
+            buf = nb;
+        }
+        got = fread(buf + len, 1, cap - len - 1, f);
+        len += got;
+    } while (got > 0);
+    bool bad = ferror(f) || !buf;
+    fclose(f);
+    if (bad) {
+        fprintf(stderr, "%s: cannot read\n", path);
+        free(buf);
+        return NULL;
+    }
+    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
+        len--;
+    buf[len] = 0;
+    return buf;
+}
+
 static int logits_main(struct rtx_gen_model *m, int argc, char **argv) {
     struct opts o = {.dtype = RTX_F32, .block_size = 16, .seed = 1, .cuda = -1};
     const char *ids = NULL, *decode = NULL, *batch = NULL, *out = NULL;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool flag = !strcmp(f, "--every-chunk");
+        bool flag = !strcmp(f, "--every-chunk") || !strcmp(f, "--timing");
         if (!flag && !v) goto bad;
         if (flag)
-            o.every_chunk = true;
+            *(f[2] == 'e' ? &o.every_chunk : &o.timing) = true;
         else if (!strcmp(f, "--ids"))
             ids = v;
         else if (!strcmp(f, "--decode"))
@@ -440,12 +481,17 @@ static int logits_main(struct rtx_gen_model *m, int argc, char **argv) {
         i += !flag;
     }
     if (!out || !!ids == !!batch || (decode && !ids)) goto bad;
+    char *batch_text = NULL;
+    if (batch && batch[0] == '@' && !(batch = batch_text = read_text(batch + 1))) return 2;
     int n = 1;
     if (batch)
         for (const char *p = batch; *p; p++)
             n += *p == ';';
     struct seq *seqs = calloc((size_t)n, sizeof *seqs);
-    if (!seqs) return 1;
+    if (!seqs) {
+        free(batch_text);
+        return 1;
+    }
     bool ok = true;
     if (ids) {
         ok = (seqs[0].n_prompt = parse_ids(ids, strlen(ids), &seqs[0].prompt)) > 0 &&
@@ -460,6 +506,7 @@ static int logits_main(struct rtx_gen_model *m, int argc, char **argv) {
             p += len + 1;
         }
     }
+    free(batch_text);
     if (!ok) {
         seqs_free(seqs, n);
         goto bad;

@@ -13,6 +13,7 @@ transformers are installed (the GPU machine; RTX_ALLOW_SKIP=transformers elsewhe
 import json
 import os
 import shutil
+import re
 import subprocess
 
 import numpy as np
@@ -124,6 +125,43 @@ def test_chunked_prefill_equals_whole(fixtures, tmp_path, name, chunk, block):
     whole = logits(path, tmp_path, *args)
     chunked = logits(path, tmp_path, *args, "--chunk", chunk, "--block-size", block)
     assert_close(chunked, whole, 1e-5)
+
+
+def test_batch_from_file_timing_and_plan_profile(fixtures, tmp_path):
+    """--batch @FILE reads the same text from a file; --timing prints one line per step with
+    its shape; RTX_PLAN_PROFILE=1 prints each step plan's node groups with their weights'
+    names (digits as '#'), their times adding up to the stated total, and changes no logit."""
+    path = fixtures["llama-f32"]
+    seqs = [(PROMPT, DECODE[:2]), (PROMPT[3:20], [9])]
+    spec = ";".join(f"{ids_arg(p)}|{ids_arg(d)}" for p, d in seqs)
+    (tmp_path / "batch.txt").write_text(spec + "\n")
+    direct = logits(path, tmp_path, "--batch", spec, "--chunk", 8)
+    out = tmp_path / "f.npy"
+    env = dict(os.environ, RTX_PLAN_PROFILE="1")
+    r = subprocess.run([str(rtxgen_path()), str(path), "logits", "--batch",
+                        f"@{tmp_path / 'batch.txt'}", "--chunk", "8", "--timing", "--threads",
+                        "2", "--out", str(out)], capture_output=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr.decode()
+    np.testing.assert_array_equal(np.load(out), direct)
+    err = r.stderr.decode()
+    steps = re.findall(r"^step: (\d+) tokens, (\d+) sequences, (\d+) blocks: plan [\d.]+ ms, "
+                       r"run [\d.]+ ms$", err, re.M)
+    # chunks of 8: PROMPT (len(PROMPT) tokens) then 2 decode steps; the second sequence's 17
+    # prompt tokens in 3 steps, then 1 decode step
+    n_steps = max(-(-len(PROMPT) // 8) + 2, 3 + 1)
+    assert len(steps) == n_steps, err
+    assert steps[0][:2] == ("16", "2"), steps[0]
+    tables = re.findall(r"^plan profile of 'decoder_step': 1 runs, ([\d.]+) ms per run in "
+                        r"node groups\n((?:  .*\n?)+)", err, re.M)
+    assert len(tables) == n_steps, err
+    total, rows = tables[0]
+    times = [float(x) for x in re.findall(r"^\s+([\d.]+) ms", rows, re.M)]
+    assert abs(sum(times) - float(total)) <= 0.002 * len(times) + 1e-3, (times, total)
+    assert "layers.#.wq" in rows and "paged_attention" in rows, rows
+    bad = subprocess.run([str(rtxgen_path()), str(path), "logits", "--batch",
+                          f"@{tmp_path / 'missing.txt'}", "--out", str(out)],
+                         capture_output=True, timeout=60)
+    assert bad.returncode == 2 and b"missing.txt" in bad.stderr, bad.stderr
 
 
 @pytest.mark.parametrize("name", ["llama-f32", "gpt2-f32", "qwen2-bf16", "llama-tied-f32"])
