@@ -49,6 +49,9 @@ struct rtx_cuda_paged {
     int64_t part_keys;         /* keys per partition, a multiple of tile */
     float *part_acc;           /* parts > 1: [T, H, parts, D] unnormalized sums */
     float *part_ml;            /* parts > 1: [T, H, parts, 2] running max and sum */
+    int32_t tc_rows;           /* > 0: sequences of this many rows or more are
+                                * paged-prefill.cu's (the tensor cores), and the attention and
+                                * combine kernels leave their rows alone; 0: none are */
 };
 
 /* Lowers *p->fault to the smallest key of the metadata's faults (none: unchanged). */
@@ -64,6 +67,14 @@ size_t rtx__cuda_paged_smem(const struct rtx__paged_geom *g, int esize, int tile
  * launcher raises the kernel's limit (the caller has checked the device's). */
 cudaError_t rtx__cuda_paged_attention_launch(const struct rtx_cuda_paged *p, size_t smem,
                                              cudaStream_t stream);
+
+/* paged-prefill.cu: whether its tensor-core kernel can serve p (f16 / bf16, D 64 or 128, at
+ * most 64 query heads per KV head, 16-byte aligned q, caches and y, compute capability cc =
+ * major * 10 + minor of 8.0 or newer); pure. */
+bool rtx__cuda_paged_prefill_supported(const struct rtx_cuda_paged *p, int cc);
+/* Queues the attention of the rows of the sequences with p->tc_rows rows or more into y (the
+ * write kernel has filled the caches). */
+cudaError_t rtx__cuda_paged_prefill_launch(const struct rtx_cuda_paged *p, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

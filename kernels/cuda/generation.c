@@ -17,10 +17,15 @@
  * down to 8) until that fits in the default 48 KiB, and past it the launch asks for the device's
  * opt-in limit. Partitions: when rows x KV heads give fewer than two blocks per SM, the keys of
  * the longest context the block tables allow are split so that there are (at least PART_MIN_KEYS
- * keys per partition, at most MAX_PARTS partitions).
+ * keys per partition, at most MAX_PARTS partitions). Before the per-row kernel,
+ * paged-prefill.cu's tensor-core kernel takes the prompt chunks (and, in wide decode batches,
+ * the decode rows) when it can (tensor_core_rows, decision 145); the per-row kernel then
+ * leaves those rows alone.
  */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/cuda-impl.h"
 #include "kernels/cuda/generation-kernels.h"
@@ -128,6 +133,29 @@ static int plan_launch(struct rtx_cuda *cu, const struct rtx_node_args *a,
     return 0;
 }
 
+/* p->tc_rows: which sequences paged-prefill.cu's tensor-core kernel takes (decision 145).
+ * RTX_PAGED_ROUTE=rows: none (the per-row kernel takes every row); chunks: those of two or
+ * more rows; all: every sequence; auto (the default): the chunks, and the decode rows too
+ * when the batch's sequences times KV heads fill the device twice over (the per-row kernel
+ * splits the keys of a small batch into partitions, the tensor-core kernel does not). */
+static int tensor_core_rows(const struct rtx_cuda *cu, const struct rtx_node_args *a,
+                            struct rtx_cuda_paged *p, struct rtx_err *err) {
+    const char *route = getenv("RTX_PAGED_ROUTE");
+    p->tc_rows = 0;
+    if (route && *route && strcmp(route, "auto") && strcmp(route, "rows") &&
+        strcmp(route, "chunks") && strcmp(route, "all"))
+        return rtx__backend_node_err(err, a, RTX_EINVAL,
+                                     "RTX_PAGED_ROUTE '%s': expected auto, rows, chunks or all",
+                                     route);
+    if (!rtx__cuda_paged_prefill_supported(p, cu->cc_major * 10 + cu->cc_minor) ||
+        (route && strcmp(route, "rows") == 0))
+        return 0;
+    bool wide = p->g.S * p->g.Hkv >= 2 * (int64_t)cu->sm_count;
+    bool all = route && *route && strcmp(route, "auto") ? strcmp(route, "all") == 0 : wide;
+    p->tc_rows = all ? 1 : 2;
+    return 0;
+}
+
 static int run_paged_attention(struct rtx_cuda *cu, const struct rtx_node_args *a,
                                struct rtx_err *err) {
     if (a->n_in != PA_N) return rtx__backend_node_err(err, a, RTX_EINTERNAL, "needs 9 inputs");
@@ -166,6 +194,12 @@ static int run_paged_attention(struct rtx_cuda *cu, const struct rtx_node_args *
             p.part_acc = scratch;
             p.part_ml = scratch ? p.part_acc + rows * (size_t)p.g.D : NULL;
         }
+        if (rc == 0) {
+            rc = tensor_core_rows(cu, a, &p, err);
+            named = rc != 0;
+        }
+        if (rc == 0 && p.tc_rows)
+            rc = RTX_CUDA_CHECK(err, rtx__cuda_paged_prefill_launch(&p, cu->stream));
         if (rc == 0)
             rc = RTX_CUDA_CHECK(err, rtx__cuda_paged_attention_launch(&p, smem, cu->stream));
         rtx__cuda_scratch_release(cu, scratch);

@@ -299,6 +299,7 @@ template <typename T> __global__ static void attention_kernel(const struct rtx_c
 
     const int upk = (int)(D * (int64_t)sizeof(T) / 16); /* a key's 16-byte units */
     int64_t s = row_sequence(p.qs, g.S, t), k1 = 0, k0 = (int64_t)part * p.part_keys;
+    if (p.tc_rows && s >= 0 && p.qs[s + 1] - p.qs[s] >= p.tc_rows) return; /* paged-prefill.cu */
     if (s >= 0) {
         int64_t n = (int64_t)p.qs[s + 1] - p.qs[s];
         int64_t keys = (int64_t)p.ctx[s] - n + (t - p.qs[s]) + 1; /* 0 .. position */
@@ -383,6 +384,10 @@ template <typename T> __global__ static void attention_kernel(const struct rtx_c
 /* Merges the partitions of row blockIdx.x, head blockIdx.y. */
 template <typename T> __global__ static void combine_kernel(const struct rtx_cuda_paged p) {
     if (faulted(p)) return;
+    if (p.tc_rows) {
+        int64_t s = row_sequence(p.qs, p.g.S, blockIdx.x);
+        if (s >= 0 && p.qs[s + 1] - p.qs[s] >= p.tc_rows) return; /* paged-prefill.cu's */
+    }
     const int64_t D = p.g.D, P = p.parts, th = (int64_t)blockIdx.x * p.g.H + blockIdx.y;
     const float *ml = p.part_ml + th * P * 2, *pa = p.part_acc + th * P * D;
     float mx = -INFINITY;

@@ -6,11 +6,14 @@
  * i32 and i64 positions up to 100000. paged_attention: ragged batches (padding rows, a padding
  * sequence, a decoding sequence, a chunk that starts mid-context, a prefill; shuffled block
  * tables; stale data in every cache slot) in every float dtype; a prefill of 300 tokens; a
- * decode batch of 64 sequences with 1000 to 1100 tokens of context in bf16 (timed: a note,
- * unless RTX_GPU_LIGHT=1); two long contexts in a small batch, which splits the keys into
+ * decode batch of 64 sequences with 1000 to 1100 tokens of context in bf16, a prefill of 16
+ * prompts of 512 and 64 chunks of 128 after 384 keys (timed: a note, unless
+ * RTX_GPU_LIGHT=1); prompt chunks beside decode rows with 7 and 1 query heads per KV head
+ * (kernels/cuda/paged-prefill.cu's tiles of 9 and 64 tokens); two long contexts in a small batch, which splits the keys into
  * partitions; a head size whose rows do not move in 16-byte units; head geometries whose
  * shared memory needs a smaller key tile or the device's opt-in limit. The caches a run leaves
- * must be the CPU's, bit for bit. Bad metadata fails on the GPU with the CPU's message, leaving
+ * must be the CPU's, bit for bit. Every case runs under each RTX_PAGED_ROUTE (rows, chunks,
+ * all: which rows kernels/cuda/paged-prefill.cu's tensor-core kernel takes). Bad metadata fails on the GPU with the CPU's message, leaving
  * the device caches unchanged. A plan of rope + paged_attention runs twice through
  * rtx_plan_execute_device on device caches: never captured, the caches updated in place between
  * the steps.
@@ -21,7 +24,9 @@
  * Inputs are uniform in [-1, 1) from a fixed seed. Outputs are compared per element,
  * |gpu - cpu| <= tol * max(1, |cpu|), tol 1e-5 / 2e-3 / 8e-3 for f32 / f16 / bf16: both sides
  * compute in f32 (sums in another order, sincosf against glibc's sinf and cosf) and round
- * once, so they differ by at most an ulp of the output.
+ * once, so they differ by at most an ulp of the output; the prompt chunks' kernel also rounds
+ * the probabilities to the input dtype for its P V product (as FlashAttention does), within
+ * the same bound for outputs below 1 (a weighted mean of values in [-1, 1)).
  */
 #include <math.h>
 #include <stdio.h>
@@ -233,15 +238,20 @@ static void paged_case(const struct pcase *c, bool time_it) {
         }
         double ms = (now_s() - t0) * 1e3 / runs;
         int64_t keys = 0;
-        for (int s = 0; s < c->S; s++)
+        double pairs = 0; /* (query row, visible key) pairs: 4 D H flops each */
+        for (int s = 0; s < c->S; s++) {
             keys += c->seqs[s].ctx;
+            for (int64_t i = 0; i < c->seqs[s].n; i++)
+                pairs += (double)(c->seqs[s].ctx - c->seqs[s].n + i + 1);
+        }
         double gb =
             (double)keys * (double)(c->Hkv * c->D * 2) * (double)rtx_dtype_size(c->dt) / 1e9;
         if (gpu_check(rc == 0, "paged_attention %s: timed runs%s%s", c->what, rc ? ": " : "",
                       err.msg))
             gpu_note("paged_attention %s: %.3f ms per node (check, write, attention), "
-                     "%.1f GB/s of keys and values",
-                     c->what, ms, gb / (ms * 1e-3));
+                     "%.1f GB/s of keys and values, %.1f TFLOP/s",
+                     c->what, ms, gb / (ms * 1e-3),
+                     pairs * 4.0 * (double)(c->D * c->H) / (ms * 1e-3) / 1e12);
         rtx_plan_free(plan);
         unref_all(dev, N_PA);
     }
@@ -274,34 +284,76 @@ static struct pcase ragged(enum rtx_dtype dt, int64_t H, int64_t Hkv, int64_t D,
     return c;
 }
 
+/* c under each RTX_PAGED_ROUTE (kernels/cuda/generation.c): every row per row, the chunks
+ * on the tensor cores, every sequence on the tensor cores. */
+static void paged_routes(const struct pcase *c0, bool time_it) {
+    static const char *const routes[3] = {"rows", "chunks", "all"};
+    for (int r = 0; r < 3; r++) {
+        struct pcase c = *c0;
+        snprintf(c.what, sizeof c.what, "%.80s [%s]", c0->what, routes[r]);
+        setenv("RTX_PAGED_ROUTE", routes[r], 1);
+        paged_case(&c, time_it);
+    }
+    unsetenv("RTX_PAGED_ROUTE");
+}
+
 static void paged_tests(void) {
     static const enum rtx_dtype dts[3] = {RTX_F32, RTX_F16, RTX_BF16};
     for (int k = 0; k < 3; k++) {
         struct pcase c = ragged(dts[k], 8, 2, 64, 16);
-        paged_case(&c, false);
+        paged_routes(&c, false);
     }
     struct pcase c = ragged(RTX_BF16, 4, 4, 36, 8); /* rows of 72 bytes: no 16-byte units */
-    paged_case(&c, false);
+    paged_routes(&c, false);
     c = ragged(RTX_F32, 8, 1, 256, 16); /* G 8 x D 256 in f32: a smaller key tile */
-    paged_case(&c, false);
+    paged_routes(&c, false);
     c = ragged(RTX_F32, 16, 1, 512, 16); /* shared memory past 48 KiB: the opt-in limit */
-    paged_case(&c, false);
+    paged_routes(&c, false);
     c = geometry(RTX_BF16, 8, 2, 128, 16, "prefill of 300");
     c.S = 1;
     c.seqs[0] = (struct seq){300, 300};
-    paged_case(&c, false);
+    paged_routes(&c, false);
     c = geometry(RTX_F16, 16, 4, 128, 32, "long contexts, few rows (key partitions)");
     c.S = 3;
     c.seqs[0] = (struct seq){3000, 1};
     c.seqs[1] = (struct seq){4100, 3};
     c.seqs[2] = (struct seq){7, 1};
-    paged_case(&c, false);
+    paged_routes(&c, false);
+    /* prompt chunks beside decode rows (paged-prefill.cu takes the chunks): 7 query heads
+     * per KV head (tiles of 9 tokens), then multi-head attention (64 tokens a tile) */
+    c = geometry(RTX_BF16, 14, 2, 64, 16, "chunks and decode rows, G 7,");
+    c.S = 5;
+    c.seqs[0] = (struct seq){100, 37};
+    c.seqs[1] = (struct seq){64, 1};
+    c.seqs[2] = (struct seq){200, 200};
+    c.seqs[3] = (struct seq){17, 16};
+    c.seqs[4] = (struct seq){2, 2};
+    c.pad_back = 3;
+    paged_routes(&c, false);
+    c = geometry(RTX_F16, 12, 12, 64, 16, "chunks and decode rows, G 1,");
+    c.S = 3;
+    c.seqs[0] = (struct seq){90, 90};
+    c.seqs[1] = (struct seq){130, 2};
+    c.seqs[2] = (struct seq){5, 1};
+    c.pad_front = 2;
+    paged_routes(&c, false);
+    const char *light = getenv("RTX_GPU_LIGHT"); /* as gpu-exec.c: no timing under sanitizers */
+    const bool timed = !(light && strcmp(light, "1") == 0);
+    c = geometry(RTX_BF16, 32, 8, 64, 16, "prefill of 16 prompts of 512,");
+    c.S = 16;
+    for (int s = 0; s < c.S; s++)
+        c.seqs[s] = (struct seq){512, 512};
+    paged_routes(&c, timed);
+    c = geometry(RTX_BF16, 32, 8, 64, 16, "64 chunks of 128 after 384 keys,");
+    c.S = 64;
+    for (int s = 0; s < c.S; s++)
+        c.seqs[s] = (struct seq){512, 128};
+    paged_routes(&c, timed);
     c = geometry(RTX_BF16, 32, 8, 128, 16, "decode of 64 sequences, 1000-1100 keys,");
     c.S = MAX_SEQS;
     for (int s = 0; s < MAX_SEQS; s++)
         c.seqs[s] = (struct seq){1000 + (int64_t)(rtx_rng_next(&rng) % 101), 1};
-    const char *light = getenv("RTX_GPU_LIGHT"); /* as gpu-exec.c: no timing under sanitizers */
-    paged_case(&c, !(light && strcmp(light, "1") == 0));
+    paged_routes(&c, timed);
 }
 
 /* ------------------------------------------------------------------------------------------

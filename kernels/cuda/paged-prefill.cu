@@ -1,0 +1,263 @@
+/*
+ * paged-prefill.cu - paged_attention's prompt chunks on the tensor cores (f16 / bf16, head
+ * dims 64 and 128): the sequences of a step with two or more query rows, attending to their
+ * keys in the paged KV cache, after FlashAttention-2 with the tiles of attention-flash.cu's
+ * mma.sync kernel (flash-common.cuh). generation.cu's per-row kernel serves the other rows
+ * (decode: one row per sequence, bound by reading the cache) and every row when this kernel
+ * does not apply (generation-kernels.h: rtx__cuda_paged_prefill_supported).
+ *
+ * DESIGN
+ * Rows. A CTA's 64 MMA rows are (token, query head) pairs of one sequence and one KV head:
+ * TPT = 64 / G consecutive tokens of the sequence's chunk times the G query heads that share
+ * the KV head (grouped-query attention packed into the rows, so each key and value tile is
+ * loaded once for all of them); row r is token r / G, head hk * G + r % G, and rows past the
+ * chunk's tokens (or past TPT * G) are zero and never stored. Row r's token at position
+ * ctx - n + i sees keys 0 .. ctx - n + i: the causal limit is per row, so the masking step
+ * here takes the limit row by row (flash-common.cuh's softmax_tile takes a diagonal).
+ *
+ * Work. The grid is (tile slots, KV heads) with ceil(T / TPT) + S slots, at least as many as
+ * the chunks' tiles; warp 0 of each CTA finds its (sequence, tile) by a warp-wide prefix sum
+ * of the sequences' tile counts (32 sequences a round), and a slot past the last tile returns.
+ * Key tiles (64 keys) are gathered through the block table by cp.async, 16 bytes a thread,
+ * two stages for K and V, while the tile before is in use; the CTA stops at the last key its
+ * last token sees. A node whose metadata check failed (the flag word) does nothing.
+ */
+#include <math.h>
+
+#include "kernels/cuda/flash-common.cuh"
+#include "kernels/cuda/generation-kernels.h"
+
+namespace {
+
+using namespace rtxfa;
+
+constexpr int PF_BM = 64; /* MMA rows per CTA: 4 warps x 16 */
+constexpr int PF_BN = 64; /* keys per tile */
+
+/* The (sequence, tile) of slot `slot` among the tiles of the sequences this kernel serves
+ * (those of min_rows rows or more have ceil(n / tpt) tiles); sequence -1 past the last. Warp 0
+ * only; lane 0's result. */
+__device__ __forceinline__ void find_tile(const int32_t *qs, int S, int tpt, int min_rows,
+                                          int slot, int *seq, int *tile) {
+    const int lane = threadIdx.x & 31;
+    int base = 0;
+    *seq = -1;
+    *tile = 0;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        const int s = s0 + lane;
+        const int n = s < S ? qs[s + 1] - qs[s] : 0;
+        const int tiles = n >= min_rows ? (n + tpt - 1) / tpt : 0;
+        int inc = tiles;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            int v = __shfl_up_sync(0xffffffffu, inc, off);
+            if (lane >= off) inc += v;
+        }
+        const int excl = inc - tiles;
+        const bool mine = tiles > 0 && slot >= base + excl && slot < base + inc;
+        const unsigned ball = __ballot_sync(0xffffffffu, mine);
+        if (ball) {
+            const int src = __ffs(ball) - 1;
+            const int first = __shfl_sync(0xffffffffu, excl, src);
+            *seq = s0 + src;
+            *tile = slot - base - first;
+            return;
+        }
+        base += __shfl_sync(0xffffffffu, inc, 31);
+    }
+}
+
+/* One key tile of the online softmax for a warp's 16 rows: as flash-common.cuh's
+ * softmax_tile, with the thread's two rows' last visible keys lim[h] (-1: an empty row). The
+ * scores are scaled by scale * log2(e) (ex2 then gives e^x). */
+template <int D, typename S, typename O>
+__device__ __forceinline__ void softmax_rows(S &s, O &o, float (&mrow)[2], float (&lrow)[2],
+                                             bool edge, int n0, const int (&lim)[2],
+                                             float scale_log2, int t) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < PF_BN / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float x = acc(s, nt, 2 * h + e) * scale_log2;
+                if (edge && n0 + nt * 8 + 2 * t + e > lim[h]) x = -INFINITY;
+                acc(s, nt, 2 * h + e) = x;
+                mx = fmaxf(mx, x);
+            }
+        }
+        softmax_fold<PF_BN / 8, D>(s, o, mrow[h], lrow[h], mx, h);
+    }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(NTHREADS)
+    paged_prefill_kernel(const struct rtx_cuda_paged p, float scale_log2, int tpt) {
+    if (p.fault != NULL && *(volatile const unsigned long long *)p.fault != RTX__PAGED_NO_FAULT)
+        return; /* every thread alike, before any barrier */
+    constexpr int KSTEPS = D / 16, NT = PF_BN / 8, DT = D / 8;
+    extern __shared__ uint4 smem_u4[];
+    __shared__ int s_seq, s_tile;
+    T *sq = reinterpret_cast<T *>(smem_u4);
+    T *sk = sq + PF_BM * D; /* 2 stages of PF_BN x D */
+    T *sv = sk + 2 * PF_BN * D;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    if (warp == 0) {
+        int seq, tile;
+        find_tile(p.qs, (int)p.g.S, tpt, p.tc_rows, (int)blockIdx.x, &seq, &tile);
+        if (lane == 0) s_seq = seq, s_tile = tile;
+    }
+    __syncthreads();
+    const int s = s_seq;
+    if (s < 0) return;
+    const int G = (int)p.g.G, H = (int)p.g.H, Hkv = (int)p.g.Hkv, BS = (int)p.g.BS;
+    const int hk = (int)blockIdx.y;
+    const int q0 = p.qs[s], n = p.qs[s + 1] - q0, ctx = p.ctx[s];
+    const int tok0 = s_tile * tpt;
+    const int ntok = n - tok0 < tpt ? n - tok0 : tpt;
+    const int rows = ntok * G;
+    const int first = ctx - n + tok0; /* the last key the tile's first token sees */
+    const int max_keys = (int)(p.g.B * p.g.BS);
+    int n_end = first + ntok < max_keys ? first + ntok : max_keys;
+    n_end = n_end > 0 ? n_end : 0;
+    const int nblocks = (n_end + PF_BN - 1) / PF_BN;
+    const T *q = static_cast<const T *>(p.q);
+    const T *kc = static_cast<const T *>(p.kc), *vc = static_cast<const T *>(p.vc);
+    const int32_t *table = p.tables + (int64_t)s * p.g.B;
+
+    auto q_row = [&](int r) -> const T * {
+        return r < rows ? q + ((int64_t)(q0 + tok0 + r / G) * H + hk * G + r % G) * D : nullptr;
+    };
+    auto kv_row = [&](const T *cache, int j) -> const T * {
+        if (j >= n_end) return nullptr;
+        int64_t slot = (int64_t)table[j / BS] * BS + j % BS;
+        return cache + (slot * Hkv + hk) * D;
+    };
+    load_rows<T, D, PF_BM>(sq, q_row, q, tid);
+    cp_async_commit();
+    load_rows<T, D, PF_BN>(sk, [&](int r) { return kv_row(kc, r); }, kc, tid);
+    load_rows<T, D, PF_BN>(sv, [&](int r) { return kv_row(vc, r); }, vc, tid);
+    cp_async_commit();
+
+    float o[DT][4];
+    float mrow[2], lrow[2];
+    init_rows<D>(o, mrow, lrow);
+    const int wrow = warp * 16;
+    int lim[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = wrow + g + 8 * h;
+        lim[h] = r < rows ? first + r / G : -1;
+    }
+    uint32_t qf[KSTEPS][4];
+    cp_async_wait<1>(); /* Q is in */
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++)
+        ldmatrix_x4(qf[kk], smem_addr(sq + swz<D>(wrow + (lane & 15), kk * 2 + (lane >> 4))));
+
+    for (int j = 0; j < nblocks; j++) {
+        const int buf = j & 1;
+        const int n0 = j * PF_BN;
+        if (j + 1 < nblocks) {
+            const int nn0 = n0 + PF_BN;
+            load_rows<T, D, PF_BN>(sk + (buf ^ 1) * PF_BN * D,
+                                   [&](int r) { return kv_row(kc, nn0 + r); }, kc, tid);
+            load_rows<T, D, PF_BN>(sv + (buf ^ 1) * PF_BN * D,
+                                   [&](int r) { return kv_row(vc, nn0 + r); }, vc, tid);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const T *skb = sk + buf * PF_BN * D;
+        const T *svb = sv + buf * PF_BN * D;
+
+        float sc[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                sc[nt][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++) {
+#pragma unroll
+            for (int nn = 0; nn < NT / 2; nn++) {
+                uint32_t b[4];
+                const int kr = nn * 16 + (lane & 7) + ((lane >> 4) << 3);
+                ldmatrix_x4(b, smem_addr(skb + swz<D>(kr, kk * 2 + ((lane >> 3) & 1))));
+                mma16816<T>(sc[2 * nn], qf[kk], b[0], b[1]);
+                mma16816<T>(sc[2 * nn + 1], qf[kk], b[2], b[3]);
+            }
+        }
+
+        /* keys past the first token's limit need the per-row mask */
+        const bool edge = n0 + PF_BN - 1 > first;
+        softmax_rows<D>(sc, o, mrow, lrow, edge, n0, lim, scale_log2, t);
+
+#pragma unroll
+        for (int ks = 0; ks < PF_BN / 16; ks++) {
+            uint32_t pa[4];
+            pack_p<T>(pa, sc, ks);
+#pragma unroll
+            for (int dn = 0; dn < D / 16; dn++) {
+                uint32_t b[4];
+                ldmatrix_x4_trans(
+                    b, smem_addr(svb + swz<D>(ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                              dn * 2 + (lane >> 4))));
+                mma16816<T>(o[2 * dn], pa, b[0], b[1]);
+                mma16816<T>(o[2 * dn + 1], pa, b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* this stage is free for the load two tiles ahead */
+    }
+
+    T *y = static_cast<T *>(p.y);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = wrow + g + 8 * h;
+        const bool ok = r < rows;
+        T *row = ok ? y + ((int64_t)(q0 + tok0 + r / G) * H + hk * G + r % G) * D : y;
+        store_row<T, D>(row, o, lrow[h], h, ok ? 0 : 1, 1, t);
+    }
+}
+
+template <typename T, int D>
+cudaError_t launch(const struct rtx_cuda_paged *p, cudaStream_t stream) {
+    const size_t smem = (size_t)(PF_BM + 4 * PF_BN) * D * sizeof(T);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(paged_prefill_kernel<T, D>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    const int tpt = PF_BM / (int)p->g.G;
+    dim3 grid((unsigned)((p->g.T + tpt - 1) / tpt + p->g.S), (unsigned)p->g.Hkv);
+    paged_prefill_kernel<T, D><<<grid, NTHREADS, smem, stream>>>(*p, p->g.scale * LOG2E, tpt);
+    return cudaGetLastError();
+}
+
+} /* namespace */
+
+extern "C" bool rtx__cuda_paged_prefill_supported(const struct rtx_cuda_paged *p, int cc) {
+    const struct rtx__paged_geom *g = &p->g;
+    if (p->dt != RTX_F16 && p->dt != RTX_BF16) return false;
+    if (g->D != 64 && g->D != 128) return false;
+    if (g->G < 1 || g->G > PF_BM || g->Hkv > 65535) return false;
+    if (g->T + g->S > INT32_MAX / 2 || g->B * g->BS > INT32_MAX) return false;
+    uintptr_t bits = (uintptr_t)p->q | (uintptr_t)p->kc | (uintptr_t)p->vc | (uintptr_t)p->y;
+    return bits % 16 == 0 && cc >= 80;
+}
+
+extern "C" cudaError_t rtx__cuda_paged_prefill_launch(const struct rtx_cuda_paged *p,
+                                                      cudaStream_t stream) {
+    if (p->g.T == 0 || p->g.S == 0) return cudaSuccess;
+    if (p->dt == RTX_F16)
+        return p->g.D == 64 ? launch<__half, 64>(p, stream) : launch<__half, 128>(p, stream);
+    return p->g.D == 64 ? launch<__nv_bfloat16, 64>(p, stream)
+                        : launch<__nv_bfloat16, 128>(p, stream);
+}
