@@ -94,27 +94,20 @@ template <int D> __device__ __forceinline__ int swz(int r, int c) {
     return r * D + ((c ^ (r & 7)) << 3);
 }
 
-/* Queues ROWS rows of D elements into the swizzled tile s; row r comes from src(r), or is
- * zero-filled when src(r) is null (any global address stands in: nothing is read). */
-template <typename T, int D, int ROWS, typename F>
-__device__ __forceinline__ void load_rows(T *s, F src, const T *any, int tid) {
+/* Queues the copy of `rows` rows (of D elements, contiguous from g) into the swizzled tile s;
+ * rows at or past nvalid are zero-filled. */
+template <typename T, int D, int ROWS>
+__device__ __forceinline__ void load_tile(T *s, const T *g, int64_t nvalid, int tid) {
     constexpr int DC = D / 8;
     static_assert((ROWS * DC) % NTHREADS == 0, "tile chunks must split evenly");
 #pragma unroll
     for (int i = 0; i < ROWS * DC / NTHREADS; i++) {
         int idx = tid + i * NTHREADS;
         int r = idx / DC, c = idx % DC;
-        const T *g = src(r);
-        cp_async16(s + swz<D>(r, c), g ? g + c * 8 : any, g != nullptr);
+        bool ok = r < nvalid;
+        const T *src = ok ? g + (int64_t)r * D + c * 8 : g;
+        cp_async16(s + swz<D>(r, c), src, ok);
     }
-}
-
-/* Queues the copy of `rows` rows (of D elements, contiguous from g) into the swizzled tile s;
- * rows at or past nvalid are zero-filled. */
-template <typename T, int D, int ROWS>
-__device__ __forceinline__ void load_tile(T *s, const T *g, int64_t nvalid, int tid) {
-    load_rows<T, D, ROWS>(
-        s, [&](int r) { return r < nvalid ? g + (int64_t)r * D : (const T *)nullptr; }, g, tid);
 }
 
 /* The mask's element offset of head bh's row 0, column 0. */
@@ -180,37 +173,6 @@ __device__ __forceinline__ void init_rows(O &o, float (&mrow)[2], float (&lrow)[
     lrow[0] = lrow[1] = 0.0f;
 }
 
-/* The rest of an online-softmax step for the thread's row h of two, once the scores of its
- * NT 8-key tiles are scaled and masked in s and mx is their maximum over the thread's
- * columns: the row's maximum over its quad, the probabilities in place of the scores, the
- * running max and partial sum, and O rescaled. */
-template <int NT, int D, typename S, typename O>
-__device__ __forceinline__ void softmax_fold(S &s, O &o, float &mrow, float &lrow, float mx,
-                                             int h) {
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float mnew = fmaxf(mrow, mx);
-    const float mref = mnew == -INFINITY ? 0.0f : mnew;
-    const float alpha = ex2(mrow - mref);
-    mrow = mnew;
-    float sum = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            float pe = ex2(acc(s, nt, 2 * h + e) - mref);
-            acc(s, nt, 2 * h + e) = pe;
-            sum += pe;
-        }
-    }
-    lrow = lrow * alpha + sum;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; dt++) {
-        acc(o, dt, 2 * h) *= alpha;
-        acc(o, dt, 2 * h + 1) *= alpha;
-    }
-}
-
 /* One key tile of the online softmax for a warp's 16 rows (row0 = its row g, the thread's
  * rows are row0 and row0 + 8): s holds the 16 x BN scores (acc layout, key n0 + 8nt + 2t + c);
  * on return it holds the probabilities, and o (16 x D), the running max and the partial sums
@@ -248,7 +210,28 @@ __device__ __forceinline__ void softmax_tile(S &s, O &o, float (&mrow)[2], float
                 mx = fmaxf(mx, x);
             }
         }
-        softmax_fold<BN / 8, D>(s, o, mrow[h], lrow[h], mx, h);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mnew = fmaxf(mrow[h], mx);
+        const float mref = mnew == -INFINITY ? 0.0f : mnew;
+        const float alpha = ex2(mrow[h] - mref);
+        mrow[h] = mnew;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float pe = ex2(acc(s, nt, 2 * h + e) - mref);
+                acc(s, nt, 2 * h + e) = pe;
+                sum += pe;
+            }
+        }
+        lrow[h] = lrow[h] * alpha + sum;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++) {
+            acc(o, dt, 2 * h) *= alpha;
+            acc(o, dt, 2 * h + 1) *= alpha;
+        }
     }
 }
 

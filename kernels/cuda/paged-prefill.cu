@@ -34,6 +34,52 @@ using namespace rtxfa;
 constexpr int PF_BM = 64; /* MMA rows per CTA: 4 warps x 16 */
 constexpr int PF_BN = 64; /* keys per tile */
 
+/* Queues ROWS rows of D elements into the swizzled tile s; row r comes from src(r), or is
+ * zero-filled when src(r) is null (any global address stands in: nothing is read). */
+template <typename T, int D, int ROWS, typename F>
+__device__ __forceinline__ void load_rows(T *s, F src, const T *any, int tid) {
+    constexpr int DC = D / 8;
+    static_assert((ROWS * DC) % NTHREADS == 0, "tile chunks must split evenly");
+#pragma unroll
+    for (int i = 0; i < ROWS * DC / NTHREADS; i++) {
+        int idx = tid + i * NTHREADS;
+        int r = idx / DC, c = idx % DC;
+        const T *g = src(r);
+        cp_async16(s + swz<D>(r, c), g ? g + c * 8 : any, g != nullptr);
+    }
+}
+
+/* The rest of an online-softmax step for the thread's row h of two, once the scores of its
+ * NT 8-key tiles are scaled and masked in s and mx is their maximum over the thread's
+ * columns: the row's maximum over its quad, the probabilities in place of the scores, the
+ * running max and partial sum, and O rescaled. */
+template <int NT, int D, typename S, typename O>
+__device__ __forceinline__ void softmax_fold(S &s, O &o, float &mrow, float &lrow, float mx,
+                                             int h) {
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(mrow, mx);
+    const float mref = mnew == -INFINITY ? 0.0f : mnew;
+    const float alpha = ex2(mrow - mref);
+    mrow = mnew;
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float pe = ex2(acc(s, nt, 2 * h + e) - mref);
+            acc(s, nt, 2 * h + e) = pe;
+            sum += pe;
+        }
+    }
+    lrow = lrow * alpha + sum;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++) {
+        acc(o, dt, 2 * h) *= alpha;
+        acc(o, dt, 2 * h + 1) *= alpha;
+    }
+}
+
 /* The (sequence, tile) of slot `slot` among the tiles of the sequences this kernel serves
  * (those of min_rows rows or more have ceil(n / tpt) tiles); sequence -1 past the last. Warp 0
  * only; lane 0's result. */
