@@ -12,7 +12,10 @@
  * waiting ones in arrival order (preempted ones first), each taking a chunk of its prompt up
  * to what is left (chunked prefill). A sequence that needs blocks when none are free preempts
  * the youngest running sequence of a lower lane (or a younger one of its own lane); with no
- * such victim it computes only what its blocks hold, or waits.
+ * such victim it computes only what its blocks hold, or waits. Seats are preempted the same
+ * way: a waiting sequence that finds max_seqs sequences running takes the seat of the
+ * youngest running sequence of a lower lane (never of its own lane), so a batch flood that
+ * fills every seat does not hold a realtime arrival until a batch sequence ends.
  */
 #include "generation/engine-impl.h"
 
@@ -218,10 +221,11 @@ static void preempt(struct rtx_gen_engine *e, struct gen_seq *v) {
     wait_push(e, v, true);
 }
 
-/* The youngest running sequence not in this step that s may preempt: a lower lane's, or a
- * younger one of its own lane. */
-static struct gen_seq *victim_for(struct rtx_gen_engine *e, const struct gen_seq *s) {
-    for (int lane = e->n_lanes - 1; lane >= s->req->lane; lane--)
+/* The youngest running sequence not in this step that s may preempt: a lower lane's, or (when
+ * own_lane) a younger one of its own lane. */
+static struct gen_seq *victim_for(struct rtx_gen_engine *e, const struct gen_seq *s,
+                                  bool own_lane) {
+    for (int lane = e->n_lanes - 1; lane >= s->req->lane + !own_lane; lane--)
         for (int i = e->n_run - 1; i >= 0; i--) {
             struct gen_seq *v = e->run[i];
             if (v == s || v->req->lane != lane || v->step_tokens > 0) continue;
@@ -237,7 +241,7 @@ static int grow(struct rtx_gen_engine *e, struct gen_seq *s, int k) {
     int bs = e->block_size;
     int need = (s->computed + k + bs - 1) / bs - s->n_blocks;
     while (need > rtx__kv_blocks_available(e->blocks)) {
-        struct gen_seq *v = victim_for(e, s);
+        struct gen_seq *v = victim_for(e, s, true);
         if (!v) break;
         preempt(e, v);
     }
@@ -306,9 +310,13 @@ static int take_running(struct rtx_gen_engine *e, int lane, int quota, struct pl
 static int take_waiting(struct rtx_gen_engine *e, int lane, int quota, struct plan_state *ps) {
     struct gen_lane *l = &e->lanes[lane];
     int taken = 0;
-    while (l->waiting && quota - taken > 0 && ps->budget > 0 && e->n_step < e->max_seqs &&
-           e->n_run < e->max_seqs) {
+    while (l->waiting && quota - taken > 0 && ps->budget > 0 && e->n_step < e->max_seqs) {
         struct gen_seq *s = l->waiting;
+        if (e->n_run >= e->max_seqs) { /* every seat taken: a lower lane's sequence gives its own */
+            struct gen_seq *v = victim_for(e, s, false);
+            if (!v) break;
+            preempt(e, v);
+        }
         struct gen_req *r = s->req;
         int cap = (int)((s->n_tokens + e->block_size - 1) / e->block_size);
         int m = rtx__kv_blocks_match(e->blocks, s->tokens, s->n_tokens, cap, s->blocks, s->hashes);

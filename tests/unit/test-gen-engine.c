@@ -47,6 +47,7 @@ static void on_event(void *ctx, const struct rtx_gen_event *ev) {
     if (ev->finish) r->finish[c] = ev->finish;
     r->events++;
     bool cancel = r->cancel_on_first && r->h;
+    pthread_cond_broadcast(&r->cv); /* for waits on tokens, not only on the end */
     pthread_mutex_unlock(&r->mu);
     if (cancel) rtx_gen_cancel(r->h);
 }
@@ -274,6 +275,71 @@ START_TEST(preempted_sequences_resume_with_same_tokens) {
 }
 END_TEST
 
+/* Seats are preempted like blocks: with max_seqs 2 and two long batch-lane requests decoding,
+ * a realtime arrival takes a batch sequence's seat at once (its 4 tokens come while both
+ * batch requests, 400 tokens each, are still generating) and the preempted one resumes with
+ * the same tokens. */
+START_TEST(realtime_arrival_takes_a_batch_seat) {
+    struct rtx_gen_params pb, pr;
+    greedy(&pb, 400);
+    greedy(&pr, 4);
+    int32_t ids[3][40];
+    static struct run solo[3], mixed[3];
+    for (int i = 0; i < 3; i++) prompt_ids(ids[i], 40, 700 + (uint32_t)i);
+    struct rtx_gen_engine_options o;
+    rtx_gen_engine_options_init(&o);
+    o.devices = devs;
+    o.device = 0;
+    o.consumer = "model tiny-chat:1";
+    o.max_seqs = 2;
+    struct rtx_gen_engine *e;
+    struct rtx_err err = {0};
+    ck_assert_msg(rtx_gen_engine_start(model, &o, &e, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < 3; i++) {
+        run_init(&solo[i]);
+        ck_assert(submit(e, &solo[i], ids[i], 40, i < 2 ? &pb : &pr, NULL) == 0);
+        run_wait(&solo[i]);
+        ck_assert_msg(solo[i].status == 0, "%s", solo[i].msg);
+    }
+    for (int i = 0; i < 2; i++) {
+        run_init(&mixed[i]);
+        ck_assert(submit(e, &mixed[i], ids[i], 40, &pb, "batch") == 0);
+    }
+    for (int i = 0; i < 2; i++) { /* both decoding: every seat taken */
+        pthread_mutex_lock(&mixed[i].mu);
+        while (mixed[i].n_tokens[0] < 2 && !mixed[i].done) pthread_cond_wait(&mixed[i].cv, &mixed[i].mu);
+        pthread_mutex_unlock(&mixed[i].mu);
+    }
+    run_init(&mixed[2]);
+    ck_assert(submit(e, &mixed[2], ids[2], 40, &pr, "realtime") == 0);
+    run_wait(&mixed[2]);
+    ck_assert_msg(mixed[2].status == 0, "%s", mixed[2].msg);
+    pthread_mutex_lock(&mixed[0].mu);
+    bool first_done = mixed[0].done;
+    pthread_mutex_unlock(&mixed[0].mu);
+    pthread_mutex_lock(&mixed[1].mu);
+    bool second_done = mixed[1].done;
+    pthread_mutex_unlock(&mixed[1].mu);
+    ck_assert_msg(!first_done && !second_done,
+                  "the realtime request waited for a batch sequence to end");
+    for (int i = 0; i < 3; i++) {
+        run_wait(&mixed[i]);
+        ck_assert_msg(mixed[i].status == 0, "%s", mixed[i].msg);
+        int n = i < 2 ? 400 : 4;
+        ck_assert_msg(memcmp(mixed[i].tokens[0], solo[i].tokens[0], (size_t)n * sizeof(int32_t)) == 0,
+                      "request %d differs", i);
+    }
+    struct rtx_gen_stats st;
+    rtx_gen_engine_stats(e, &st);
+    uint64_t preempted = 0;
+    for (int l = 0; l < st.n_lanes; l++) preempted += st.lanes[l].preempted_total;
+    ck_assert_uint_gt(preempted, 0);
+    used_blocks_drop_to_zero(e);
+    for (int i = 0; i < 3; i++) run_close(&solo[i]), run_close(&mixed[i]);
+    rtx_gen_engine_stop(e);
+}
+END_TEST
+
 START_TEST(cancel_frees_blocks) {
     int32_t ids[50];
     prompt_ids(ids, 50, 9);
@@ -454,6 +520,7 @@ Suite *rtx_gen_engine_suite(void) {
     tcase_add_test(tc, continuous_batching_matches_solo);
     tcase_add_test(tc, prefix_cache_hit_gives_same_tokens);
     tcase_add_test(tc, preempted_sequences_resume_with_same_tokens);
+    tcase_add_test(tc, realtime_arrival_takes_a_batch_seat);
     tcase_add_test(tc, cancel_frees_blocks);
     tcase_add_test(tc, n_choices_and_seeds);
     tcase_add_test(tc, stop_string_ends_before_it);
