@@ -74,7 +74,7 @@ SCENARIOS = {"uniform", "mixed", "flood", "prefix", "reference"}
 
 FULL = dict(model="llama-3.2-1b", isl=512, osl=128, mix_prompt=(16, 2048), mix_output=(16, 256),
             prefix=1000, suffix=64, rates=(0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5),
-            mixed_rates=(0.5, 1.0, 1.25), duration=15.0, flood_duration=20.0, prefix_pairs=16,
+            mixed_rates=(0.5, 1.0, 1.25, 1.5, 2.0), duration=15.0, flood_duration=20.0, prefix_pairs=16,
             hf_batches=(1, 16, 64, 256), probe=256, drain=120.0, max_rate=None,
             generation={"kv_cache_bytes": 32 << 30, "max_batch_tokens": 8192, "max_seqs": 256})
 SMOKE = dict(model="tiny-chat", isl=24, osl=8, mix_prompt=(4, 64), mix_output=(2, 16),
