@@ -1,10 +1,13 @@
 /*
- * paged-prefill.cu - paged_attention's prompt chunks on the tensor cores (f16 / bf16, head
- * dims 64 and 128): the sequences of a step with two or more query rows, attending to their
- * keys in the paged KV cache, after FlashAttention-2 with the tiles of attention-flash.cu's
- * mma.sync kernel (flash-common.cuh). generation.cu's per-row kernel serves the other rows
- * (decode: one row per sequence, bound by reading the cache) and every row when this kernel
- * does not apply (generation-kernels.h: rtx__cuda_paged_prefill_supported).
+ * paged-prefill.cu - paged_attention on the tensor cores (f16 / bf16, head dims 64 and 128):
+ * the sequences of a step with p.tc_rows query rows or more (the prompt chunks, and in wide
+ * batches the decode rows too: generation.c's tensor_core_rows), attending to their keys in
+ * the paged KV cache, after FlashAttention-2 with the tiles of attention-flash.cu's mma.sync
+ * kernel (flash-common.cuh). generation.cu's per-row kernel serves the other rows (decode in
+ * small batches, where it splits the keys into partitions) and every row when this kernel
+ * does not apply (generation-kernels.h: rtx__cuda_paged_prefill_supported). The row loader
+ * and the softmax fold are this file's own: with them shared, the dense kernels' f16 d = 128
+ * additive-mask case hit an illegal address on the H200 (decision 145).
  *
  * DESIGN
  * Rows. A CTA's 64 MMA rows are (token, query head) pairs of one sequence and one KV head:
