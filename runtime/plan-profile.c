@@ -37,8 +37,8 @@ struct rtx__plan_profile *rtx__plan_profile_new(void) {
     return rtx_calloc(1, sizeof(struct rtx__plan_profile));
 }
 
-/* The name of the first graph input or initializer of node n that looks like a weight (has a '.'), digits
- * as '#', appended to key. */
+/* The name of the first graph input or initializer of node n that looks like a weight (has a '.'),
+ * digits as '#', appended to key. */
 static void append_weight(const struct rtx_graph *g, const struct rtx_node *n, char *key,
                           size_t len) {
     for (int i = 0; i < n->n_inputs; i++) {

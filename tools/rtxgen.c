@@ -48,7 +48,8 @@ static void usage(void) {
             "       rtxgen DIR encode TEXT\n"
             "       rtxgen DIR logits (--ids A,B,.. [--decode C,..] | --batch \"A,B|C;D,E\")\n"
             "              [--dtype f32|bf16|f16] [--chunk N] [--block-size N] [--pad N]\n"
-            "              [--every-chunk] [--timing] [--seed S] [--threads N] [--device cpu|cuda:N]\n"
+            "              [--every-chunk] [--timing] [--seed S] [--threads N]\n"
+            "              [--device cpu|cuda:N]\n"
             "              --out FILE.npy\n");
 }
 

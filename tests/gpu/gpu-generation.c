@@ -2,21 +2,21 @@
  * gpu-generation.c - rope and paged_attention on the CUDA backend against the CPU reference
  * (kernels/cuda/generation.cu against kernels/cpu/ops-generation.c).
  *
- * rope: every float dtype, both pairings, rotated dims equal to and fewer than the head size,
- * i32 and i64 positions up to 100000. paged_attention: ragged batches (padding rows, a padding
- * sequence, a decoding sequence, a chunk that starts mid-context, a prefill; shuffled block
- * tables; stale data in every cache slot) in every float dtype; a prefill of 300 tokens; a
- * decode batch of 64 sequences with 1000 to 1100 tokens of context in bf16, a prefill of 16
- * prompts of 512 and 64 chunks of 128 after 384 keys (timed: a note, unless
- * RTX_GPU_LIGHT=1); prompt chunks beside decode rows with 7 and 1 query heads per KV head
- * (kernels/cuda/paged-prefill.cu's tiles of 9 and 64 tokens); two long contexts in a small batch, which splits the keys into
- * partitions; a head size whose rows do not move in 16-byte units; head geometries whose
- * shared memory needs a smaller key tile or the device's opt-in limit. The caches a run leaves
- * must be the CPU's, bit for bit. Every case runs under each RTX_PAGED_ROUTE (rows, chunks,
- * all: which rows kernels/cuda/paged-prefill.cu's tensor-core kernel takes). Bad metadata fails on the GPU with the CPU's message, leaving
- * the device caches unchanged. A plan of rope + paged_attention runs twice through
- * rtx_plan_execute_device on device caches: never captured, the caches updated in place between
- * the steps.
+ * rope: every float dtype, both pairings, rotated dims equal to and fewer than the head size, i32
+ * and i64 positions up to 100000. paged_attention: ragged batches (padding rows, a padding
+ * sequence, a decoding sequence, a chunk that starts mid-context, a prefill; shuffled block tables;
+ * stale data in every cache slot) in every float dtype; a prefill of 300 tokens; a decode batch of
+ * 64 sequences with 1000 to 1100 tokens of context in bf16, a prefill of 16 prompts of 512 and 64
+ * chunks of 128 after 384 keys (timed: a note, unless RTX_GPU_LIGHT=1); prompt chunks beside decode
+ * rows with 7 and 1 query heads per KV head (kernels/cuda/paged-prefill.cu's tiles of 9 and 64
+ * tokens); two long contexts in a small batch, which splits the keys into partitions; a head size
+ * whose rows do not move in 16-byte units; head geometries whose shared memory needs a smaller key
+ * tile or the device's opt-in limit. The caches a run leaves must be the CPU's, bit for bit. Every
+ * case runs under each RTX_PAGED_ROUTE (rows, chunks, all: which rows
+ * kernels/cuda/paged-prefill.cu's tensor-core kernel takes). Bad metadata fails on the GPU with the
+ * CPU's message, leaving the device caches unchanged. A plan of rope + paged_attention runs twice
+ * through rtx_plan_execute_device on device caches: never captured, the caches updated in place
+ * between the steps.
  *
  * DESIGN
  * Part of rtx-gpu-tests (called per healthy device). gpu_generation_run takes the two

@@ -156,6 +156,16 @@ static void used_blocks_drop_to_zero(struct rtx_gen_engine *e) {
     ck_abort_msg("%lld KV blocks still used", (long long)st.kv_blocks_used);
 }
 
+/* At least one sequence was preempted, and every KV block comes back. */
+static void preempted_and_freed(struct rtx_gen_engine *e) {
+    struct rtx_gen_stats st;
+    rtx_gen_engine_stats(e, &st);
+    uint64_t preempted = 0;
+    for (int l = 0; l < st.n_lanes; l++) preempted += st.lanes[l].preempted_total;
+    ck_assert_uint_gt(preempted, 0);
+    used_blocks_drop_to_zero(e);
+}
+
 /* Solo greedy runs, then the same requests arriving while others run (staggered, mixed
  * lengths, chunked prefill through a small token budget): identical tokens. */
 START_TEST(continuous_batching_matches_solo) {
@@ -264,12 +274,7 @@ START_TEST(preempted_sequences_resume_with_same_tokens) {
         ck_assert_msg(memcmp(mixed[i].tokens[0], solo[i].tokens[0], 100 * sizeof(int32_t)) == 0,
                       "request %d differs after preemption", i);
     }
-    struct rtx_gen_stats st;
-    rtx_gen_engine_stats(e, &st);
-    uint64_t preempted = 0;
-    for (int l = 0; l < st.n_lanes; l++) preempted += st.lanes[l].preempted_total;
-    ck_assert_uint_gt(preempted, 0);
-    used_blocks_drop_to_zero(e);
+    preempted_and_freed(e);
     for (int i = 0; i < 5; i++) run_close(&solo[i]), run_close(&mixed[i]);
     rtx_gen_engine_stop(e);
 }
@@ -307,7 +312,8 @@ START_TEST(realtime_arrival_takes_a_batch_seat) {
     }
     for (int i = 0; i < 2; i++) { /* both decoding: every seat taken */
         pthread_mutex_lock(&mixed[i].mu);
-        while (mixed[i].n_tokens[0] < 2 && !mixed[i].done) pthread_cond_wait(&mixed[i].cv, &mixed[i].mu);
+        while (mixed[i].n_tokens[0] < 2 && !mixed[i].done)
+            pthread_cond_wait(&mixed[i].cv, &mixed[i].mu);
         pthread_mutex_unlock(&mixed[i].mu);
     }
     run_init(&mixed[2]);
@@ -326,15 +332,11 @@ START_TEST(realtime_arrival_takes_a_batch_seat) {
         run_wait(&mixed[i]);
         ck_assert_msg(mixed[i].status == 0, "%s", mixed[i].msg);
         int n = i < 2 ? 400 : 4;
-        ck_assert_msg(memcmp(mixed[i].tokens[0], solo[i].tokens[0], (size_t)n * sizeof(int32_t)) == 0,
-                      "request %d differs", i);
+        ck_assert_msg(
+            memcmp(mixed[i].tokens[0], solo[i].tokens[0], (size_t)n * sizeof(int32_t)) == 0,
+            "request %d differs", i);
     }
-    struct rtx_gen_stats st;
-    rtx_gen_engine_stats(e, &st);
-    uint64_t preempted = 0;
-    for (int l = 0; l < st.n_lanes; l++) preempted += st.lanes[l].preempted_total;
-    ck_assert_uint_gt(preempted, 0);
-    used_blocks_drop_to_zero(e);
+    preempted_and_freed(e);
     for (int i = 0; i < 3; i++) run_close(&solo[i]), run_close(&mixed[i]);
     rtx_gen_engine_stop(e);
 }
