@@ -131,6 +131,8 @@ struct rtx_gen_engine {
     struct rtx_device_consumer *consumer;
     enum rtx_dtype dtype;
     int block_size, n_blocks, max_batch_tokens, max_seqs, context;
+    int graph_max_tokens;               /* plans of at most this many tokens bind their pool
+                                         * and weights, so that they replay (engine-step.c) */
     int64_t kv_bytes, weight_bytes;
 
     /* engine thread only */

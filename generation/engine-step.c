@@ -7,7 +7,11 @@
  * Plans bind shapes, so a step's tokens, sequences and block-table width are rounded up to
  * powers of two (padding tokens write no slot, padding sequences have no tokens) and the
  * engine keeps the plans of the buckets it met (least recently used dropped beyond
- * GEN_MAX_PLANS). Text: each choice decodes its tokens through a streaming decoder (never
+ * GEN_MAX_PLANS). A plan of at most graph_max_tokens tokens binds the KV pool and the weights
+ * by address (rtx_plan_bind_device_inputs), so that on a backend that captures graphs its
+ * third and later runs replay one CUDA graph instead of launching some 15 kernels per layer:
+ * small steps are launch-bound (decision 147). Larger plans run node by node: their kernels
+ * are long enough, and a replaying plan keeps its arena and outputs allocated. Text: each choice decodes its tokens through a streaming decoder (never
  * half a UTF-8 character); with stop strings, the last (longest stop - 1) bytes stay held
  * back until they can no longer begin a stop string, and a stop string found ends the choice
  * with the text before it.
@@ -214,6 +218,11 @@ static struct rtx_plan *plan_for(struct rtx_gen_engine *e, int t, int s, int b,
     struct rtx_plan *plan;
     if (rtx_plan_new(e->graph, (const struct rtx_tensor *const *)in, n_in, NULL, &plan, err))
         return NULL;
+    if (t <= e->graph_max_tokens &&
+        rtx_plan_bind_device_inputs(plan, STEP_INPUTS, n_in - STEP_INPUTS, err)) {
+        rtx_plan_free(plan);
+        return NULL;
+    }
     int slot = e->n_plans;
     if (slot == GEN_MAX_PLANS) {
         slot = 0;

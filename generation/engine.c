@@ -453,6 +453,7 @@ int rtx_gen_engine_start(struct rtx_gen_model *m, const struct rtx_gen_engine_op
     e->block_size = opt->block_size > 0 ? opt->block_size : 16;
     e->max_batch_tokens = opt->max_batch_tokens > 0 ? opt->max_batch_tokens : cpu ? 512 : 2048;
     e->max_seqs = opt->max_seqs > 0 ? opt->max_seqs : cpu ? 32 : 256;
+    e->graph_max_tokens = opt->graph_max_tokens == 0 ? 512 : opt->graph_max_tokens;
     e->context = e->arch->max_positions;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);

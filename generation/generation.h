@@ -189,6 +189,9 @@ struct rtx_gen_engine_options {
     int block_size;                  /* tokens per KV block; 0: 16 */
     int max_batch_tokens;            /* token budget of one step; 0: 2048 (512 on the CPU) */
     int max_seqs;                    /* running sequences at most; 0: 256 (32 on the CPU) */
+    int graph_max_tokens;            /* steps of at most this many tokens (rounded up to a
+                                      * power of two) replay as captured graphs on a backend
+                                      * that captures them (CUDA graphs); 0: 512; < 0: never */
     bool prefix_caching;             /* default true */
     int cpu_threads;                 /* CPU backend threads; 0: the device set's */
     const struct rtx_sched_config *lanes; /* NULL: rtx_sched_config_init's */

@@ -60,13 +60,22 @@
  * (rtx__op_info.writes_inputs: paged_attention's KV caches) updates the caller's tensors;
  * validation has made sure those inputs are graph inputs. A node that writes inputs is never
  * pruned as dead (its writes are its purpose), and a plan holding one (p->written not NULL)
- * never uses the replay state: every execution goes node by node on buffers of its own, with
- * the caller's input tensors bound as they are. On a host backend and on
+ * uses the replay state only on rtx_plan_execute_device with every written input bound (next
+ * paragraph); otherwise every execution goes node by node on buffers of its own, with the
+ * caller's input tensors bound as they are. On a host backend and on
  * rtx_plan_execute_device that is the caller's memory itself, so a written input must be
  * contiguous there (rtx_plan_execute copies other inputs to contiguous ones, which would
  * leave the writes in the copy). rtx_plan_execute on a device backend uploads the inputs and,
  * after the run, copies each written one back into the caller's host tensor. Views over a
  * written input read its bytes at the time the reading node runs, in the plan's order.
+ *
+ * Bound inputs (rtx_plan_bind_device_inputs). On rtx_plan_execute_device the fixed state may
+ * hold the caller's tensors for some inputs instead of fixed copies (rp_bind): weights and KV
+ * caches are large and stay put, so a replayed graph reads them, and writes the caches, where
+ * the caller keeps them; the plan holds a reference, so recorded addresses never dangle. Each
+ * run compares the bound inputs' addresses with the held ones: a moved one drops the replay
+ * state (graph included), and the run starts over as run 1. Host executions ignore bindings
+ * (a plan prepared with them is dropped first).
  */
 #include <string.h>
 #include <time.h>
@@ -111,6 +120,9 @@ struct rtx_plan {
     int rp_runs;                    /* node-by-node runs on the fixed tensors */
     size_t rp_peak;                 /* bytes: arena, inputs and outputs held */
     bool rp_off;                    /* a capture failed: node by node for good */
+    bool rp_bind;                   /* rp_vals holds the caller's bound inputs (DESIGN) */
+    bool *bound;                    /* per graph input: bound by address on the device
+                                     * (rtx_plan_bind_device_inputs); NULL: none is */
     char rp_note[384];              /* why rp_off */
     struct rtx__plan_profile *profile; /* RTX_PLAN_PROFILE: never replays (plan-profile.c) */
 };
@@ -489,6 +501,32 @@ static void drop_replay(struct rtx_plan *p) {
     p->rp_be = NULL;
     p->rp_runs = 0;
     p->rp_peak = 0;
+    p->rp_bind = false;
+}
+
+int rtx_plan_bind_device_inputs(struct rtx_plan *p, int first, int n, struct rtx_err *err) {
+    const struct rtx_graph *g = p->g;
+    if (first < 0 || n < 0 || first > g->n_inputs - n)
+        return rtx_err_set(err, RTX_EINVAL, "inputs %d..%d: the graph has %d", first,
+                           first + n - 1, g->n_inputs);
+    if (!p->bound && !(p->bound = rtx_calloc((size_t)g->n_inputs + 1, sizeof *p->bound)))
+        return rtx_err_set(err, RTX_ENOMEM, "out of memory binding inputs");
+    for (int i = first; i < first + n; i++) p->bound[i] = true;
+    if (p->rp_vals) drop_replay(p); /* the fixed buffers were made without these bindings */
+    return 0;
+}
+
+/* Whether graph input i is bound by address in an execution with these inputs. */
+static bool input_bound(const struct rtx_plan *p, int i, bool on_device) {
+    return on_device && p->bound && p->bound[i];
+}
+
+/* Whether an execution may use the replay state (DESIGN: graph replay, in-place writes). */
+static bool may_replay(const struct rtx_plan *p, struct rtx_backend *be, bool on_device) {
+    if (!rtx_backend_can_capture(be) || p->rp_off || p->profile) return false;
+    for (int i = 0; p->written && i < p->g->n_inputs; i++)
+        if (p->written[p->g->inputs[i]] && !input_bound(p, i, on_device)) return false;
+    return true;
 }
 
 void rtx_plan_free(struct rtx_plan *p) {
@@ -505,6 +543,7 @@ void rtx_plan_free(struct rtx_plan *p) {
     rtx_free(p->offset);
     rtx_free(p->is_output);
     rtx_free(p->written);
+    rtx_free(p->bound);
     rtx_free(p->uses);
     rtx_free(p);
 }
@@ -799,18 +838,24 @@ out:
 }
 
 /* The fixed tensors of every live value on be (DESIGN). */
-static int replay_prepare(struct rtx_plan *p, struct rtx_backend *be, struct rtx_err *err) {
+static int replay_prepare(struct rtx_plan *p, struct rtx_backend *be,
+                          struct rtx_tensor *const *inputs, bool on_device, struct rtx_err *err) {
     const struct rtx_graph *g = p->g;
     int rc = 0;
     p->rp_vals = rtx_calloc((size_t)g->n_values + 1, sizeof *p->rp_vals);
     if (!p->rp_vals) return rtx_err_set(err, RTX_ENOMEM, "out of memory executing");
     p->rp_be = be;
+    p->rp_bind = on_device && p->bound;
     p->rp_peak = p->sched_arena_bytes;
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].constant) p->rp_vals[v] = rtx_tensor_ref(constant_of(p, be, v));
     for (int i = 0; i < g->n_inputs && rc == 0; i++) {
         int v = g->inputs[i];
         if (p->rp_vals[v]) continue; /* the same value listed twice */
+        if (input_bound(p, i, on_device)) {
+            p->rp_vals[v] = rtx_tensor_ref(inputs[i]);
+            continue;
+        }
         rc = new_device_tensor(be, &p->shapes[v], &p->rp_vals[v], err);
         p->rp_peak += shape_bytes(&p->shapes[v]);
     }
@@ -855,14 +900,19 @@ static int exec_replay(struct rtx_plan *p, struct rtx_backend *be,
                        size_t *peak, enum rtx_exec_mode *mode, struct rtx_err *err) {
     const struct rtx_graph *g = p->g;
     int rc = 0;
-    if (p->rp_be != be) drop_replay(p);
+    if (p->rp_be != be || p->rp_bind != (on_device && p->bound)) drop_replay(p);
+    for (int i = 0; p->rp_vals && i < g->n_inputs; i++) /* a bound input moved: capture again */
+        if (input_bound(p, i, on_device) &&
+            rtx_tensor_data(p->rp_vals[g->inputs[i]]) != rtx_tensor_data(inputs[i]))
+            drop_replay(p);
     if ((rc = schedule(p, be, err))) return rc;
     if ((rc = device_constants(p, be, err))) return rc;
-    if (!p->rp_vals && (rc = replay_prepare(p, be, err))) return rc;
+    if (!p->rp_vals && (rc = replay_prepare(p, be, inputs, on_device, err))) return rc;
     *peak = p->rp_peak;
     for (int i = 0; i < g->n_inputs; i++) {
         const struct rtx_tensor *t = inputs[i];
         struct rtx_tensor *hc = NULL;
+        if (input_bound(p, i, on_device)) continue;
         if (!on_device) {
             if ((rc = rtx_tensor_contiguous(t, &hc, err))) return rc;
             t = hc;
@@ -921,7 +971,7 @@ static int execute(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tensor
     else
         rc = check_inputs(p, inputs, on_device, err);
     if (p->profile) rtx__plan_profile_run(p->profile);
-    if (rc == 0 && rtx_backend_can_capture(be) && !p->rp_off && !p->written && !p->profile) {
+    if (rc == 0 && may_replay(p, be, on_device)) {
         rc = exec_replay(p, be, inputs, on_device, outputs, cancel, &nodes_run, &peak, &mode,
                          err);
     } else if (rc == 0) {

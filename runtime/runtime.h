@@ -475,8 +475,8 @@ struct rtx_exec_stats {
  * Inputs that an op writes in place (paged_attention's k_cache and v_cache, docs/ops.md) must
  * be contiguous: on a host backend the kernels write the caller's tensors themselves, on a
  * device backend the updated tensors are copied back into them after the run. A plan with
- * such an op never captures a graph: it runs node by node with the caller's tensors on both
- * rtx_plan_execute and rtx_plan_execute_device. */
+ * such an op captures a graph only on rtx_plan_execute_device with every written input bound
+ * (rtx_plan_bind_device_inputs); otherwise it runs node by node with the caller's tensors. */
 int rtx_plan_execute(struct rtx_plan *p, struct rtx_backend *be,
                      struct rtx_tensor *const *inputs, int n_inputs, struct rtx_tensor **outputs,
                      int n_outputs, const volatile int *cancel, struct rtx_exec_stats *stats,
@@ -505,6 +505,16 @@ int rtx_plan_execute_device(struct rtx_plan *p, struct rtx_backend *be,
                             struct rtx_tensor **outputs, int n_outputs,
                             const volatile int *cancel, struct rtx_exec_stats *stats,
                             struct rtx_err *err);
+/* Binds graph inputs [first, first + n) by address for rtx_plan_execute_device on a backend
+ * that captures graphs: instead of copying them into fixed buffers each run, the plan's
+ * fixed state and its captured graph use the caller's tensors themselves (weights, KV caches:
+ * large tensors that stay where they are). Every execution should pass bound inputs at the
+ * same addresses: one at another address drops the graph and the fixed state, and the plan
+ * runs node by node once and captures again. A plan whose graph writes inputs in place
+ * (paged_attention) replays only when each of them is bound; the graph writes the caller's
+ * tensors. rtx_plan_execute (host inputs) ignores the binding. RTX_EINVAL for a range outside
+ * the graph's inputs. */
+int rtx_plan_bind_device_inputs(struct rtx_plan *p, int first, int n, struct rtx_err *err);
 /* Why graph capture is off for this plan ("" while it is not): the failed capture's error. */
 const char *rtx_plan_capture_note(const struct rtx_plan *p);
 

@@ -455,6 +455,7 @@ static int parse_generate(struct ctx *c, json_t *root, json_t *ins, json_t *outs
                            ins ? "input" : outs ? "output" : db ? "dynamic_batching" : "max_batch_size");
     generate_io(info);
     out->gen.prefix_caching = true;
+    out->gen.graph_max_tokens = -1;
     json_t *g = NULL, *v;
     int rc = get_object(c, root, "generation", "generation", &g);
     if (rc || !g) return rc;
@@ -479,6 +480,9 @@ static int parse_generate(struct ctx *c, json_t *root, json_t *ins, json_t *outs
         } else if (strcmp(key, "max_seqs") == 0) {
             if ((rc = get_int(c, v, f, 1, 65536, &n))) return rc;
             out->gen.max_seqs = (int)n;
+        } else if (strcmp(key, "cuda_graph_max_tokens") == 0) {
+            if ((rc = get_int(c, v, f, 0, 1 << 20, &n))) return rc;
+            out->gen.graph_max_tokens = (int)n;
         } else if (strcmp(key, "prefix_caching") == 0) {
             if (!json_is_boolean(v)) return type_error(c, f, "true or false");
             out->gen.prefix_caching = json_is_true(v);

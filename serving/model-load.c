@@ -450,6 +450,9 @@ static int load_generator(struct rtx_model *m, const struct rtx__model_load_opts
     eo.block_size = m->cfg.gen.block_size;
     eo.max_batch_tokens = m->cfg.gen.max_batch_tokens;
     eo.max_seqs = m->cfg.gen.max_seqs;
+    eo.graph_max_tokens = m->cfg.gen.graph_max_tokens < 0    ? 0
+                          : m->cfg.gen.graph_max_tokens == 0 ? -1
+                                                             : m->cfg.gen.graph_max_tokens;
     eo.prefix_caching = m->cfg.gen.prefix_caching;
     eo.cpu_threads = o->cpu_threads;
     struct rtx_sched_config sc = version_sched_config(m, o->sched);

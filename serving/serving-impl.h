@@ -113,6 +113,7 @@ struct rtx__model_config {
         int64_t kv_cache_bytes;
         double kv_cache_fraction;
         int block_size, max_batch_tokens, max_seqs;
+        int graph_max_tokens;    /* -1: unset (the engine's default); 0: never */
         bool prefix_caching;
         char chat_template[8192];
     } gen;

@@ -17,8 +17,12 @@
  *     --block-size N         tokens per KV block (default 16)
  *     --pad N                N padding tokens and N padding sequences in every step
  *     --every-chunk          also a row for each prompt chunk before the last
- *     --timing               each step's plan and run times (upload, execute, download) to
- *                            stderr
+ *     --timing               each step's plan and run times (upload, execute, download) and
+ *                            how the plan ran (runtime.h's rtx_exec_mode) to stderr
+ *     --graphs               keep each step shape's plan and bind the pool and the weights to
+ *                            it (rtx_plan_bind_device_inputs), as the engine does for small
+ *                            steps: on a GPU a shape's third and later steps replay a CUDA
+ *                            graph
  *     --seed S               the shuffle of the block ids (default 1)
  *     --threads N            CPU backend threads (default: one per CPU)
  *     --device cpu|cuda:N    the backend (default cpu); on a GPU the pool and the weights are
@@ -48,7 +52,7 @@ static void usage(void) {
             "       rtxgen DIR encode TEXT\n"
             "       rtxgen DIR logits (--ids A,B,.. [--decode C,..] | --batch \"A,B|C;D,E\")\n"
             "              [--dtype f32|bf16|f16] [--chunk N] [--block-size N] [--pad N]\n"
-            "              [--every-chunk] [--timing] [--seed S] [--threads N]\n"
+            "              [--every-chunk] [--timing] [--graphs] [--seed S] [--threads N]\n"
             "              [--device cpu|cuda:N]\n"
             "              --out FILE.npy\n");
 }
@@ -137,6 +141,7 @@ struct opts {
     int cuda; /* -1: the CPU backend; else the CUDA device */
     bool every_chunk;
     bool timing; /* --timing: each step's times to stderr */
+    bool graphs; /* --graphs: plans kept per shape, pool and weights bound */
     uint64_t seed;
 };
 
@@ -218,8 +223,15 @@ static int assign_blocks(struct seq *seqs, int n, int bs, uint64_t seed) {
  * logits: steps
  * ---------------------------------------------------------------------------------------- */
 
+#define MAX_KEPT_PLANS 64
+
 struct runner {
     struct rtx_graph *g;
+    struct kept_plan {
+        int t, s, b;
+        struct rtx_plan *plan;
+    } kept[MAX_KEPT_PLANS];     /* --graphs */
+    int n_kept;
     struct rtx_backend *be;
     bool device;            /* a CUDA backend: pool and weights live there */
     const struct rtx_gen_arch *a;
@@ -230,6 +242,29 @@ struct runner {
 static int new_i32(int ndim, int64_t d0, int64_t d1, struct rtx_tensor **t, struct rtx_err *err) {
     int64_t dims[2] = {d0, d1};
     return rtx_tensor_new(RTX_I32, ndim, dims, t, err);
+}
+
+/* The step's plan: a new one, or with --graphs the one kept for its shape (made, bound and
+ * kept on first use; past MAX_KEPT_PLANS shapes a new one each step). */
+static int plan_for(struct runner *r, int t, int s, int b, const struct opts *o,
+                    struct rtx_plan **plan, struct rtx_err *err) {
+    for (int i = 0; o->graphs && i < r->n_kept; i++)
+        if (r->kept[i].t == t && r->kept[i].s == s && r->kept[i].b == b) {
+            struct kept_plan k = r->kept[i]; /* to the end: step() frees plans not last */
+            memmove(&r->kept[i], &r->kept[i + 1], sizeof k * (size_t)(r->n_kept - i - 1));
+            r->kept[r->n_kept - 1] = k;
+            *plan = k.plan;
+            return 0;
+        }
+    int rc = rtx_plan_new(r->g, (const struct rtx_tensor *const *)r->in, r->n_in, NULL, plan, err);
+    if (rc || !o->graphs || r->n_kept == MAX_KEPT_PLANS) return rc;
+    if ((rc = rtx_plan_bind_device_inputs(*plan, STEP_INPUTS, r->n_in - STEP_INPUTS, err))) {
+        rtx_plan_free(*plan);
+        *plan = NULL;
+        return rc;
+    }
+    r->kept[r->n_kept++] = (struct kept_plan){.t = t, .s = s, .b = b, .plan = *plan};
+    return 0;
 }
 
 /* Runs one step over the sequences that still have tokens; false in *any when none had. */
@@ -295,14 +330,13 @@ static int step(struct runner *r, struct seq *seqs, int n, const struct opts *o,
 
     struct rtx_plan *plan = NULL;
     struct rtx_tensor *logits = NULL;
+    struct rtx_exec_stats st = {0};
     int64_t t_plan = rtx_mono_ns();
-    if ((rc = rtx_plan_new(r->g, (const struct rtx_tensor *const *)r->in, r->n_in, NULL, &plan,
-                           err)))
-        goto out;
+    if ((rc = plan_for(r, T_all, S_all, B, o, &plan, err))) goto out;
     int64_t t_run = rtx_mono_ns();
     if (!r->device) {
         struct rtx_tensor *outs[2] = {0};
-        rc = rtx_plan_execute(plan, r->be, r->in, r->n_in, outs, 2, NULL, NULL, err);
+        rc = rtx_plan_execute(plan, r->be, r->in, r->n_in, outs, 2, NULL, &st, err);
         logits = outs[0];
         rtx_tensor_unref(outs[1]);
     } else { /* step tensors up, pool and weights already there, logits down */
@@ -313,16 +347,17 @@ static int step(struct runner *r, struct seq *seqs, int n, const struct opts *o,
             rc = rtx_backend_upload(r->be, host[i], &r->in[i], err);
         for (int i = 0; i < STEP_INPUTS; i++) rtx_tensor_unref(host[i]);
         if (!rc)
-            rc = rtx_plan_execute_device(plan, r->be, r->in, r->n_in, dev_out, 2, NULL, NULL, err);
+            rc = rtx_plan_execute_device(plan, r->be, r->in, r->n_in, dev_out, 2, NULL, &st, err);
         if (!rc) rc = rtx_backend_download(r->be, dev_out[0], &logits, err);
         rtx_tensor_unref(dev_out[0]);
         rtx_tensor_unref(dev_out[1]);
     }
     if (rc) goto out;
     if (o->timing)
-        fprintf(stderr, "step: %d tokens, %d sequences, %d blocks: plan %.3f ms, run %.3f ms\n",
+        fprintf(stderr,
+                "step: %d tokens, %d sequences, %d blocks: plan %.3f ms, run %.3f ms (%s)\n",
                 T_all, S_all, B, (double)(t_run - t_plan) / 1e6,
-                (double)(rtx_mono_ns() - t_run) / 1e6);
+                (double)(rtx_mono_ns() - t_run) / 1e6, rtx_exec_mode_name(st.mode));
     int vocab = r->a->vocab;
     const float *lg = rtx_tensor_data(logits);
     for (int i = 0; i < n; i++) {
@@ -341,7 +376,7 @@ static int step(struct runner *r, struct seq *seqs, int n, const struct opts *o,
     }
 out:
     rtx_tensor_unref(logits);
-    rtx_plan_free(plan);
+    if (!o->graphs || r->n_kept == 0 || r->kept[r->n_kept - 1].plan != plan) rtx_plan_free(plan);
     return rc;
 }
 
@@ -399,6 +434,8 @@ static int run_logits(struct rtx_gen_model *m, struct seq *seqs, int n, const st
         rc = step(&r, seqs, n, o, &any, err);
     if (!rc) rc = write_rows(out, seqs, n, a->vocab, err);
 out:
+    for (int i = 0; i < r.n_kept; i++)
+        rtx_plan_free(r.kept[i].plan);
     for (int i = 0; r.in && i < r.n_in; i++)
         rtx_tensor_unref(r.in[i]);
     free(r.in);
@@ -448,10 +485,11 @@ static int logits_main(struct rtx_gen_model *m, int argc, char **argv) {
     const char *ids = NULL, *decode = NULL, *batch = NULL, *out = NULL;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool flag = !strcmp(f, "--every-chunk") || !strcmp(f, "--timing");
+        bool flag = !strcmp(f, "--every-chunk") || !strcmp(f, "--timing") ||
+                    !strcmp(f, "--graphs");
         if (!flag && !v) goto bad;
         if (flag)
-            *(f[2] == 'e' ? &o.every_chunk : &o.timing) = true;
+            *(f[2] == 'e' ? &o.every_chunk : f[2] == 't' ? &o.timing : &o.graphs) = true;
         else if (!strcmp(f, "--ids"))
             ids = v;
         else if (!strcmp(f, "--decode"))

@@ -21,7 +21,10 @@
  * Accumulation: float sums in f64 per thread and in the tree (exact enough to match the CPU's
  * double sums to a few f32 ulp; the H200 has the f64 rate to make this free in a memory-bound
  * kernel); integer sums wrap in uint64; max/min propagate NaN. argmax keeps (value, index)
- * pairs: a NaN beats any number, ties keep the lower index, as NumPy.
+ * pairs: a NaN beats any number, ties keep the lower index, as NumPy. A few long float rows
+ * (a generation step's logits: 1-256 rows of a 128k vocabulary) split over blocks that combine
+ * by atomicMax on a 64-bit key (argmax_split_kernel): one block per row left most of the device
+ * idle, 0.23 ms for 64 rows of 128,256.
  *
  * softmax / log_softmax: the last axis (inner == 1) is one block per row with three passes
  * (max, sum of exp, write), the row staying in L1/L2 between them; another axis is one thread
@@ -414,10 +417,10 @@ static int axis_view(const struct rtx_node_args *a, int64_t *outer, int64_t *r, 
 }
 
 /* What argmax compares: f32 for float dtypes, int64 for integers. */
-template <typename T> struct ArgVal { typedef long long V; };
-template <> struct ArgVal<float> { typedef float V; };
-template <> struct ArgVal<__half> { typedef float V; };
-template <> struct ArgVal<__nv_bfloat16> { typedef float V; };
+template <typename T> struct ArgVal { typedef long long V; static const bool is_float = false; };
+template <> struct ArgVal<float> { typedef float V; static const bool is_float = true; };
+template <> struct ArgVal<__half> { typedef float V; static const bool is_float = true; };
+template <> struct ArgVal<__nv_bfloat16> { typedef float V; static const bool is_float = true; };
 
 template <typename V> __device__ __forceinline__ V arg_lowest();
 template <> __device__ __forceinline__ float arg_lowest<float>() {
@@ -515,10 +518,66 @@ __global__ static void argmax_cols_kernel(const T *x, int64_t *y, int64_t outer,
     }
 }
 
+/* Split rows (inner == 1, float dtypes, few long rows: the logits of a generation step). A
+ * row's (value, index) pairs order as one 64-bit key: the value's bits made monotonic (-0 as
+ * +0, NaN above everything) above the complement of the index (the lower index wins a tie),
+ * so blocks of one row combine by atomicMax on the row's output word, which starts at 0 (no
+ * key is 0) and a last kernel turns into the index. */
+#define SPLIT_MIN_ROW 8192   /* shorter rows: one block each */
+#define SPLIT_SEGMENT 4096   /* elements per block at least */
+#define SPLIT_THREADS 256
+
+__device__ __forceinline__ unsigned long long arg_key(float v, int64_t j) {
+    unsigned u;
+    if (v != v) {
+        u = 0xffffffffu;
+    } else {
+        u = __float_as_uint(v == 0.0f ? 0.0f : v);
+        u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    }
+    return ((unsigned long long)u << 32) | (0xffffffffu - (unsigned)j);
+}
+
+template <typename T>
+__global__ static void argmax_split_kernel(const T *x, int64_t *y, int64_t r, int64_t seg) {
+    int64_t row = blockIdx.y, lo = (int64_t)blockIdx.x * seg;
+    int64_t hi = lo + seg < r ? lo + seg : r;
+    const T *p = x + row * r;
+    unsigned long long best = 0;
+    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+        unsigned long long k = arg_key(arg_load(p[j]), j);
+        best = k > best ? k : best;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long ok = __shfl_xor_sync(0xffffffffu, best, o);
+        best = ok > best ? ok : best;
+    }
+    if ((threadIdx.x & 31) == 0 && best) atomicMax((unsigned long long *)&y[row], best);
+}
+
+__global__ static void argmax_split_finish(int64_t *y, int64_t rows) {
+    int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < rows) y[row] = (int64_t)(0xffffffffu - (unsigned)((unsigned long long)y[row]));
+}
+
+/* Blocks per row for the split kernel; 0: the row kernel (the rows fill the device). */
+static int64_t argmax_parts(int64_t outer, int64_t r, int sms) {
+    if (r < SPLIT_MIN_ROW || r > INT32_MAX || outer > 65535 || outer >= 2 * (int64_t)sms) return 0;
+    int64_t want = (2 * (int64_t)sms + outer - 1) / outer, most = r / SPLIT_SEGMENT;
+    return want < most ? want : most;
+}
+
 template <typename T>
 static void argmax_launch(const void *x, int64_t *y, int64_t outer, int64_t r, int64_t inner,
-                          cudaStream_t s) {
-    if (inner == 1) {
+                          int sms, cudaStream_t s) {
+    int64_t parts = inner == 1 && ArgVal<T>::is_float ? argmax_parts(outer, r, sms) : 0;
+    if (parts > 1) {
+        int64_t seg = (r + parts - 1) / parts;
+        cudaMemsetAsync(y, 0, (size_t)outer * sizeof *y, s);
+        argmax_split_kernel<T><<<dim3((unsigned)parts, (unsigned)outer), SPLIT_THREADS, 0, s>>>(
+            (const T *)x, y, r, seg);
+        argmax_split_finish<<<(unsigned)((outer + 255) / 256), 256, 0, s>>>(y, outer);
+    } else if (inner == 1) {
         argmax_rows_kernel<T><<<grid_of(outer), threads_for(r), 0, s>>>((const T *)x, y, outer, r);
     } else {
         int64_t n = outer * inner;
@@ -917,13 +976,13 @@ static int run_rows(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
     if (is_arg) {
         int64_t *yi = (int64_t *)yp;
         switch (dt) {
-        case RTX_F32: argmax_launch<float>(xp, yi, outer, r, inner, s); break;
-        case RTX_F16: argmax_launch<__half>(xp, yi, outer, r, inner, s); break;
-        case RTX_BF16: argmax_launch<__nv_bfloat16>(xp, yi, outer, r, inner, s); break;
-        case RTX_I8: argmax_launch<int8_t>(xp, yi, outer, r, inner, s); break;
-        case RTX_I32: argmax_launch<int32_t>(xp, yi, outer, r, inner, s); break;
-        case RTX_I64: argmax_launch<int64_t>(xp, yi, outer, r, inner, s); break;
-        default: argmax_launch<uint8_t>(xp, yi, outer, r, inner, s); break;
+        case RTX_F32: argmax_launch<float>(xp, yi, outer, r, inner, cu->sm_count, s); break;
+        case RTX_F16: argmax_launch<__half>(xp, yi, outer, r, inner, cu->sm_count, s); break;
+        case RTX_BF16: argmax_launch<__nv_bfloat16>(xp, yi, outer, r, inner, cu->sm_count, s); break;
+        case RTX_I8: argmax_launch<int8_t>(xp, yi, outer, r, inner, cu->sm_count, s); break;
+        case RTX_I32: argmax_launch<int32_t>(xp, yi, outer, r, inner, cu->sm_count, s); break;
+        case RTX_I64: argmax_launch<int64_t>(xp, yi, outer, r, inner, cu->sm_count, s); break;
+        default: argmax_launch<uint8_t>(xp, yi, outer, r, inner, cu->sm_count, s); break;
         }
     } else {
         bool lg = a->node->op == RTX_OP_LOG_SOFTMAX;

@@ -30,7 +30,7 @@
 /* The case tables below leave a case's trailing fields (its attributes) out when it has none. */
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
-enum fill { F_RAND, F_MASK, F_ADDMASK, F_ABSENT };
+enum fill { F_RAND, F_MASK, F_ADDMASK, F_SPECIAL, F_ABSENT };
 
 struct tin {
     enum rtx_dtype dt;
@@ -81,6 +81,13 @@ static struct rtx_tensor *make_input(const struct tin *ti) {
         switch (ti->fill) {
         case F_MASK: v = dead_row ? 0.0 : urand() < 0.7; break;
         case F_ADDMASK: v = dead_row || urand() < 0.2 ? -INFINITY : -urand(); break;
+        case F_SPECIAL: /* float rows of ties: rare infinities; a rare NaN; signed zeros */
+            switch ((i / lk) % 3) {
+            case 0: v = urand() < 0.001 ? INFINITY : floor(urand() * 8.0) / 8.0; break;
+            case 1: v = urand() < 0.0001 ? NAN : 2.0 * urand() - 1.0; break;
+            default: v = urand() < 0.5 ? -0.0 : 0.0; break;
+            }
+            break;
         default:
             v = rtx_dtype_is_float(ti->dt) ? 2.0 * urand() - 1.0 : floor(urand() * 101.0) - 50.0;
             if (ti->dt == RTX_U8) v = floor(urand() * 256.0);
@@ -376,9 +383,15 @@ static void test_reduce(void) {
             {"axis 0 keepdims",
              {"argmax", 1, {TIN(dt, F_RAND, 7, 33, 65)}, 2, {AI("axis", 0), AI("keepdims", 1)}}},
             {"axis 1", {"argmax", 1, {TIN(dt, F_RAND, 7, 33, 65)}, 1, {AI("axis", 1)}}},
+            {"one long row", {"argmax", 1, {TIN(dt, F_RAND, 1, 128256)}}},
+            {"long rows split", {"argmax", 1, {TIN(dt, F_RAND, 5, 130001)}}},
+            {"ties, NaN, zeros", {"argmax", 1, {TIN(dt, F_SPECIAL, 6, 100003)}}},
+            {"many long rows", {"argmax", 1, {TIN(dt, F_RAND, 300, 9000)}}},
         };
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            if (cases[i].c.in[0].fill == F_SPECIAL && !rtx_dtype_is_float(dt)) continue;
             run_case(cases[i].what, &cases[i].c, gpu_be, "cuda", 0.0);
+        }
     }
 }
 

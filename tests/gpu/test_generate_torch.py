@@ -16,7 +16,8 @@ token ids; --smoke: 1, 5, 17, 40) runs through rtxd's step graph in ONE rtxgen p
 run (`rtxgen DIR logits --batch "P|D;P|D;..." --dtype bf16 --device DEV`: every step holds
 each unfinished sequence's prompt or its next decode token, ragged), twice:
   * whole prompts: the first step prefills every prompt together, then 64 decode steps of
-    the whole batch;
+    the whole batch; with --graphs, as the engine runs small steps: plans kept per shape with
+    the pool and weights bound, so that on a GPU the decode steps replay CUDA graphs;
   * chunked prefill (--chunk 48 --every-chunk): long prompts take several steps while short
     ones already decode, so steps mix prefill chunks and decode tokens; a row for the last
     token of every chunk.
@@ -107,6 +108,8 @@ def run_rtxgen(rtxgen, ckpt, seqs, device, chunk, out):
         argv += ["--device", device]
     if chunk:
         argv += ["--chunk", str(chunk), "--every-chunk"]
+    else:
+        argv += ["--graphs"]
     argv += ["--out", str(out)]
     p = subprocess.run(argv, capture_output=True, text=True)
     if p.returncode != 0:

@@ -26,7 +26,7 @@
 #include "runtime/runtime-impl.h"
 #include "tests/unit/test-util.h"
 
-#define MAX_IN 4
+#define MAX_IN 9
 
 struct rec {
     const struct rtx_graph *graph;
@@ -877,8 +877,8 @@ static struct rtx_tensor *host_copy(const struct rtx_tensor *t) {
     return c;
 }
 
-/* A graph whose op writes its inputs (paged_attention's caches) is never captured, on either
- * entry point: every run goes node by node with the caller's tensors, whose caches end up
+/* A graph whose op writes its inputs (paged_attention's caches) and binds none of them is never
+ * captured, on either entry point: every run goes node by node with the caller's tensors, whose caches end up
  * written (on rtx_plan_execute through a device backend, copied back into the host tensors). */
 START_TEST(in_place_writers_run_node_by_node_on_the_callers_tensors) {
     struct fake f;
@@ -936,6 +936,92 @@ START_TEST(in_place_writers_run_node_by_node_on_the_callers_tensors) {
 }
 END_TEST
 
+/* Inputs bound by address (rtx_plan_bind_device_inputs) let a plan that writes its caches
+ * replay on the device: the graph reads and writes the caller's bound tensors, the unbound
+ * q, k, v are copied into fixed buffers each run; a bound input at another address makes a
+ * new capture; rtx_plan_execute (host tensors) ignores the binding and runs node by node. Every
+ * run's output and caches equal the CPU's, applied in the same order. */
+START_TEST(bound_inputs_replay_in_place_writers) {
+    struct fake f;
+    struct rtx_tensor *in[9], *ref_in[9], *dev[9], *y[1], *ref[1];
+    struct rtx_exec_stats st;
+    struct rtx_err err;
+    struct rtx_backend *cpu;
+    struct rtx_plan *p, *rp;
+    fake_init(&f);
+    struct rtx_graph *g = paged_graph(in);
+    ck_assert_int_eq(rtx_backend_cpu_new(&(struct rtx_cpu_options){.n_threads = 1}, &cpu, &err),
+                     0);
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)in, 9, NULL, &p, &err), 0);
+    ck_assert_int_eq(rtx_plan_new(g, (const struct rtx_tensor *const *)in, 9, NULL, &rp, &err), 0);
+    ck_assert_int_eq(rtx_plan_bind_device_inputs(p, 8, 2, &err), RTX_EINVAL);
+    ck_assert_int_eq(rtx_plan_bind_device_inputs(p, -1, 2, &err), RTX_EINVAL);
+    ck_assert_int_eq(rtx_plan_bind_device_inputs(p, 3, 6, &err), 0);
+    for (int i = 0; i < 9; i++) {
+        ref_in[i] = i == 3 || i == 4 ? host_copy(in[i]) : in[i];
+        ck_assert_int_eq(rtx_backend_upload(&f.be, in[i], &dev[i], &err), 0);
+    }
+    const enum rtx_exec_mode want[] = {RTX_EXEC_FIXED, RTX_EXEC_CAPTURED, RTX_EXEC_REPLAYED,
+                                       RTX_EXEC_REPLAYED, RTX_EXEC_FIXED, RTX_EXEC_CAPTURED,
+                                       RTX_EXEC_REPLAYED};
+    for (int r = 0; r < (int)(sizeof want / sizeof *want); r++) {
+        if (r == 4) { /* the caches move: the graph recorded the old addresses */
+            for (int c = 3; c <= 4; c++) {
+                struct rtx_tensor *moved;
+                ck_assert_int_eq(rtx_backend_upload(&f.be, dev[c], &moved, &err), 0);
+                rtx_tensor_unref(dev[c]);
+                dev[c] = moved;
+            }
+        }
+        for (int i = 0; i < 3; i++) { /* new q, k, v at new addresses */
+            struct rtx_tensor *h = tu_tensor_random(RTX_F32, in[i]->ndim, in[i]->dims, -1, 1,
+                                                    (uint64_t)(40 + 3 * r + i));
+            rtx_tensor_unref(dev[i]);
+            ck_assert_int_eq(rtx_backend_upload(&f.be, h, &dev[i], &err), 0);
+            ref_in[i] = h;
+        }
+        ck_assert_msg(rtx_plan_execute(rp, cpu, ref_in, 9, ref, 1, NULL, NULL, &err) == 0, "%s",
+                      err.msg);
+        ck_assert_msg(rtx_plan_execute_device(p, &f.be, dev, 9, y, 1, NULL, &st, &err) == 0,
+                      "%s", err.msg);
+        ck_assert_msg(st.mode == want[r], "run %d: %s", r, rtx_exec_mode_name(st.mode));
+        ck_assert(same_bits(y[0], ref[0]));
+        ck_assert(same_bits(dev[3], ref_in[3]) && same_bits(dev[4], ref_in[4]));
+        rtx_tensor_unref(y[0]);
+        rtx_tensor_unref(ref[0]);
+        for (int i = 0; i < 3; i++) rtx_tensor_unref(ref_in[i]);
+    }
+    ck_assert_int_eq(f.captures, 2);
+    ck_assert_int_eq(f.graphs_live, 1);
+    /* host tensors: the binding does not apply, the caches are copied back */
+    struct rtx_tensor *kc = host_copy(ref_in[3]), *vc = host_copy(ref_in[4]), *run_in[9];
+    memcpy(run_in, in, sizeof run_in);
+    memcpy(ref_in, in, 3 * sizeof *ref_in);
+    run_in[3] = kc;
+    run_in[4] = vc;
+    ck_assert_int_eq(rtx_plan_execute(rp, cpu, ref_in, 9, ref, 1, NULL, NULL, &err), 0);
+    ck_assert_msg(rtx_plan_execute(p, &f.be, run_in, 9, y, 1, NULL, &st, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(st.mode, RTX_EXEC_PLAIN);
+    ck_assert(same_bits(y[0], ref[0]));
+    ck_assert(same_bits(kc, ref_in[3]) && same_bits(vc, ref_in[4]));
+    ck_assert_int_eq(f.graphs_live, 0); /* the node-by-node run dropped the replay state */
+    rtx_tensor_unref(y[0]);
+    rtx_tensor_unref(ref[0]);
+    rtx_tensor_unref(kc);
+    rtx_tensor_unref(vc);
+    for (int i = 0; i < 9; i++) rtx_tensor_unref(dev[i]);
+    rtx_tensor_unref(ref_in[3]);
+    rtx_tensor_unref(ref_in[4]);
+    for (int i = 0; i < 9; i++) rtx_tensor_unref(in[i]);
+    rtx_plan_free(p);
+    rtx_plan_free(rp);
+    rtx_backend_free(cpu);
+    rtx_graph_free(g);
+    rtx_backend_free(&f.be); /* f_free, after the constants cache */
+}
+END_TEST
+
 Suite *rtx_plan_replay_suite(void) {
     Suite *s = suite_create("plan_replay");
     TCase *tc = tcase_create("core");
@@ -953,6 +1039,7 @@ Suite *rtx_plan_replay_suite(void) {
     tcase_add_test(tc, block_fuses_every_projection);
     tcase_add_test(tc, block_survives_allocation_failures);
     tcase_add_test(tc, in_place_writers_run_node_by_node_on_the_callers_tensors);
+    tcase_add_test(tc, bound_inputs_replay_in_place_writers);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -177,6 +177,41 @@ START_TEST(config_rejects_each_error_class) {
 }
 END_TEST
 
+/* A generative model's "generation" settings: each one read, cuda_graph_max_tokens unset is
+ * -1 (the engine's default) and 0 is kept (never replay); out of range or unknown keys fail. */
+START_TEST(config_generation_settings) {
+    struct rtx__model_config c;
+    struct rtx_err err = {0};
+    const char *j = "{\"name\": \"m\", \"platform\": \"rtx_generate\", \"generation\": "
+                    "{\"max_batch_tokens\": 4096, \"max_seqs\": 64, \"block_size\": 32, "
+                    "\"cuda_graph_max_tokens\": 0, \"prefix_caching\": false}}";
+    ck_assert_msg(rtx__model_config_parse(j, strlen(j), "m", "f", &c, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.gen.max_batch_tokens, 4096);
+    ck_assert_int_eq(c.gen.max_seqs, 64);
+    ck_assert_int_eq(c.gen.block_size, 32);
+    ck_assert_int_eq(c.gen.graph_max_tokens, 0);
+    ck_assert(!c.gen.prefix_caching);
+    j = "{\"name\": \"m\", \"platform\": \"rtx_generate\"}";
+    ck_assert_msg(rtx__model_config_parse(j, strlen(j), "m", "f", &c, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.gen.graph_max_tokens, -1);
+    ck_assert(c.gen.prefix_caching);
+    static const char *const bad[][2] = {
+        {"{\"cuda_graph_max_tokens\": -1}", "generation.cuda_graph_max_tokens"},
+        {"{\"cuda_graph_max_tokens\": \"all\"}", "generation.cuda_graph_max_tokens"},
+        {"{\"cuda_graphs\": true}", "generation.cuda_graphs: unknown setting"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"name\": \"m\", \"platform\": \"rtx_generate\", "
+                                    "\"generation\": %s}", bad[i][0]);
+        ck_assert_int_eq(rtx__model_config_parse(text, strlen(text), "m", "m/config.json", &c,
+                                                 &err), RTX_EFORMAT);
+        ck_assert_msg(strstr(err.msg, bad[i][1]) && strstr(err.msg, "m/config.json"), "%s",
+                      err.msg);
+    }
+}
+END_TEST
+
 START_TEST(config_dump_parses_back_the_same) {
     struct rtx__model_config c, d;
     struct rtx_err err = {0};
@@ -388,6 +423,7 @@ Suite *rtx_serving_files_suite(void) {
     tcase_add_loop_test(tc, config_rejects_each_error_class, 0,
                         (int)(sizeof config_errors / sizeof config_errors[0]));
     tcase_add_test(tc, config_dump_parses_back_the_same);
+    tcase_add_test(tc, config_generation_settings);
     tcase_add_test(tc, kserve_datatype_names);
     tcase_add_test(tc, safetensors_parses_a_valid_header);
     tcase_add_loop_test(tc, safetensors_rejects_malformed_files, 0,
