@@ -27,6 +27,7 @@
 #include "generation/generation.h"
 #include "generation/kv-blocks-impl.h"
 #include "generation/sampler-impl.h"
+#include "generation/step-cost-impl.h"
 #include "scheduler/sched.h"
 
 struct rtx_backend;
@@ -155,8 +156,9 @@ struct rtx_gen_engine {
     struct gen_seq **step_seqs;         /* the step's sequences, by logits row */
     int n_step;
     uint64_t steps;
-    /* the step-time model t(n) = base + n * per_token, learned from the steps run: base from
-     * steps of at most 8 tokens, per_token from steps of 32 or more (their time less base) */
+    struct rtx__step_cost cost;         /* the step-time model (step-cost-impl.h) */
+    bool replays;                       /* the backend replays graphs of small plans */
+    /* what admission takes from the model: per step (an eager one) and per token */
     double per_token_ns, base_ns;
 
     /* shared (mutex) */
@@ -206,6 +208,8 @@ void rtx__gen_forks(struct rtx_gen_engine *e, struct gen_seq *parent);
 void rtx__gen_publish(struct rtx_gen_engine *e);
 
 /* engine-step.c: running a step and turning logits into tokens and text */
+/* The bucket a step's tokens, sequences or table width are rounded up to (a power of two). */
+int rtx__gen_bucket(int n);
 int rtx__gen_step_run(struct rtx_gen_engine *e, int n_tokens, struct rtx_err *err);
 void rtx__gen_plans_free(struct rtx_gen_engine *e);
 /* Appends a sampled token to the sequence and emits its text; ends it when finished. */

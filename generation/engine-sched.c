@@ -16,10 +16,24 @@
  * way: a waiting sequence that finds max_seqs sequences running takes the seat of the
  * youngest running sequence of a lower lane (never of its own lane), so a batch flood that
  * fills every seat does not hold a realtime arrival until a batch sequence ends.
+ *
+ * Time limit. A step cannot be interrupted: a request arriving mid-step waits for its end,
+ * and a decoding sequence waits one step per token, so long steps stretch the first token
+ * and the inter-token latency of every lane in them. While a lane with work below the
+ * highest lane that had work in the last second (the tight lane) exists, and the step-time
+ * model (step-cost-impl.h) is ready, the tight lane and those above it are scheduled first
+ * and in full (token budget only), and the lanes below may then add tokens only while the
+ * modelled step stays within 1/STEP_TARGET_SHARE of the tight lane's target, or within a
+ * quarter of that beyond what the tight lanes took alone, whichever is more: a batch flood
+ * then neither lengthens a realtime stream's steps much nor stops (a quarter of the limit is
+ * always the lower lanes'). The model counts decode tokens by the keys they read, which a
+ * token budget does not: 256 flooded decodes cost as much as ~1,000 prompt tokens.
  */
 #include "generation/engine-impl.h"
 
 #include <string.h>
+
+#define STEP_TARGET_SHARE 8 /* a step of lower lanes' work: 1/8 of the tight lane's target */
 
 /* ------------------------------------------------------------------------------------------
  * Lists
@@ -277,6 +291,9 @@ void rtx__gen_register_blocks(struct rtx_gen_engine *e, struct gen_seq *s) {
 
 struct plan_state {
     int budget;       /* tokens left in the step */
+    int64_t tokens, keys; /* the step so far (struct rtx__step_shape's terms) */
+    int limited;      /* lanes from this one on are held to limit_ns */
+    double limit_ns;  /* the step's modelled time at most (0: no limit) */
 };
 
 static void step_add(struct rtx_gen_engine *e, struct gen_seq *s, int k, struct plan_state *ps) {
@@ -284,6 +301,30 @@ static void step_add(struct rtx_gen_engine *e, struct gen_seq *s, int k, struct 
     s->step_row = e->n_step;
     e->step_seqs[e->n_step++] = s;
     ps->budget -= k;
+    ps->tokens += k;
+    ps->keys += s->computed + k;
+}
+
+/* The model's time of the step with `tokens` more rows and `keys` more keys. */
+static double step_estimate(const struct rtx_gen_engine *e, const struct plan_state *ps,
+                            int64_t tokens, int64_t keys) {
+    int64_t t = rtx__gen_bucket((int)(ps->tokens + tokens > 0 ? ps->tokens + tokens : 1));
+    struct rtx__step_shape sh = {.tokens = t, .keys = ps->keys + keys,
+                                 .eager = !e->replays || t > e->graph_max_tokens};
+    return rtx__step_cost_estimate(&e->cost, &sh);
+}
+
+/* The most of k tokens of s that a limited lane may add to the step (DESIGN: time limit). */
+static int within_limit(const struct rtx_gen_engine *e, const struct plan_state *ps, int lane,
+                        const struct gen_seq *s, int k) {
+    if (ps->limit_ns <= 0 || lane < ps->limited || k <= 0) return k;
+    int lo = 0, hi = k; /* the estimate grows with k: the largest k that fits */
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (step_estimate(e, ps, mid, s->computed + mid) <= ps->limit_ns) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
 }
 
 /* Running sequences of a lane, up to `quota` tokens; returns the tokens taken. */
@@ -298,6 +339,7 @@ static int take_running(struct rtx_gen_engine *e, int lane, int quota, struct pl
             if ((pass == 0) != (left == 1)) continue;
             int k = (int)(left < quota - taken ? left : quota - taken);
             if (k > ps->budget) k = ps->budget;
+            k = within_limit(e, ps, lane, s, k);
             k = grow(e, s, k);
             if (k <= 0) continue;
             step_add(e, s, k, ps);
@@ -326,8 +368,9 @@ static int take_waiting(struct rtx_gen_engine *e, int lane, int quota, struct pl
         int64_t left = seq_left(s);
         int k = (int)(left < quota - taken ? left : quota - taken);
         if (k > ps->budget) k = ps->budget;
+        k = within_limit(e, ps, lane, s, k);
         k = grow(e, s, k);
-        if (k <= 0) { /* no room: back to the head of the queue, nothing held */
+        if (k <= 0) { /* no room (blocks or time): back to the head of the queue, nothing held */
             blocks_drop(e, s);
             wait_push(e, s, true);
             break;
@@ -348,51 +391,55 @@ static int take_waiting(struct rtx_gen_engine *e, int lane, int quota, struct pl
     return taken;
 }
 
-/* The step's token budget: max_batch_tokens, less while a lane with a tight target has work
- * or had some in the last second: the step-time model's tokens for a quarter of the highest
- * such lane's target (at least 64). A step cannot be interrupted, so a request of that lane
- * arriving mid-step waits for the step's end, and its decoding sequences wait one step per
- * token: short steps keep its first token and its inter-token latency within target while a
- * flood of a lower lane's prompts waits. */
-static int step_budget(struct rtx_gen_engine *e, int64_t now) {
-    bool busy[RTX_SCHED_MAX_LANES] = {0};
-    for (int i = 0; i < e->n_run; i++) busy[e->run[i]->req->lane] = true;
-    int budget = e->max_batch_tokens;
+/* The highest lane that has work or had some in the last second; -1: none. */
+static int tight_lane(struct rtx_gen_engine *e, const bool *active, int64_t now) {
+    int tight = -1;
     for (int i = 0; i < e->n_lanes; i++) {
         struct gen_lane *l = &e->lanes[i];
-        if (busy[i] || l->waiting) l->last_busy_ns = now;
-        if (l->last_busy_ns == 0 || now - l->last_busy_ns > INT64_C(1000000000)) continue;
-        if (e->per_token_ns <= 0) break;
-        double cap = ((double)l->target_ns / 4 - e->base_ns) / e->per_token_ns;
-        if (cap < 64) cap = 64;
-        if (cap < budget) budget = (int)cap;
-        break; /* the highest such lane sets it */
+        if (active[i]) l->last_busy_ns = now;
+        if (tight < 0 && l->last_busy_ns != 0 && now - l->last_busy_ns <= INT64_C(1000000000))
+            tight = i;
     }
-    return budget;
+    return tight;
 }
 
 int rtx__gen_schedule(struct rtx_gen_engine *e, int64_t now) {
     e->n_step = 0;
-    int budget = step_budget(e, now);
-    struct plan_state ps = {.budget = budget};
+    struct plan_state ps = {.budget = e->max_batch_tokens, .limited = e->n_lanes};
     bool active[RTX_SCHED_MAX_LANES] = {0};
-    int64_t wsum = 0;
     for (int i = 0; i < e->n_run; i++) active[e->run[i]->req->lane] = true;
-    for (int i = 0; i < e->n_lanes; i++) {
+    for (int i = 0; i < e->n_lanes; i++)
         if (e->lanes[i].waiting) active[i] = true;
-        if (active[i]) wsum += e->lanes[i].weight;
+    int first = 0, tight = tight_lane(e, active, now);
+    bool below = false;
+    for (int i = tight + 1; tight >= 0 && i < e->n_lanes; i++) below = below || active[i];
+    if (below && rtx__step_cost_ready(&e->cost)) {
+        /* DESIGN: time limit. The tight lane and those above it first, in full; then the
+         * lanes below within the limit. */
+        for (int i = 0; i <= tight && ps.budget > 0; i++) {
+            if (!active[i]) continue;
+            int got = take_running(e, i, ps.budget, &ps);
+            take_waiting(e, i, ps.budget - got, &ps);
+        }
+        double cap = (double)e->lanes[tight].target_ns / STEP_TARGET_SHARE;
+        double floor = step_estimate(e, &ps, 0, 0) + cap / 4;
+        ps.limit_ns = cap > floor ? cap : floor;
+        ps.limited = first = tight + 1;
     }
-    if (wsum == 0) return 0;
+    int64_t wsum = 0;
+    for (int i = first; i < e->n_lanes; i++)
+        if (active[i]) wsum += e->lanes[i].weight;
+    int budget = ps.budget;
     /* 1: each active lane up to its weighted quota; 2: the rest in priority order */
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < e->n_lanes && ps.budget > 0; i++) {
+    for (int pass = 0; pass < 2 && wsum > 0; pass++)
+        for (int i = first; i < e->n_lanes && ps.budget > 0; i++) {
             if (!active[i]) continue;
             int quota = pass == 0 ? (int)((int64_t)budget * e->lanes[i].weight / wsum) : ps.budget;
             if (quota < 1) quota = 1;
             int got = take_running(e, i, quota, &ps);
             take_waiting(e, i, quota - got, &ps);
         }
-    return budget - ps.budget;
+    return (int)ps.tokens;
 }
 
 void rtx__gen_publish(struct rtx_gen_engine *e) {

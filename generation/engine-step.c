@@ -195,7 +195,7 @@ void rtx__gen_seq_emit(struct rtx_gen_engine *e, struct gen_seq *s, int64_t now)
  * Plans
  * ---------------------------------------------------------------------------------------- */
 
-static int pow2_at_least(int n) {
+int rtx__gen_bucket(int n) {
     int p = 1;
     while (p < n) p <<= 1;
     return p;
@@ -206,8 +206,11 @@ void rtx__gen_plans_free(struct rtx_gen_engine *e) {
     e->n_plans = 0;
 }
 
+/* The plan of a bucket; *fresh: made now. */
 static struct rtx_plan *plan_for(struct rtx_gen_engine *e, int t, int s, int b,
-                                 struct rtx_tensor *const *in, int n_in, struct rtx_err *err) {
+                                 struct rtx_tensor *const *in, int n_in, bool *fresh,
+                                 struct rtx_err *err) {
+    *fresh = false;
     for (int i = 0; i < e->n_plans; i++) {
         struct gen_plan *p = &e->plans[i];
         if (p->t == t && p->s == s && p->b == b) {
@@ -215,6 +218,7 @@ static struct rtx_plan *plan_for(struct rtx_gen_engine *e, int t, int s, int b,
             return p->plan;
         }
     }
+    *fresh = true;
     struct rtx_plan *plan;
     if (rtx_plan_new(e->graph, (const struct rtx_tensor *const *)in, n_in, NULL, &plan, err))
         return NULL;
@@ -286,7 +290,10 @@ int rtx__gen_step_run(struct rtx_gen_engine *e, int n_tokens, struct rtx_err *er
     int max_b = 1;
     for (int i = 0; i < e->n_step; i++)
         if (e->step_seqs[i]->n_blocks > max_b) max_b = e->step_seqs[i]->n_blocks;
-    int tb = pow2_at_least(n_tokens), sb = pow2_at_least(e->n_step), bb = pow2_at_least(max_b);
+    int tb = rtx__gen_bucket(n_tokens), sb = rtx__gen_bucket(e->n_step), bb = rtx__gen_bucket(max_b);
+    struct rtx__step_shape shape = {.tokens = tb};
+    for (int i = 0; i < e->n_step; i++)
+        shape.keys += e->step_seqs[i]->computed + e->step_seqs[i]->step_tokens;
     int n_layers = e->arch->n_layers;
     int n_in = STEP_INPUTS + 2 * n_layers + e->weights.n;
     struct rtx_tensor *host[STEP_INPUTS] = {0}, *dev[STEP_INPUTS] = {0};
@@ -296,14 +303,16 @@ int rtx__gen_step_run(struct rtx_gen_engine *e, int n_tokens, struct rtx_err *er
                 : rtx_err_set(err, RTX_ENOMEM, "out of memory");
     for (int i = 0; rc == 0 && i < STEP_INPUTS; i++) rc = rtx_backend_upload(e->be, host[i], &dev[i], err);
     struct rtx_plan *plan = NULL;
+    struct rtx_exec_stats st = {0};
+    bool fresh = false;
     if (rc == 0) {
         memcpy(in, dev, sizeof dev);
         memcpy(in + STEP_INPUTS, e->kv, (size_t)(2 * n_layers) * sizeof *in);
         memcpy(in + STEP_INPUTS + 2 * n_layers, e->dev_weights, (size_t)e->weights.n * sizeof *in);
-        plan = plan_for(e, tb, sb, bb, in, n_in, err);
+        plan = plan_for(e, tb, sb, bb, in, n_in, &fresh, err);
         if (!plan) rc = err->code ? err->code : RTX_EINTERNAL;
     }
-    if (rc == 0) rc = rtx_plan_execute_device(plan, e->be, in, n_in, out_dev, 2, NULL, NULL, err);
+    if (rc == 0) rc = rtx_plan_execute_device(plan, e->be, in, n_in, out_dev, 2, NULL, &st, err);
     /* a step whose sampling sequences all draw greedily needs only the argmax (8 bytes per
      * sequence instead of a row of the vocabulary) */
     bool all_greedy = true;
@@ -325,13 +334,6 @@ int rtx__gen_step_run(struct rtx_gen_engine *e, int n_tokens, struct rtx_err *er
     }
     e->steps++;
     int64_t now = rtx_mono_ns();
-    int64_t dt = now - t0 > 0 ? now - t0 : 1;
-    if (n_tokens <= 8) {
-        e->base_ns = e->base_ns > 0 ? e->base_ns * 0.8 + (double)dt * 0.2 : (double)dt;
-    } else if (n_tokens >= 32) {
-        double per = ((double)dt - e->base_ns) / n_tokens;
-        if (per > 0) e->per_token_ns = e->per_token_ns > 0 ? e->per_token_ns * 0.8 + per * 0.2 : per;
-    }
 
     const float *lg = logits ? rtx_tensor_data(logits) : NULL;
     const int64_t *gr = greedy ? rtx_tensor_data(greedy) : NULL;
@@ -372,5 +374,16 @@ int rtx__gen_step_run(struct rtx_gen_engine *e, int n_tokens, struct rtx_err *er
     for (int i = 0; i < e->n_step; i++) e->step_seqs[i]->step_tokens = 0;
     rtx_tensor_unref(logits);
     rtx_tensor_unref(greedy);
+    /* the step-time model learns from steps that ran a plan as it usually runs (not its first
+     * run, nor the one that captured its graph), counting the tokens' events: the time until
+     * the next step can start */
+    if (!fresh && (st.mode == RTX_EXEC_PLAIN || st.mode == RTX_EXEC_REPLAYED)) {
+        shape.eager = st.mode == RTX_EXEC_PLAIN;
+        rtx__step_cost_add(&e->cost, &shape, (double)(rtx_mono_ns() - t0));
+        if (rtx__step_cost_ready(&e->cost)) {
+            e->base_ns = e->cost.cost[0] + e->cost.cost[1];
+            e->per_token_ns = e->cost.cost[2];
+        }
+    }
     return 0;
 }

@@ -320,6 +320,8 @@ static int thread_setup(struct rtx_gen_engine *e, struct rtx_err *err) {
     if (rc) return rtx_err_prefix(err, "building the step graph");
     rc = rtx__kv_blocks_new(e->n_blocks, e->block_size, e->opt.prefix_caching, &e->blocks, err);
     if (rc) return rc;
+    rtx__step_cost_init(&e->cost);
+    e->replays = rtx_backend_can_capture(e->be) && e->graph_max_tokens > 0;
     e->scratch = rtx__sampler_scratch_new(e->arch->vocab);
     e->step_seqs = rtx_calloc((size_t)e->max_seqs, sizeof *e->step_seqs);
     if (!e->scratch || !e->step_seqs) return rtx_err_set(err, RTX_ENOMEM, "out of memory");

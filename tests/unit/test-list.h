@@ -57,4 +57,5 @@
     X(chat_template)                                                                            \
     X(pbtext)                                                                                   \
     X(gen_stats)                                                                                \
+    X(gen_step_cost)                                                                            \
     X(onnx)
