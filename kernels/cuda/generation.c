@@ -33,7 +33,7 @@
 
 #define DEFAULT_SMEM (48 * 1024) /* bytes a kernel may use without opting in */
 #define MIN_TILE 8               /* keys per tile, at least */
-#define PART_MIN_KEYS 256        /* keys per partition, at least */
+#define PART_MIN_KEYS 64         /* keys per partition, at least (one tile) */
 #define MAX_PARTS 64             /* partitions per row, at most */
 
 enum { PA_Q, PA_K, PA_V, PA_KC, PA_VC, PA_SLOTS, PA_TABLES, PA_QSTART, PA_CTX, PA_N };
