@@ -52,6 +52,10 @@ struct rtx_cuda_paged {
     int32_t tc_rows;           /* > 0: sequences of this many rows or more are
                                 * paged-prefill.cu's (the tensor cores), and the attention and
                                 * combine kernels leave their rows alone; 0: none are */
+    int32_t tc_parts;          /* paged-prefill.cu's key partitions per row, >= 1
+                                * (rtx__cuda_paged_prefill_parts) */
+    float *tc_acc;             /* tc_parts > 1: [T, H, tc_parts, D] unnormalized sums */
+    float *tc_ml;              /* tc_parts > 1: [T, H, tc_parts, 2] max (natural log) and sum */
 };
 
 /* Lowers *p->fault to the smallest key of the metadata's faults (none: unchanged). */
@@ -72,8 +76,13 @@ cudaError_t rtx__cuda_paged_attention_launch(const struct rtx_cuda_paged *p, siz
  * most 64 query heads per KV head, 16-byte aligned q, caches and y, compute capability cc =
  * major * 10 + minor of 8.0 or newer); pure. */
 bool rtx__cuda_paged_prefill_supported(const struct rtx_cuda_paged *p, int cc);
+/* The key partitions per row for the tensor-core kernel on a device of sms multiprocessors:
+ * 1 when its CTAs (tiles x KV heads) fill the device twice, else enough to (at most
+ * PF_MAX_PARTS, at least one key tile each); pure. */
+int rtx__cuda_paged_prefill_parts(const struct rtx_cuda_paged *p, int sms);
 /* Queues the attention of the rows of the sequences with p->tc_rows rows or more into y (the
- * write kernel has filled the caches). */
+ * write kernel has filled the caches); with p->tc_parts > 1 into tc_acc and tc_ml, then their
+ * combination into y. */
 cudaError_t rtx__cuda_paged_prefill_launch(const struct rtx_cuda_paged *p, cudaStream_t stream);
 
 #ifdef __cplusplus

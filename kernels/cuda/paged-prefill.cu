@@ -24,6 +24,15 @@
  * Key tiles (64 keys) are gathered through the block table by cp.async, 16 bytes a thread,
  * two stages for K and V, while the tile before is in use; the CTA stops at the last key its
  * last token sees. A node whose metadata check failed (the flag word) does nothing.
+ *
+ * Partitions. A prompt suffix after a cached prefix (64 new tokens over 1,000 cached keys) has
+ * few tiles and long key ranges: 5 tiles x 8 KV heads kept 40 CTAs busy for 17 key tiles each
+ * while the rest of the device idled. When the CTAs would not fill the device twice, the grid
+ * gets a third dimension of tc_parts partitions: the CTA of partition k takes the k-th of
+ * tc_parts equal runs of whole key tiles up to its tile's last key, and writes its rows'
+ * unnormalized sums, running max (in natural-log units) and sum to tc_acc and tc_ml; then
+ * combine_kernel merges the partitions of each row (a partition whose keys are all masked
+ * for a row has sum 0 and adds nothing), as generation.cu's per-row kernel does its own.
  */
 #include <math.h>
 
@@ -36,6 +45,8 @@ using namespace rtxfa;
 
 constexpr int PF_BM = 64; /* MMA rows per CTA: 4 warps x 16 */
 constexpr int PF_BN = 64; /* keys per tile */
+constexpr int PF_MAX_PARTS = 16;
+constexpr float LN2 = 0.6931471805599453f;
 
 /* Queues ROWS rows of D elements into the swizzled tile s; row r comes from src(r), or is
  * zero-filled when src(r) is null (any global address stands in: nothing is read). */
@@ -172,7 +183,14 @@ __global__ void __launch_bounds__(NTHREADS)
     const int max_keys = (int)(p.g.B * p.g.BS);
     int n_end = first + ntok < max_keys ? first + ntok : max_keys;
     n_end = n_end > 0 ? n_end : 0;
-    const int nblocks = (n_end + PF_BN - 1) / PF_BN;
+    const int parts = p.tc_parts > 1 ? p.tc_parts : 1, part = (int)blockIdx.z;
+    int kstart = 0, kend = n_end; /* this partition's keys: whole tiles but the last */
+    if (parts > 1) {
+        const int seg = ((n_end + parts - 1) / parts + PF_BN - 1) / PF_BN * PF_BN;
+        kstart = part * seg < n_end ? part * seg : n_end;
+        kend = kstart + seg < n_end ? kstart + seg : n_end;
+    }
+    const int nblocks = (kend - kstart + PF_BN - 1) / PF_BN;
     const T *q = static_cast<const T *>(p.q);
     const T *kc = static_cast<const T *>(p.kc), *vc = static_cast<const T *>(p.vc);
     const int32_t *table = p.tables + (int64_t)s * p.g.B;
@@ -187,8 +205,8 @@ __global__ void __launch_bounds__(NTHREADS)
     };
     load_rows<T, D, PF_BM>(sq, q_row, q, tid);
     cp_async_commit();
-    load_rows<T, D, PF_BN>(sk, [&](int r) { return kv_row(kc, r); }, kc, tid);
-    load_rows<T, D, PF_BN>(sv, [&](int r) { return kv_row(vc, r); }, vc, tid);
+    load_rows<T, D, PF_BN>(sk, [&](int r) { return kv_row(kc, kstart + r); }, kc, tid);
+    load_rows<T, D, PF_BN>(sv, [&](int r) { return kv_row(vc, kstart + r); }, vc, tid);
     cp_async_commit();
 
     float o[DT][4];
@@ -210,7 +228,7 @@ __global__ void __launch_bounds__(NTHREADS)
 
     for (int j = 0; j < nblocks; j++) {
         const int buf = j & 1;
-        const int n0 = j * PF_BN;
+        const int n0 = kstart + j * PF_BN;
         if (j + 1 < nblocks) {
             const int nn0 = n0 + PF_BN;
             load_rows<T, D, PF_BN>(sk + (buf ^ 1) * PF_BN * D,
@@ -264,6 +282,30 @@ __global__ void __launch_bounds__(NTHREADS)
         }
         __syncthreads(); /* this stage is free for the load two tiles ahead */
     }
+    cp_async_wait<0>(); /* an empty partition's prologue loads */
+
+    if (parts > 1) { /* DESIGN: partitions */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = wrow + g + 8 * h;
+            float l = lrow[h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            if (r >= rows) continue;
+            const int64_t at = ((int64_t)(q0 + tok0 + r / G) * H + hk * G + r % G) * parts + part;
+            float *dst = p.tc_acc + at * D + 2 * t;
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++) {
+                dst[dt * 8] = acc(o, dt, 2 * h);
+                dst[dt * 8 + 1] = acc(o, dt, 2 * h + 1);
+            }
+            if (t == 0) {
+                p.tc_ml[2 * at] = mrow[h] == -INFINITY ? -INFINITY : mrow[h] * LN2;
+                p.tc_ml[2 * at + 1] = l;
+            }
+        }
+        return;
+    }
 
     T *y = static_cast<T *>(p.y);
 #pragma unroll
@@ -272,6 +314,37 @@ __global__ void __launch_bounds__(NTHREADS)
         const bool ok = r < rows;
         T *row = ok ? y + ((int64_t)(q0 + tok0 + r / G) * H + hk * G + r % G) * D : y;
         store_row<T, D>(row, o, lrow[h], h, ok ? 0 : 1, 1, t);
+    }
+}
+
+/* Merges the partitions of row blockIdx.x, head blockIdx.y when the row's sequence is this
+ * file's (DESIGN: partitions). */
+template <typename T>
+__global__ void combine_kernel(const struct rtx_cuda_paged p) {
+    if (p.fault != NULL && *(volatile const unsigned long long *)p.fault != RTX__PAGED_NO_FAULT)
+        return;
+    const int64_t row = blockIdx.x, S = p.g.S;
+    int64_t lo = 0, hi = S + 1; /* the sequence of the row: the last s with qs[s] <= row */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (p.qs[mid] <= row) lo = mid + 1;
+        else hi = mid;
+    }
+    const int64_t s = lo - 1;
+    if (s < 0 || s >= S || p.qs[s + 1] - p.qs[s] < p.tc_rows) return;
+    const int64_t D = p.g.D, P = p.tc_parts, th = row * p.g.H + blockIdx.y;
+    const float *ml = p.tc_ml + th * P * 2, *pa = p.tc_acc + th * P * D;
+    float mx = -INFINITY, l = 0.0f;
+    for (int64_t k = 0; k < P; k++)
+        if (ml[2 * k + 1] > 0.0f) mx = fmaxf(mx, ml[2 * k]);
+    for (int64_t k = 0; k < P; k++)
+        if (ml[2 * k + 1] > 0.0f) l += ml[2 * k + 1] * expf(ml[2 * k] - mx);
+    T *y = static_cast<T *>(p.y) + th * D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float a = 0.0f;
+        for (int64_t k = 0; k < P; k++)
+            if (ml[2 * k + 1] > 0.0f) a += pa[k * D + d] * expf(ml[2 * k] - mx);
+        y[d] = rtxcu::from_f32<T>(l > 0.0f ? a / l : 0.0f);
     }
 }
 
@@ -285,8 +358,12 @@ cudaError_t launch(const struct rtx_cuda_paged *p, cudaStream_t stream) {
         if (e != cudaSuccess) return e;
     }
     const int tpt = PF_BM / (int)p->g.G;
-    dim3 grid((unsigned)((p->g.T + tpt - 1) / tpt + p->g.S), (unsigned)p->g.Hkv);
+    const int parts = p->tc_parts > 1 ? p->tc_parts : 1;
+    dim3 grid((unsigned)((p->g.T + tpt - 1) / tpt + p->g.S), (unsigned)p->g.Hkv, (unsigned)parts);
     paged_prefill_kernel<T, D><<<grid, NTHREADS, smem, stream>>>(*p, p->g.scale * LOG2E, tpt);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || parts == 1) return e;
+    combine_kernel<T><<<dim3((unsigned)p->g.T, (unsigned)p->g.H), D, 0, stream>>>(*p);
     return cudaGetLastError();
 }
 
@@ -300,6 +377,16 @@ extern "C" bool rtx__cuda_paged_prefill_supported(const struct rtx_cuda_paged *p
     if (g->T + g->S > INT32_MAX / 2 || g->B * g->BS > INT32_MAX) return false;
     uintptr_t bits = (uintptr_t)p->q | (uintptr_t)p->kc | (uintptr_t)p->vc | (uintptr_t)p->y;
     return bits % 16 == 0 && cc >= 80;
+}
+
+extern "C" int rtx__cuda_paged_prefill_parts(const struct rtx_cuda_paged *p, int sms) {
+    const int64_t tpt = PF_BM / (p->g.G > 0 ? p->g.G : 1);
+    const int64_t ctas = ((p->g.T + tpt - 1) / tpt + p->g.S) * p->g.Hkv, want = 2 * (int64_t)sms;
+    if (ctas <= 0 || ctas >= want) return 1;
+    int64_t parts = (want + ctas - 1) / ctas, tiles = p->g.B * p->g.BS / PF_BN;
+    parts = parts < tiles ? parts : tiles;
+    parts = parts < PF_MAX_PARTS ? parts : PF_MAX_PARTS;
+    return parts > 1 ? (int)parts : 1;
 }
 
 extern "C" cudaError_t rtx__cuda_paged_prefill_launch(const struct rtx_cuda_paged *p,

@@ -349,6 +349,12 @@ static void paged_tests(void) {
     for (int s = 0; s < c.S; s++)
         c.seqs[s] = (struct seq){512, 128};
     paged_routes(&c, timed);
+    /* a prompt's suffix after a cached prefix: few tiles over long key ranges, which
+     * paged-prefill.cu splits into key partitions */
+    c = geometry(RTX_BF16, 32, 8, 64, 16, "a suffix of 64 after 1,000 cached keys,");
+    c.S = 1;
+    c.seqs[0] = (struct seq){1064, 64};
+    paged_routes(&c, timed);
     c = geometry(RTX_BF16, 32, 8, 128, 16, "decode of 64 sequences, 1000-1100 keys,");
     c.S = MAX_SEQS;
     for (int s = 0; s < MAX_SEQS; s++)
