@@ -58,4 +58,5 @@
     X(pbtext)                                                                                   \
     X(gen_stats)                                                                                \
     X(gen_step_cost)                                                                            \
+    X(gen_sched)                                                                                \
     X(onnx)
