@@ -116,11 +116,13 @@ struct gen_lane {
 };
 
 #define GEN_MAX_PLANS 32
+#define GEN_MAX_BOUND_PLANS 8    /* of them with the pool and weights bound (engine-step.c) */
 
 struct gen_plan {
     int t, s, b;                 /* bucketed tokens, sequences, blocks per table */
     struct rtx_plan *plan;
     uint64_t used;               /* step number of the last use (LRU) */
+    bool bound;                  /* replays: holds its arena and outputs between steps */
 };
 
 struct rtx_gen_engine {

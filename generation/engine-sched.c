@@ -26,8 +26,11 @@
  * modelled step stays within 1/STEP_TARGET_SHARE of the tight lane's target, or within a
  * quarter of that beyond what the tight lanes took alone, whichever is more: a batch flood
  * then neither lengthens a realtime stream's steps much nor stops (a quarter of the limit is
- * always the lower lanes'). The model counts decode tokens by the keys they read, which a
- * token budget does not: 256 flooded decodes cost as much as ~1,000 prompt tokens.
+ * always the lower lanes', and the first of their sequences in a step gets a token even when
+ * that alone passes the limit, as a decode over a very long context does). A lower lane's
+ * waiting sequence takes a seat from a still lower lane only when the limit leaves it a
+ * token. The model counts decode tokens by the keys they read, which a token budget does
+ * not: 256 flooded decodes cost as much as ~1,000 prompt tokens.
  */
 #include "generation/engine-impl.h"
 
@@ -294,6 +297,7 @@ struct plan_state {
     int64_t tokens, keys; /* the step so far (struct rtx__step_shape's terms) */
     int limited;      /* lanes from this one on are held to limit_ns */
     double limit_ns;  /* the step's modelled time at most (0: no limit) */
+    int64_t lower;    /* tokens the held lanes have in the step */
 };
 
 static void step_add(struct rtx_gen_engine *e, struct gen_seq *s, int k, struct plan_state *ps) {
@@ -303,6 +307,7 @@ static void step_add(struct rtx_gen_engine *e, struct gen_seq *s, int k, struct 
     ps->budget -= k;
     ps->tokens += k;
     ps->keys += s->computed + k;
+    if (s->req->lane >= ps->limited) ps->lower += k;
 }
 
 /* The model's time of the step with `tokens` more rows and `keys` more keys. */
@@ -314,7 +319,9 @@ static double step_estimate(const struct rtx_gen_engine *e, const struct plan_st
     return rtx__step_cost_estimate(&e->cost, &sh);
 }
 
-/* The most of k tokens of s that a limited lane may add to the step (DESIGN: time limit). */
+/* The most of k tokens of s that a limited lane may add to the step (DESIGN: time limit); the
+ * first of the held lanes' sequences in a step gets at least one token whatever it costs, so
+ * that a long context below the tight lane still moves. */
 static int within_limit(const struct rtx_gen_engine *e, const struct plan_state *ps, int lane,
                         const struct gen_seq *s, int k) {
     if (ps->limit_ns <= 0 || lane < ps->limited || k <= 0) return k;
@@ -324,7 +331,7 @@ static int within_limit(const struct rtx_gen_engine *e, const struct plan_state 
         if (step_estimate(e, ps, mid, s->computed + mid) <= ps->limit_ns) lo = mid;
         else hi = mid - 1;
     }
-    return lo;
+    return lo == 0 && ps->lower == 0 ? 1 : lo;
 }
 
 /* Running sequences of a lane, up to `quota` tokens; returns the tokens taken. */
@@ -355,6 +362,7 @@ static int take_waiting(struct rtx_gen_engine *e, int lane, int quota, struct pl
     while (l->waiting && quota - taken > 0 && ps->budget > 0 && e->n_step < e->max_seqs) {
         struct gen_seq *s = l->waiting;
         if (e->n_run >= e->max_seqs) { /* every seat taken: a lower lane's sequence gives its own */
+            if (within_limit(e, ps, lane, s, 1) <= 0) break; /* not for a token it cannot have */
             struct gen_seq *v = victim_for(e, s, false);
             if (!v) break;
             preempt(e, v);
@@ -418,8 +426,8 @@ int rtx__gen_schedule(struct rtx_gen_engine *e, int64_t now) {
          * lanes below within the limit. */
         for (int i = 0; i <= tight && ps.budget > 0; i++) {
             if (!active[i]) continue;
-            int got = take_running(e, i, ps.budget, &ps);
-            take_waiting(e, i, ps.budget - got, &ps);
+            take_running(e, i, ps.budget, &ps);
+            take_waiting(e, i, ps.budget, &ps);
         }
         double cap = (double)e->lanes[tight].target_ns / STEP_TARGET_SHARE;
         double floor = step_estimate(e, &ps, 0, 0) + cap / 4;

@@ -7,11 +7,13 @@
  * Plans bind shapes, so a step's tokens, sequences and block-table width are rounded up to
  * powers of two (padding tokens write no slot, padding sequences have no tokens) and the
  * engine keeps the plans of the buckets it met (least recently used dropped beyond
- * GEN_MAX_PLANS). A plan of at most graph_max_tokens tokens binds the KV pool and the weights
- * by address (rtx_plan_bind_device_inputs), so that on a backend that captures graphs its
- * third and later runs replay one CUDA graph instead of launching some 15 kernels per layer:
- * small steps are launch-bound (decision 147). Larger plans run node by node: their kernels
- * are long enough, and a replaying plan keeps its arena and outputs allocated. Text: each choice decodes its tokens through a streaming decoder (never
+ * GEN_MAX_PLANS). On a backend that captures graphs, a plan of at most graph_max_tokens tokens
+ * binds the KV pool and the weights by address (rtx_plan_bind_device_inputs), so that its
+ * third and later runs replay one CUDA graph instead of launching some 15 kernels per layer
+ * (decision 147). Larger plans run node by node: their kernels are long enough, and a
+ * replaying plan keeps its arena and outputs allocated (up to ~200 MB at 512 tokens and 256
+ * sequences, the f32 logits most of it), so at most GEN_MAX_BOUND_PLANS of them are kept.
+ * Text: each choice decodes its tokens through a streaming decoder (never
  * half a UTF-8 character); with stop strings, the last (longest stop - 1) bytes stay held
  * back until they can no longer begin a stop string, and a stop string found ends the choice
  * with the text before it.
@@ -219,11 +221,21 @@ static struct rtx_plan *plan_for(struct rtx_gen_engine *e, int t, int s, int b,
         }
     }
     *fresh = true;
+    bool bind = e->replays && t <= e->graph_max_tokens;
+    int n_bound = 0, lru = -1;
+    for (int i = 0; bind && i < e->n_plans; i++) {
+        if (!e->plans[i].bound) continue;
+        n_bound++;
+        if (lru < 0 || e->plans[i].used < e->plans[lru].used) lru = i;
+    }
+    if (n_bound >= GEN_MAX_BOUND_PLANS) { /* its memory goes back before the new one's */
+        rtx_plan_free(e->plans[lru].plan);
+        e->plans[lru] = e->plans[--e->n_plans];
+    }
     struct rtx_plan *plan;
     if (rtx_plan_new(e->graph, (const struct rtx_tensor *const *)in, n_in, NULL, &plan, err))
         return NULL;
-    if (t <= e->graph_max_tokens &&
-        rtx_plan_bind_device_inputs(plan, STEP_INPUTS, n_in - STEP_INPUTS, err)) {
+    if (bind && rtx_plan_bind_device_inputs(plan, STEP_INPUTS, n_in - STEP_INPUTS, err)) {
         rtx_plan_free(plan);
         return NULL;
     }
@@ -236,7 +248,8 @@ static struct rtx_plan *plan_for(struct rtx_gen_engine *e, int t, int s, int b,
     } else {
         e->n_plans++;
     }
-    e->plans[slot] = (struct gen_plan){.t = t, .s = s, .b = b, .plan = plan, .used = e->steps};
+    e->plans[slot] =
+        (struct gen_plan){.t = t, .s = s, .b = b, .plan = plan, .used = e->steps, .bound = bind};
     return plan;
 }
 
@@ -290,7 +303,8 @@ int rtx__gen_step_run(struct rtx_gen_engine *e, int n_tokens, struct rtx_err *er
     int max_b = 1;
     for (int i = 0; i < e->n_step; i++)
         if (e->step_seqs[i]->n_blocks > max_b) max_b = e->step_seqs[i]->n_blocks;
-    int tb = rtx__gen_bucket(n_tokens), sb = rtx__gen_bucket(e->n_step), bb = rtx__gen_bucket(max_b);
+    int tb = rtx__gen_bucket(n_tokens), sb = rtx__gen_bucket(e->n_step);
+    int bb = rtx__gen_bucket(max_b);
     struct rtx__step_shape shape = {.tokens = tb};
     for (int i = 0; i < e->n_step; i++)
         shape.keys += e->step_seqs[i]->computed + e->step_seqs[i]->step_tokens;

@@ -509,6 +509,14 @@ int rtx_plan_bind_device_inputs(struct rtx_plan *p, int first, int n, struct rtx
     if (first < 0 || n < 0 || first > g->n_inputs - n)
         return rtx_err_set(err, RTX_EINVAL, "inputs %d..%d: the graph has %d", first,
                            first + n - 1, g->n_inputs);
+    for (int i = first; i < first + n; i++) { /* one value, one way in: bound on every index */
+        int v = g->inputs[i];
+        for (int j = 0; j < g->n_inputs; j++)
+            if (g->inputs[j] == v && (j < first || j >= first + n) && !(p->bound && p->bound[j]))
+                return rtx_err_set(err, RTX_EINVAL,
+                                   "input '%s' is also graph input %d, which is not bound",
+                                   g->values[v].name, j);
+    }
     if (!p->bound && !(p->bound = rtx_calloc((size_t)g->n_inputs + 1, sizeof *p->bound)))
         return rtx_err_set(err, RTX_ENOMEM, "out of memory binding inputs");
     for (int i = first; i < first + n; i++) p->bound[i] = true;

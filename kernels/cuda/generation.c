@@ -199,9 +199,12 @@ static int run_paged_attention(struct rtx_cuda *cu, const struct rtx_node_args *
             named = rc != 0;
         }
         void *tc_scratch = NULL;
-        if (rc == 0 && p.tc_rows && (p.tc_parts = rtx__cuda_paged_prefill_parts(&p, cu->sm_count)) > 1) {
+        if (rc == 0 && p.tc_rows)
+            p.tc_parts = rtx__cuda_paged_prefill_parts(&p, cu->sm_count);
+        if (rc == 0 && p.tc_parts > 1) {
             size_t rows = (size_t)(p.g.T * p.g.H * p.tc_parts);
-            rc = rtx__cuda_scratch(cu, rows * (size_t)(p.g.D + 2) * sizeof(float), &tc_scratch, err);
+            rc = rtx__cuda_scratch(cu, rows * (size_t)(p.g.D + 2) * sizeof(float), &tc_scratch,
+                                   err);
             p.tc_acc = tc_scratch;
             p.tc_ml = tc_scratch ? p.tc_acc + rows * (size_t)p.g.D : NULL;
         }

@@ -335,8 +335,11 @@ __global__ void combine_kernel(const struct rtx_cuda_paged p) {
     const int64_t D = p.g.D, P = p.tc_parts, th = row * p.g.H + blockIdx.y;
     const float *ml = p.tc_ml + th * P * 2, *pa = p.tc_acc + th * P * D;
     float mx = -INFINITY, l = 0.0f;
-    for (int64_t k = 0; k < P; k++)
+    bool nan = false; /* a NaN score makes a partition's sum NaN: the row is NaN, as unsplit */
+    for (int64_t k = 0; k < P; k++) {
+        nan = nan || ml[2 * k + 1] != ml[2 * k + 1];
         if (ml[2 * k + 1] > 0.0f) mx = fmaxf(mx, ml[2 * k]);
+    }
     for (int64_t k = 0; k < P; k++)
         if (ml[2 * k + 1] > 0.0f) l += ml[2 * k + 1] * expf(ml[2 * k] - mx);
     T *y = static_cast<T *>(p.y) + th * D;
@@ -344,7 +347,7 @@ __global__ void combine_kernel(const struct rtx_cuda_paged p) {
         float a = 0.0f;
         for (int64_t k = 0; k < P; k++)
             if (ml[2 * k + 1] > 0.0f) a += pa[k * D + d] * expf(ml[2 * k] - mx);
-        y[d] = rtxcu::from_f32<T>(l > 0.0f ? a / l : 0.0f);
+        y[d] = rtxcu::from_f32<T>(nan ? NAN : l > 0.0f ? a / l : 0.0f);
     }
 }
 

@@ -978,7 +978,9 @@ static int run_rows(struct rtx_cuda *cu, const struct rtx_node_args *a, struct r
         switch (dt) {
         case RTX_F32: argmax_launch<float>(xp, yi, outer, r, inner, cu->sm_count, s); break;
         case RTX_F16: argmax_launch<__half>(xp, yi, outer, r, inner, cu->sm_count, s); break;
-        case RTX_BF16: argmax_launch<__nv_bfloat16>(xp, yi, outer, r, inner, cu->sm_count, s); break;
+        case RTX_BF16:
+            argmax_launch<__nv_bfloat16>(xp, yi, outer, r, inner, cu->sm_count, s);
+            break;
         case RTX_I8: argmax_launch<int8_t>(xp, yi, outer, r, inner, cu->sm_count, s); break;
         case RTX_I32: argmax_launch<int32_t>(xp, yi, outer, r, inner, cu->sm_count, s); break;
         case RTX_I64: argmax_launch<int64_t>(xp, yi, outer, r, inner, cu->sm_count, s); break;

@@ -5,7 +5,8 @@
  * lane's sequences all get their token; the batch lane gets some but only as many as keep the
  * modelled step within an eighth of realtime's target (or a quarter of that beyond realtime's
  * own part); without realtime work, or before the model is ready, every batch sequence gets
- * its token.
+ * its token; when one batch token alone passes the limit, the batch lane still gets one a
+ * step.
  */
 #include <check.h>
 #include <string.h>
@@ -24,13 +25,13 @@ struct fixture {
     int32_t blocks[N_RT + N_BATCH][CTX / BS + 2];
 };
 
-/* t = 1 ms + 4 us per token + 20 ns per key, as the engine would have measured it. */
-static void fit(struct rtx__step_cost *m) {
+/* t = 1 ms + 4 us per token + key_ns per key, as the engine would have measured it. */
+static void fit(struct rtx__step_cost *m, double key_ns) {
     rtx__step_cost_init(m);
     for (int i = 0; i < STEP_COST_WINDOW; i++) {
         struct rtx__step_shape s = {.tokens = (int64_t)1 << (i % 12), .keys = 5000 * (i % 37),
                                     .eager = true};
-        rtx__step_cost_add(m, &s, 1e6 + 4e3 * (double)s.tokens + 20.0 * (double)s.keys);
+        rtx__step_cost_add(m, &s, 1e6 + 4e3 * (double)s.tokens + key_ns * (double)s.keys);
     }
     ck_assert(rtx__step_cost_ready(m));
 }
@@ -99,7 +100,7 @@ START_TEST(batch_decodes_held_to_the_realtime_limit) {
     static struct fixture f;
     int got[2];
     setup_engine(&f, true);
-    fit(&f.e.cost);
+    fit(&f.e.cost, 20.0);
     double t = schedule(&f, got);
     ck_assert_int_eq(got[0], N_RT); /* realtime: every sequence, first */
     ck_assert_msg(got[1] > 0 && got[1] < N_BATCH, "batch tokens %d", got[1]);
@@ -119,7 +120,7 @@ START_TEST(batch_alone_or_no_model_is_not_held) {
     static struct fixture f;
     int got[2];
     setup_engine(&f, false); /* no realtime work (and none in the last second) */
-    fit(&f.e.cost);
+    fit(&f.e.cost, 20.0);
     schedule(&f, got);
     ck_assert_int_eq(got[0], 0);
     ck_assert_int_eq(got[1], N_BATCH);
@@ -132,11 +133,28 @@ START_TEST(batch_alone_or_no_model_is_not_held) {
 }
 END_TEST
 
+/* Keys so dear that one batch decode alone passes the limit: the batch lane still gets one
+ * token a step (its first sequence), never none. */
+START_TEST(one_batch_token_a_step_whatever_it_costs) {
+    static struct fixture f;
+    int got[2];
+    setup_engine(&f, true);
+    fit(&f.e.cost, 1000.0); /* 2 ms a batch token's keys, over a quarter of the 6.25 ms cap */
+    for (int step = 0; step < 3; step++) {
+        schedule(&f, got);
+        ck_assert_int_eq(got[0], N_RT);
+        ck_assert_int_eq(got[1], 1);
+    }
+    teardown_engine(&f);
+}
+END_TEST
+
 Suite *rtx_gen_sched_suite(void) {
     Suite *s = suite_create("gen_sched");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, batch_decodes_held_to_the_realtime_limit);
     tcase_add_test(tc, batch_alone_or_no_model_is_not_held);
+    tcase_add_test(tc, one_batch_token_a_step_whatever_it_costs);
     suite_add_tcase(s, tc);
     return s;
 }

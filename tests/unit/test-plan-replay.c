@@ -877,9 +877,10 @@ static struct rtx_tensor *host_copy(const struct rtx_tensor *t) {
     return c;
 }
 
-/* A graph whose op writes its inputs (paged_attention's caches) and binds none of them is never
- * captured, on either entry point: every run goes node by node with the caller's tensors, whose caches end up
- * written (on rtx_plan_execute through a device backend, copied back into the host tensors). */
+/* A graph whose op writes its inputs (paged_attention's caches) and binds none of them is
+ * never captured, on either entry point: every run goes node by node with the caller's
+ * tensors, whose caches end up written (on rtx_plan_execute through a device backend,
+ * copied back into the host tensors). */
 START_TEST(in_place_writers_run_node_by_node_on_the_callers_tensors) {
     struct fake f;
     struct rtx_tensor *in[9], *fresh[9], *ref[1], *y[1];
