@@ -228,6 +228,55 @@ static inline float f_gelu_tanh(float x) {
     float e = rtx__exp_nonpos(t <= 0.0f ? t : -t);
     return (t <= 0.0f ? x : x * e) / (1.0f + e);
 }
+#ifdef __AVX2__
+/* exp(x) for x <= 0 (0 below -87), eight lanes: rtx__exp_nonpos (cpu-impl.h) operation for
+ * operation, so that the two builds agree bit for bit (test-cpu-isa.c): the same clamp on
+ * the bits (signed compares, valid for the sign-set inputs it serves and for positive ones,
+ * which it keeps), the same products and sums in the same order, no FMA. */
+static inline __m256 exp_nonpos8(__m256 x) {
+    const __m256i lim = _mm256_set1_epi32((int)0xc2ae0000u);
+    const __m256 big = _mm256_set1_ps(12582912.0f);
+    __m256i xb = _mm256_castps_si256(x);
+    __m256i drop = _mm256_and_si256(_mm256_cmpgt_epi32(xb, lim), _mm256_srai_epi32(xb, 31));
+    __m256 c = _mm256_castsi256_ps(_mm256_blendv_epi8(xb, lim, drop));
+    __m256 t = _mm256_add_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504f)), big);
+    __m256 n = _mm256_sub_ps(t, big);
+    __m256 r = _mm256_sub_ps(_mm256_sub_ps(c, _mm256_mul_ps(n, _mm256_set1_ps(0.693145752f))),
+                             _mm256_mul_ps(n, _mm256_set1_ps(1.42860677e-06f)));
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(0.5f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4b400000)),
+                         _mm256_set1_epi32(127)),
+        23);
+    __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_castsi256_ps(_mm256_andnot_si256(drop, _mm256_castps_si256(y)));
+}
+
+/* f_gelu_tanh over a contiguous run, eight lanes at a time (o may be x). */
+static void gelu_tanh_run8(float *o, const float *x, int64_t n) {
+    const __m256 k3 = _mm256_set1_ps(0.044715f), k = _mm256_set1_ps(-2.0f * SQRT_2_OVER_PI);
+    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 c3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(k3, v), v), v); /* as f_gelu_tanh */
+        __m256 t = _mm256_mul_ps(k, _mm256_add_ps(v, c3));
+        __m256 neg = _mm256_cmp_ps(t, zero, _CMP_LE_OQ);
+        __m256 e = exp_nonpos8(_mm256_blendv_ps(_mm256_xor_ps(t, sign), t, neg)); /* t or -t */
+        __m256 num = _mm256_blendv_ps(_mm256_mul_ps(v, e), v, neg);
+        _mm256_storeu_ps(o + i, _mm256_div_ps(num, _mm256_add_ps(one, e)));
+    }
+    for (; i < n; i++) o[i] = f_gelu_tanh(x[i]);
+}
+#endif
 static inline float f_silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float f_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -308,10 +357,17 @@ static void un_f32(enum rtx_op op, bool gelu_tanh, float *o, const float *x, int
     case RTX_OP_SILU: UN_RUN(float, f_silu, o, x, sx, n); break;
     case RTX_OP_SIGMOID: UN_RUN(float, f_sigmoid, o, x, sx, n); break;
     case RTX_OP_GELU:
-        if (gelu_tanh)
+        if (gelu_tanh) {
+#ifdef __AVX2__
+            if (sx == 1) {
+                gelu_tanh_run8(o, x, n);
+                break;
+            }
+#endif
             UN_RUN(float, f_gelu_tanh, o, x, sx, n);
-        else
+        } else {
             gelu_run(o, x, sx, n);
+        }
         break;
     default: break;
     }
