@@ -148,12 +148,23 @@ int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int
 
 /* ---- the kernel ---- */
 
+/* What a kernel call does with its block once the products are summed. Read through a pointer
+ * after the k loop: as arguments, alpha and beta stayed live in two vector registers across the
+ * loop, and in the 16-register build that spilled two accumulators to the stack (a store and a
+ * reload per k on the critical path: half the FMA rate on AVX2-only CPUs). */
+struct kernel_out {
+    float alpha, beta;
+    const float *bias; /* [n], added times beta; NULL: none */
+    bool acc_y;        /* add to y instead of overwriting it */
+    float *y;
+    int64_t ldy, n;
+};
+
 /* y[m rows][n <= NR cols] (+)= alpha * a[m][kc] . bp[kc][NR]; m is a constant after
  * inlining. */
 static inline __attribute__((always_inline)) void kernel(int m, int64_t kc, const float *a,
-                                                         int64_t lda, const float *bp, float alpha,
-                                                         const float *bias, float beta, bool acc_y,
-                                                         float *y, int64_t ldy, int64_t n) {
+                                                         int64_t lda, const float *bp,
+                                                         const struct kernel_out *o) {
     v8 c0[MR], c1[MR];
     const float *ar[MR];
 #pragma GCC unroll 8
@@ -171,18 +182,22 @@ static inline __attribute__((always_inline)) void kernel(int m, int64_t kc, cons
             c1[r] += av * b1;
         }
     }
+    /* the k loop's end: nothing below may be hoisted above it into a register */
+    __asm__ volatile("" ::: "memory");
+    float alpha = o->alpha, beta = o->beta;
+    const float *bias = o->bias;
     v8 al = (v8)BCAST(alpha), be = (v8)BCAST(beta);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
         if (r >= m) break;
-        float *yr = y + r * ldy;
+        float *yr = o->y + r * o->ldy;
         v8 o0 = alpha == 1.0f ? c0[r] : c0[r] * al, o1 = alpha == 1.0f ? c1[r] : c1[r] * al;
-        if (n == NR) {
+        if (o->n == NR) {
             if (bias) {
                 o0 += be * *(const v8u *)bias;
                 o1 += be * *(const v8u *)(bias + VW);
             }
-            if (acc_y) {
+            if (o->acc_y) {
                 o0 += *(const v8u *)yr;
                 o1 += *(const v8u *)(yr + VW);
             }
@@ -192,27 +207,27 @@ static inline __attribute__((always_inline)) void kernel(int m, int64_t kc, cons
             float t[NR];
             memcpy(t, &o0, sizeof o0);
             memcpy(t + VW, &o1, sizeof o1);
-            for (int64_t j = 0; j < n; j++) {
+            for (int64_t j = 0; j < o->n; j++) {
                 float v = bias ? t[j] + beta * bias[j] : t[j];
-                yr[j] = acc_y ? yr[j] + v : v;
+                yr[j] = o->acc_y ? yr[j] + v : v;
             }
         }
     }
 }
 
-static void kernel_m(int m, int64_t kc, const float *a, int64_t lda, const float *bp, float alpha,
-                     const float *bias, float beta, bool acc_y, float *y, int64_t ldy, int64_t n) {
+static void kernel_m(int m, int64_t kc, const float *a, int64_t lda, const float *bp,
+                     const struct kernel_out *o) {
     switch (m) { /* one specialization per row count */
 #if MR == 8
-    case 8: kernel(8, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
-    case 7: kernel(7, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
+    case 8: kernel(8, kc, a, lda, bp, o); break;
+    case 7: kernel(7, kc, a, lda, bp, o); break;
 #endif
-    case 6: kernel(6, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
-    case 5: kernel(5, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
-    case 4: kernel(4, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
-    case 3: kernel(3, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
-    case 2: kernel(2, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
-    default: kernel(1, kc, a, lda, bp, alpha, bias, beta, acc_y, y, ldy, n); break;
+    case 6: kernel(6, kc, a, lda, bp, o); break;
+    case 5: kernel(5, kc, a, lda, bp, o); break;
+    case 4: kernel(4, kc, a, lda, bp, o); break;
+    case 3: kernel(3, kc, a, lda, bp, o); break;
+    case 2: kernel(2, kc, a, lda, bp, o); break;
+    default: kernel(1, kc, a, lda, bp, o); break;
     }
 }
 
@@ -249,9 +264,15 @@ static void packed_chunk(void *ctx, int64_t begin, int64_t end) {
                 const float *bp = b->data + (p * b->K + k0) * NR;
                 for (int64_t r = 0; r < rows; r += MR) {
                     int64_t m = rows - r < MR ? rows - r : MR;
-                    kernel_m((int)m, kc, j->a + (r0 + r) * j->lda + k0, j->lda, bp, j->alpha,
-                             j->bias && k0 == 0 ? j->bias + p * NR : NULL, j->beta, acc_y,
-                             j->y + (r0 + r) * j->ldy + p * NR, j->ldy, n);
+                    struct kernel_out o = {
+                        .alpha = j->alpha,
+                        .beta = j->beta,
+                        .bias = j->bias && k0 == 0 ? j->bias + p * NR : NULL,
+                        .acc_y = acc_y,
+                        .y = j->y + (r0 + r) * j->ldy + p * NR,
+                        .ldy = j->ldy,
+                        .n = n};
+                    kernel_m((int)m, kc, j->a + (r0 + r) * j->lda + k0, j->lda, bp, &o);
                 }
             }
         }
