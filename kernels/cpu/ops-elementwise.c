@@ -276,6 +276,84 @@ static void gelu_tanh_run8(float *o, const float *x, int64_t n) {
     }
     for (; i < n; i++) o[i] = f_gelu_tanh(x[i]);
 }
+
+/* gelu_run's values over a contiguous run, eight lanes at a time (o may be x): f_gelu_erf for
+ * every element, then f_gelu_tail for those below -1.5, gathered into vectors of eight (blending
+ * the tail into every vector that has one lane there computed it for most vectors), each
+ * operation for operation as the scalar forms (no FMA, the same clamps and selects) so the two
+ * builds agree bit for bit. The GEMM epilogues call it on 64-column rows, where gelu_run's block
+ * copy and its scalar tail cost more than the arithmetic. */
+static inline __m256 mul8(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+static inline __m256 add8(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+static inline __m256 sub8(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+static inline __m256 k8(float c) { return _mm256_set1_ps(c); }
+
+static inline __m256 gelu_erf8(__m256 x) {
+    __m256 a = mul8(x, k8(SQRT_1_2));
+    __m256 c = _mm256_blendv_ps(a, k8(-4.0f), _mm256_cmp_ps(a, k8(-4.0f), _CMP_LT_OQ));
+    c = _mm256_blendv_ps(c, k8(4.0f), _mm256_cmp_ps(a, k8(4.0f), _CMP_GT_OQ));
+    __m256 x2 = mul8(c, c);
+    __m256 p = k8(-2.72614225801306e-10f);
+    p = add8(mul8(p, x2), k8(2.77068142495902e-08f));
+    p = sub8(mul8(p, x2), k8(2.10102402082508e-06f));
+    p = sub8(mul8(p, x2), k8(5.69250639462346e-05f));
+    p = sub8(mul8(p, x2), k8(7.34990630326855e-04f));
+    p = sub8(mul8(p, x2), k8(2.95459980854025e-03f));
+    p = sub8(mul8(p, x2), k8(1.60960333262415e-02f));
+    __m256 q = k8(-1.45660718464996e-05f);
+    q = sub8(mul8(q, x2), k8(2.13374055278905e-04f));
+    q = sub8(mul8(q, x2), k8(1.68282697438203e-03f));
+    q = sub8(mul8(q, x2), k8(7.37332916720468e-03f));
+    q = sub8(mul8(q, x2), k8(1.42647390514189e-02f));
+    __m256 erf = _mm256_div_ps(mul8(c, p), q);
+    return mul8(mul8(k8(0.5f), x), add8(k8(1.0f), erf));
+}
+
+static inline __m256 gelu_tail8(__m256 x) {
+    __m256 z = mul8(_mm256_xor_ps(x, k8(-0.0f)), k8(SQRT_1_2));
+    __m256 t = _mm256_div_ps(k8(1.0f), add8(k8(1.0f), mul8(k8(0.5f), z)));
+    __m256 p = k8(0.17087277f);
+    p = sub8(mul8(p, t), k8(0.82215223f));
+    p = add8(mul8(p, t), k8(1.48851587f));
+    p = sub8(mul8(p, t), k8(1.13520398f));
+    p = add8(mul8(p, t), k8(0.27886807f));
+    p = sub8(mul8(p, t), k8(0.18628806f));
+    p = add8(mul8(p, t), k8(0.09678418f));
+    p = add8(mul8(p, t), k8(0.37409196f));
+    p = add8(mul8(p, t), k8(1.00002368f));
+    p = sub8(mul8(p, t), k8(1.26551223f));
+    __m256 s = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)0xfffff000u)));
+    __m256 arg = add8(mul8(k8(-0.5f), mul8(s, s)),
+                      add8(mul8(k8(0.5f), mul8(sub8(s, x), add8(s, x))), p));
+    arg = _mm256_blendv_ps(_mm256_setzero_ps(), arg,
+                           _mm256_cmp_ps(arg, _mm256_setzero_ps(), _CMP_LT_OQ));
+    return mul8(mul8(mul8(k8(0.5f), x), t), exp_nonpos8(arg));
+}
+
+static void gelu_erf_run8(float *o, const float *x, int64_t n) {
+    for (int64_t b = 0; b < n; b += EW_BLOCK) {
+        int m = (int)(n - b < EW_BLOCK ? n - b : EW_BLOCK);
+        const float *xb = x + b;
+        float *ob = o + b;
+        int idx[EW_BLOCK + 8];
+        float g[EW_BLOCK + 8];
+        int nt = tail_indices(xb, m, idx); /* before o (which may be x) is written */
+        for (int k = 0; k < nt; k++) g[k] = xb[idx[k]];
+        int i = 0;
+        for (; i + 16 <= m; i += 16) { /* two independent chains per iteration */
+            __m256 y0 = gelu_erf8(_mm256_loadu_ps(xb + i));
+            __m256 y1 = gelu_erf8(_mm256_loadu_ps(xb + i + 8));
+            _mm256_storeu_ps(ob + i, y0);
+            _mm256_storeu_ps(ob + i + 8, y1);
+        }
+        for (; i + 8 <= m; i += 8) _mm256_storeu_ps(ob + i, gelu_erf8(_mm256_loadu_ps(xb + i)));
+        for (; i < m; i++) ob[i] = f_gelu_erf(xb[i]);
+        /* the last vector padded (a 64-column row of an epilogue has a handful of tails) */
+        for (int k = nt; k < (nt + 7) / 8 * 8; k++) g[k] = -2.0f;
+        for (int k = 0; k < nt; k += 8) _mm256_storeu_ps(g + k, gelu_tail8(_mm256_loadu_ps(g + k)));
+        for (int k = 0; k < nt; k++) ob[idx[k]] = g[k];
+    }
+}
 #endif
 static inline float f_silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float f_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -366,6 +444,12 @@ static void un_f32(enum rtx_op op, bool gelu_tanh, float *o, const float *x, int
 #endif
             UN_RUN(float, f_gelu_tanh, o, x, sx, n);
         } else {
+#ifdef __AVX2__
+            if (sx == 1) {
+                gelu_erf_run8(o, x, n);
+                break;
+            }
+#endif
             gelu_run(o, x, sx, n);
         }
         break;

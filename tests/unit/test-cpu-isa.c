@@ -99,6 +99,15 @@ START_TEST(avx2_build_matches_generic_bit_for_bit) {
     same_bits("gelu", "approximate=s:tanh", &x, 1);
     x = tu_tensor_random(RTX_F16, 1, d1, -4, 4, 21);
     same_bits("gelu", "", &x, 1);
+    /* the erf GELU's edges, in vectors of eight: the tail's threshold, the erf clamp at
+     * +-4 sqrt 2, signed zeros, infinities, NaN, deep negatives where exp underflows */
+    double edge[24] = {-1.5, -1.5000001, -1.4999999, -5.656854, -5.656855, 5.656854,
+                       5.656855, 0.0, -0.0, INFINITY, -INFINITY, NAN,
+                       -13.0, -14.0, -40.0, -1e30, 1e30, 1e-30,
+                       -1e-30, 3.0, -3.0, -2.0, 2.0, -1.0};
+    int64_t d_edge[1] = {24};
+    x = tu_tensor(RTX_F32, 1, d_edge, edge);
+    same_bits("gelu", "", &x, 1);
     struct rtx_tensor *ab[2] = {tu_tensor_random(RTX_F32, 2, row, -2, 2, 22),
                                 tu_tensor_random(RTX_F32, 1, bias, -2, 2, 23)};
     same_bits("add", "", ab, 2);
