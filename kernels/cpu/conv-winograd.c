@@ -55,7 +55,7 @@ struct wconv {
     float *y;
     int64_t TH, TW; /* tile rows and tiles per row of an image */
     int64_t rows;   /* tile rows per block (of N * TH) */
-    int64_t tbp;    /* tiles per block, rounded up to PX: V's and M's row length */
+    int64_t tbp;    /* tiles per block, rounded up to VW: V's and M's row length */
     int64_t vs, ms; /* V's and M's planes (one per xi): C tbp and Op tbp floats plus 16, so
                      * that the transforms' 16 streams, one per plane, do not fall in one
                      * set of the L1 cache (planes of a multiple of 4 KiB would) */
@@ -303,33 +303,47 @@ static void input_rows(const struct wconv *d, const float *xc, int64_t th0, int6
     }
 }
 
+/* One register tile of M[xi]: OC output channels x vp vectors of tiles from t0 (vp <= VP, a
+ * constant after inlining: a block's last tiles take only the vectors they fill). */
+static inline __attribute__((always_inline)) void product_tile(int vp, int64_t C, int64_t tbp,
+                                                               const float *vp0, const float *up,
+                                                               float *mx) {
+    vf acc[OC][VP];
+    for (int o = 0; o < OC; o++)
+        for (int q = 0; q < vp; q++)
+            acc[o][q] = (vf){0};
+    for (int64_t c = 0; c < C; c++, vp0 += tbp, up += OC) {
+        vf xv[VP];
+        for (int q = 0; q < vp; q++)
+            xv[q] = *(const vfu *)(vp0 + VW * q);
+        for (int o = 0; o < OC; o++) {
+            vf wv = (vf)BCAST(up[o]);
+            for (int q = 0; q < vp; q++)
+                acc[o][q] += wv * xv[q];
+        }
+    }
+    for (int o = 0; o < OC; o++)
+        for (int q = 0; q < vp; q++)
+            *(vfu *)(mx + o * tbp + VW * q) = acc[o][q];
+}
+
 /* M[xi][o][t] = sum_c U[xi][o][c] V[xi][c][t] for the block's tbp tiles, o < Op. */
 static void products(const struct wconv *d, const float *v, float *m) {
-    int64_t C = d->g->w.C, ob_n = d->Op / OC;
+    int64_t C = d->g->w.C, ob_n = d->Op / OC, tbp = d->tbp;
     for (int xi = 0; xi < 16; xi++) {
         const float *vx = v + xi * d->vs;
         for (int64_t ob = 0; ob < ob_n; ob++) {
             const float *ux = d->u + (xi * ob_n + ob) * C * OC;
-            float *mx = m + xi * d->ms + ob * OC * d->tbp;
-            for (int64_t t0 = 0; t0 < d->tbp; t0 += PX) {
-                vf acc[OC][VP];
-                for (int o = 0; o < OC; o++)
-                    for (int q = 0; q < VP; q++)
-                        acc[o][q] = (vf){0};
-                const float *vp = vx + t0, *up = ux;
-                for (int64_t c = 0; c < C; c++, vp += d->tbp, up += OC) {
-                    vf xv[VP];
-                    for (int q = 0; q < VP; q++)
-                        xv[q] = *(const vfu *)(vp + VW * q);
-                    for (int o = 0; o < OC; o++) {
-                        vf wv = (vf)BCAST(up[o]);
-                        for (int q = 0; q < VP; q++)
-                            acc[o][q] += wv * xv[q];
-                    }
-                }
-                for (int o = 0; o < OC; o++)
-                    for (int q = 0; q < VP; q++)
-                        *(vfu *)(mx + o * d->tbp + t0 + VW * q) = acc[o][q];
+            float *mx = m + xi * d->ms + ob * OC * tbp;
+            int64_t t0 = 0;
+            for (; t0 + PX <= tbp; t0 += PX)
+                product_tile(VP, C, tbp, vx + t0, ux, mx + t0);
+            switch ((tbp - t0) / VW) { /* tbp is a multiple of VW */
+#if VP > 2
+            case 2: product_tile(2, C, tbp, vx + t0, ux, mx + t0); break;
+#endif
+            case 1: product_tile(1, C, tbp, vx + t0, ux, mx + t0); break;
+            default: break;
             }
         }
     }
@@ -486,7 +500,7 @@ int CONV_WINOGRAD(struct rtx_cpu *cpu, const struct rtx__conv2d_geom *g, const f
     while (d.rows > 1 && (total + d.rows - 1) / d.rows < 2 * rtx__cpu_n_threads(cpu) &&
            d.rows / 2 * d.TW >= PX)
         d.rows /= 2;
-    d.tbp = (d.rows * d.TW + PX - 1) / PX * PX;
+    d.tbp = (d.rows * d.TW + VW - 1) / VW * VW; /* products' last register tile is narrower */
     d.vs = w->C * d.tbp + 16;
     d.ms = d.Op * d.tbp + 16;
 
