@@ -9,6 +9,9 @@
  * A group's key is its ops ("matmul", "rms_norm+matmul" for a fused group) and, for a node
  * that reads a graph input named like a weight, that input's name with its digits replaced
  * by '#' ("matmul layers.#.mlp.down_proj.weight"), so the layers of a model add up.
+ * RTX_PLAN_PROFILE=nodes keys each group by its first node's index as well ("node 12:
+ * conv2d+relu"), a row per group: for telling apart layers that the names would merge (an
+ * imported CNN's folded convolutions have no weight names).
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -26,6 +29,7 @@ struct prof_row {
 };
 
 struct rtx__plan_profile {
+    bool per_node; /* RTX_PLAN_PROFILE=nodes: a row per group, keyed by its first node too */
     struct prof_row *rows;
     int n, cap;
     int64_t runs;
@@ -34,7 +38,9 @@ struct rtx__plan_profile {
 struct rtx__plan_profile *rtx__plan_profile_new(void) {
     const char *e = getenv("RTX_PLAN_PROFILE");
     if (!e || !e[0] || strcmp(e, "0") == 0) return NULL;
-    return rtx_calloc(1, sizeof(struct rtx__plan_profile));
+    struct rtx__plan_profile *pp = rtx_calloc(1, sizeof(struct rtx__plan_profile));
+    if (pp) pp->per_node = strcmp(e, "nodes") == 0;
+    return pp;
 }
 
 /* The name of the first graph input or initializer of node n that looks like a weight (has a '.'),
@@ -62,6 +68,7 @@ static void append_weight(const struct rtx_graph *g, const struct rtx_node *n, c
 void rtx__plan_profile_add(struct rtx__plan_profile *pp, const struct rtx_graph *g,
                            const int *nodes, int span, int64_t ns) {
     char key[KEY_LEN] = "";
+    if (pp->per_node) snprintf(key, sizeof key, "node %d: ", nodes[0]);
     for (int j = 0; j < span; j++) {
         size_t at = strlen(key);
         snprintf(key + at, sizeof key - at, "%s%s", j ? "+" : "",
