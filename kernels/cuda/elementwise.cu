@@ -3,7 +3,7 @@
  * struct rtx_cuda_ew (launch.h) and calls rtx__cuda_ew_launch.
  *
  * DESIGN
- * Three kernels, chosen per launch:
+ * Five kernels, chosen per launch:
  * - flat float arithmetic (f32/f16/bf16 binary and unary ops over one merged dim whose input
  *   strides are 1 or 0): each thread handles one 16-byte pack (4 f32 or 8 f16/bf16) with
  *   vector loads and stores; a broadcast scalar input is read once. Needs 16-byte aligned
@@ -14,7 +14,8 @@
  * - strided float arithmetic, templated on the storage type, one element per thread, the
  *   input offsets computed from the output index (32-bit divisions when the output has
  *   fewer than 2^31 elements);
- * - everything else (integer arithmetic, cast, where, the comparisons) in one kernel that
+ * - a cast between float types over one contiguous run: 8 elements a thread (ew_cast_flat);
+ * - everything else (integer arithmetic, other casts, where, the comparisons) in one kernel that
  *   switches on the dtypes at run time: a switch on a launch constant is uniform across the
  *   warp, and these ops are bound by memory traffic, not instructions.
  * Floats compute in f32 and round once on store (round to nearest even); integers compute in
@@ -323,6 +324,27 @@ __global__ void ew_float_strided(const rtx_cuda_ew p) {
     }
 }
 
+/* A cast between float types over one contiguous merged dim: 8 elements a thread (16 or 32
+ * bytes each way), converted as ew_generic converts them (through f32, rounded to nearest
+ * even on store). The f32 cast of a step's logits ([rows, vocabulary]) took ew_generic's
+ * per-element offsets and dtype switches: 0.29 ms for [256, 128256] on the H200. */
+template <typename Ti, typename To>
+__global__ void ew_cast_flat(const rtx_cuda_ew p) {
+    constexpr int V = 8;
+    const Ti *a = (const Ti *)p.in[0];
+    To *o = (To *)p.out;
+    int64_t nv = p.n / V;
+    for (int64_t v = thread_index(); v < nv; v += grid_stride()) {
+        pack<Ti, V> x = ((const pack<Ti, V> *)a)[v];
+        pack<To, V> y;
+#pragma unroll
+        for (int j = 0; j < V; j++) y.v[j] = from_f<To>(to_f(x.v[j]));
+        ((pack<To, V> *)o)[v] = y;
+    }
+    int64_t i = nv * V + thread_index(); /* the tail, fewer than V elements */
+    if (i < p.n) o[i] = from_f<To>(to_f(a[i]));
+}
+
 /* Integer arithmetic, cast, where and the comparisons, typed at run time. */
 __global__ void ew_generic(const rtx_cuda_ew p) {
     for (int64_t i = thread_index(); i < p.n; i += grid_stride()) {
@@ -459,6 +481,30 @@ static void launch_float(const rtx_cuda_ew &p, cudaStream_t s) {
     }
 }
 
+template <typename Ti>
+static bool launch_cast_from(const rtx_cuda_ew &p, cudaStream_t s) {
+    unsigned blocks = blocks_for(p.n / 8 > 0 ? p.n / 8 : 1);
+    switch (p.out_dt) {
+    case RTX_F32: ew_cast_flat<Ti, float><<<blocks, EW_THREADS, 0, s>>>(p); return true;
+    case RTX_F16: ew_cast_flat<Ti, __half><<<blocks, EW_THREADS, 0, s>>>(p); return true;
+    case RTX_BF16: ew_cast_flat<Ti, __nv_bfloat16><<<blocks, EW_THREADS, 0, s>>>(p); return true;
+    default: return false;
+    }
+}
+
+/* Launches ew_cast_flat when p is a float-to-float cast of one contiguous, aligned run. */
+static bool launch_cast(const rtx_cuda_ew &p, cudaStream_t s) {
+    if (p.op != RTX_OP_CAST || p.ndim != 1 || p.st[0][0] != 1 || !aligned16(p.in[0]) ||
+        !aligned16(p.out))
+        return false;
+    switch (p.in_dt[0]) {
+    case RTX_F32: return launch_cast_from<float>(p, s);
+    case RTX_F16: return launch_cast_from<__half>(p, s);
+    case RTX_BF16: return launch_cast_from<__nv_bfloat16>(p, s);
+    default: return false;
+    }
+}
+
 extern "C" cudaError_t rtx__cuda_ew_launch(const struct rtx_cuda_ew *p, cudaStream_t stream) {
     if (p->n <= 0) return cudaSuccess;
     bool arith = p->op != RTX_OP_CAST && p->op != RTX_OP_WHERE && p->op != RTX_OP_EQUAL &&
@@ -469,7 +515,7 @@ extern "C" cudaError_t rtx__cuda_ew_launch(const struct rtx_cuda_ew *p, cudaStre
         launch_float<__half>(*p, stream);
     else if (arith && p->out_dt == RTX_BF16)
         launch_float<__nv_bfloat16>(*p, stream);
-    else
+    else if (!launch_cast(*p, stream))
         ew_generic<<<blocks_for(p->n), EW_THREADS, 0, stream>>>(*p);
     return cudaGetLastError();
 }

@@ -325,6 +325,9 @@ static void elementwise_tests(void) {
             parity(&s);
             s.in[0] = T((enum rtx_dtype)from, 0, 0, 0, 0, 0);
             parity(&s);
+            /* long enough for several blocks of the flat float cast, with a tail */
+            s.in[0] = TF(T((enum rtx_dtype)from, 2, 3, 20483, 0, 0), F_SPECIAL);
+            parity(&s);
         }
 
     /* comparisons and where, every dtype, with equal values and broadcasting */
