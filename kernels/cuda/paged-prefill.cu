@@ -213,6 +213,9 @@ __global__ void __launch_bounds__(NTHREADS)
     float mrow[2], lrow[2];
     init_rows<D>(o, mrow, lrow);
     const int wrow = warp * 16;
+    /* a warp whose 16 rows are all past the tile's (a decode row's tile has G of 64) loads
+     * its share and meets every barrier, but computes nothing: warp-uniform */
+    const bool idle = wrow >= rows;
     int lim[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -224,7 +227,8 @@ __global__ void __launch_bounds__(NTHREADS)
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; kk++)
-        ldmatrix_x4(qf[kk], smem_addr(sq + swz<D>(wrow + (lane & 15), kk * 2 + (lane >> 4))));
+        if (!idle)
+            ldmatrix_x4(qf[kk], smem_addr(sq + swz<D>(wrow + (lane & 15), kk * 2 + (lane >> 4))));
 
     for (int j = 0; j < nblocks; j++) {
         const int buf = j & 1;
@@ -241,6 +245,10 @@ __global__ void __launch_bounds__(NTHREADS)
             cp_async_wait<0>();
         }
         __syncthreads();
+        if (idle) {
+            __syncthreads();
+            continue;
+        }
         const T *skb = sk + buf * PF_BN * D;
         const T *svb = sv + buf * PF_BN * D;
 
