@@ -17,6 +17,9 @@
  * come from kernels/geometry.c, shared with the CUDA backend.
  */
 #include <cblas.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -342,10 +345,19 @@ typedef float pool_v __attribute__((vector_size(POOL_VL * 4)));
 typedef int pool_i __attribute__((vector_size(POOL_VL * 4)));
 typedef float pool_vu __attribute__((vector_size(POOL_VL * 4), aligned(4), may_alias));
 
-/* max_nan per lane, into *a */
+/* max_nan per lane, into *a: the max instruction (a > b ? a : b, so a NaN b wins), then a
+ * NaN a put back (three instructions; the mask form took six) */
 static inline void max_nan_v(pool_v *a, pool_v b) {
+#if defined(RTX_CPU_VARIANT)
+    __m256 x = (__m256)*a, r = _mm256_max_ps(x, (__m256)b);
+    *a = (pool_v)_mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+#elif defined(__SSE2__)
+    __m128 x = (__m128)*a, r = _mm_max_ps(x, (__m128)b), nan = _mm_cmpunord_ps(x, x);
+    *a = (pool_v)_mm_or_ps(_mm_and_ps(nan, x), _mm_andnot_ps(nan, r));
+#else
     pool_i m = (*a > b) | (*a != *a);
     *a = (pool_v)(((pool_i)*a & m) | ((pool_i)b & ~m));
+#endif
 }
 
 /* cm[c] = the max over the nr rows x + r rs (r < nr) of their column c (NaN wins), c < n;

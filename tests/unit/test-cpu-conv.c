@@ -398,6 +398,47 @@ START_TEST(avg_pool_cases) {
 }
 END_TEST
 
+/* NaN, -inf and signed zeros at positions the vector rows reach (rows of 37 columns: the
+ * column max and the strided row max run 8 lanes at a time in the AVX2 build, 4 in the
+ * generic one), against a scalar reference where any NaN in a window wins. */
+START_TEST(max_pool_nan_in_vector_rows) {
+    enum { H = 9, W = 37, HO = 5, WO = 19 };
+    int64_t dx[4] = {1, 2, H, W}, dy[4] = {1, 2, HO, WO};
+    double vx[2 * H * W], want[2 * HO * WO];
+    for (int i = 0; i < 2 * H * W; i++) vx[i] = (float)((double)((i * 37) % 101) / 50.0 - 1.0);
+    const int nan_at[] = {5, 40, 77, 150, 333, 400, 512, 613};
+    for (size_t k = 0; k < sizeof nan_at / sizeof *nan_at; k++) vx[nan_at[k]] = NAN;
+    vx[20] = -INFINITY;
+    vx[21] = -0.0;
+    vx[22] = 0.0;
+    for (int c = 0; c < 2; c++)
+        for (int oh = 0; oh < HO; oh++)
+            for (int ow = 0; ow < WO; ow++) {
+                double m = -INFINITY;
+                bool nan = false;
+                for (int kh = 0; kh < 3; kh++)
+                    for (int kw = 0; kw < 3; kw++) {
+                        int ih = oh * 2 - 1 + kh, iw = ow * 2 - 1 + kw;
+                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                        double v = vx[(c * H + ih) * W + iw];
+                        nan |= isnan(v);
+                        if (v > m) m = v;
+                    }
+                want[(c * HO + oh) * WO + ow] = nan ? NAN : m;
+            }
+    struct rtx_tensor *in[1] = {tu_tensor(RTX_F32, 4, dx, vx)};
+    struct rtx_tensor *y = run1("max_pool2d", "kernel_shape=I:3,3;strides=I:2,2;pads=I:1,1,1,1",
+                                in, 1, RTX_F32, 4, dy);
+    for (int i = 0; i < 2 * HO * WO; i++) {
+        double got = rtx_tensor_get(y, i);
+        ck_assert_msg(isnan(want[i]) ? isnan(got) : got == want[i], "[%d]: %g, want %g", i, got,
+                      want[i]);
+    }
+    rtx_tensor_unref(y);
+    rtx_tensor_unref(in[0]);
+}
+END_TEST
+
 START_TEST(max_pool_propagates_nan) {
     int64_t dx[4] = {1, 1, 2, 2}, dy[4] = {1, 1, 1, 1};
     double vx[4] = {1, NAN, 3, 2}, want[1] = {NAN};
@@ -425,6 +466,7 @@ Suite *rtx_cpu_conv_suite(void) {
     tcase_add_test(tc, max_pool_cases);
     tcase_add_test(tc, avg_pool_cases);
     tcase_add_test(tc, max_pool_propagates_nan);
+    tcase_add_test(tc, max_pool_nan_in_vector_rows);
     suite_add_tcase(s, tc);
     return s;
 }
