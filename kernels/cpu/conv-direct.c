@@ -89,7 +89,9 @@ bool rtx__cpu_conv_direct_fits(const struct rtx__conv2d_geom *g) {
 #endif
 
 /* Phase planes of image n0 + i: xq[i][slot[py * sw + px]][c][a][b] = padded
- * x[c][a sh + py][b sw + px], for the phases some tap reads. */
+ * x[c][a sh + py][b sw + px], for the phases some tap reads. A plane is zeroed by one memset,
+ * then its in-range rows' columns copied: the padding's few zeros per row, written as loops,
+ * became two memset calls a row (11% of a 32->64 stride-2 conv at 16x16, batch 8). */
 static void phase_chunk(void *ctx, int64_t begin, int64_t end) {
     const struct dconv *d = ctx;
     const struct rtx__window_geom *w = &d->g->w;
@@ -102,39 +104,22 @@ static void phase_chunk(void *ctx, int64_t begin, int64_t end) {
                 int slot = d->slot[py * sw + px];
                 if (slot < 0) continue;
                 float *dst = d->xq + i * d->img + (slot * w->C + c) * d->plane;
+                memset(dst, 0, (size_t)d->plane * sizeof *dst);
+                /* columns b with 0 <= b sw + px - pl < W: [b0, b1) */
+                int64_t first = w->pl - px, b0 = first > 0 ? (first + sw - 1) / sw : 0;
+                int64_t b1 = (w->W - 1 + w->pl - px) / sw + 1;
+                if (w->W - 1 + w->pl - px < 0) b1 = 0;
+                if (b1 > d->Wq) b1 = d->Wq;
+                if (b0 > b1) b0 = b1;
                 for (int64_t a = 0; a < d->Hq; a++) {
                     int64_t r = a * sh + py - w->pt;
-                    float *row = dst + a * d->Wq;
-                    if (r < 0 || r >= w->H) {
-                        for (int64_t b = 0; b < d->Wq; b++)
-                            row[b] = 0.0f;
-                        continue;
-                    }
-                    const float *srow = src + r * w->W;
-                    if (sw == 1) { /* zeros, the row, zeros: loops, not three calls a row */
-                        int64_t lead = w->pl < d->Wq ? w->pl : d->Wq;
-                        int64_t n = d->Wq - lead < w->W ? d->Wq - lead : w->W;
-                        for (int64_t b = 0; b < lead; b++)
-                            row[b] = 0.0f;
-                        for (int64_t b = 0; b < n; b++)
-                            row[lead + b] = srow[b];
-                        for (int64_t b = lead + n; b < d->Wq; b++)
-                            row[b] = 0.0f;
-                        continue;
-                    }
-                    /* columns b with 0 <= b sw + px - pl < W: [b0, b1), zeros around */
-                    int64_t first = w->pl - px, b0 = first > 0 ? (first + sw - 1) / sw : 0;
-                    int64_t b1 = (w->W - 1 + w->pl - px) / sw + 1;
-                    if (w->W - 1 + w->pl - px < 0) b1 = 0;
-                    if (b1 > d->Wq) b1 = d->Wq;
-                    if (b0 > b1) b0 = b1;
-                    const float *sp = srow + b0 * sw + px - w->pl;
-                    for (int64_t b = 0; b < b0; b++)
-                        row[b] = 0.0f;
-                    for (int64_t b = b0; b < b1; b++)
-                        row[b] = sp[(b - b0) * sw];
-                    for (int64_t b = b1; b < d->Wq; b++)
-                        row[b] = 0.0f;
+                    if (r < 0 || r >= w->H) continue;
+                    float *restrict row = dst + a * d->Wq + b0;
+                    const float *restrict sp = src + r * w->W + b0 * sw + px - w->pl;
+                    if (sw == 1)
+                        for (int64_t b = 0; b < b1 - b0; b++) row[b] = sp[b];
+                    else
+                        for (int64_t b = 0; b < b1 - b0; b++) row[b] = sp[b * sw];
                 }
             }
     }
