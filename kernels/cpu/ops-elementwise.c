@@ -107,21 +107,24 @@ static inline float f_tanh(float x) { return tanhf(x); }
  * degree 13/8 whose error is below 4.2e-7 absolute and relative over the whole line (checked
  * against the double-precision erf at 2e6 points), branch-free and without libm's call per
  * element, which dominated BERT-style models (GELU). */
+/* The coefficients once, for this scalar form and gelu_erf8's vectors (Horner: p = p x2 + c;
+ * x - c and x + (-c) round alike). */
+#define ERF_P0 -2.72614225801306e-10f
+#define ERF_P(F)                                                                                  \
+    F(2.77068142495902e-08f) F(-2.10102402082508e-06f) F(-5.69250639462346e-05f)                 \
+    F(-7.34990630326855e-04f) F(-2.95459980854025e-03f) F(-1.60960333262415e-02f)
+#define ERF_Q0 -1.45660718464996e-05f
+#define ERF_Q(F)                                                                                  \
+    F(-2.13374055278905e-04f) F(-1.68282697438203e-03f) F(-7.37332916720468e-03f)                \
+    F(-1.42647390514189e-02f)
 static inline float fast_erf(float x) {
     float c = x < -4.0f ? -4.0f : x > 4.0f ? 4.0f : x;
     float x2 = c * c;
-    float p = -2.72614225801306e-10f;
-    p = p * x2 + 2.77068142495902e-08f;
-    p = p * x2 - 2.10102402082508e-06f;
-    p = p * x2 - 5.69250639462346e-05f;
-    p = p * x2 - 7.34990630326855e-04f;
-    p = p * x2 - 2.95459980854025e-03f;
-    p = p * x2 - 1.60960333262415e-02f;
-    float q = -1.45660718464996e-05f;
-    q = q * x2 - 2.13374055278905e-04f;
-    q = q * x2 - 1.68282697438203e-03f;
-    q = q * x2 - 7.37332916720468e-03f;
-    q = q * x2 - 1.42647390514189e-02f;
+    float p = ERF_P0, q = ERF_Q0;
+#define ERF_STEP_P(k) p = p * x2 + (k);
+#define ERF_STEP_Q(k) q = q * x2 + (k);
+    ERF_P(ERF_STEP_P)
+    ERF_Q(ERF_STEP_Q)
     return c * p / q;
 }
 static inline float f_erf(float x) { return fast_erf(x); }
@@ -136,19 +139,16 @@ static inline float f_gelu_erf(float x) { return 0.5f * x * (1.0f + fast_erf(x *
  * mantissa bits, so s^2 is exact. Within 7e-7 relative of the double-precision value for
  * x >= -3.5, 5e-6 down to -12 (checked at 1e6 points); 0 below about -13, where erfcf gives
  * denormals. Branch-free, so runs of it vectorize. */
+#define TAIL_P0 0.17087277f
+#define TAIL_P(F)                                                                                 \
+    F(-0.82215223f) F(1.48851587f) F(-1.13520398f) F(0.27886807f) F(-0.18628806f)              \
+    F(0.09678418f) F(0.37409196f) F(1.00002368f) F(-1.26551223f)
 static inline float f_gelu_tail(float x) {
     float z = -x * SQRT_1_2;
     float t = 1.0f / (1.0f + 0.5f * z);
-    float p = 0.17087277f;
-    p = p * t - 0.82215223f;
-    p = p * t + 1.48851587f;
-    p = p * t - 1.13520398f;
-    p = p * t + 0.27886807f;
-    p = p * t - 0.18628806f;
-    p = p * t + 0.09678418f;
-    p = p * t + 0.37409196f;
-    p = p * t + 1.00002368f;
-    p = p * t - 1.26551223f;
+    float p = TAIL_P0;
+#define TAIL_STEP(k) p = p * t + (k);
+    TAIL_P(TAIL_STEP)
     uint32_t xb;
     memcpy(&xb, &x, sizeof xb);
     xb &= 0xfffff000u;
@@ -278,9 +278,9 @@ static void gelu_tanh_run8(float *o, const float *x, int64_t n) {
 }
 
 /* gelu_run's values over a contiguous run, eight lanes at a time (o may be x): f_gelu_erf for
- * every element, then f_gelu_tail for those below -1.5, gathered into vectors of eight (blending
- * the tail into every vector that has one lane there computed it for most vectors), each
- * operation for operation as the scalar forms (no FMA, the same clamps and selects) so the two
+ * every element, then f_gelu_tail for those below -1.5, gathered into whole vectors (blending
+ * the tail into each vector with a lane below -1.5 computed it for most vectors). Operation for
+ * operation as the scalar forms (no FMA, the same clamps, selects and coefficients), so the two
  * builds agree bit for bit. The GEMM epilogues call it on 64-column rows, where gelu_run's block
  * copy and its scalar tail cost more than the arithmetic. */
 static inline __m256 mul8(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
@@ -293,18 +293,11 @@ static inline __m256 gelu_erf8(__m256 x) {
     __m256 c = _mm256_blendv_ps(a, k8(-4.0f), _mm256_cmp_ps(a, k8(-4.0f), _CMP_LT_OQ));
     c = _mm256_blendv_ps(c, k8(4.0f), _mm256_cmp_ps(a, k8(4.0f), _CMP_GT_OQ));
     __m256 x2 = mul8(c, c);
-    __m256 p = k8(-2.72614225801306e-10f);
-    p = add8(mul8(p, x2), k8(2.77068142495902e-08f));
-    p = sub8(mul8(p, x2), k8(2.10102402082508e-06f));
-    p = sub8(mul8(p, x2), k8(5.69250639462346e-05f));
-    p = sub8(mul8(p, x2), k8(7.34990630326855e-04f));
-    p = sub8(mul8(p, x2), k8(2.95459980854025e-03f));
-    p = sub8(mul8(p, x2), k8(1.60960333262415e-02f));
-    __m256 q = k8(-1.45660718464996e-05f);
-    q = sub8(mul8(q, x2), k8(2.13374055278905e-04f));
-    q = sub8(mul8(q, x2), k8(1.68282697438203e-03f));
-    q = sub8(mul8(q, x2), k8(7.37332916720468e-03f));
-    q = sub8(mul8(q, x2), k8(1.42647390514189e-02f));
+    __m256 p = k8(ERF_P0), q = k8(ERF_Q0);
+#define ERF_STEP_P8(k) p = add8(mul8(p, x2), k8(k));
+#define ERF_STEP_Q8(k) q = add8(mul8(q, x2), k8(k));
+    ERF_P(ERF_STEP_P8)
+    ERF_Q(ERF_STEP_Q8)
     __m256 erf = _mm256_div_ps(mul8(c, p), q);
     return mul8(mul8(k8(0.5f), x), add8(k8(1.0f), erf));
 }
@@ -312,16 +305,9 @@ static inline __m256 gelu_erf8(__m256 x) {
 static inline __m256 gelu_tail8(__m256 x) {
     __m256 z = mul8(_mm256_xor_ps(x, k8(-0.0f)), k8(SQRT_1_2));
     __m256 t = _mm256_div_ps(k8(1.0f), add8(k8(1.0f), mul8(k8(0.5f), z)));
-    __m256 p = k8(0.17087277f);
-    p = sub8(mul8(p, t), k8(0.82215223f));
-    p = add8(mul8(p, t), k8(1.48851587f));
-    p = sub8(mul8(p, t), k8(1.13520398f));
-    p = add8(mul8(p, t), k8(0.27886807f));
-    p = sub8(mul8(p, t), k8(0.18628806f));
-    p = add8(mul8(p, t), k8(0.09678418f));
-    p = add8(mul8(p, t), k8(0.37409196f));
-    p = add8(mul8(p, t), k8(1.00002368f));
-    p = sub8(mul8(p, t), k8(1.26551223f));
+    __m256 p = k8(TAIL_P0);
+#define TAIL_STEP8(k) p = add8(mul8(p, t), k8(k));
+    TAIL_P(TAIL_STEP8)
     __m256 s = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)0xfffff000u)));
     __m256 arg = add8(mul8(k8(-0.5f), mul8(s, s)),
                       add8(mul8(k8(0.5f), mul8(sub8(s, x), add8(s, x))), p));
