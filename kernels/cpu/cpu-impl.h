@@ -55,6 +55,11 @@ void rtx__cpu_pool_free(struct rtx_cpu *cpu);
  * small or the pool has one thread. Safe to call from one thread at a time per backend. */
 void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
                            void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
+/* As rtx__cpu_parallel_for, but the items are claimed one at a time: for a few tens of
+ * coarse items of equal cost (a GEMM's blocks), where chunks of several left one thread
+ * with a chunk more than the others (36 blocks: chunks of 4, nine of them on two threads). */
+void rtx__cpu_parallel_each(struct rtx_cpu *cpu, int64_t n,
+                            void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
 int rtx__cpu_n_threads(const struct rtx_cpu *cpu);
 /* The backend whose pool this is (set once at creation; NULL for a bare pool), and whether its
  * products with packed weights use AVX-512 (the avx512 build, backend-cpu.c). */
@@ -135,12 +140,13 @@ int rtx__cpu_packed_b_of(struct rtx_cpu *cpu, const struct rtx_node_args *a, boo
                          struct rtx__cpu_packed_b **owned);
 void rtx__cpu_packed_b_free(struct rtx__cpu_packed_b *b); /* NULL is a no-op */
 /* y [M, N] (row stride ldy) = alpha a [M, K] (row stride lda) . B, plus beta bias[j] when bias
- * (a row of N) is given, plus y's own values when accumulate; then epi(ctx, block, ldy, row0,
- * col0, m, n) on each block once computed (epi NULL: none). Split over the pool. */
+ * (a row of N) is given, plus y's own values when accumulate; then the epilogue e (NULL: none),
+ * on each register tile as it is stored (its bias, residual and relu in the registers).
+ * Split over the pool. */
 void rtx__cpu_gemm_packed(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a,
                           int64_t lda, const struct rtx__cpu_packed_b *b, const float *bias,
                           float beta, bool accumulate, float *y, int64_t ldy,
-                          rtx__cpu_block_fn epi, const void *epi_ctx);
+                          const struct rtx__cpu_epilogue *e);
 #endif
 
 /* Element access by dtype for generic (slow) paths. */

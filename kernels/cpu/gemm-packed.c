@@ -34,11 +34,13 @@
 #define MR 8
 #define VW 16
 #define BCAST _mm512_set1_ps
+#define VMAX _mm512_max_ps
 #define GP(name) rtx__cpu_gemm_wide_##name
 #else
 #define MR 6 /* rows per kernel call */
 #define VW 8 /* floats per vector */
 #define BCAST _mm256_set1_ps
+#define VMAX _mm256_max_ps
 #define GP(name) rtx__cpu_gemm_narrow_##name
 #endif
 #define NR (2 * VW)                    /* columns per panel */
@@ -65,7 +67,7 @@ int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int
                 const struct rtx__cpu_packed_b **out, struct rtx__cpu_packed_b **owned);
 void GP(product)(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a, int64_t lda,
                  const struct rtx__cpu_packed_b *b, const float *bias, float beta, bool accumulate,
-                 float *y, int64_t ldy, rtx__cpu_block_fn epi, const void *epi_ctx);
+                 float *y, int64_t ldy, const struct rtx__cpu_epilogue *e);
 
 /* ---- packing ---- */
 
@@ -148,17 +150,74 @@ int GP(pack_of)(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int
 
 /* ---- the kernel ---- */
 
-/* What a kernel call does with its block once the products are summed. Read through a pointer
- * after the k loop: as arguments, alpha and beta stayed live in two vector registers across the
- * loop, and in the 16-register build that spilled two accumulators to the stack (a store and a
- * reload per k on the critical path: half the FMA rate on AVX2-only CPUs). */
+/* What a kernel call does with its block once the products are summed (tile_out). */
 struct kernel_out {
     float alpha, beta;
     const float *bias; /* [n], added times beta; NULL: none */
     bool acc_y;        /* add to y instead of overwriting it */
     float *y;
     int64_t ldy, n;
+    /* the fused group's epilogue, on the last k block only (as rtx__cpu_epilogue_apply: the
+     * bias, then the residual, then relu; another activation runs after the store) */
+    const float *ebias; /* [n]; NULL: none */
+    const float *res;   /* the tile's residual, rows res_ld apart; NULL: none */
+    int64_t res_ld;
+    bool relu;
 };
+
+/* The tile's sums acc (row r's two vectors at 2r) out to y: alpha, the bias, y's own values,
+ * then the epilogue's terms. Not inlined into the kernel: its code after the k loop, inlined,
+ * made GCC keep values across the loop and spill accumulators in the 16-register build (a
+ * store and a reload per k: half the FMA rate); the sums go through the stack instead, once a
+ * tile. */
+static __attribute__((noinline)) void tile_out(int m, const v8 *acc, const struct kernel_out *o) {
+    float alpha = o->alpha, beta = o->beta;
+    const float *bias = o->bias;
+    v8 al = (v8)BCAST(alpha), be = (v8)BCAST(beta);
+    for (int r = 0; r < m; r++) {
+        float *yr = o->y + r * o->ldy;
+        v8 o0 = acc[2 * r], o1 = acc[2 * r + 1];
+        if (alpha != 1.0f) {
+            o0 *= al;
+            o1 *= al;
+        }
+        if (o->n == NR) {
+            if (bias) {
+                o0 += be * *(const v8u *)bias;
+                o1 += be * *(const v8u *)(bias + VW);
+            }
+            if (o->acc_y) {
+                o0 += *(const v8u *)yr;
+                o1 += *(const v8u *)(yr + VW);
+            }
+            if (o->ebias) {
+                o0 += *(const v8u *)o->ebias;
+                o1 += *(const v8u *)(o->ebias + VW);
+            }
+            if (o->res) {
+                o0 += *(const v8u *)(o->res + r * o->res_ld);
+                o1 += *(const v8u *)(o->res + r * o->res_ld + VW);
+            }
+            if (o->relu) { /* max(0, v) gives v when v is NaN or -0, as 0 > v ? 0 : v */
+                o0 = (v8)VMAX((v8){0}, o0);
+                o1 = (v8)VMAX((v8){0}, o1);
+            }
+            *(v8u *)yr = o0;
+            *(v8u *)(yr + VW) = o1;
+        } else {
+            float t[NR];
+            memcpy(t, &o0, sizeof o0);
+            memcpy(t + VW, &o1, sizeof o1);
+            for (int64_t j = 0; j < o->n; j++) {
+                float v = bias ? t[j] + beta * bias[j] : t[j];
+                v = o->acc_y ? yr[j] + v : v;
+                if (o->ebias) v += o->ebias[j];
+                if (o->res) v += o->res[r * o->res_ld + j];
+                yr[j] = o->relu && 0.0f > v ? 0.0f : v;
+            }
+        }
+    }
+}
 
 /* y[m rows][n <= NR cols] (+)= alpha * a[m][kc] . bp[kc][NR]; m is a constant after
  * inlining. */
@@ -184,35 +243,28 @@ static inline __attribute__((always_inline)) void kernel(int m, int64_t kc, cons
     }
     /* the k loop's end: nothing below may be hoisted above it into a register */
     __asm__ volatile("" ::: "memory");
-    float alpha = o->alpha, beta = o->beta;
-    const float *bias = o->bias;
-    v8 al = (v8)BCAST(alpha), be = (v8)BCAST(beta);
+    if (o->n == NR && o->alpha == 1.0f && !o->bias && !o->ebias && !o->res && !o->relu) {
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) { /* the plain product, stored straight */
+            if (r >= m) break;
+            float *yr = o->y + r * o->ldy;
+            if (o->acc_y) {
+                c0[r] += *(const v8u *)yr;
+                c1[r] += *(const v8u *)(yr + VW);
+            }
+            *(v8u *)yr = c0[r];
+            *(v8u *)(yr + VW) = c1[r];
+        }
+        return;
+    }
+    v8 acc[2 * MR];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
         if (r >= m) break;
-        float *yr = o->y + r * o->ldy;
-        v8 o0 = alpha == 1.0f ? c0[r] : c0[r] * al, o1 = alpha == 1.0f ? c1[r] : c1[r] * al;
-        if (o->n == NR) {
-            if (bias) {
-                o0 += be * *(const v8u *)bias;
-                o1 += be * *(const v8u *)(bias + VW);
-            }
-            if (o->acc_y) {
-                o0 += *(const v8u *)yr;
-                o1 += *(const v8u *)(yr + VW);
-            }
-            *(v8u *)yr = o0;
-            *(v8u *)(yr + VW) = o1;
-        } else {
-            float t[NR];
-            memcpy(t, &o0, sizeof o0);
-            memcpy(t + VW, &o1, sizeof o1);
-            for (int64_t j = 0; j < o->n; j++) {
-                float v = bias ? t[j] + beta * bias[j] : t[j];
-                yr[j] = o->acc_y ? yr[j] + v : v;
-            }
-        }
+        acc[2 * r] = c0[r];
+        acc[2 * r + 1] = c1[r];
     }
+    tile_out(m, acc, o);
 }
 
 static void kernel_m(int m, int64_t kc, const float *a, int64_t lda, const float *bp,
@@ -244,24 +296,38 @@ struct packed_job {
     bool accumulate;
     float *y;
     int64_t ldy;
-    rtx__cpu_block_fn epi;
-    const void *epi_ctx;
-    int64_t row_tasks, col_tasks;
+    const struct rtx__cpu_epilogue *e; /* NULL: none */
+    struct rtx__cpu_epilogue act;      /* e's activation when the kernel does not apply it */
+    int64_t row_groups;           /* ceil(M / MR) */
+    int64_t row_tasks, col_tasks; /* tasks split the row groups and the panels evenly */
 };
+
+/* The start of part i of n parts of `total` items that differ by at most one (the first
+ * total % n parts one larger), so that a pool's threads get equal work: blocks of RB rows and
+ * PB panels with a short last one left a thread waiting on the other (512 rows: five of 96
+ * and one of 32). */
+static inline int64_t even_split(int64_t total, int64_t n, int64_t i) {
+    int64_t q = total / n, r = total % n;
+    return i * q + (i < r ? i : r);
+}
 
 static void packed_chunk(void *ctx, int64_t begin, int64_t end) {
     const struct packed_job *j = ctx;
     const struct rtx__cpu_packed_b *b = j->b;
     for (int64_t t = begin; t < end; t++) {
-        int64_t r0 = t / j->col_tasks * RB, p0 = t % j->col_tasks * PB;
-        int64_t rows = j->M - r0 < RB ? j->M - r0 : RB;
-        int64_t p1 = p0 + PB < b->panels ? p0 + PB : b->panels;
+        int64_t rt = t / j->col_tasks, ct = t % j->col_tasks;
+        int64_t r0 = even_split(j->row_groups, j->row_tasks, rt) * MR;
+        int64_t rows = even_split(j->row_groups, j->row_tasks, rt + 1) * MR;
+        rows = (rows < j->M ? rows : j->M) - r0;
+        int64_t p0 = even_split(b->panels, j->col_tasks, ct);
+        int64_t p1 = even_split(b->panels, j->col_tasks, ct + 1);
         for (int64_t k0 = 0; k0 < b->K; k0 += KC) {
             int64_t kc = b->K - k0 < KC ? b->K - k0 : KC;
             bool acc_y = j->accumulate || k0 > 0;
             for (int64_t p = p0; p < p1; p++) {
                 int64_t n = b->N - p * NR < NR ? b->N - p * NR : NR;
                 const float *bp = b->data + (p * b->K + k0) * NR;
+                const struct rtx__cpu_epilogue *e = k0 + kc == b->K ? j->e : NULL;
                 for (int64_t r = 0; r < rows; r += MR) {
                     int64_t m = rows - r < MR ? rows - r : MR;
                     struct kernel_out o = {
@@ -272,20 +338,24 @@ static void packed_chunk(void *ctx, int64_t begin, int64_t end) {
                         .y = j->y + (r0 + r) * j->ldy + p * NR,
                         .ldy = j->ldy,
                         .n = n};
+                    if (e) { /* the last k block: the result is final in the registers */
+                        o.ebias = e->bias ? e->bias + p * NR : NULL;
+                        o.res = e->res ? e->res + (r0 + r) * e->res_ld + p * NR : NULL;
+                        o.res_ld = e->res_ld;
+                        o.relu = e->act == RTX_OP_RELU;
+                    }
                     kernel_m((int)m, kc, j->a + (r0 + r) * j->lda + k0, j->lda, bp, &o);
+                    if (e && j->act.act != RTX_OP_COUNT) /* the tile is still in L1 */
+                        rtx__cpu_epilogue_apply(&j->act, o.y, j->ldy, r0 + r, p * NR, m, n);
                 }
             }
-        }
-        if (j->epi) {
-            int64_t c0 = p0 * NR, c1 = p1 * NR < b->N ? p1 * NR : b->N;
-            j->epi(j->epi_ctx, j->y + r0 * j->ldy + c0, j->ldy, r0, c0, rows, c1 - c0);
         }
     }
 }
 
 void GP(product)(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a, int64_t lda,
                  const struct rtx__cpu_packed_b *b, const float *bias, float beta, bool accumulate,
-                 float *y, int64_t ldy, rtx__cpu_block_fn epi, const void *epi_ctx) {
+                 float *y, int64_t ldy, const struct rtx__cpu_epilogue *e) {
     struct packed_job j = {.M = M,
                            .alpha = alpha,
                            .a = a,
@@ -296,15 +366,18 @@ void GP(product)(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a, in
                            .accumulate = accumulate,
                            .y = y,
                            .ldy = ldy,
-                           .epi = epi,
-                           .epi_ctx = epi_ctx};
+                           .e = e,
+                           .act = {.act = RTX_OP_COUNT}};
+    if (e && e->act != RTX_OP_RELU && e->act != RTX_OP_COUNT)
+        j.act = (struct rtx__cpu_epilogue){.act = e->act, .gelu_tanh = e->gelu_tanh};
+    j.row_groups = (M + MR - 1) / MR;
     j.row_tasks = (M + RB - 1) / RB;
     j.col_tasks = (b->panels + PB - 1) / PB;
     int64_t tasks = j.row_tasks * j.col_tasks;
     if (M * b->N * b->K <= INLINE_MACS)
         packed_chunk(&j, 0, tasks);
     else
-        rtx__cpu_parallel_for(cpu, tasks, 1, packed_chunk, &j);
+        rtx__cpu_parallel_each(cpu, tasks, packed_chunk, &j);
 }
 
 #ifndef RTX_GEMM_WIDE
@@ -315,7 +388,7 @@ int rtx__cpu_gemm_wide_pack_of(struct rtx_cpu *cpu, const struct rtx_node_args *
 void rtx__cpu_gemm_wide_product(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a,
                                 int64_t lda, const struct rtx__cpu_packed_b *b, const float *bias,
                                 float beta, bool accumulate, float *y, int64_t ldy,
-                                rtx__cpu_block_fn epi, const void *epi_ctx);
+                                const struct rtx__cpu_epilogue *e);
 
 int rtx__cpu_packed_b_of(struct rtx_cpu *cpu, const struct rtx_node_args *a, bool tb, int64_t K,
                          int64_t N, const struct rtx__cpu_packed_b **out,
@@ -330,12 +403,11 @@ void rtx__cpu_packed_b_free(struct rtx__cpu_packed_b *b) {
 
 void rtx__cpu_gemm_packed(struct rtx_cpu *cpu, int64_t M, float alpha, const float *a, int64_t lda,
                           const struct rtx__cpu_packed_b *b, const float *bias, float beta,
-                          bool accumulate, float *y, int64_t ldy, rtx__cpu_block_fn epi,
-                          const void *epi_ctx) {
+                          bool accumulate, float *y, int64_t ldy,
+                          const struct rtx__cpu_epilogue *e) {
     if (b->nr == NR)
-        GP(product)(cpu, M, alpha, a, lda, b, bias, beta, accumulate, y, ldy, epi, epi_ctx);
+        GP(product)(cpu, M, alpha, a, lda, b, bias, beta, accumulate, y, ldy, e);
     else
-        rtx__cpu_gemm_wide_product(cpu, M, alpha, a, lda, b, bias, beta, accumulate, y, ldy, epi,
-                                   epi_ctx);
+        rtx__cpu_gemm_wide_product(cpu, M, alpha, a, lda, b, bias, beta, accumulate, y, ldy, e);
 }
 #endif

@@ -229,51 +229,73 @@ static inline float f_gelu_tanh(float x) {
     return (t <= 0.0f ? x : x * e) / (1.0f + e);
 }
 #ifdef __AVX2__
-/* exp(x) for x <= 0 (0 below -87), eight lanes: rtx__exp_nonpos (cpu-impl.h) operation for
- * operation, so that the two builds agree bit for bit (test-cpu-isa.c): the same clamp on
- * the bits (signed compares, valid for the sign-set inputs it serves and for positive ones,
- * which it keeps), the same products and sums in the same order, no FMA. */
-static inline __m256 exp_nonpos8(__m256 x) {
+/* exp(x) for x <= 0 (0 below -87) of U vectors in place, eight lanes each: rtx__exp_nonpos
+ * (cpu-impl.h) operation for operation, so that the two builds agree bit for bit
+ * (test-cpu-isa.c): the same clamp on the bits (signed compares, valid for the sign-set inputs
+ * it serves and for positive ones, which it keeps), the same products and sums in the same
+ * order, no FMA. Each step is taken for all U vectors before the next: the polynomial is a
+ * chain of ~100 cycles of latency, and one vector at a time kept the out-of-order window too
+ * short to overlap more than a few (the tanh GELU ran at a third of its arithmetic rate). */
+#define EXP_U(stmt)                                                                             \
+    _Pragma("GCC unroll 4") for (int u = 0; u < U; u++) { stmt; }
+static inline __attribute__((always_inline)) void exp_nonpos8_u(__m256 *x, int U) {
     const __m256i lim = _mm256_set1_epi32((int)0xc2ae0000u);
     const __m256 big = _mm256_set1_ps(12582912.0f);
-    __m256i xb = _mm256_castps_si256(x);
-    __m256i drop = _mm256_and_si256(_mm256_cmpgt_epi32(xb, lim), _mm256_srai_epi32(xb, 31));
-    __m256 c = _mm256_castsi256_ps(_mm256_blendv_epi8(xb, lim, drop));
-    __m256 t = _mm256_add_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504f)), big);
-    __m256 n = _mm256_sub_ps(t, big);
-    __m256 r = _mm256_sub_ps(_mm256_sub_ps(c, _mm256_mul_ps(n, _mm256_set1_ps(0.693145752f))),
-                             _mm256_mul_ps(n, _mm256_set1_ps(1.42860677e-06f)));
-    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 720.0f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(0.5f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4b400000)),
-                         _mm256_set1_epi32(127)),
-        23);
-    __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-    return _mm256_castsi256_ps(_mm256_andnot_si256(drop, _mm256_castps_si256(y)));
+    __m256i drop[4];
+    __m256 t[4], r[4], p[4];
+    EXP_U(__m256i xb = _mm256_castps_si256(x[u]);
+          drop[u] = _mm256_and_si256(_mm256_cmpgt_epi32(xb, lim), _mm256_srai_epi32(xb, 31));
+          x[u] = _mm256_castsi256_ps(_mm256_blendv_epi8(xb, lim, drop[u])))
+    EXP_U(t[u] = _mm256_add_ps(_mm256_mul_ps(x[u], _mm256_set1_ps(1.44269504f)), big))
+    EXP_U(__m256 n = _mm256_sub_ps(t[u], big);
+          r[u] = _mm256_sub_ps(_mm256_sub_ps(x[u], _mm256_mul_ps(n, _mm256_set1_ps(0.693145752f))),
+                               _mm256_mul_ps(n, _mm256_set1_ps(1.42860677e-06f))))
+    EXP_U(p[u] = _mm256_set1_ps(1.0f / 5040.0f))
+#define EXP_STEP8(c) EXP_U(p[u] = _mm256_add_ps(_mm256_mul_ps(p[u], r[u]), _mm256_set1_ps(c)))
+    EXP_STEP8(1.0f / 720.0f)
+    EXP_STEP8(1.0f / 120.0f)
+    EXP_STEP8(1.0f / 24.0f)
+    EXP_STEP8(1.0f / 6.0f)
+    EXP_STEP8(0.5f)
+    EXP_STEP8(1.0f)
+    EXP_STEP8(1.0f)
+#undef EXP_STEP8
+    EXP_U(__m256i e = _mm256_slli_epi32(
+              _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t[u]),
+                                                _mm256_set1_epi32(0x4b400000)),
+                               _mm256_set1_epi32(127)),
+              23);
+          __m256 y = _mm256_mul_ps(p[u], _mm256_castsi256_ps(e));
+          x[u] = _mm256_castsi256_ps(_mm256_andnot_si256(drop[u], _mm256_castps_si256(y))))
 }
 
-/* f_gelu_tanh over a contiguous run, eight lanes at a time (o may be x). */
-static void gelu_tanh_run8(float *o, const float *x, int64_t n) {
+static inline __m256 exp_nonpos8(__m256 x) {
+    exp_nonpos8_u(&x, 1);
+    return x;
+}
+
+/* f_gelu_tanh of U vectors at x, stored at o (o may be x), its steps as exp_nonpos8_u's. */
+static inline __attribute__((always_inline)) void gelu_tanh8_u(float *o, const float *x,
+                                                               int U) {
     const __m256 k3 = _mm256_set1_ps(0.044715f), k = _mm256_set1_ps(-2.0f * SQRT_2_OVER_PI);
-    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], neg[4], e[4];
+    EXP_U(v[u] = _mm256_loadu_ps(x + 8 * u);
+          __m256 c3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(k3, v[u]), v[u]), v[u]);
+          __m256 t = _mm256_mul_ps(k, _mm256_add_ps(v[u], c3)); /* as f_gelu_tanh */
+          neg[u] = _mm256_cmp_ps(t, _mm256_setzero_ps(), _CMP_LE_OQ);
+          e[u] = _mm256_blendv_ps(_mm256_xor_ps(t, _mm256_set1_ps(-0.0f)), t, neg[u])) /* -|t| */
+    exp_nonpos8_u(e, U);
+    EXP_U(__m256 num = _mm256_blendv_ps(_mm256_mul_ps(v[u], e[u]), v[u], neg[u]);
+          _mm256_storeu_ps(o + 8 * u,
+                           _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), e[u]))))
+}
+#undef EXP_U
+
+/* f_gelu_tanh over a contiguous run, four vectors at a time (o may be x). */
+static void gelu_tanh_run8(float *o, const float *x, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        __m256 c3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(k3, v), v), v); /* as f_gelu_tanh */
-        __m256 t = _mm256_mul_ps(k, _mm256_add_ps(v, c3));
-        __m256 neg = _mm256_cmp_ps(t, zero, _CMP_LE_OQ);
-        __m256 e = exp_nonpos8(_mm256_blendv_ps(_mm256_xor_ps(t, sign), t, neg)); /* t or -t */
-        __m256 num = _mm256_blendv_ps(_mm256_mul_ps(v, e), v, neg);
-        _mm256_storeu_ps(o + i, _mm256_div_ps(num, _mm256_add_ps(one, e)));
-    }
+    for (; i + 32 <= n; i += 32) gelu_tanh8_u(o + i, x + i, 4);
+    for (; i + 8 <= n; i += 8) gelu_tanh8_u(o + i, x + i, 1);
     for (; i < n; i++) o[i] = f_gelu_tanh(x[i]);
 }
 
@@ -812,8 +834,22 @@ static bool is_int_arith(enum rtx_dtype dt) {
     return dt == RTX_I8 || dt == RTX_I32 || dt == RTX_I64 || dt == RTX_U8;
 }
 
+#define EPI_TILE 256 /* floats: the packed GEMM's tiles are 6 x 16 and 8 x 32 */
 void rtx__cpu_epilogue_apply(const struct rtx__cpu_epilogue *e, float *c, int64_t ldc,
                              int64_t row0, int64_t col0, int64_t m, int64_t n) {
+    if (!e->bias && !e->res && e->act != RTX_OP_RELU && e->act != RTX_OP_COUNT && n < 32 &&
+        m >= 1 && m * n <= EPI_TILE) {
+        /* an activation alone on a GEMM's register tile (rows of 16 or 32): its rows through
+         * one contiguous run, so the vector forms take several vectors at a time */
+        float t[EPI_TILE];
+        int64_t r = 0;
+        do /* m >= 1 */
+            memcpy(t + r * n, c + r * ldc, (size_t)n * sizeof *t);
+        while (++r < m);
+        un_f32(e->act, e->gelu_tanh, t, t, 1, m * n);
+        for (r = 0; r < m; r++) memcpy(c + r * ldc, t + r * n, (size_t)n * sizeof *t);
+        return;
+    }
     for (int64_t r = 0; r < m; r++) {
         float *y = c + r * ldc;
         if (e->bias) {

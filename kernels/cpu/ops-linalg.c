@@ -193,8 +193,7 @@ static void product_packed(struct rtx_cpu *cpu, const struct rtx__cpu_packed_b *
                            float beta, bool accumulate, float *y,
                            const struct rtx__cpu_epilogue *e) {
 #ifdef RTX_CPU_VARIANT
-    rtx__cpu_gemm_packed(cpu, M, alpha, a, K, pb, bias, beta, accumulate, y, N,
-                         e ? epi_block : NULL, e);
+    rtx__cpu_gemm_packed(cpu, M, alpha, a, K, pb, bias, beta, accumulate, y, N, e);
 #else
     (void)cpu, (void)pb, (void)M, (void)K, (void)N, (void)alpha, (void)a, (void)bias;
     (void)beta, (void)accumulate, (void)y, (void)e;

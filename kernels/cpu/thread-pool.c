@@ -179,16 +179,9 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
-                           void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx) {
-    if (n <= 0) return;
-    if (grain < 1) grain = 1;
-    if (cpu == NULL || cpu->n_workers == 0 || n <= grain) {
-        fn(ctx, 0, n);
-        return;
-    }
-    int64_t chunk = n / ((int64_t)cpu->n_threads * CPU_CHUNKS_PER_THREAD);
-    if (chunk < grain) chunk = grain;
+/* [0, n) in chunks of `chunk` items over the pool (rtx__cpu_parallel_for, _each). */
+static void parallel_chunks(struct rtx_cpu *cpu, int64_t n, int64_t chunk,
+                            void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx) {
     if (chunk >= n || pthread_mutex_trylock(&cpu->submit) != 0) {
         fn(ctx, 0, n); /* one chunk, or the pool is busy (nested or concurrent call) */
         return;
@@ -217,6 +210,28 @@ void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
     cpu->fn_ctx = NULL;
     pthread_mutex_unlock(&cpu->mu);
     pthread_mutex_unlock(&cpu->submit);
+}
+
+void rtx__cpu_parallel_for(struct rtx_cpu *cpu, int64_t n, int64_t grain,
+                           void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    if (cpu == NULL || cpu->n_workers == 0 || n <= grain) {
+        fn(ctx, 0, n);
+        return;
+    }
+    int64_t chunk = n / ((int64_t)cpu->n_threads * CPU_CHUNKS_PER_THREAD);
+    parallel_chunks(cpu, n, chunk < grain ? grain : chunk, fn, ctx);
+}
+
+void rtx__cpu_parallel_each(struct rtx_cpu *cpu, int64_t n,
+                            void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx) {
+    if (n <= 0) return;
+    if (cpu == NULL || cpu->n_workers == 0 || n == 1) {
+        fn(ctx, 0, n);
+        return;
+    }
+    parallel_chunks(cpu, n, 1, fn, ctx);
 }
 
 int rtx__cpu_n_threads(const struct rtx_cpu *cpu) {

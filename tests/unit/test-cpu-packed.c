@@ -39,7 +39,9 @@ static struct rtx_backend *backend_with(const char *isa, struct rtx_mem_account 
     return rc == 0 ? be : NULL;
 }
 
-static struct rtx_backend *backend_for(const char *isa) { return backend_with(isa, NULL); }
+static struct rtx_backend *backend_for(const char *isa) {
+    return backend_with(isa, NULL);
+}
 
 struct product {
     const char *op; /* "gemm" or "matmul" */
@@ -51,12 +53,16 @@ struct product {
     float alpha, beta;  /* gemm */
     bool relu;          /* a relu after the product (a fused group) */
     enum rtx_dtype wdt; /* the weight's dtype */
+    /* matmul's fused epilogue: an add of a bias [N], an add of a residual shaped like y, then
+     * act ("relu", "gelu", "gelu_tanh"; NULL: none), in the products' register tiles */
+    bool add_bias, add_res;
+    const char *act;
 };
 
-/* The graph x -> op(x, w[, c]) [-> relu] -> y with w (and c) initializers; w and c are
- * returned (references the caller drops). */
+/* The graph x -> op(x, w[, c]) [-> relu] -> y with w (and c) initializers, or matmul's
+ * epilogue (bias c, residual r, act); w, c and r are returned (references the caller drops). */
 static struct rtx_graph *product_graph(const struct product *p, struct rtx_tensor **w,
-                                       struct rtx_tensor **c) {
+                                       struct rtx_tensor **c, struct rtx_tensor **r) {
     struct rtx_graph *g;
     struct rtx_err err;
     ck_assert_int_eq(rtx_graph_new("packed", &g, &err), 0);
@@ -65,7 +71,7 @@ static struct rtx_graph *product_graph(const struct product *p, struct rtx_tenso
     ck_assert_int_ge(rtx_graph_add_input(g, "x", p->wdt, mm ? 3 : 2, mm ? xd : xd + 1, &err), 0);
     *w = tu_tensor_random(p->wdt, 2, wd, -1, 1, 40 + (unsigned)(p->M * 7 + p->N));
     ck_assert_int_ge(rtx_graph_add_initializer(g, "w", *w, &err), 0);
-    *c = NULL;
+    *c = *r = NULL;
     const char *in[3] = {"x", "w", "c"};
     if (p->bias) {
         int64_t cd[2] = {p->M, p->N};
@@ -73,7 +79,7 @@ static struct rtx_graph *product_graph(const struct product *p, struct rtx_tenso
                        : tu_tensor_random(p->wdt, 1, &p->N, -1, 1, 41);
         ck_assert_int_ge(rtx_graph_add_initializer(g, "c", *c, &err), 0);
     }
-    const char *out[1] = {p->relu ? "prod" : "y"};
+    const char *out[1] = {p->relu || p->add_bias || p->add_res || p->act ? "prod" : "y"};
     int n = rtx_graph_add_node(g, p->op, "product", in, p->bias ? 3 : 2, out, 1, &err);
     ck_assert_msg(n >= 0, "%s", err.msg);
     char attrs[96];
@@ -87,13 +93,37 @@ static struct rtx_graph *product_graph(const struct product *p, struct rtx_tenso
         const char *rin[1] = {"prod"}, *rout[1] = {"y"};
         ck_assert_int_ge(rtx_graph_add_node(g, "relu", "act", rin, 1, rout, 1, &err), 0);
     }
+    const char *v = "prod";
+    if (p->add_bias) {
+        *c = tu_tensor_random(RTX_F32, 1, &p->N, -1, 1, 43);
+        ck_assert_int_ge(rtx_graph_add_initializer(g, "b", *c, &err), 0);
+        const char *ain[2] = {"prod", "b"}, *aout[1] = {"biased"};
+        ck_assert_int_ge(rtx_graph_add_node(g, "add", "bias", ain, 2, aout, 1, &err), 0);
+        v = "biased";
+    }
+    if (p->add_res) {
+        int64_t rd[3] = {p->batch, p->M, p->N};
+        *r = tu_tensor_random(RTX_F32, 3, rd, -1, 1, 44);
+        ck_assert_int_ge(rtx_graph_add_initializer(g, "r", *r, &err), 0);
+        const char *ain[2] = {"r", v}, *aout[1] = {p->act ? "summed" : "y"};
+        ck_assert_int_ge(rtx_graph_add_node(g, "add", "residual", ain, 2, aout, 1, &err), 0);
+        v = "summed";
+    }
+    if (p->act) {
+        const char *ain[1] = {v}, *aout[1] = {"y"};
+        bool tanh_form = strcmp(p->act, "gelu_tanh") == 0;
+        int a = rtx_graph_add_node(g, tanh_form ? "gelu" : p->act, "act", ain, 1, aout, 1, &err);
+        ck_assert_msg(a >= 0, "%s", err.msg);
+        if (tanh_form) tu_set_attrs(g, a, "approximate=s:tanh");
+    }
     ck_assert_int_ge(rtx_graph_add_output(g, "y", &err), 0);
     return g;
 }
 
 /* y as the graph defines it, in double precision. */
 static double *reference(const struct product *p, const struct rtx_tensor *x,
-                         const struct rtx_tensor *w, const struct rtx_tensor *c) {
+                         const struct rtx_tensor *w, const struct rtx_tensor *c,
+                         const struct rtx_tensor *r) {
     int64_t rows = p->batch * p->M;
     double *y = malloc((size_t)(rows * p->N) * sizeof *y);
     ck_assert_ptr_nonnull(y);
@@ -107,18 +137,25 @@ static double *reference(const struct product *p, const struct rtx_tensor *x,
             if (!mm)
                 s = p->alpha * s +
                     (c ? p->beta * rtx_tensor_get(c, p->c_full ? i * p->N + j : j) : 0.0);
-            y[i * p->N + j] = p->relu && s < 0 ? 0.0 : s;
+            if (p->add_bias) s += rtx_tensor_get(c, j);
+            if (p->add_res) s += rtx_tensor_get(r, i * p->N + j);
+            if (p->act && strcmp(p->act, "gelu") == 0)
+                s = 0.5 * s * (1.0 + erf(s / sqrt(2.0)));
+            else if (p->act && strcmp(p->act, "gelu_tanh") == 0)
+                s = 0.5 * s * (1.0 + tanh(sqrt(2.0 / M_PI) * (s + 0.044715 * s * s * s)));
+            y[i * p->N + j] =
+                (p->relu || (p->act && strcmp(p->act, "relu") == 0)) && s < 0 ? 0.0 : s;
         }
     return y;
 }
 
 static void check_product(struct rtx_backend *be, const char *isa, const struct product *p) {
-    struct rtx_tensor *w, *c;
-    struct rtx_graph *g = product_graph(p, &w, &c);
+    struct rtx_tensor *w, *c, *r;
+    struct rtx_graph *g = product_graph(p, &w, &c, &r);
     bool mm = strcmp(p->op, "matmul") == 0;
     int64_t xd[3] = {p->batch, p->M, p->K};
     struct rtx_tensor *x = tu_tensor_random(p->wdt, mm ? 3 : 2, mm ? xd : xd + 1, -1, 1, 42);
-    double *want = reference(p, x, w, c);
+    double *want = reference(p, x, w, c, r);
     struct rtx_plan *plan;
     struct rtx_err err;
     ck_assert_msg(rtx_plan_new(g, (const struct rtx_tensor *const *)&x, 1, NULL, &plan, &err) == 0,
@@ -145,20 +182,31 @@ static void check_product(struct rtx_backend *be, const char *isa, const struct 
     rtx_tensor_unref(x);
     rtx_tensor_unref(w);
     rtx_tensor_unref(c);
+    rtx_tensor_unref(r);
     rtx_graph_free(g);
 }
 
 START_TEST(products_with_constant_weights_match_a_double_reference) {
     const struct product cases[] = {
-        {"gemm", 1, 64, 256, 512, true, true, false, 1.0f, 1.0f, false, RTX_F32},
-        {"gemm", 1, 13, 300, 37, true, true, false, 0.5f, 2.0f, false, RTX_F32}, /* tails */
-        {"gemm", 1, 13, 300, 37, false, true, true, 0.5f, 2.0f, true, RTX_F32},
-        {"gemm", 1, 7, 33, 70, false, false, false, 1.5f, 0.0f, true, RTX_F32},
-        {"gemm", 1, 1, 9, 5, true, true, false, 1.0f, 1.0f, true, RTX_BF16},
-        {"gemm", 1, 100, 64, 48, false, true, false, 1.0f, -1.0f, true, RTX_F16},
-        {"matmul", 3, 5, 260, 33, false, false, false, 1.0f, 0.0f, false, RTX_F32},
-        {"matmul", 2, 17, 16, 100, true, false, false, 1.0f, 0.0f, true, RTX_BF16},
-        {"matmul", 1, 200, 48, 96, false, false, false, 1.0f, 0.0f, false, RTX_F16},
+        {"gemm", 1, 64, 256, 512, true, true, false, 1.0f, 1.0f, false, RTX_F32, .act = NULL},
+        {"gemm", 1, 13, 300, 37, true, true, false, 0.5f, 2.0f, false, RTX_F32,
+         .act = NULL}, /* tails */
+        {"gemm", 1, 13, 300, 37, false, true, true, 0.5f, 2.0f, true, RTX_F32, .act = NULL},
+        {"gemm", 1, 7, 33, 70, false, false, false, 1.5f, 0.0f, true, RTX_F32, .act = NULL},
+        {"gemm", 1, 1, 9, 5, true, true, false, 1.0f, 1.0f, true, RTX_BF16, .act = NULL},
+        {"gemm", 1, 100, 64, 48, false, true, false, 1.0f, -1.0f, true, RTX_F16, .act = NULL},
+        {"matmul", 3, 5, 260, 33, false, false, false, 1.0f, 0.0f, false, RTX_F32, .act = NULL},
+        {"matmul", 2, 17, 16, 100, true, false, false, 1.0f, 0.0f, true, RTX_BF16, .act = NULL},
+        {"matmul", 1, 200, 48, 96, false, false, false, 1.0f, 0.0f, false, RTX_F16, .act = NULL},
+        /* fused epilogues in the register tiles: full and partial panels, one k block and
+         * three (K > 256: the epilogue on the last only), rows past a task's */
+        {"matmul", 2, 67, 40, 70, false, .wdt = RTX_F32, .add_bias = true, .add_res = true,
+         .act = "relu"},
+        {"matmul", 1, 130, 600, 50, true, .wdt = RTX_F32, .add_bias = true, .add_res = true,
+         .act = "gelu_tanh"},
+        {"matmul", 1, 64, 128, 96, false, .wdt = RTX_F32, .add_bias = true, .act = "gelu"},
+        {"matmul", 3, 7, 300, 33, false, .wdt = RTX_F32, .add_res = true},
+        {"matmul", 1, 9, 16, 40, false, .wdt = RTX_F32, .act = "gelu_tanh"},
     };
     for (size_t i = 0; i < sizeof ISAS / sizeof *ISAS; i++) {
         struct rtx_backend *be = backend_for(ISAS[i]);
@@ -188,14 +236,14 @@ static void run(struct rtx_plan *p, struct rtx_backend *be, struct rtx_tensor *x
 }
 
 START_TEST(packs_live_as_long_as_the_plans_that_use_them) {
-    struct product prod = {"matmul", 1,     1,    48,   40,    false,
-                           false,    false, 1.0f, 0.0f, false, RTX_F32};
+    struct product prod = {"matmul", 1,    1,    48,    40,      false,      false,
+                           false,    1.0f, 0.0f, false, RTX_F32, .act = NULL};
     for (size_t i = 0; i < sizeof ISAS / sizeof *ISAS; i++) {
         struct rtx_backend *be = backend_for(ISAS[i]);
         if (be == NULL) continue;
         bool packs = strcmp(ISAS[i], "generic") != 0;
-        struct rtx_tensor *w, *c, *x1, *x2;
-        struct rtx_graph *g = product_graph(&prod, &w, &c);
+        struct rtx_tensor *w, *c, *r, *x1, *x2;
+        struct rtx_graph *g = product_graph(&prod, &w, &c, &r);
         ck_assert_uint_eq(rtx__const_derived_bytes(be), 0);
         struct rtx_plan *p1 = plan_rows(g, 3, &x1), *p2 = plan_rows(g, 29, &x2);
         run(p1, be, x1);
@@ -299,7 +347,8 @@ static void count_credit(struct rtx_mem_account *a, size_t bytes) {
 /* The kept packs are buffers of the backend, charged to its account while kept; an account
  * that refuses them leaves each call to pack for itself (same bits), never a failure. */
 START_TEST(kept_packs_are_charged_to_the_account) {
-    struct product prod = {"gemm", 1, 7, 48, 40, true, true, false, 1.0f, 1.0f, true, RTX_F32};
+    struct product prod = {"gemm", 1,    7,    48,   40,      true,       true,
+                           false,  1.0f, 1.0f, true, RTX_F32, .act = NULL};
     const char *isa = "avx512";
     struct rtx_backend *probe = backend_for(isa);
     if (probe == NULL) isa = "avx2";
@@ -309,8 +358,8 @@ START_TEST(kept_packs_are_charged_to_the_account) {
         struct rtx_backend *be = backend_with(isa, &acct.a);
         if (be == NULL) return; /* no AVX2: nothing is packed (the generic build) */
         struct rtx_err err;
-        struct rtx_tensor *w, *c, *x, *y[2] = {0};
-        struct rtx_graph *g = product_graph(&prod, &w, &c);
+        struct rtx_tensor *w, *c, *r, *x, *y[2] = {0};
+        struct rtx_graph *g = product_graph(&prod, &w, &c, &r);
         int64_t xd[2] = {7, 48};
         x = tu_tensor_random(RTX_F32, 2, xd, -1, 1, 70);
         struct rtx_plan *p;
@@ -319,8 +368,8 @@ START_TEST(kept_packs_are_charged_to_the_account) {
         for (int run = 0; run < 2; run++) {
             /* room for the run's output and arena (buffers too), not for the pack (9 KiB) */
             if (refuse) acct.limit = acct.held + 4096;
-            ck_assert_msg(rtx_plan_execute(p, be, &x, 1, &y[run], 1, NULL, NULL, &err) == 0,
-                          "%s", err.msg);
+            ck_assert_msg(rtx_plan_execute(p, be, &x, 1, &y[run], 1, NULL, NULL, &err) == 0, "%s",
+                          err.msg);
         }
         size_t packs = rtx__const_derived_bytes(be);
         if (refuse) {
@@ -329,8 +378,8 @@ START_TEST(kept_packs_are_charged_to_the_account) {
             ck_assert_uint_gt(packs, 0);
             ck_assert_uint_ge(acct.held, packs);
         }
-        ck_assert(memcmp(rtx_tensor_data(y[0]), rtx_tensor_data(y[1]),
-                         rtx_tensor_nbytes(y[0])) == 0);
+        ck_assert(memcmp(rtx_tensor_data(y[0]), rtx_tensor_data(y[1]), rtx_tensor_nbytes(y[0])) ==
+                  0);
         rtx_plan_free(p);
         rtx_tensor_unref(y[0]);
         rtx_tensor_unref(y[1]);
