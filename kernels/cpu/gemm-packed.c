@@ -345,9 +345,10 @@ static void packed_chunk(void *ctx, int64_t begin, int64_t end) {
                         o.relu = e->act == RTX_OP_RELU;
                     }
                     kernel_m((int)m, kc, j->a + (r0 + r) * j->lda + k0, j->lda, bp, &o);
-                    if (e && j->act.act != RTX_OP_COUNT) /* the tile is still in L1 */
-                        rtx__cpu_epilogue_apply(&j->act, o.y, j->ldy, r0 + r, p * NR, m, n);
                 }
+                if (e && j->act.act != RTX_OP_COUNT) /* the panel's column, mostly in L1 */
+                    rtx__cpu_epilogue_apply(&j->act, j->y + r0 * j->ldy + p * NR, j->ldy, r0,
+                                            p * NR, rows, n);
             }
         }
     }

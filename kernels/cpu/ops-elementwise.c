@@ -289,7 +289,6 @@ static inline __attribute__((always_inline)) void gelu_tanh8_u(float *o, const f
           _mm256_storeu_ps(o + 8 * u,
                            _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), e[u]))))
 }
-#undef EXP_U
 
 /* f_gelu_tanh over a contiguous run, four vectors at a time (o may be x). */
 static void gelu_tanh_run8(float *o, const float *x, int64_t n) {
@@ -310,19 +309,22 @@ static inline __m256 add8(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
 static inline __m256 sub8(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
 static inline __m256 k8(float c) { return _mm256_set1_ps(c); }
 
-static inline __m256 gelu_erf8(__m256 x) {
-    __m256 a = mul8(x, k8(SQRT_1_2));
-    __m256 c = _mm256_blendv_ps(a, k8(-4.0f), _mm256_cmp_ps(a, k8(-4.0f), _CMP_LT_OQ));
-    c = _mm256_blendv_ps(c, k8(4.0f), _mm256_cmp_ps(a, k8(4.0f), _CMP_GT_OQ));
-    __m256 x2 = mul8(c, c);
-    __m256 p = k8(ERF_P0), q = k8(ERF_Q0);
-#define ERF_STEP_P8(k) p = add8(mul8(p, x2), k8(k));
-#define ERF_STEP_Q8(k) q = add8(mul8(q, x2), k8(k));
+/* f_gelu_erf of U vectors at x, stored at o (o may be x), a step for all U at a time (as
+ * exp_nonpos8_u). */
+static inline __attribute__((always_inline)) void gelu_erf8_u(float *o, const float *x, int U) {
+    __m256 v[4], c[4], x2[4], p[4], q[4];
+    EXP_U(v[u] = _mm256_loadu_ps(x + 8 * u); __m256 a = mul8(v[u], k8(SQRT_1_2));
+          c[u] = _mm256_blendv_ps(a, k8(-4.0f), _mm256_cmp_ps(a, k8(-4.0f), _CMP_LT_OQ));
+          c[u] = _mm256_blendv_ps(c[u], k8(4.0f), _mm256_cmp_ps(a, k8(4.0f), _CMP_GT_OQ));
+          x2[u] = mul8(c[u], c[u]); p[u] = k8(ERF_P0); q[u] = k8(ERF_Q0))
+#define ERF_STEP_P8(k) EXP_U(p[u] = add8(mul8(p[u], x2[u]), k8(k)))
+#define ERF_STEP_Q8(k) EXP_U(q[u] = add8(mul8(q[u], x2[u]), k8(k)))
     ERF_P(ERF_STEP_P8)
     ERF_Q(ERF_STEP_Q8)
-    __m256 erf = _mm256_div_ps(mul8(c, p), q);
-    return mul8(mul8(k8(0.5f), x), add8(k8(1.0f), erf));
+    EXP_U(__m256 erf = _mm256_div_ps(mul8(c[u], p[u]), q[u]);
+          _mm256_storeu_ps(o + 8 * u, mul8(mul8(k8(0.5f), v[u]), add8(k8(1.0f), erf))))
 }
+#undef EXP_U
 
 static inline __m256 gelu_tail8(__m256 x) {
     __m256 z = mul8(_mm256_xor_ps(x, k8(-0.0f)), k8(SQRT_1_2));
@@ -348,13 +350,8 @@ static void gelu_erf_run8(float *o, const float *x, int64_t n) {
         int nt = tail_indices(xb, m, idx); /* before o (which may be x) is written */
         for (int k = 0; k < nt; k++) g[k] = xb[idx[k]];
         int i = 0;
-        for (; i + 16 <= m; i += 16) { /* two independent chains per iteration */
-            __m256 y0 = gelu_erf8(_mm256_loadu_ps(xb + i));
-            __m256 y1 = gelu_erf8(_mm256_loadu_ps(xb + i + 8));
-            _mm256_storeu_ps(ob + i, y0);
-            _mm256_storeu_ps(ob + i + 8, y1);
-        }
-        for (; i + 8 <= m; i += 8) _mm256_storeu_ps(ob + i, gelu_erf8(_mm256_loadu_ps(xb + i)));
+        for (; i + 32 <= m; i += 32) gelu_erf8_u(ob + i, xb + i, 4);
+        for (; i + 8 <= m; i += 8) gelu_erf8_u(ob + i, xb + i, 1);
         for (; i < m; i++) ob[i] = f_gelu_erf(xb[i]);
         /* the last vector padded (a 64-column row of an epilogue has a handful of tails) */
         for (int k = nt; k < (nt + 7) / 8 * 8; k++) g[k] = -2.0f;
@@ -834,20 +831,20 @@ static bool is_int_arith(enum rtx_dtype dt) {
     return dt == RTX_I8 || dt == RTX_I32 || dt == RTX_I64 || dt == RTX_U8;
 }
 
-#define EPI_TILE 256 /* floats: the packed GEMM's tiles are 6 x 16 and 8 x 32 */
+#define EPI_TILE 4096 /* floats: the packed GEMM's panel columns, up to 96 x 16 and 128 x 32 */
 void rtx__cpu_epilogue_apply(const struct rtx__cpu_epilogue *e, float *c, int64_t ldc,
                              int64_t row0, int64_t col0, int64_t m, int64_t n) {
-    if (!e->bias && !e->res && e->act != RTX_OP_RELU && e->act != RTX_OP_COUNT && n < 32 &&
-        m >= 1 && m * n <= EPI_TILE) {
-        /* an activation alone on a GEMM's register tile (rows of 16 or 32): its rows through
-         * one contiguous run, so the vector forms take several vectors at a time */
-        float t[EPI_TILE];
-        int64_t r = 0;
-        do /* m >= 1 */
-            memcpy(t + r * n, c + r * ldc, (size_t)n * sizeof *t);
-        while (++r < m);
+    if (!e->bias && !e->res && e->act != RTX_OP_RELU && e->act != RTX_OP_COUNT && n <= 32 &&
+        m * n <= EPI_TILE) {
+        /* an activation alone on a GEMM's panel column (rows of 16 or 32): its rows through
+         * one contiguous run, so that the vector forms take several vectors at a time and a
+         * call's fixed costs spread over a few thousand elements */
+        static _Thread_local float t[EPI_TILE];
+        for (int64_t r = 0; r < m; r++) /* rows of 64 or 128 bytes: no memcpy call each */
+            for (int64_t j = 0; j < n; j++) t[r * n + j] = c[r * ldc + j];
         un_f32(e->act, e->gelu_tanh, t, t, 1, m * n);
-        for (r = 0; r < m; r++) memcpy(c + r * ldc, t + r * n, (size_t)n * sizeof *t);
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t j = 0; j < n; j++) c[r * ldc + j] = t[r * n + j];
         return;
     }
     for (int64_t r = 0; r < m; r++) {
