@@ -571,10 +571,14 @@ static void nested_fn(void *ctx, int64_t begin, int64_t end) {
     rtx__cpu_parallel_for(c->cpu, 10, 1, count_fn, ctx); /* runs inline: no deadlock */
 }
 
+/* grain 0: rtx__cpu_parallel_each (items claimed one at a time) */
 static void check_cover(struct rtx_cpu *cpu, int64_t n, int64_t grain, bool nested) {
     struct cover c = {.n = n, .hits = calloc((size_t)n + 1, sizeof(_Atomic int)), .cpu = cpu};
     atomic_init(&c.nested_hits, 0);
-    rtx__cpu_parallel_for(cpu, n, grain, nested ? nested_fn : cover_fn, &c);
+    if (grain == 0)
+        rtx__cpu_parallel_each(cpu, n, nested ? nested_fn : cover_fn, &c);
+    else
+        rtx__cpu_parallel_for(cpu, n, grain, nested ? nested_fn : cover_fn, &c);
     for (int64_t i = 0; i < n; i++)
         ck_assert_msg(atomic_load(&c.hits[i]) == 1, "n %lld grain %lld: index %lld hit %d times",
                       (long long)n, (long long)grain, (long long)i, atomic_load(&c.hits[i]));
@@ -590,12 +594,18 @@ START_TEST(parallel_for_covers_each_index_once) {
                                              &be, &err), 0);
         struct rtx_cpu *cpu = be->ctx;
         ck_assert_int_eq(rtx__cpu_n_threads(cpu), threads[t]);
-        int64_t ns[5] = {1, 7, 1001, 4099, 100003}, grains[4] = {1, 3, 7, 1000};
+        /* shares of 0 to 33,000 items per thread, chunks of one to hundreds */
+        int64_t ns[5] = {1, 7, 1001, 4099, 100003}, grains[5] = {0, 1, 3, 7, 1000};
         for (int i = 0; i < 5; i++)
-            for (int g = 0; g < 4; g++) check_cover(cpu, ns[i], grains[g], false);
+            for (int g = 0; g < 5; g++) check_cover(cpu, ns[i], grains[g], false);
         check_cover(cpu, 0, 1, false);
+        check_cover(cpu, 0, 0, false);
         check_cover(cpu, 999, 5, true);
-        for (int r = 0; r < 200; r++) check_cover(cpu, 33, 1, false); /* many quick jobs */
+        check_cover(cpu, 37, 0, true);
+        for (int r = 0; r < 200; r++) { /* many quick jobs */
+            check_cover(cpu, 33, 1, false);
+            check_cover(cpu, 5, 0, false);
+        }
         rtx_backend_free(be);
     }
 }
