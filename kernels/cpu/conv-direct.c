@@ -191,6 +191,70 @@ static void tile_chunk(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+#if VW == 8
+/* A channel-vector tile's store in the AVX2 object, for 16 whole channels and an epilogue of
+ * at most a residual and relu: acc[r] and acc[MRP + r] hold pixel r's channels 0-7 and 8-15
+ * (zero past m). The bias is added to them as they are, each half is transposed in registers
+ * (8 x 8: channel j's pixels in one vector), the residual added and relu taken there, and
+ * each channel's m pixels stored with one masked store: the same operations in the same
+ * order as rtx__cpu_store_run, without its 16 strided scalar runs (they cost more than the
+ * products of a 1x1 conv or of the 3-channel stem). Not inlined into the tile, whose k loop
+ * keeps 12 accumulators in 16 registers. */
+static __attribute__((noinline)) void tile_oc_store8(const struct dconv *d, const v8 *acc,
+                                                     int64_t i, int64_t o0, int64_t p0, int m) {
+    const struct rtx__window_geom *w = &d->g->w;
+    const struct rtx__cpu_epilogue *e = d->epi;
+    int64_t n = d->n0 + i, P = w->Ho * w->Wo;
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(m),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int h = 0; h < 2; h++) {
+        __m256 r[8];
+        __m256 b = d->bias ? _mm256_loadu_ps(d->bias + o0 + 8 * h) : _mm256_setzero_ps();
+        for (int q = 0; q < 8; q++)
+            r[q] = q < MRP ? _mm256_add_ps((__m256)acc[h * MRP + q], b) : _mm256_setzero_ps();
+        /* 8 x 8 transpose: r[q] lane j (pixel q, channel j) -> t[j] lane q */
+        __m256 a[8], c[8], t[8];
+        for (int q = 0; q < 8; q += 2) {
+            a[q] = _mm256_unpacklo_ps(r[q], r[q + 1]);
+            a[q + 1] = _mm256_unpackhi_ps(r[q], r[q + 1]);
+        }
+        for (int q = 0; q < 8; q += 4)
+            for (int k = 0; k < 2; k++) {
+                c[q + 2 * k] = _mm256_shuffle_ps(a[q + k], a[q + k + 2], 0x44);
+                c[q + 2 * k + 1] = _mm256_shuffle_ps(a[q + k], a[q + k + 2], 0xee);
+            }
+        for (int k = 0; k < 4; k++) {
+            t[k] = _mm256_permute2f128_ps(c[k], c[k + 4], 0x20);
+            t[k + 4] = _mm256_permute2f128_ps(c[k], c[k + 4], 0x31);
+        }
+        for (int j = 0; j < 8; j++) {
+            int64_t plane = n * d->g->O + o0 + 8 * h + j;
+            float *dst = d->y + plane * P + p0;
+            __m256 v = t[j];
+            if (m == 6) { /* a whole tile: 4 + 2 floats (masked moves cost more on AMD) */
+                __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+                if (e && e->res) {
+                    const float *rq = e->res + plane * e->res_ld + p0;
+                    lo = _mm_add_ps(lo, _mm_loadu_ps(rq));
+                    hi = _mm_add_ps(hi, _mm_castpd_ps(_mm_load_sd((const double *)(rq + 4))));
+                }
+                if (e && e->act == RTX_OP_RELU) {
+                    lo = _mm_max_ps(_mm_setzero_ps(), lo);
+                    hi = _mm_max_ps(_mm_setzero_ps(), hi);
+                }
+                _mm_storeu_ps(dst, lo);
+                _mm_store_sd((double *)(dst + 4), _mm_castps_pd(hi));
+                continue;
+            }
+            if (e && e->res)
+                v = _mm256_add_ps(v, _mm256_maskload_ps(e->res + plane * e->res_ld + p0, mask));
+            if (e && e->act == RTX_OP_RELU) v = _mm256_max_ps(_mm256_setzero_ps(), v);
+            _mm256_maskstore_ps(dst, mask, v);
+        }
+    }
+}
+#endif
+
 /* One channel-vector tile: output channels [o0, o0 + NRO) x the m (<= MRP) output pixels
  * p0.. of image i (p = oh * Wo + ow, across rows): the weights of the channels are vectors,
  * each pixel's input value is broadcast, so no computed column is dropped (the pixel-vector
@@ -223,6 +287,19 @@ static inline __attribute__((always_inline)) void tile_oc(const struct dconv *d,
             }
         }
     }
+#if VW == 8
+    if (o0 + NRO <= d->g->O && (!d->epi || d->epi->act == RTX_OP_COUNT ||
+                                d->epi->act == RTX_OP_RELU)) {
+        v8 acc[2 * MRP];
+#pragma GCC unroll 8
+        for (int r = 0; r < MRP; r++) {
+            acc[r] = r < m ? c0[r] : (v8){0};
+            acc[MRP + r] = r < m ? c1[r] : (v8){0};
+        }
+        tile_oc_store8(d, acc, i, o0, p0, m);
+        return;
+    }
+#endif
     float out[MRP][NRO];
 #pragma GCC unroll 8
     for (int r = 0; r < MRP; r++) {

@@ -198,6 +198,24 @@ START_TEST(gemm_and_conv_groups) {
     x[2] = tu_tensor_random(RTX_F32, 1, db3, -1, 1, 50);
     x[3] = tu_tensor_random(RTX_F32, 4, dye, -1, 1, 51);
     check_chain(conv, 3, x, 4, 3);
+    /* strided convs of 40 channels (channel-vector tiles: two whole blocks, stored through a
+     * transpose in registers in the AVX2 object, and a partial one), 7x7 outputs (tiles of
+     * 6 pixels and one of 1), with a residual and relu: 1x1 unpadded, 3x3 padded */
+    int64_t ds[4] = {2, 8, 13, 13}, dy7[4] = {2, 40, 7, 7}, dk1[4] = {40, 8, 1, 1};
+    struct step s1x1[3] = {{"conv2d", "strides=I:2,2", {"x0", "x1", "x2"}, 3},
+                           {"add", "", {"s0", "x3"}, 2}, {"relu", "", {"s1"}, 1}};
+    x[0] = tu_tensor_random(RTX_F32, 4, ds, -1, 1, 52);
+    x[1] = tu_tensor_random(RTX_F32, 4, dk1, -1, 1, 53);
+    x[2] = tu_tensor_random(RTX_F32, 1, db3, -1, 1, 54);
+    x[3] = tu_tensor_random(RTX_F32, 4, dy7, -1, 1, 55);
+    check_chain(s1x1, 3, x, 4, 3);
+    struct step s3x3[3] = {{"conv2d", "strides=I:2,2;pads=I:1,1,1,1", {"x0", "x1", "x2"}, 3},
+                           {"add", "", {"x3", "s0"}, 2}, {"relu", "", {"s1"}, 1}};
+    x[0] = tu_tensor_random(RTX_F32, 4, ds, -1, 1, 56);
+    x[1] = tu_tensor_random(RTX_F32, 4, dk3, -1, 1, 57);
+    x[2] = tu_tensor_random(RTX_F32, 1, db3, -1, 1, 58);
+    x[3] = tu_tensor_random(RTX_F32, 4, dy7, -1, 1, 59);
+    check_chain(s3x3, 3, x, 4, 3);
     /* a 3x3 stride-1 conv (Winograd in the AVX2 build) with an activation other than relu */
     struct step conv3[2] = {{"conv2d", "pads=I:1,0,1,2", {"x0", "x1"}, 2},
                             {"gelu", "", {"s0"}, 1}};
