@@ -18,12 +18,14 @@
  * registers; built again with RTX_GEMM_WIDE for CPUs with AVX-512F, 8 x 32 in 16 of the 32
  * zmm registers, RTX_CPU_ISA=avx512; the pack's panel width follows the object): for each k it
  * loads NR packed weights (2 vectors) and multiplies them by each row's a[r][k] broadcast, read
- * straight from the row-major left operand. Tasks are blocks of RB rows x PB panels spread over
- * the pool; inside one, k goes in blocks of KC so a panel's block (KC x NR floats, 16 KiB) stays
- * in L1 while the rows' blocks come from L2. After its last k block a task applies the block
- * epilogue (a fused group's bias, residual, activation) to its block of the result while it is in
- * cache. The build uses FMA (-ffp-contract=fast for this file): results differ from OpenBLAS's in
- * the last bits, as any two summation orders do.
+ * straight from the row-major left operand. Tasks are blocks of at most RB rows x PB panels,
+ * of equal size (even_split), claimed one at a time over the pool; inside one, k goes in blocks
+ * of KC so a panel's block (KC x NR floats, 16 KiB) stays in L1 while the rows' blocks come
+ * from L2. On the last k block a fused group's epilogue is applied as each register tile is
+ * stored (tile_out: bias, residual and relu on the sums; decision 151), and another activation
+ * runs over each panel's column of the task while it is in L1. The build uses FMA
+ * (-ffp-contract=fast for this file): results differ from OpenBLAS's in the last bits, as any
+ * two summation orders do.
  */
 #include <immintrin.h>
 #include <string.h>
