@@ -236,14 +236,14 @@ static __attribute__((noinline)) void tile_oc_store8(const struct dconv *d, cons
                 if (e && e->res) {
                     const float *rq = e->res + plane * e->res_ld + p0;
                     lo = _mm_add_ps(lo, _mm_loadu_ps(rq));
-                    hi = _mm_add_ps(hi, _mm_castpd_ps(_mm_load_sd((const double *)(rq + 4))));
+                    hi = _mm_add_ps(hi, _mm_castsi128_ps(_mm_loadu_si64(rq + 4)));
                 }
                 if (e && e->act == RTX_OP_RELU) {
                     lo = _mm_max_ps(_mm_setzero_ps(), lo);
                     hi = _mm_max_ps(_mm_setzero_ps(), hi);
                 }
                 _mm_storeu_ps(dst, lo);
-                _mm_store_sd((double *)(dst + 4), _mm_castps_pd(hi));
+                _mm_storeu_si64(dst + 4, _mm_castps_si128(hi));
                 continue;
             }
             if (e && e->res)
