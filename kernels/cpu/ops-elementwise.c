@@ -834,9 +834,10 @@ static bool is_int_arith(enum rtx_dtype dt) {
 #define EPI_TILE 4096 /* floats: the packed GEMM's panel columns, up to 96 x 16 and 128 x 32 */
 void rtx__cpu_epilogue_apply(const struct rtx__cpu_epilogue *e, float *c, int64_t ldc,
                              int64_t row0, int64_t col0, int64_t m, int64_t n) {
-    if (!e->bias && !e->res && e->act != RTX_OP_RELU && e->act != RTX_OP_COUNT && n <= 32 &&
-        m * n <= EPI_TILE) {
-        /* an activation alone on a GEMM's panel column (rows of 16 or 32): its rows through
+    if (!e->bias && !e->res && e->act != RTX_OP_RELU && e->act != RTX_OP_COUNT && m > 1 &&
+        n <= 32 && m * n <= EPI_TILE) {
+        /* an activation alone on a GEMM's panel column (rows of 16 or 32; a single row, as
+         * the convs' epilogues pass, is contiguous already): its rows through
          * one contiguous run, so that the vector forms take several vectors at a time and a
          * call's fixed costs spread over a few thousand elements */
         static _Thread_local float t[EPI_TILE];
